@@ -1,0 +1,423 @@
+//! The plan format's constants and fixed-size records, shared by the writer (the planner) and
+//! the reader (the runtime) so they cannot drift. `docs/plan-format.md` is the specification;
+//! this module is its executable half.
+//!
+//! Everything is little-endian. A plan is a 48-byte header followed by four arrays of
+//! fixed-size records, in this order: tensors, instructions, entries, bindings. The decoders here
+//! only split bytes into fields; every check of meaning (ranges, shapes, liveness) is the
+//! runtime's validator's job.
+
+use crate::shape::MAX_RANK;
+
+/// The first four bytes of every plan.
+pub const MAGIC: [u8; 4] = *b"TPLN";
+/// The format version this crate writes and reads. A change to the bytes bumps it.
+pub const VERSION: u16 = 1;
+/// The header's size in bytes.
+pub const HEADER_BYTES: usize = 48;
+/// One tensor record's size in bytes.
+pub const TENSOR_RECORD_BYTES: usize = 24;
+/// One instruction record's size in bytes.
+pub const INSTR_RECORD_BYTES: usize = 20;
+/// One entry record's size in bytes.
+pub const ENTRY_RECORD_BYTES: usize = 32;
+/// One binding record's size in bytes.
+pub const BINDING_RECORD_BYTES: usize = 36;
+/// The size of a name field in bytes (UTF-8, NUL-padded, at least one trailing NUL not required).
+pub const NAME_BYTES: usize = 24;
+/// Every tensor's offset in the arena is a multiple of this many elements (16 bytes).
+pub const ALIGN_ELEMS: usize = 4;
+/// The byte offset of the CRC field in the header.
+pub const CRC_OFFSET: usize = 12;
+/// The `entry` field of a binding that belongs to every entry (parameters).
+pub const ALL_ENTRIES: u32 = u32::MAX;
+/// The `args` slot value for an unused argument position.
+pub const NO_ARG: u32 = u32::MAX;
+
+/// The CRC used by the format: CRC-32/ISO-HDLC (the zlib / PNG / Ethernet CRC-32).
+pub const CRC32: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC);
+
+/// The checksum of a whole plan: CRC-32 over every byte except the four at [`CRC_OFFSET`].
+/// Returns `None` when `bytes` is shorter than the header.
+pub fn plan_crc(bytes: &[u8]) -> Option<u32> {
+    let head = bytes.get(..CRC_OFFSET)?;
+    let tail = bytes.get(CRC_OFFSET + 4..)?;
+    let mut d = CRC32.digest();
+    d.update(head);
+    d.update(tail);
+    Some(d.finalize())
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    let mut x = [0u8; 2];
+    if let Some(s) = b.get(at..at + 2) {
+        x.copy_from_slice(s);
+    }
+    u16::from_le_bytes(x)
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    let mut x = [0u8; 4];
+    if let Some(s) = b.get(at..at + 4) {
+        x.copy_from_slice(s);
+    }
+    u32::from_le_bytes(x)
+}
+
+fn put(b: &mut [u8], at: usize, bytes: &[u8]) {
+    if let Some(s) = b.get_mut(at..at + bytes.len()) {
+        s.copy_from_slice(bytes);
+    }
+}
+
+/// The header, byte for byte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Header {
+    /// Bytes 0..4: [`MAGIC`].
+    pub magic: [u8; 4],
+    /// Bytes 4..6: the format version.
+    pub version: u16,
+    /// Bytes 6..8: the header's size, [`HEADER_BYTES`].
+    pub header_bytes: u16,
+    /// Bytes 8..12: the whole plan's size in bytes.
+    pub total_bytes: u32,
+    /// Bytes 12..16: [`plan_crc`] of the plan.
+    pub crc32: u32,
+    /// Bytes 16..20: the arena's size in `f32` elements.
+    pub arena_elems: u32,
+    /// Bytes 20..24: the persistent region `[0, persistent_elems)` of the arena.
+    pub persistent_elems: u32,
+    /// Bytes 24..28: the number of tensor records.
+    pub n_tensors: u32,
+    /// Bytes 28..32: the number of instruction records.
+    pub n_instrs: u32,
+    /// Bytes 32..36: the number of entry records.
+    pub n_entries: u32,
+    /// Bytes 36..40: the number of binding records.
+    pub n_bindings: u32,
+    /// Bytes 40..44: flags; no flag is defined in version 1, so it must be 0.
+    pub flags: u32,
+    /// Bytes 44..48: the plan's identity: a hash the planner derives from the model and its
+    /// hyperparameters, so that state saved from one plan is not loaded into another.
+    pub plan_id: u32,
+}
+
+impl Header {
+    /// Splits the first [`HEADER_BYTES`] of `b` into fields (missing bytes read as zero).
+    pub fn decode(b: &[u8]) -> Header {
+        let mut magic = [0u8; 4];
+        if let Some(s) = b.get(0..4) {
+            magic.copy_from_slice(s);
+        }
+        Header {
+            magic,
+            version: u16_at(b, 4),
+            header_bytes: u16_at(b, 6),
+            total_bytes: u32_at(b, 8),
+            crc32: u32_at(b, 12),
+            arena_elems: u32_at(b, 16),
+            persistent_elems: u32_at(b, 20),
+            n_tensors: u32_at(b, 24),
+            n_instrs: u32_at(b, 28),
+            n_entries: u32_at(b, 32),
+            n_bindings: u32_at(b, 36),
+            flags: u32_at(b, 40),
+            plan_id: u32_at(b, 44),
+        }
+    }
+
+    /// Writes the header's fields into the first [`HEADER_BYTES`] of `b`.
+    pub fn encode(&self, b: &mut [u8]) {
+        put(b, 0, &self.magic);
+        put(b, 4, &self.version.to_le_bytes());
+        put(b, 6, &self.header_bytes.to_le_bytes());
+        for (at, v) in [
+            (8, self.total_bytes),
+            (12, self.crc32),
+            (16, self.arena_elems),
+            (20, self.persistent_elems),
+            (24, self.n_tensors),
+            (28, self.n_instrs),
+            (32, self.n_entries),
+            (36, self.n_bindings),
+            (40, self.flags),
+            (44, self.plan_id),
+        ] {
+            put(b, at, &v.to_le_bytes());
+        }
+    }
+}
+
+/// Where a tensor lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum TensorKind {
+    /// In the scratch region `[persistent_elems, arena_elems)`, reused across entries and steps.
+    Scratch = 0,
+    /// In the persistent region `[0, persistent_elems)`: parameters and their updated values.
+    Persistent = 1,
+}
+
+impl TensorKind {
+    /// Checked decoding.
+    pub fn from_u8(b: u8) -> Option<TensorKind> {
+        match b {
+            0 => Some(TensorKind::Scratch),
+            1 => Some(TensorKind::Persistent),
+            _ => None,
+        }
+    }
+}
+
+/// A tensor record: where in the arena, and what shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TensorRecord {
+    /// Bytes 0..4: offset in the arena, in `f32` elements.
+    pub offset_elems: u32,
+    /// Byte 4: rank, at most [`MAX_RANK`].
+    pub rank: u8,
+    /// Byte 5: [`TensorKind`] as a byte.
+    pub kind: u8,
+    /// Bytes 6..8: reserved, 0.
+    pub reserved: u16,
+    /// Bytes 8..24: extents, unused ones 0.
+    pub dims: [u32; MAX_RANK],
+}
+
+impl TensorRecord {
+    /// Splits a record into fields.
+    pub fn decode(b: &[u8]) -> TensorRecord {
+        TensorRecord {
+            offset_elems: u32_at(b, 0),
+            rank: b.get(4).copied().unwrap_or(0),
+            kind: b.get(5).copied().unwrap_or(0),
+            reserved: u16_at(b, 6),
+            dims: core::array::from_fn(|i| u32_at(b, 8 + 4 * i)),
+        }
+    }
+
+    /// Writes a record.
+    pub fn encode(&self, b: &mut [u8]) {
+        put(b, 0, &self.offset_elems.to_le_bytes());
+        put(b, 4, &[self.rank, self.kind]);
+        put(b, 6, &self.reserved.to_le_bytes());
+        for (i, d) in self.dims.iter().enumerate() {
+            put(b, 8 + 4 * i, &d.to_le_bytes());
+        }
+    }
+}
+
+/// An instruction record: `out = opcode(args…)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InstrRecord {
+    /// Byte 0: the opcode's byte.
+    pub opcode: u8,
+    /// Byte 1: the number of arguments; must equal the opcode's arity.
+    pub n_args: u8,
+    /// Bytes 2..4: reserved, 0.
+    pub reserved: u16,
+    /// Bytes 4..8: the output tensor's index.
+    pub out: u32,
+    /// Bytes 8..16: argument tensor indices; unused slots hold [`NO_ARG`].
+    pub args: [u32; 2],
+    /// Bytes 16..20: the attribute word (the fill value's `f32` bits; 0 otherwise).
+    pub attr: u32,
+}
+
+impl InstrRecord {
+    /// Splits a record into fields.
+    pub fn decode(b: &[u8]) -> InstrRecord {
+        InstrRecord {
+            opcode: b.first().copied().unwrap_or(0),
+            n_args: b.get(1).copied().unwrap_or(0),
+            reserved: u16_at(b, 2),
+            out: u32_at(b, 4),
+            args: [u32_at(b, 8), u32_at(b, 12)],
+            attr: u32_at(b, 16),
+        }
+    }
+
+    /// Writes a record.
+    pub fn encode(&self, b: &mut [u8]) {
+        put(b, 0, &[self.opcode, self.n_args]);
+        put(b, 2, &self.reserved.to_le_bytes());
+        put(b, 4, &self.out.to_le_bytes());
+        put(b, 8, &self.args[0].to_le_bytes());
+        put(b, 12, &self.args[1].to_le_bytes());
+        put(b, 16, &self.attr.to_le_bytes());
+    }
+}
+
+/// An entry record: a named, contiguous run of instructions (`forward`, `train_step`, …).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntryRecord {
+    /// Bytes 0..24: the name.
+    pub name: [u8; NAME_BYTES],
+    /// Bytes 24..28: the first instruction's index.
+    pub first_instr: u32,
+    /// Bytes 28..32: the number of instructions.
+    pub n_instrs: u32,
+}
+
+impl EntryRecord {
+    /// Splits a record into fields.
+    pub fn decode(b: &[u8]) -> EntryRecord {
+        EntryRecord {
+            name: name_at(b, 0),
+            first_instr: u32_at(b, 24),
+            n_instrs: u32_at(b, 28),
+        }
+    }
+
+    /// Writes a record.
+    pub fn encode(&self, b: &mut [u8]) {
+        put(b, 0, &self.name);
+        put(b, 24, &self.first_instr.to_le_bytes());
+        put(b, 28, &self.n_instrs.to_le_bytes());
+    }
+}
+
+/// What a binding names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum BindingKind {
+    /// A value the caller sets before running the entry.
+    Input = 0,
+    /// A value the caller reads after running the entry.
+    Output = 1,
+    /// A trainable parameter in the persistent region (entry [`ALL_ENTRIES`]).
+    Parameter = 2,
+    /// The entry's new value of the parameter of the same name, written in place over it.
+    Update = 3,
+}
+
+impl BindingKind {
+    /// Checked decoding.
+    pub fn from_u8(b: u8) -> Option<BindingKind> {
+        match b {
+            0 => Some(BindingKind::Input),
+            1 => Some(BindingKind::Output),
+            2 => Some(BindingKind::Parameter),
+            3 => Some(BindingKind::Update),
+            _ => None,
+        }
+    }
+}
+
+/// A binding record: a name for a tensor of an entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BindingRecord {
+    /// Bytes 0..24: the name.
+    pub name: [u8; NAME_BYTES],
+    /// Byte 24: [`BindingKind`] as a byte.
+    pub kind: u8,
+    /// Bytes 25..28: reserved, 0.
+    pub reserved: [u8; 3],
+    /// Bytes 28..32: the entry's index, or [`ALL_ENTRIES`].
+    pub entry: u32,
+    /// Bytes 32..36: the tensor's index.
+    pub tensor: u32,
+}
+
+impl BindingRecord {
+    /// Splits a record into fields.
+    pub fn decode(b: &[u8]) -> BindingRecord {
+        BindingRecord {
+            name: name_at(b, 0),
+            kind: b.get(24).copied().unwrap_or(0),
+            reserved: [
+                b.get(25).copied().unwrap_or(0),
+                b.get(26).copied().unwrap_or(0),
+                b.get(27).copied().unwrap_or(0),
+            ],
+            entry: u32_at(b, 28),
+            tensor: u32_at(b, 32),
+        }
+    }
+
+    /// Writes a record.
+    pub fn encode(&self, b: &mut [u8]) {
+        put(b, 0, &self.name);
+        put(b, 24, &[self.kind]);
+        put(b, 25, &self.reserved);
+        put(b, 28, &self.entry.to_le_bytes());
+        put(b, 32, &self.tensor.to_le_bytes());
+    }
+}
+
+fn name_at(b: &[u8], at: usize) -> [u8; NAME_BYTES] {
+    let mut n = [0u8; NAME_BYTES];
+    if let Some(s) = b.get(at..at + NAME_BYTES) {
+        n.copy_from_slice(s);
+    }
+    n
+}
+
+/// Packs a name into a NUL-padded field. Returns `None` when it is empty, longer than
+/// [`NAME_BYTES`], or contains a NUL.
+pub fn encode_name(name: &str) -> Option<[u8; NAME_BYTES]> {
+    let b = name.as_bytes();
+    if b.is_empty() || b.len() > NAME_BYTES || b.contains(&0) {
+        return None;
+    }
+    let mut n = [0u8; NAME_BYTES];
+    n[..b.len()].copy_from_slice(b);
+    Some(n)
+}
+
+/// Reads a NUL-padded name field. Returns `None` when it is empty, not UTF-8, or has bytes after
+/// its padding starts.
+pub fn decode_name(field: &[u8; NAME_BYTES]) -> Option<&str> {
+    let len = field.iter().position(|&c| c == 0).unwrap_or(NAME_BYTES);
+    if len == 0 || field[len..].iter().any(|&c| c != 0) {
+        return None;
+    }
+    core::str::from_utf8(&field[..len]).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip() {
+        let h = Header {
+            magic: MAGIC,
+            version: VERSION,
+            header_bytes: HEADER_BYTES as u16,
+            total_bytes: 1234,
+            crc32: 0xdead_beef,
+            arena_elems: 99,
+            persistent_elems: 8,
+            n_tensors: 3,
+            n_instrs: 4,
+            n_entries: 2,
+            n_bindings: 5,
+            flags: 0,
+            plan_id: 7,
+        };
+        let mut b = [0u8; HEADER_BYTES];
+        h.encode(&mut b);
+        assert_eq!(Header::decode(&b), h);
+        let i = InstrRecord {
+            opcode: 0x12,
+            n_args: 2,
+            reserved: 0,
+            out: 9,
+            args: [1, 2],
+            attr: 1.5f32.to_bits(),
+        };
+        let mut b = [0u8; INSTR_RECORD_BYTES];
+        i.encode(&mut b);
+        assert_eq!(InstrRecord::decode(&b), i);
+        assert_eq!(b[..2], [0x12, 2]);
+        let n = encode_name("w1").unwrap();
+        assert_eq!(decode_name(&n), Some("w1"));
+        assert_eq!(encode_name(""), None);
+    }
+
+    #[test]
+    fn crc_is_the_zlib_crc() {
+        assert_eq!(CRC32.checksum(b"123456789"), 0xCBF4_3926);
+    }
+}

@@ -1,0 +1,17 @@
+//! `detach`: the identity forward, a reverse rule that contributes nothing. The forward edge
+//! stays visible in the tape; only the reverse contribution is cut (a stop-gradient).
+
+use super::{Contributions, VjpArgs};
+use crate::Recordable;
+
+/// `x`.
+pub fn scalar(x: f32) -> f32 {
+    x
+}
+
+pub(crate) fn vjp<R: Recordable>(
+    _r: &mut R,
+    _v: &VjpArgs<'_, R::Value>,
+) -> Result<Contributions<R::Value>, R::Error> {
+    Ok([None, None])
+}

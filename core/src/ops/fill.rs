@@ -1,0 +1,18 @@
+//! `fill`: every element equal to the attribute. A leaf: constants, seeds and learning rates.
+
+/// Writes `value` to every element of `out`.
+pub fn kernel(value: f32, out: &mut [f32]) {
+    for o in out.iter_mut() {
+        *o = value;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn fills_exact_bits() {
+        let mut out = [0.0f32; 3];
+        super::kernel(-0.0, &mut out);
+        assert!(out.iter().all(|v| v.to_bits() == 0x8000_0000));
+    }
+}

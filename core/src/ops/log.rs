@@ -1,0 +1,27 @@
+//! `log`: the natural logarithm, `libm::logf(x)`.
+//!
+//! Rule: `x̄ += ḡ / x`.
+
+use super::{want, Contributions, VjpArgs};
+use crate::Recordable;
+
+/// `ln(x)`.
+pub fn scalar(x: f32) -> f32 {
+    libm::logf(x)
+}
+
+pub(crate) fn vjp<R: Recordable>(
+    r: &mut R,
+    v: &VjpArgs<'_, R::Value>,
+) -> Result<Contributions<R::Value>, R::Error> {
+    Ok([want(v.wants[0], || r.div(v.cotangent, v.args[0]))?, None])
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn literal() {
+        assert_eq!(super::scalar(1.0), 0.0);
+        assert_eq!(super::scalar(0.0), f32::NEG_INFINITY);
+    }
+}

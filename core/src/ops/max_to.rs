@@ -1,0 +1,64 @@
+//! `max_to`: the maximum of `x` down to a target shape that broadcasts back (a max-reduction
+//! over the axes the target keeps at extent 1).
+//!
+//! Rule: `x̄ += broadcast(ḡ, shape(x)) * equal(x, broadcast(y, shape(x)))`: every element equal
+//! to the maximum receives the whole cotangent. With ties that sends the cotangent to each tied
+//! element (PyTorch's `amax` splits it evenly instead; ours is the subgradient the mask gives,
+//! and both readings follow it).
+
+use super::{want, Contributions, VjpArgs};
+use crate::Recordable;
+use crate::Shape;
+
+/// The reference kernel.
+///
+/// # Arithmetic order
+/// Every output starts at `-inf`; the input is walked in increasing row-major index order and an
+/// output takes a value when the value is NaN or greater than what it holds, unless it already
+/// holds NaN. So NaN propagates, and among equal values (`-0` and `+0` included) the first wins.
+pub fn kernel(x: &[f32], x_shape: Shape, out: &mut [f32], out_shape: Shape) {
+    for o in out.iter_mut() {
+        *o = f32::NEG_INFINITY;
+    }
+    for (i, &v) in x.iter().enumerate() {
+        if let Some(o) = out.get_mut(out_shape.broadcast_source_index(&x_shape, i)) {
+            if !o.is_nan() && (v.is_nan() || v > *o) {
+                *o = v;
+            }
+        }
+    }
+}
+
+pub(crate) fn vjp<R: Recordable>(
+    r: &mut R,
+    v: &VjpArgs<'_, R::Value>,
+) -> Result<Contributions<R::Value>, R::Error> {
+    let d = want(v.wants[0], || {
+        let x = v.args[0];
+        let s = r.shape_of(x);
+        let y = r.broadcast(v.out, s)?;
+        let mask = r.equal(x, &y)?;
+        let g = r.broadcast(v.cotangent, s)?;
+        r.mul(&g, &mask)
+    })?;
+    Ok([d, None])
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Shape;
+
+    #[test]
+    fn literal() {
+        let xs = Shape::matrix(2, 3);
+        let mut rows = [0.0; 2];
+        super::kernel(&[1., 5., 3., -4., -2., -9.], xs, &mut rows, Shape::matrix(2, 1));
+        assert_eq!(rows, [5., -2.]);
+        let mut first_zero = [0.0];
+        super::kernel(&[-0.0, 0.0], Shape::vector(2), &mut first_zero, Shape::SCALAR);
+        assert_eq!(first_zero[0].to_bits(), 0x8000_0000);
+        let mut nan = [0.0];
+        super::kernel(&[1.0, f32::NAN, 2.0], Shape::vector(3), &mut nan, Shape::SCALAR);
+        assert!(nan[0].is_nan());
+    }
+}

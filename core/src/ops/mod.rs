@@ -1,0 +1,386 @@
+//! One module per instruction: its shape rule, its reference kernel (the bits), its reverse rule
+//! written against [`Recordable`], and its unit tests. This module dispatches over them.
+//!
+//! The reference kernels are plain, allocation-free functions over slices. Their arithmetic
+//! order, stated in each kernel's doc comment, **is** the definition of the instruction's result:
+//! the oracle, the planner and every runtime catalog entry reproduce those bits.
+
+use core::fmt;
+
+use crate::recordable::Recordable;
+use crate::shape::ShapeError;
+use crate::{OpClass, Opcode, Shape, MAX_ARITY};
+
+pub mod add;
+pub mod broadcast;
+pub mod detach;
+pub mod div;
+pub mod elementwise;
+pub mod equal;
+pub mod exp;
+pub mod fill;
+pub mod heaviside;
+pub mod leaf;
+pub mod log;
+pub mod matmul;
+pub mod max_to;
+pub mod mul;
+pub mod neg;
+pub mod one_hot;
+pub mod relu;
+pub mod reshape;
+pub mod sub;
+pub mod sum_to;
+pub mod tanh;
+pub mod transpose;
+
+/// An instruction's attribute: a 32-bit word (the fill value's bit pattern) and, for the ops
+/// that need one, the target shape (which is also the output shape).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Attr {
+    /// The raw attribute word; for `fill`, the `f32` bit pattern of the value.
+    pub bits: u32,
+    /// The target shape for leaves, `fill`, `reshape`, `broadcast`, `sum_to`, `max_to`,
+    /// `one_hot`; `None` for the rest.
+    pub target: Option<Shape>,
+}
+
+impl Attr {
+    /// No attribute.
+    pub const NONE: Attr = Attr {
+        bits: 0,
+        target: None,
+    };
+
+    /// A target shape.
+    pub fn target(shape: Shape) -> Attr {
+        Attr {
+            bits: 0,
+            target: Some(shape),
+        }
+    }
+
+    /// A fill value and its shape.
+    pub fn fill(value: f32, shape: Shape) -> Attr {
+        Attr {
+            bits: value.to_bits(),
+            target: Some(shape),
+        }
+    }
+
+    /// Rebuilds the attribute of `op` from the plan format's word and the output shape.
+    pub fn from_parts(op: Opcode, bits: u32, out: Shape) -> Attr {
+        Attr {
+            bits,
+            target: if needs_target(op) { Some(out) } else { None },
+        }
+    }
+}
+
+/// True for the opcodes whose output shape is given by the attribute rather than inferred.
+pub fn needs_target(op: Opcode) -> bool {
+    matches!(
+        op,
+        Opcode::Input
+            | Opcode::Parameter
+            | Opcode::Fill
+            | Opcode::Reshape
+            | Opcode::Broadcast
+            | Opcode::SumTo
+            | Opcode::MaxTo
+            | Opcode::OneHot
+    )
+}
+
+/// Why an instruction cannot be applied to its arguments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpError {
+    /// The wrong number of arguments.
+    Arity {
+        /// The instruction.
+        op: Opcode,
+        /// Its arity.
+        expected: usize,
+        /// The number given.
+        found: usize,
+    },
+    /// Two arguments whose shapes do not fit together.
+    ShapeMismatch {
+        /// The instruction.
+        op: Opcode,
+        /// The first argument's shape.
+        lhs: Shape,
+        /// The second argument's shape.
+        rhs: Shape,
+    },
+    /// A target shape the argument cannot be brought to.
+    BadTarget {
+        /// The instruction.
+        op: Opcode,
+        /// The argument's shape.
+        from: Shape,
+        /// The target.
+        to: Shape,
+    },
+    /// An instruction that needs a target shape was given none.
+    MissingTarget {
+        /// The instruction.
+        op: Opcode,
+    },
+    /// A matrix instruction given an argument that is not of rank 2.
+    NotMatrix {
+        /// The instruction.
+        op: Opcode,
+        /// The argument's shape.
+        shape: Shape,
+    },
+    /// A leaf (input, parameter) cannot be applied; it is made by the tape.
+    Leaf {
+        /// The instruction.
+        op: Opcode,
+    },
+    /// A buffer whose length does not match its shape was handed to a kernel.
+    BufferLength {
+        /// The instruction.
+        op: Opcode,
+        /// The element count the shape requires.
+        expected_elems: usize,
+        /// The buffer's length.
+        found_elems: usize,
+    },
+    /// A shape could not be built.
+    Shape(ShapeError),
+}
+
+impl fmt::Display for OpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OpError::Arity { op, expected, found } => {
+                write!(f, "{op} takes {expected} arguments, found {found}")
+            }
+            OpError::ShapeMismatch { op, lhs, rhs } => {
+                write!(f, "{op}: incompatible shapes {lhs} and {rhs}")
+            }
+            OpError::BadTarget { op, from, to } => {
+                write!(f, "{op}: cannot bring shape {from} to {to}")
+            }
+            OpError::MissingTarget { op } => write!(f, "{op}: missing target shape"),
+            OpError::NotMatrix { op, shape } => {
+                write!(f, "{op}: expected a matrix, found shape {shape}")
+            }
+            OpError::Leaf { op } => write!(f, "{op} is a leaf and cannot be applied"),
+            OpError::BufferLength {
+                op,
+                expected_elems,
+                found_elems,
+            } => write!(
+                f,
+                "{op}: buffer of {found_elems} elements where the shape needs {expected_elems}"
+            ),
+            OpError::Shape(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl core::error::Error for OpError {}
+
+impl From<ShapeError> for OpError {
+    fn from(e: ShapeError) -> Self {
+        OpError::Shape(e)
+    }
+}
+
+fn target_of(op: Opcode, attr: Attr) -> Result<Shape, OpError> {
+    attr.target.ok_or(OpError::MissingTarget { op })
+}
+
+/// The output shape of `op` over arguments of `args` shapes: the shape rule. Pure; the tape,
+/// the compute payload and the runtime's validator all call it.
+///
+/// # Errors
+/// [`OpError`] naming what does not fit.
+pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
+    if args.len() != op.arity() {
+        return Err(OpError::Arity {
+            op,
+            expected: op.arity(),
+            found: args.len(),
+        });
+    }
+    match op.class() {
+        OpClass::Leaf => target_of(op, attr),
+        OpClass::Elementwise => {
+            if let [a, b] = args {
+                if a != b {
+                    return Err(OpError::ShapeMismatch { op, lhs: *a, rhs: *b });
+                }
+            }
+            Ok(args[0])
+        }
+        OpClass::Structural => match op {
+            Opcode::MatMul => matmul::infer(args[0], args[1]),
+            Opcode::Transpose => transpose::infer(args[0]),
+            Opcode::Reshape => reshape::infer(args[0], target_of(op, attr)?),
+            Opcode::Broadcast => broadcast::infer(args[0], target_of(op, attr)?),
+            Opcode::SumTo => sum_to::infer(op, args[0], target_of(op, attr)?),
+            Opcode::MaxTo => sum_to::infer(op, args[0], target_of(op, attr)?),
+            Opcode::OneHot => one_hot::infer(args[0], target_of(op, attr)?),
+            _ => Err(OpError::Leaf { op }),
+        },
+    }
+}
+
+/// The scalar function of a unary elementwise opcode.
+pub fn unary_fn(op: Opcode) -> Option<fn(f32) -> f32> {
+    Some(match op {
+        Opcode::Neg => neg::scalar,
+        Opcode::Tanh => tanh::scalar,
+        Opcode::Relu => relu::scalar,
+        Opcode::Heaviside => heaviside::scalar,
+        Opcode::Exp => exp::scalar,
+        Opcode::Log => log::scalar,
+        Opcode::Detach => detach::scalar,
+        _ => return None,
+    })
+}
+
+/// The scalar function of a binary elementwise opcode.
+pub fn binary_fn(op: Opcode) -> Option<fn(f32, f32) -> f32> {
+    Some(match op {
+        Opcode::Add => add::scalar,
+        Opcode::Sub => sub::scalar,
+        Opcode::Mul => mul::scalar,
+        Opcode::Div => div::scalar,
+        Opcode::Equal => equal::scalar,
+        _ => return None,
+    })
+}
+
+fn check_len(op: Opcode, buf: &[f32], shape: Shape) -> Result<(), OpError> {
+    if buf.len() != shape.elems() {
+        return Err(OpError::BufferLength {
+            op,
+            expected_elems: shape.elems(),
+            found_elems: buf.len(),
+        });
+    }
+    Ok(())
+}
+
+/// Runs the reference kernel of `op`: `out` receives the result of `op` over `args`.
+///
+/// # Shapes
+/// `args[i].len() == arg_shapes[i].elems()`, `out.len() == infer(op, attr, arg_shapes).elems()`.
+///
+/// # Errors
+/// [`OpError`] when the shapes do not satisfy the shape rule or a buffer's length does not
+/// match its shape; `Input` and `Parameter` are leaves and answer [`OpError::Leaf`].
+pub fn eval(
+    op: Opcode,
+    attr: Attr,
+    args: &[&[f32]],
+    arg_shapes: &[Shape],
+    out: &mut [f32],
+) -> Result<(), OpError> {
+    if args.len() != arg_shapes.len() {
+        return Err(OpError::Arity {
+            op,
+            expected: op.arity(),
+            found: args.len(),
+        });
+    }
+    let out_shape = infer(op, attr, arg_shapes)?;
+    for (a, s) in args.iter().zip(arg_shapes) {
+        check_len(op, a, *s)?;
+    }
+    check_len(op, out, out_shape)?;
+    if let Some(f) = unary_fn(op) {
+        elementwise::unary(f, args[0], out);
+        return Ok(());
+    }
+    if let Some(f) = binary_fn(op) {
+        elementwise::binary(f, args[0], args[1], out);
+        return Ok(());
+    }
+    match op {
+        Opcode::Input | Opcode::Parameter => return Err(OpError::Leaf { op }),
+        Opcode::Fill => fill::kernel(f32::from_bits(attr.bits), out),
+        Opcode::MatMul => {
+            let [m, k, _, _] = arg_shapes[0].dims();
+            let n = arg_shapes[1].dim(1).unwrap_or(0);
+            matmul::kernel(args[0], args[1], out, m, k, n);
+        }
+        Opcode::Transpose => {
+            let [m, n, _, _] = arg_shapes[0].dims();
+            transpose::kernel(args[0], out, m, n);
+        }
+        Opcode::Reshape => reshape::kernel(args[0], out),
+        Opcode::Broadcast => broadcast::kernel(args[0], arg_shapes[0], out, out_shape),
+        Opcode::SumTo => sum_to::kernel(args[0], arg_shapes[0], out, out_shape),
+        Opcode::MaxTo => max_to::kernel(args[0], arg_shapes[0], out, out_shape),
+        Opcode::OneHot => one_hot::kernel(args[0], out, out_shape.dim(1).unwrap_or(0)),
+        _ => return Err(OpError::Leaf { op }),
+    }
+    Ok(())
+}
+
+/// What a reverse rule is given: the node's arguments, its output, the cotangent of its output,
+/// and which arguments want a contribution.
+pub struct VjpArgs<'a, V> {
+    /// The arguments, by position.
+    pub args: &'a [&'a V],
+    /// The node's own (forward) value.
+    pub out: &'a V,
+    /// The cotangent of the node's output.
+    pub cotangent: &'a V,
+    /// `wants[i]`: argument `i` lies on a differentiated path and needs a contribution.
+    pub wants: [bool; MAX_ARITY],
+}
+
+/// One contribution per argument position (`None`: none owed or none wanted).
+pub type Contributions<V> = [Option<V>; MAX_ARITY];
+
+/// Runs the reverse rule of `op` over the payload `r`.
+///
+/// # Errors
+/// Whatever the payload's operations answer.
+pub fn vjp<R: Recordable>(
+    op: Opcode,
+    r: &mut R,
+    v: &VjpArgs<'_, R::Value>,
+) -> Result<Contributions<R::Value>, R::Error> {
+    match op {
+        Opcode::Input | Opcode::Parameter | Opcode::Fill => Ok([None, None]),
+        Opcode::Add => add::vjp(r, v),
+        Opcode::Sub => sub::vjp(r, v),
+        Opcode::Mul => mul::vjp(r, v),
+        Opcode::Div => div::vjp(r, v),
+        Opcode::Neg => neg::vjp(r, v),
+        Opcode::Tanh => tanh::vjp(r, v),
+        Opcode::Relu => relu::vjp(r, v),
+        Opcode::Heaviside => heaviside::vjp(r, v),
+        Opcode::Exp => exp::vjp(r, v),
+        Opcode::Log => log::vjp(r, v),
+        Opcode::Detach => detach::vjp(r, v),
+        Opcode::Equal => equal::vjp(r, v),
+        Opcode::MatMul => matmul::vjp(r, v),
+        Opcode::Transpose => transpose::vjp(r, v),
+        Opcode::Reshape => reshape::vjp(r, v),
+        Opcode::Broadcast => broadcast::vjp(r, v),
+        Opcode::SumTo => sum_to::vjp(r, v),
+        Opcode::MaxTo => max_to::vjp(r, v),
+        Opcode::OneHot => one_hot::vjp(r, v),
+    }
+}
+
+/// Helper for rules: computes a contribution only when it is wanted.
+pub(crate) fn want<V, E>(
+    wanted: bool,
+    f: impl FnOnce() -> Result<V, E>,
+) -> Result<Option<V>, E> {
+    if wanted {
+        f().map(Some)
+    } else {
+        Ok(None)
+    }
+}

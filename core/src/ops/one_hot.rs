@@ -1,0 +1,53 @@
+//! `one_hot`: integer class labels stored as `f32`, `[batch]`, to rows `[batch, classes]`.
+//!
+//! A label that is not one of `0.0, 1.0, …, classes - 1` (a fraction, a negative, NaN, out of
+//! range) gives a row of zeros: bad data cannot index outside the buffer.
+//!
+//! Rule: none (labels are not differentiable).
+
+use super::{Contributions, OpError, VjpArgs};
+use crate::{Opcode, Recordable, Shape};
+
+/// The shape rule: `[batch] -> [batch, classes]`.
+///
+/// # Errors
+/// [`OpError::BadTarget`] when the target is not `[batch, _]`.
+pub fn infer(x: Shape, target: Shape) -> Result<Shape, OpError> {
+    if x.rank() != 1 || target.rank() != 2 || target.dim(0) != x.dim(0) {
+        return Err(OpError::BadTarget {
+            op: Opcode::OneHot,
+            from: x,
+            to: target,
+        });
+    }
+    Ok(target)
+}
+
+/// `out[r, c] = 1.0` where `labels[r] == c`, else `0.0`.
+pub fn kernel(labels: &[f32], out: &mut [f32], classes: usize) {
+    if classes == 0 {
+        return;
+    }
+    for (row, &l) in out.chunks_exact_mut(classes).zip(labels) {
+        for (c, o) in row.iter_mut().enumerate() {
+            *o = if l == c as f32 { 1.0 } else { 0.0 };
+        }
+    }
+}
+
+pub(crate) fn vjp<R: Recordable>(
+    _r: &mut R,
+    _v: &VjpArgs<'_, R::Value>,
+) -> Result<Contributions<R::Value>, R::Error> {
+    Ok([None, None])
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn literal_and_bad_labels() {
+        let mut out = [9.0; 12];
+        super::kernel(&[2.0, 0.0, 7.0, f32::NAN], &mut out, 3);
+        assert_eq!(out, [0., 0., 1., 1., 0., 0., 0., 0., 0., 0., 0., 0.]);
+    }
+}

@@ -1,0 +1,36 @@
+//! `reshape`: the same elements in the same row-major order under another shape (a copy).
+//!
+//! Rule: `x̄ += reshape(ḡ, shape(x))`.
+
+use super::{want, Contributions, OpError, VjpArgs};
+use crate::{Opcode, Recordable, Shape};
+
+/// The shape rule: element counts must match.
+///
+/// # Errors
+/// [`OpError::BadTarget`] when they do not.
+pub fn infer(x: Shape, target: Shape) -> Result<Shape, OpError> {
+    if x.elems() != target.elems() {
+        return Err(OpError::BadTarget {
+            op: Opcode::Reshape,
+            from: x,
+            to: target,
+        });
+    }
+    Ok(target)
+}
+
+/// Copies `x` to `out`.
+pub fn kernel(x: &[f32], out: &mut [f32]) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = v;
+    }
+}
+
+pub(crate) fn vjp<R: Recordable>(
+    r: &mut R,
+    v: &VjpArgs<'_, R::Value>,
+) -> Result<Contributions<R::Value>, R::Error> {
+    let s = r.shape_of(v.args[0]);
+    Ok([want(v.wants[0], || r.reshape(v.cotangent, s))?, None])
+}

@@ -1,0 +1,37 @@
+//! `tanh`: `libm::tanhf(x)` (musl's algorithm, pure software, identical on every target).
+//!
+//! Rule: `x̄ += ḡ * (1 - y * y)` with `y` the node's output, evaluated as
+//! `mul(ḡ, sub(fill(1), mul(y, y)))`.
+
+use super::{want, Contributions, VjpArgs};
+use crate::Recordable;
+
+/// `tanh(x)`.
+pub fn scalar(x: f32) -> f32 {
+    libm::tanhf(x)
+}
+
+pub(crate) fn vjp<R: Recordable>(
+    r: &mut R,
+    v: &VjpArgs<'_, R::Value>,
+) -> Result<Contributions<R::Value>, R::Error> {
+    let d = want(v.wants[0], || {
+        let y = v.out;
+        let shape = r.shape_of(y);
+        let one = r.fill(1.0, shape)?;
+        let yy = r.mul(y, y)?;
+        let slope = r.sub(&one, &yy)?;
+        r.mul(v.cotangent, &slope)
+    })?;
+    Ok([d, None])
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn literal() {
+        assert_eq!(super::scalar(0.0), 0.0);
+        assert!((super::scalar(0.5) - 0.462_117_16).abs() < 1e-7);
+        assert_eq!(super::scalar(f32::INFINITY), 1.0);
+    }
+}

@@ -1,0 +1,210 @@
+//! The compute payload ([`Compute`], values are [`Tensor`]s), the forward interpreter [`Run`],
+//! and the engine reverse scan [`Run::backward`]: the oracle.
+
+use alloc::vec;
+use alloc::vec::Vec;
+
+use crate::ops::{self, Attr};
+use crate::tape::{NodeId, Tape, TapeError};
+use crate::{Adjoints, Opcode, Recordable, Shape, MAX_ARITY};
+
+/// A dense row-major `f32` tensor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    /// Its shape.
+    pub shape: Shape,
+    /// Its elements, `shape.elems()` of them.
+    pub data: Vec<f32>,
+}
+
+impl Tensor {
+    /// A tensor from its shape and elements.
+    ///
+    /// # Errors
+    /// [`TapeError::ValueShape`] (with index 0) when `data.len() != shape.elems()`.
+    pub fn new(shape: Shape, data: Vec<f32>) -> Result<Tensor, TapeError> {
+        if data.len() != shape.elems() {
+            return Err(TapeError::ValueShape {
+                index: 0,
+                expected: shape,
+                found: Shape::vector(data.len().min(crate::MAX_TENSOR_ELEMS)),
+            });
+        }
+        Ok(Tensor { shape, data })
+    }
+
+    /// A tensor of zeros.
+    pub fn zeros(shape: Shape) -> Tensor {
+        Tensor {
+            shape,
+            data: vec![0.0; shape.elems()],
+        }
+    }
+
+    /// A scalar.
+    pub fn scalar(v: f32) -> Tensor {
+        Tensor {
+            shape: Shape::SCALAR,
+            data: vec![v],
+        }
+    }
+}
+
+/// The compute payload: every operation runs its reference kernel now.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Compute;
+
+impl Recordable for Compute {
+    type Value = Tensor;
+    type Error = TapeError;
+
+    fn shape_of(&self, value: &Tensor) -> Shape {
+        value.shape
+    }
+
+    fn apply(&mut self, op: Opcode, attr: Attr, args: &[&Tensor]) -> Result<Tensor, TapeError> {
+        if args.len() > MAX_ARITY {
+            return Err(TapeError::Op(ops::OpError::Arity {
+                op,
+                expected: op.arity(),
+                found: args.len(),
+            }));
+        }
+        let mut shapes = [Shape::SCALAR; MAX_ARITY];
+        let mut bufs: [&[f32]; MAX_ARITY] = [&[]; MAX_ARITY];
+        for (k, a) in args.iter().enumerate() {
+            shapes[k] = a.shape;
+            bufs[k] = &a.data;
+        }
+        let n = args.len();
+        let shape = ops::infer(op, attr, &shapes[..n])?;
+        let mut out = Tensor::zeros(shape);
+        ops::eval(op, attr, &bufs[..n], &shapes[..n], &mut out.data)?;
+        Ok(out)
+    }
+}
+
+/// The forward interpreter over a tape: leaf values set by the caller, every other node computed
+/// by its reference kernel, in tape order.
+pub struct Run<'t> {
+    tape: &'t Tape,
+    values: Vec<Option<Tensor>>,
+}
+
+impl<'t> Run<'t> {
+    /// A run over `tape` with no value set yet.
+    pub fn new(tape: &'t Tape) -> Run<'t> {
+        Run {
+            tape,
+            values: vec![None; tape.len()],
+        }
+    }
+
+    /// Sets a node's value (inputs and parameters must be set before they are needed; setting
+    /// another node overrides what it would compute).
+    ///
+    /// # Errors
+    /// A foreign or unknown handle, or a value of the wrong shape.
+    pub fn set(&mut self, id: NodeId, value: Tensor) -> Result<(), TapeError> {
+        let i = self.tape.check(id)?;
+        let expected = self.tape.nodes()[i].shape;
+        if value.shape != expected || value.data.len() != expected.elems() {
+            return Err(TapeError::ValueShape {
+                index: i,
+                expected,
+                found: value.shape,
+            });
+        }
+        self.values[i] = Some(value);
+        Ok(())
+    }
+
+    /// Forgets every computed (non-leaf) value, keeping the leaves set by the caller, so a new
+    /// forward pass recomputes them.
+    pub fn clear_computed(&mut self) {
+        for (v, n) in self.values.iter_mut().zip(self.tape.nodes()) {
+            if !matches!(n.op, Opcode::Input | Opcode::Parameter) {
+                *v = None;
+            }
+        }
+    }
+
+    /// Computes every node from the first up to and including `last` that has no value yet.
+    ///
+    /// # Errors
+    /// An unset leaf ([`TapeError::MissingValue`]), or a kernel's error.
+    pub fn forward_until(&mut self, last: NodeId) -> Result<(), TapeError> {
+        let last = self.tape.check(last)?;
+        for i in 0..=last {
+            if self.values[i].is_some() {
+                continue;
+            }
+            let node = &self.tape.nodes()[i];
+            if matches!(node.op, Opcode::Input | Opcode::Parameter) {
+                return Err(TapeError::MissingValue { index: i });
+            }
+            let mut args: [&Tensor; MAX_ARITY] = [&EMPTY; MAX_ARITY];
+            for (k, &a) in node.arg_indices().iter().enumerate() {
+                args[k] = self.values[a as usize]
+                    .as_ref()
+                    .ok_or(TapeError::MissingValue { index: a as usize })?;
+            }
+            let v = node
+                .op
+                .express(&mut Compute, node.attr, &args[..node.op.arity()])?;
+            self.values[i] = Some(v);
+        }
+        Ok(())
+    }
+
+    /// Computes the whole tape.
+    ///
+    /// # Errors
+    /// As [`Run::forward_until`].
+    pub fn forward(&mut self) -> Result<(), TapeError> {
+        match self.tape.len() {
+            0 => Ok(()),
+            n => self.forward_until(self.tape.id(n - 1)?),
+        }
+    }
+
+    /// The value of a node, once computed or set.
+    pub fn value(&self, id: NodeId) -> Option<&Tensor> {
+        let i = self.tape.check(id).ok()?;
+        self.values[i].as_ref()
+    }
+
+    /// The engine reverse scan, the oracle: computes forward up to `root` if needed, then walks
+    /// back with cotangent `seed`, applying each reached node's rule to tensors, and answers the
+    /// adjoints. The same rules, mask and accumulation as [`Tape::vjp`].
+    ///
+    /// # Errors
+    /// A bad root or handle, a seed of the wrong shape, a contribution of the wrong shape, or a
+    /// forward error.
+    pub fn backward(
+        &mut self,
+        root: NodeId,
+        seed: Tensor,
+        wrt: &[NodeId],
+    ) -> Result<Adjoints<Tensor>, TapeError> {
+        let root_i = self.tape.check(root)?;
+        let mut wrt_i = Vec::with_capacity(wrt.len());
+        for w in wrt {
+            wrt_i.push(self.tape.check(*w)?);
+        }
+        self.forward_until(root)?;
+        crate::autodiff::reverse_scan(
+            &self.tape.nodes()[..=root_i],
+            &self.values[..=root_i],
+            &mut Compute,
+            root_i,
+            seed,
+            &wrt_i,
+        )
+    }
+}
+
+static EMPTY: Tensor = Tensor {
+    shape: Shape::SCALAR,
+    data: Vec::new(),
+};
