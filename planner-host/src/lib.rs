@@ -1,1 +1,16 @@
-//! placeholder
+//! # tapeplan-planner
+//!
+//! The host side of tapeplan: build a model ([`model`]), record its loss, its gradient
+//! ([`tapeplan_core::Tape::differentiate`]) and its optimizer update ([`optim`]) as one tape,
+//! plan the entries `forward` and `train_step` over one static arena ([`planner`]), write the
+//! plan's bytes ([`writer`]), and check the runtime against the oracle ([`oracle`]).
+
+pub mod data;
+pub mod model;
+pub mod optim;
+pub mod oracle;
+pub mod planner;
+pub mod rng;
+pub mod writer;
+
+pub use planner::{plan, EntrySpec, MemoryReport, Plan, PlanError, Root};

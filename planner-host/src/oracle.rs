@@ -1,0 +1,248 @@
+//! The training job as one tape, and the host oracle that checks the runtime.
+//!
+//! [`TrainingJob::build`] records the model's loss, its gradient (recorded reverse mode) and the
+//! optimizer update as one tape, and plans two entries over it: `forward` (inference: logits) and
+//! `train_step` (loss, and every parameter updated in place). [`Oracle`] trains the same model
+//! without the plan: the tape interpreter ([`Run`]) computes the loss, the engine reverse scan
+//! ([`Run::backward`]) the gradient, and the same update body computes the new parameters.
+
+use tapeplan_core::{Compute, NodeId, Run, Shape, Tape, TapeError, Tensor};
+
+use crate::model::{self, Loss, Mlp};
+use crate::optim::Sgd;
+use crate::planner::{self, EntrySpec, Plan, PlanError, Root};
+
+/// A model, its loss and optimizer, recorded and planned.
+#[derive(Clone, Debug)]
+pub struct TrainingJob {
+    /// The model.
+    pub mlp: Mlp,
+    /// The loss.
+    pub loss: Loss,
+    /// The optimizer.
+    pub sgd: Sgd,
+    /// The batch size of both entries.
+    pub batch: usize,
+    /// The tape: forward, recorded gradient, recorded update.
+    pub tape: Tape,
+    /// The input leaves.
+    pub inputs: model::TrainInputs,
+    /// The parameter leaves, `w1, b1, w2, b2, …`.
+    pub params: Vec<NodeId>,
+    /// The logits node.
+    pub logits: NodeId,
+    /// The loss node.
+    pub loss_node: NodeId,
+    /// The index of the first node of the recorded gradient.
+    pub gradient_start: usize,
+    /// The index of the first node of the recorded update.
+    pub update_start: usize,
+    /// The plan.
+    pub plan: Plan,
+}
+
+impl TrainingJob {
+    /// Records and plans a training job.
+    ///
+    /// # Errors
+    /// [`PlanError`] from recording or planning.
+    pub fn build(mlp: Mlp, loss: Loss, sgd: Sgd, batch: usize) -> Result<TrainingJob, PlanError> {
+        let mut tape = Tape::new();
+        let (inputs, params, logits, loss_node) = model::record_loss(&mut tape, &mlp, loss, batch)?;
+        let gradient_start = tape.len();
+        let adjoints = tape.differentiate(loss_node, &params)?;
+        let grads: Vec<Option<NodeId>> = params.iter().map(|p| adjoints.get(*p).copied()).collect();
+        let update_start = tape.len();
+        let new = sgd.step(&mut tape.trace(), &params, &grads)?;
+        let mut train_roots = vec![Root::Output {
+            name: "loss".into(),
+            node: loss_node,
+        }];
+        for (p, v) in params.iter().zip(&new) {
+            if let Some(v) = v {
+                train_roots.push(Root::Update {
+                    param: *p,
+                    value: *v,
+                });
+            }
+        }
+        let entries = [
+            EntrySpec {
+                name: "forward".into(),
+                roots: vec![Root::Output {
+                    name: "logits".into(),
+                    node: logits,
+                }],
+            },
+            EntrySpec {
+                name: "train_step".into(),
+                roots: train_roots,
+            },
+        ];
+        let plan = planner::plan(&tape, &entries)?;
+        Ok(TrainingJob {
+            mlp,
+            loss,
+            sgd,
+            batch,
+            tape,
+            inputs,
+            params,
+            logits,
+            loss_node,
+            gradient_start,
+            update_start,
+            plan,
+        })
+    }
+
+    /// The parameters' names and shapes, in order.
+    pub fn parameter_shapes(&self) -> Vec<(String, Shape)> {
+        self.mlp.parameter_shapes()
+    }
+}
+
+/// The host oracle: trains a [`TrainingJob`]'s model with the tape interpreter, the engine
+/// reverse scan and the same update body, holding its own parameters.
+pub struct Oracle<'j> {
+    job: &'j TrainingJob,
+    /// The current parameters, in the job's order.
+    pub params: Vec<Tensor>,
+}
+
+impl<'j> Oracle<'j> {
+    /// An oracle starting from `params` (in the job's parameter order).
+    ///
+    /// # Errors
+    /// [`TapeError::ValueShape`] when a parameter has the wrong length.
+    pub fn new(job: &'j TrainingJob, params: &[Vec<f32>]) -> Result<Oracle<'j>, TapeError> {
+        let tensors = job
+            .params
+            .iter()
+            .zip(params)
+            .map(|(p, v)| Tensor::new(job.tape.shape(*p)?, v.clone()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Oracle {
+            job,
+            params: tensors,
+        })
+    }
+
+    fn run_with(&self, x: &[f32], target: &[f32]) -> Result<Run<'j>, TapeError> {
+        let job = self.job;
+        let mut run = Run::new(&job.tape);
+        run.set(
+            job.inputs.x,
+            Tensor::new(job.tape.shape(job.inputs.x)?, x.to_vec())?,
+        )?;
+        run.set(
+            job.inputs.target,
+            Tensor::new(job.tape.shape(job.inputs.target)?, target.to_vec())?,
+        )?;
+        for (p, v) in job.params.iter().zip(&self.params) {
+            run.set(*p, v.clone())?;
+        }
+        Ok(run)
+    }
+
+    /// One training step on a batch: answers the loss and updates the parameters.
+    ///
+    /// # Shapes
+    /// `x: [batch, d_in]` row-major; `target`: `[batch]` labels or `[batch, d_out]`.
+    ///
+    /// # Errors
+    /// Shape errors.
+    pub fn step(&mut self, x: &[f32], target: &[f32]) -> Result<f32, TapeError> {
+        let job = self.job;
+        let mut run = self.run_with(x, target)?;
+        let adjoints = run.backward(job.loss_node, Tensor::scalar(1.0), &job.params)?;
+        let loss = run.value(job.loss_node).map(|t| t.data[0]).unwrap_or(f32::NAN);
+        let grads: Vec<Option<Tensor>> = job
+            .params
+            .iter()
+            .map(|p| adjoints.get(*p).cloned())
+            .collect();
+        let new = job.sgd.step(&mut Compute, &self.params, &grads)?;
+        for (p, n) in self.params.iter_mut().zip(new) {
+            if let Some(n) = n {
+                *p = n;
+            }
+        }
+        Ok(loss)
+    }
+
+    /// The logits of a batch, `[batch, d_out]`.
+    ///
+    /// # Errors
+    /// Shape errors.
+    pub fn logits(&self, x: &[f32]) -> Result<Vec<f32>, TapeError> {
+        let job = self.job;
+        let target = vec![0.0; job.tape.shape(job.inputs.target)?.elems()];
+        let mut run = self.run_with(x, &target)?;
+        run.forward_until(job.logits)?;
+        Ok(run.value(job.logits).map(|t| t.data.clone()).unwrap_or_default())
+    }
+}
+
+/// The first difference between two sets of named tensors, compared bit for bit (every NaN
+/// equals every NaN: payloads may legally differ between targets).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BitDiff {
+    /// The tensor's name.
+    pub tensor: String,
+    /// The element's index.
+    pub element: usize,
+    /// The first set's bits.
+    pub left_bits: u32,
+    /// The second set's bits.
+    pub right_bits: u32,
+}
+
+impl std::fmt::Display for BitDiff {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "tensor {} element {}: {:#010x} ({}) vs {:#010x} ({})",
+            self.tensor,
+            self.element,
+            self.left_bits,
+            f32::from_bits(self.left_bits),
+            self.right_bits,
+            f32::from_bits(self.right_bits)
+        )
+    }
+}
+
+/// True when two floats have the same bits, or are both NaN.
+pub fn same_bits(a: f32, b: f32) -> bool {
+    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+}
+
+/// Compares `left[i]` with `right[i]` element by element; answers the first difference.
+pub fn first_difference<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+    left: &[&[f32]],
+    right: &[&[f32]],
+) -> Option<BitDiff> {
+    for ((name, l), r) in names.into_iter().zip(left).zip(right) {
+        if l.len() != r.len() {
+            return Some(BitDiff {
+                tensor: name.to_string(),
+                element: l.len().min(r.len()),
+                left_bits: 0,
+                right_bits: 0,
+            });
+        }
+        for (e, (a, b)) in l.iter().zip(r.iter()).enumerate() {
+            if !same_bits(*a, *b) {
+                return Some(BitDiff {
+                    tensor: name.to_string(),
+                    element: e,
+                    left_bits: a.to_bits(),
+                    right_bits: b.to_bits(),
+                });
+            }
+        }
+    }
+    None
+}
