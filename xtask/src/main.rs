@@ -1,1 +1,424 @@
-fn main() {}
+//! tapeplan's project automation, in the `cargo xtask` pattern
+//! (<https://github.com/matklad/cargo-xtask>): `cargo xtask <verb>` runs a verb from the table
+//! in [`VERBS`]. `cargo xtask ci` is the one command that runs every check, the same locally
+//! as in CI (`.ci/run`).
+//!
+//! Adding a verb: write a `fn(&Ctx, &[String]) -> Result<()>` and add a row to [`VERBS`]. A
+//! verb that is a single check is better written as a [`Step`] in [`STEPS`]: it then becomes a
+//! verb of its own and can join `ci` by name in [`CI_STEPS`].
+
+use std::env;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+
+/// Rust targets a fresh machine must add: the no_std targets the runtime is built for, plus
+/// `thumbv7m-none-eabi` (Cortex-M3, for the QEMU firmware runs).
+const TARGETS: &[&str] = &[
+    "thumbv7em-none-eabihf",
+    "thumbv7m-none-eabi",
+    "thumbv6m-none-eabi",
+    "riscv32imac-unknown-none-elf",
+    "wasm32-unknown-unknown",
+];
+
+/// The targets `tapeplan-runtime` must build for, proving it `no_std` and heap-free.
+const NOSTD_TARGETS: &[&str] = &[
+    "thumbv7em-none-eabihf",
+    "thumbv6m-none-eabi",
+    "riscv32imac-unknown-none-elf",
+    "wasm32-unknown-unknown",
+];
+
+/// rustup components the checks need.
+const COMPONENTS: &[&str] = &["clippy", "rustfmt"];
+
+/// A check: a name (also its verb), a line of help, and what it runs.
+struct Step {
+    name: &'static str,
+    about: &'static str,
+    run: fn(&Ctx) -> Result<()>,
+}
+
+/// Every step, in the order `ci` runs them.
+const STEPS: &[Step] = &[
+    Step {
+        name: "setup",
+        about: "add the rustup targets and components a fresh machine lacks (idempotent)",
+        run: step_setup,
+    },
+    Step {
+        name: "fmt",
+        about: "cargo fmt --all -- --check",
+        run: step_fmt,
+    },
+    Step {
+        name: "clippy",
+        about: "cargo clippy --workspace --all-targets -- -D warnings",
+        run: step_clippy,
+    },
+    Step {
+        name: "test",
+        about: "cargo test --workspace",
+        run: step_test,
+    },
+    Step {
+        name: "nostd",
+        about: "cargo build -p tapeplan-runtime for each no_std target",
+        run: step_nostd,
+    },
+    Step {
+        name: "doc",
+        about: "cargo doc --workspace --no-deps with RUSTDOCFLAGS=\"-D warnings\"",
+        run: step_doc,
+    },
+    Step {
+        name: "demo",
+        about: "cargo run --release -p tapeplan-planner -- demo (fails if the bits differ)",
+        run: step_demo,
+    },
+];
+
+/// The steps `cargo xtask ci` runs, in order.
+const CI_STEPS: &[&str] = &["setup", "fmt", "clippy", "test", "nostd", "doc", "demo"];
+
+/// A verb that is not a single step.
+struct Verb {
+    name: &'static str,
+    usage: &'static str,
+    about: &'static str,
+    run: fn(&Ctx, &[String]) -> Result<()>,
+}
+
+/// The verbs besides the steps.
+const VERBS: &[Verb] = &[
+    Verb {
+        name: "ci",
+        usage: "ci [--from STEP]",
+        about: "run every check in order, failing fast: what CI runs (`bash .ci/run`)",
+        run: verb_ci,
+    },
+    Verb {
+        name: "help",
+        usage: "help",
+        about: "print this help",
+        run: verb_help,
+    },
+];
+
+/// What every step needs: where the workspace is and how to call cargo.
+struct Ctx {
+    root: PathBuf,
+    cargo: OsString,
+}
+
+impl Ctx {
+    fn new() -> Result<Ctx> {
+        let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let root = manifest_dir
+            .parent()
+            .ok_or_else(|| anyhow!("xtask's manifest dir has no parent"))?
+            .to_path_buf();
+        // `cargo run` sets CARGO to the cargo that ran us: use the same one.
+        let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        Ok(Ctx { root, cargo })
+    }
+
+    /// A `cargo` command run in the workspace root.
+    fn cargo<const N: usize>(&self, args: [&str; N]) -> Command {
+        let mut cmd = Command::new(&self.cargo);
+        cmd.args(args).current_dir(&self.root);
+        cmd
+    }
+
+    /// A command run in the workspace root (so `rust-toolchain.toml` picks the toolchain).
+    fn tool<const N: usize>(&self, program: &str, args: [&str; N]) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.args(args).current_dir(&self.root);
+        cmd
+    }
+}
+
+/// Runs `cmd` with its output streamed to ours; an error names the command and its status.
+fn run(mut cmd: Command) -> Result<()> {
+    let shown = show(&cmd);
+    eprintln!("$ {shown}");
+    let status = cmd
+        .status()
+        .with_context(|| format!("could not start `{shown}`"))?;
+    if !status.success() {
+        bail!("`{shown}` failed ({status})");
+    }
+    Ok(())
+}
+
+/// Runs `cmd` and returns its standard output (stderr streamed).
+fn output(mut cmd: Command) -> Result<String> {
+    let shown = show(&cmd);
+    let out = cmd
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("could not start `{shown}`"))?;
+    if !out.status.success() {
+        bail!("`{shown}` failed ({})", out.status);
+    }
+    String::from_utf8(out.stdout).with_context(|| format!("`{shown}` printed non-UTF-8"))
+}
+
+/// A command as a shell line, with the environment it sets.
+fn show(cmd: &Command) -> String {
+    let mut parts: Vec<String> = cmd
+        .get_envs()
+        .filter_map(|(k, v)| Some(format!("{}={}", k.to_string_lossy(), v?.to_string_lossy())))
+        .collect();
+    let program = Path::new(cmd.get_program());
+    let program = if program.components().count() > 1 {
+        // The CARGO path is long and always the same cargo: show its name.
+        program.file_name().unwrap_or(program.as_os_str())
+    } else {
+        program.as_os_str()
+    };
+    parts.push(program.to_string_lossy().into_owned());
+    parts.extend(cmd.get_args().map(|a| a.to_string_lossy().into_owned()));
+    parts.join(" ")
+}
+
+fn step_setup(ctx: &Ctx) -> Result<()> {
+    let mut probe = ctx.tool("rustup", ["--version"]);
+    probe
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    if !probe.status().is_ok_and(|s| s.success()) {
+        bail!(
+            "rustup is not on PATH: install the toolchain in rust-toolchain.toml with the \
+             targets {TARGETS:?} and components {COMPONENTS:?} by hand"
+        );
+    }
+    let installed = output(ctx.tool("rustup", ["target", "list", "--installed"]))?;
+    let missing: Vec<&str> = TARGETS
+        .iter()
+        .copied()
+        .filter(|t| !installed.lines().any(|l| l.trim() == *t))
+        .collect();
+    if missing.is_empty() {
+        eprintln!("targets: all present ({})", TARGETS.join(" "));
+    } else {
+        let mut cmd = ctx.tool("rustup", ["target", "add"]);
+        cmd.args(&missing);
+        run(cmd)?;
+    }
+    let installed = output(ctx.tool("rustup", ["component", "list", "--installed"]))?;
+    // Installed components are listed with their host triple: `clippy-x86_64-unknown-linux-gnu`.
+    let missing: Vec<&str> = COMPONENTS
+        .iter()
+        .copied()
+        .filter(|c| {
+            !installed.lines().any(|l| {
+                let l = l.trim();
+                l == *c || l.strip_prefix(c).is_some_and(|rest| rest.starts_with('-'))
+            })
+        })
+        .collect();
+    if missing.is_empty() {
+        eprintln!("components: all present ({})", COMPONENTS.join(" "));
+    } else {
+        let mut cmd = ctx.tool("rustup", ["component", "add"]);
+        cmd.args(&missing);
+        run(cmd)?;
+    }
+    Ok(())
+}
+
+fn step_fmt(ctx: &Ctx) -> Result<()> {
+    run(ctx.cargo(["fmt", "--all", "--", "--check"]))
+        .context("formatting differs: run `cargo fmt --all`")
+}
+
+fn step_clippy(ctx: &Ctx) -> Result<()> {
+    run(ctx.cargo([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))
+}
+
+fn step_test(ctx: &Ctx) -> Result<()> {
+    run(ctx.cargo(["test", "--workspace"]))
+}
+
+fn step_nostd(ctx: &Ctx) -> Result<()> {
+    for target in NOSTD_TARGETS {
+        run(ctx.cargo(["build", "-p", "tapeplan-runtime", "--target", target]))
+            .with_context(|| format!("tapeplan-runtime does not build for {target}"))?;
+    }
+    Ok(())
+}
+
+fn step_doc(ctx: &Ctx) -> Result<()> {
+    let mut cmd = ctx.cargo(["doc", "--workspace", "--no-deps"]);
+    cmd.env("RUSTDOCFLAGS", "-D warnings");
+    run(cmd)
+}
+
+fn step_demo(ctx: &Ctx) -> Result<()> {
+    run(ctx.cargo(["run", "--release", "-p", "tapeplan-planner", "--", "demo"]))
+        .context("the demo failed: the runtime's bits differ from the oracle's, or it crashed")
+}
+
+fn step(name: &str) -> Option<&'static Step> {
+    STEPS.iter().find(|s| s.name == name)
+}
+
+/// Runs steps in order with a header each, stopping at the first failure, then prints each
+/// step's time.
+fn run_steps(ctx: &Ctx, names: &[&str]) -> Result<()> {
+    let github = env::var_os("GITHUB_ACTIONS").is_some_and(|v| v == "true");
+    let total = Instant::now();
+    let mut times: Vec<(&str, Duration)> = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let step = step(name).ok_or_else(|| anyhow!("no step named `{name}`"))?;
+        let header = format!("[{}/{}] {}: {}", i + 1, names.len(), step.name, step.about);
+        if github {
+            println!("::group::{header}");
+        }
+        eprintln!("\n==> {header}");
+        let start = Instant::now();
+        let result = (step.run)(ctx);
+        let took = start.elapsed();
+        if github {
+            println!("::endgroup::");
+        }
+        times.push((step.name, took));
+        if let Err(e) = result {
+            print_times(&times, total.elapsed());
+            eprintln!(
+                "\nxtask: step `{}` FAILED after {}; rerun it alone with `cargo xtask {}`",
+                step.name,
+                secs(took),
+                step.name
+            );
+            return Err(e);
+        }
+        eprintln!("<== {} ok in {}", step.name, secs(took));
+    }
+    print_times(&times, total.elapsed());
+    Ok(())
+}
+
+fn print_times(times: &[(&str, Duration)], total: Duration) {
+    eprintln!("\nstep      time");
+    for (name, took) in times {
+        eprintln!("{name:<9} {:>8}", secs(*took));
+    }
+    eprintln!("{:<9} {:>8}", "total", secs(total));
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.1}s", d.as_secs_f64())
+}
+
+fn verb_ci(ctx: &Ctx, args: &[String]) -> Result<()> {
+    let mut names: &[&str] = CI_STEPS;
+    match args {
+        [] => {}
+        [flag, from] if flag == "--from" => {
+            let i = CI_STEPS
+                .iter()
+                .position(|s| s == from)
+                .ok_or_else(|| anyhow!("`--from {from}`: ci has no step `{from}`"))?;
+            names = &CI_STEPS[i..];
+        }
+        _ => bail!("usage: cargo xtask ci [--from STEP]"),
+    }
+    if env::var_os("CI").is_some() {
+        eprintln!("xtask: CI={}", env::var("CI").unwrap_or_default());
+    }
+    run_steps(ctx, names)?;
+    eprintln!("\nxtask: ci passed");
+    Ok(())
+}
+
+fn verb_help(_: &Ctx, _: &[String]) -> Result<()> {
+    println!("cargo xtask <verb>: tapeplan's project automation\n\nverbs:");
+    for v in VERBS {
+        println!("  {:<18} {}", v.usage, v.about);
+    }
+    println!(
+        "\nsteps (each is a verb; `ci` runs {}):",
+        CI_STEPS.join(", ")
+    );
+    for s in STEPS {
+        println!("  {:<18} {}", s.name, s.about);
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = env::args().skip(1).collect();
+    let result = Ctx::new().and_then(|ctx| {
+        let Some((verb, rest)) = args.split_first() else {
+            verb_help(&ctx, &[])?;
+            bail!("no verb given");
+        };
+        let verb = verb.as_str();
+        if let Some(v) = VERBS.iter().find(|v| v.name == verb) {
+            return (v.run)(&ctx, rest);
+        }
+        if matches!(verb, "-h" | "--help") {
+            return verb_help(&ctx, rest);
+        }
+        if step(verb).is_some() {
+            if !rest.is_empty() {
+                bail!("step `{verb}` takes no arguments");
+            }
+            return run_steps(&ctx, &[verb]);
+        }
+        bail!("unknown verb `{verb}`: see `cargo xtask help`")
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("\nxtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ci_steps_exist_and_names_are_unique() {
+        for name in CI_STEPS {
+            assert!(step(name).is_some(), "ci names unknown step {name}");
+        }
+        let mut names: Vec<&str> = STEPS.iter().map(|s| s.name).collect();
+        names.extend(VERBS.iter().map(|v| v.name));
+        let n = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), n, "a verb and a step share a name");
+    }
+
+    #[test]
+    fn nostd_targets_are_installed_by_setup() {
+        for t in NOSTD_TARGETS {
+            assert!(TARGETS.contains(t), "{t} is built but not installed");
+        }
+    }
+
+    #[test]
+    fn show_prints_env_and_args() {
+        let mut cmd = Command::new("/usr/bin/cargo");
+        cmd.args(["doc", "--no-deps"])
+            .env("RUSTDOCFLAGS", "-D warnings");
+        assert_eq!(show(&cmd), "RUSTDOCFLAGS=-D warnings cargo doc --no-deps");
+    }
+}
