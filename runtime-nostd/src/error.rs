@@ -1,0 +1,697 @@
+//! The runtime's errors, one small `Copy` enum per stage: [`PlanError`] for decoding and
+//! validation, [`RunError`] for binding and execution.
+
+use core::fmt;
+
+use tapeplan_core::format::{BindingKind, TensorKind};
+use tapeplan_core::{OpError, Opcode, Shape};
+
+/// A section of the plan: which array of records an index refers to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Section {
+    /// The tensor records.
+    Tensors,
+    /// The instruction records.
+    Instrs,
+    /// The entry records.
+    Entries,
+    /// The binding records.
+    Bindings,
+}
+
+impl fmt::Display for Section {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Section::Tensors => "tensors",
+            Section::Instrs => "instructions",
+            Section::Entries => "entries",
+            Section::Bindings => "bindings",
+        })
+    }
+}
+
+/// An operand position of an instruction record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operand {
+    /// The `out` field.
+    Out,
+    /// The argument slot with this position (0 or 1).
+    Arg(u8),
+}
+
+impl fmt::Display for Operand {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Operand::Out => f.write_str("output"),
+            Operand::Arg(k) => write!(f, "argument {k}"),
+        }
+    }
+}
+
+pub(crate) fn binding_kind_name(kind: BindingKind) -> &'static str {
+    match kind {
+        BindingKind::Input => "input",
+        BindingKind::Output => "output",
+        BindingKind::Parameter => "parameter",
+        BindingKind::Update => "update",
+    }
+}
+
+fn tensor_kind_name(kind: TensorKind) -> &'static str {
+    match kind {
+        TensorKind::Scratch => "scratch",
+        TensorKind::Persistent => "persistent",
+    }
+}
+
+/// Why a byte string is not a valid plan: what [`crate::Plan::parse`] found. Indices are record
+/// positions in their section; `instr` is a global instruction index (not relative to an entry).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlanError {
+    /// The bytes end before the header or before `total_bytes` says the plan ends.
+    Truncated {
+        /// The bytes the plan needs.
+        needed_bytes: usize,
+        /// The bytes given.
+        found_bytes: usize,
+    },
+    /// More bytes were given than `total_bytes` says the plan has.
+    TrailingBytes {
+        /// `total_bytes` from the header.
+        expected_bytes: usize,
+        /// The bytes given.
+        found_bytes: usize,
+    },
+    /// The first four bytes are not `TPLN`.
+    BadMagic {
+        /// The bytes found.
+        found: [u8; 4],
+    },
+    /// A format version later than the one this runtime reads; it is not guessed at.
+    FutureVersion {
+        /// The version found.
+        found: u16,
+        /// The version this runtime reads.
+        supported: u16,
+    },
+    /// A format version that never existed (0) or that this runtime does not read.
+    UnknownVersion {
+        /// The version found.
+        found: u16,
+    },
+    /// `header_bytes` is not 48.
+    BadHeaderBytes {
+        /// The value found.
+        found: u16,
+    },
+    /// The stored CRC-32 does not match the bytes.
+    BadChecksum {
+        /// The CRC stored in the header.
+        stored: u32,
+        /// The CRC of the bytes.
+        computed: u32,
+    },
+    /// A flag is set; version 1 defines none.
+    UnknownFlags {
+        /// The flags word found.
+        found: u32,
+    },
+    /// A section has more records than the [`crate::Limits`] allow.
+    TooMany {
+        /// The section.
+        section: Section,
+        /// The count in the header.
+        found: u32,
+        /// The cap.
+        limit: u32,
+    },
+    /// The plan has no entry.
+    NoEntries,
+    /// `total_bytes` differs from the size the record counts imply.
+    SizeMismatch {
+        /// `48 + 24·n_tensors + 20·n_instrs + 32·n_entries + 36·n_bindings`.
+        expected_bytes: u64,
+        /// `total_bytes` from the header.
+        total_bytes: u32,
+    },
+    /// `persistent_elems` is not a multiple of 4 or exceeds `arena_elems`.
+    BadPersistentRegion {
+        /// The persistent region's size.
+        persistent_elems: u32,
+        /// The arena's size.
+        arena_elems: u32,
+    },
+    /// A tensor record's reserved field is not 0.
+    TensorReserved {
+        /// The tensor's index.
+        tensor: u32,
+    },
+    /// A tensor's rank exceeds 4.
+    TensorRank {
+        /// The tensor's index.
+        tensor: u32,
+        /// The rank found.
+        rank: u8,
+    },
+    /// A tensor has a non-zero extent past its rank.
+    TensorDims {
+        /// The tensor's index.
+        tensor: u32,
+    },
+    /// A tensor has more than 2^28 elements.
+    TensorTooLarge {
+        /// The tensor's index.
+        tensor: u32,
+    },
+    /// A tensor's offset is not a multiple of 4 elements.
+    TensorMisaligned {
+        /// The tensor's index.
+        tensor: u32,
+        /// The offset found.
+        offset_elems: u32,
+    },
+    /// A tensor's kind byte is neither scratch (0) nor persistent (1).
+    TensorKind {
+        /// The tensor's index.
+        tensor: u32,
+        /// The byte found.
+        kind: u8,
+    },
+    /// A tensor does not lie inside the region its kind names.
+    TensorOutsideRegion {
+        /// The tensor's index.
+        tensor: u32,
+        /// Its offset.
+        offset_elems: u32,
+        /// Its element count.
+        elems: u32,
+        /// Its kind.
+        kind: TensorKind,
+    },
+    /// An instruction's opcode byte is not in the opcode table.
+    UnknownOpcode {
+        /// The instruction's index.
+        instr: u32,
+        /// The byte found.
+        byte: u8,
+    },
+    /// An instruction names a leaf (`input`, `parameter`), which is not an instruction.
+    LeafInstruction {
+        /// The instruction's index.
+        instr: u32,
+        /// The opcode.
+        op: Opcode,
+    },
+    /// An instruction's `n_args` differs from its opcode's arity.
+    ArityMismatch {
+        /// The instruction's index.
+        instr: u32,
+        /// The opcode.
+        op: Opcode,
+        /// The `n_args` found.
+        n_args: u8,
+    },
+    /// An instruction record's reserved field is not 0.
+    InstrReserved {
+        /// The instruction's index.
+        instr: u32,
+    },
+    /// An operand names a tensor index past the tensor records.
+    TensorIndex {
+        /// The instruction's index.
+        instr: u32,
+        /// Which operand.
+        operand: Operand,
+        /// The index found.
+        tensor: u32,
+    },
+    /// An argument slot past the opcode's arity is not `0xFFFFFFFF`.
+    UnusedArgSlot {
+        /// The instruction's index.
+        instr: u32,
+        /// The slot's position.
+        slot: u8,
+        /// The value found.
+        found: u32,
+    },
+    /// A non-`fill` instruction has a non-zero attribute word.
+    NonzeroAttr {
+        /// The instruction's index.
+        instr: u32,
+        /// The opcode.
+        op: Opcode,
+        /// The word found.
+        attr: u32,
+    },
+    /// The opcode's shape rule rejects the argument shapes.
+    ShapeRule {
+        /// The instruction's index.
+        instr: u32,
+        /// What the rule says.
+        error: OpError,
+    },
+    /// The output tensor's shape is not the one the shape rule gives.
+    OutputShape {
+        /// The instruction's index.
+        instr: u32,
+        /// The opcode.
+        op: Opcode,
+        /// The shape the rule gives.
+        inferred: Shape,
+        /// The output tensor's shape.
+        found: Shape,
+    },
+    /// A name field is empty, not UTF-8, or has non-NUL bytes after its padding starts.
+    BadName {
+        /// The section (entries or bindings).
+        section: Section,
+        /// The record's index.
+        index: u32,
+    },
+    /// Two records that must have distinct names share one.
+    DuplicateName {
+        /// The section (entries or bindings).
+        section: Section,
+        /// The later record's index.
+        index: u32,
+        /// The earlier record's index.
+        first: u32,
+    },
+    /// An entry's instruction range runs past the instruction records.
+    EntryRange {
+        /// The entry's index.
+        entry: u32,
+        /// Its `first_instr`.
+        first_instr: u32,
+        /// Its `n_instrs`.
+        n_instrs: u32,
+    },
+    /// A binding's kind byte is not 0..=3.
+    BindingKind {
+        /// The binding's index.
+        binding: u32,
+        /// The byte found.
+        kind: u8,
+    },
+    /// A binding record's reserved bytes are not 0.
+    BindingReserved {
+        /// The binding's index.
+        binding: u32,
+    },
+    /// A binding's entry field is out of range, or is `0xFFFFFFFF` for a non-parameter, or is
+    /// not `0xFFFFFFFF` for a parameter.
+    BindingEntry {
+        /// The binding's index.
+        binding: u32,
+        /// The entry field found.
+        entry: u32,
+    },
+    /// A binding names a tensor index past the tensor records.
+    BindingTensor {
+        /// The binding's index.
+        binding: u32,
+        /// The index found.
+        tensor: u32,
+    },
+    /// A parameter or update bound to a scratch tensor, or an input bound to a persistent one.
+    BindingRegion {
+        /// The binding's index.
+        binding: u32,
+        /// The binding's kind.
+        kind: BindingKind,
+    },
+    /// An update whose name is not a parameter's.
+    UpdateWithoutParameter {
+        /// The update binding's index.
+        binding: u32,
+    },
+    /// An update whose tensor has another offset or shape than its parameter's.
+    UpdateMismatch {
+        /// The update binding's index.
+        binding: u32,
+        /// The parameter binding's index.
+        parameter: u32,
+    },
+    /// An instruction reads a tensor that is not defined at that point of the entry.
+    UseBeforeDefinition {
+        /// The entry's index.
+        entry: u32,
+        /// The instruction's index.
+        instr: u32,
+        /// The tensor's index.
+        tensor: u32,
+    },
+    /// An instruction writes a tensor already defined in the entry.
+    Redefinition {
+        /// The entry's index.
+        entry: u32,
+        /// The instruction's index.
+        instr: u32,
+        /// The tensor's index.
+        tensor: u32,
+    },
+    /// An instruction writes a parameter (its update is a separate tensor).
+    WritesParameter {
+        /// The entry's index.
+        entry: u32,
+        /// The instruction's index.
+        instr: u32,
+        /// The tensor's index.
+        tensor: u32,
+    },
+    /// An instruction writes one of its entry's inputs.
+    WritesInput {
+        /// The entry's index.
+        entry: u32,
+        /// The instruction's index.
+        instr: u32,
+        /// The tensor's index.
+        tensor: u32,
+    },
+    /// An instruction writes a persistent tensor that is not an update of its entry.
+    PersistentNotUpdate {
+        /// The entry's index.
+        entry: u32,
+        /// The instruction's index.
+        instr: u32,
+        /// The tensor's index.
+        tensor: u32,
+    },
+    /// An output or update that no instruction of its entry defines.
+    NotDefined {
+        /// The entry's index.
+        entry: u32,
+        /// The binding's index.
+        binding: u32,
+        /// The tensor's index.
+        tensor: u32,
+    },
+    /// Two tensors whose element ranges intersect are live at the same time (and are not an
+    /// in-place pair).
+    Overlap {
+        /// The entry's index.
+        entry: u32,
+        /// One tensor's index.
+        tensor_a: u32,
+        /// The other tensor's index.
+        tensor_b: u32,
+    },
+}
+
+impl fmt::Display for PlanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use PlanError as E;
+        match *self {
+            E::Truncated {
+                needed_bytes,
+                found_bytes,
+            } => write!(f, "plan truncated: {found_bytes} bytes where {needed_bytes} are needed"),
+            E::TrailingBytes {
+                expected_bytes,
+                found_bytes,
+            } => write!(
+                f,
+                "{found_bytes} bytes given where the plan says it has {expected_bytes}"
+            ),
+            E::BadMagic { found } => write!(f, "bad magic {found:02x?}, expected \"TPLN\""),
+            E::FutureVersion { found, supported } => write!(
+                f,
+                "plan format version {found} is newer than the supported version {supported}"
+            ),
+            E::UnknownVersion { found } => write!(f, "unknown plan format version {found}"),
+            E::BadHeaderBytes { found } => write!(f, "header_bytes is {found}, expected 48"),
+            E::BadChecksum { stored, computed } => write!(
+                f,
+                "checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"
+            ),
+            E::UnknownFlags { found } => write!(f, "unknown flags {found:#x}"),
+            E::TooMany {
+                section,
+                found,
+                limit,
+            } => write!(f, "{found} {section} exceed the limit {limit}"),
+            E::NoEntries => f.write_str("the plan has no entry"),
+            E::SizeMismatch {
+                expected_bytes,
+                total_bytes,
+            } => write!(
+                f,
+                "total_bytes is {total_bytes} but the record counts imply {expected_bytes}"
+            ),
+            E::BadPersistentRegion {
+                persistent_elems,
+                arena_elems,
+            } => write!(
+                f,
+                "persistent region of {persistent_elems} elements is not a multiple of 4 \
+                 within the arena of {arena_elems}"
+            ),
+            E::TensorReserved { tensor } => {
+                write!(f, "tensor {tensor}: reserved field is not zero")
+            }
+            E::TensorRank { tensor, rank } => {
+                write!(f, "tensor {tensor}: rank {rank} exceeds 4")
+            }
+            E::TensorDims { tensor } => {
+                write!(f, "tensor {tensor}: non-zero extent past its rank")
+            }
+            E::TensorTooLarge { tensor } => {
+                write!(f, "tensor {tensor}: more than 2^28 elements")
+            }
+            E::TensorMisaligned {
+                tensor,
+                offset_elems,
+            } => write!(
+                f,
+                "tensor {tensor}: offset {offset_elems} is not a multiple of 4 elements"
+            ),
+            E::TensorKind { tensor, kind } => write!(f, "tensor {tensor}: unknown kind {kind}"),
+            E::TensorOutsideRegion {
+                tensor,
+                offset_elems,
+                elems,
+                kind,
+            } => write!(
+                f,
+                "tensor {tensor}: {elems} elements at offset {offset_elems} lie outside the \
+                 {} region",
+                tensor_kind_name(kind)
+            ),
+            E::UnknownOpcode { instr, byte } => {
+                write!(f, "instruction {instr}: unknown opcode {byte:#04x}")
+            }
+            E::LeafInstruction { instr, op } => {
+                write!(f, "instruction {instr}: {op} is a leaf, not an instruction")
+            }
+            E::ArityMismatch { instr, op, n_args } => write!(
+                f,
+                "instruction {instr}: {op} takes {} arguments, n_args is {n_args}",
+                op.arity()
+            ),
+            E::InstrReserved { instr } => {
+                write!(f, "instruction {instr}: reserved field is not zero")
+            }
+            E::TensorIndex {
+                instr,
+                operand,
+                tensor,
+            } => write!(
+                f,
+                "instruction {instr}: {operand} names tensor {tensor}, past the tensor records"
+            ),
+            E::UnusedArgSlot { instr, slot, found } => write!(
+                f,
+                "instruction {instr}: unused argument slot {slot} holds {found:#x}, not 0xffffffff"
+            ),
+            E::NonzeroAttr { instr, op, attr } => write!(
+                f,
+                "instruction {instr}: {op} takes no attribute, found {attr:#x}"
+            ),
+            E::ShapeRule { instr, error } => write!(f, "instruction {instr}: {error}"),
+            E::OutputShape {
+                instr,
+                op,
+                inferred,
+                found,
+            } => write!(
+                f,
+                "instruction {instr}: {op} gives shape {inferred}, its output has shape {found}"
+            ),
+            E::BadName { section, index } => {
+                write!(f, "{section} record {index}: malformed name")
+            }
+            E::DuplicateName {
+                section,
+                index,
+                first,
+            } => write!(
+                f,
+                "{section} record {index}: name already used by record {first}"
+            ),
+            E::EntryRange {
+                entry,
+                first_instr,
+                n_instrs,
+            } => write!(
+                f,
+                "entry {entry}: instructions {first_instr}+{n_instrs} run past the instruction records"
+            ),
+            E::BindingKind { binding, kind } => {
+                write!(f, "binding {binding}: unknown kind {kind}")
+            }
+            E::BindingReserved { binding } => {
+                write!(f, "binding {binding}: reserved bytes are not zero")
+            }
+            E::BindingEntry { binding, entry } => {
+                write!(f, "binding {binding}: bad entry field {entry:#x}")
+            }
+            E::BindingTensor { binding, tensor } => write!(
+                f,
+                "binding {binding}: tensor {tensor} is past the tensor records"
+            ),
+            E::BindingRegion { binding, kind } => write!(
+                f,
+                "binding {binding}: {} bound to a tensor of the wrong region",
+                binding_kind_name(kind)
+            ),
+            E::UpdateWithoutParameter { binding } => {
+                write!(f, "binding {binding}: update of no parameter")
+            }
+            E::UpdateMismatch { binding, parameter } => write!(
+                f,
+                "binding {binding}: update differs in offset or shape from parameter binding {parameter}"
+            ),
+            E::UseBeforeDefinition {
+                entry,
+                instr,
+                tensor,
+            } => write!(
+                f,
+                "entry {entry}, instruction {instr}: tensor {tensor} is read before it is defined"
+            ),
+            E::Redefinition {
+                entry,
+                instr,
+                tensor,
+            } => write!(
+                f,
+                "entry {entry}, instruction {instr}: tensor {tensor} is written a second time"
+            ),
+            E::WritesParameter {
+                entry,
+                instr,
+                tensor,
+            } => write!(
+                f,
+                "entry {entry}, instruction {instr}: writes parameter tensor {tensor}"
+            ),
+            E::WritesInput {
+                entry,
+                instr,
+                tensor,
+            } => write!(
+                f,
+                "entry {entry}, instruction {instr}: writes input tensor {tensor}"
+            ),
+            E::PersistentNotUpdate {
+                entry,
+                instr,
+                tensor,
+            } => write!(
+                f,
+                "entry {entry}, instruction {instr}: writes persistent tensor {tensor}, which is not an update of the entry"
+            ),
+            E::NotDefined {
+                entry,
+                binding,
+                tensor,
+            } => write!(
+                f,
+                "entry {entry}: binding {binding} names tensor {tensor}, which no instruction of the entry defines"
+            ),
+            E::Overlap {
+                entry,
+                tensor_a,
+                tensor_b,
+            } => write!(
+                f,
+                "entry {entry}: tensors {tensor_a} and {tensor_b} overlap while both are live"
+            ),
+        }
+    }
+}
+
+impl core::error::Error for PlanError {}
+
+/// Why binding an arena, moving data in or out, or running an entry failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunError {
+    /// The arena is shorter than the plan's `arena_elems`.
+    ArenaTooSmall {
+        /// The plan's `arena_elems`.
+        needed_elems: usize,
+        /// The arena's length.
+        found_elems: usize,
+    },
+    /// An [`crate::EntryId`] that is not an entry of this plan.
+    UnknownEntry {
+        /// The entry index.
+        entry: u32,
+    },
+    /// No binding of this kind has this name (in this entry, for inputs, outputs and updates).
+    UnknownName {
+        /// The kind of binding looked for.
+        kind: BindingKind,
+    },
+    /// A slice whose length is not the tensor's element count.
+    LengthMismatch {
+        /// The tensor's element count.
+        expected_elems: usize,
+        /// The slice's length.
+        found_elems: usize,
+    },
+    /// A reference kernel refused its operands (cannot happen for a validated plan).
+    Kernel {
+        /// The instruction's index.
+        instr: u32,
+        /// The kernel's error.
+        error: OpError,
+    },
+    /// An instruction whose records are inconsistent with the arena (cannot happen for a
+    /// validated plan; reported rather than panicking).
+    Inconsistent {
+        /// The instruction's index.
+        instr: u32,
+    },
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            RunError::ArenaTooSmall {
+                needed_elems,
+                found_elems,
+            } => write!(
+                f,
+                "arena of {found_elems} elements is smaller than the {needed_elems} the plan needs"
+            ),
+            RunError::UnknownEntry { entry } => write!(f, "entry {entry} is not in the plan"),
+            RunError::UnknownName { kind } => {
+                write!(f, "no {} of that name", binding_kind_name(kind))
+            }
+            RunError::LengthMismatch {
+                expected_elems,
+                found_elems,
+            } => write!(
+                f,
+                "{found_elems} elements given where the tensor has {expected_elems}"
+            ),
+            RunError::Kernel { instr, error } => write!(f, "instruction {instr}: {error}"),
+            RunError::Inconsistent { instr } => {
+                write!(f, "instruction {instr}: records inconsistent with the arena")
+            }
+        }
+    }
+}
+
+impl core::error::Error for RunError {}

@@ -1,0 +1,416 @@
+//! The parsed plan: a validated, zero-copy view of the plan's bytes. Records are decoded on
+//! access with the `tapeplan_core::format` decoders; nothing is copied or cached.
+
+use core::ops::Range;
+
+use tapeplan_core::format::{
+    decode_name, BindingKind, BindingRecord, EntryRecord, Header, InstrRecord, TensorKind,
+    TensorRecord, ALL_ENTRIES, BINDING_RECORD_BYTES, ENTRY_RECORD_BYTES, HEADER_BYTES,
+    INSTR_RECORD_BYTES, NAME_BYTES, TENSOR_RECORD_BYTES,
+};
+use tapeplan_core::{Shape, MAX_RANK};
+
+use crate::error::PlanError;
+use crate::validate::{self, Scratch};
+use crate::Limits;
+
+// Every count and offset of the format is a `u32`; the runtime needs `usize` to hold them.
+const _: () = assert!(usize::BITS >= 32, "tapeplan-runtime needs a usize of at least 32 bits");
+
+/// Lossless on every supported target (see the assertion above).
+#[inline]
+pub(crate) const fn us(x: u32) -> usize {
+    x as usize
+}
+
+/// An entry of a plan (`forward`, `train_step`, …), as found by [`Plan::entry`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EntryId(pub(crate) u32);
+
+impl EntryId {
+    /// The entry's position among the plan's entry records.
+    pub fn index(self) -> usize {
+        us(self.0)
+    }
+}
+
+/// A tensor record, checked and turned into arena terms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TensorView {
+    /// The first element's offset in the arena.
+    pub offset: usize,
+    /// The element count.
+    pub elems: usize,
+    /// One past the last element (`offset + elems`, checked).
+    pub end: usize,
+    /// The shape.
+    pub shape: Shape,
+    /// The region.
+    pub kind: TensorKind,
+}
+
+impl TensorView {
+    /// Checks a tensor record's own fields (not its region) and converts it.
+    pub(crate) fn new(rec: &TensorRecord, tensor: u32) -> Result<TensorView, PlanError> {
+        if rec.reserved != 0 {
+            return Err(PlanError::TensorReserved { tensor });
+        }
+        let rank = usize::from(rec.rank);
+        if rank > MAX_RANK {
+            return Err(PlanError::TensorRank {
+                tensor,
+                rank: rec.rank,
+            });
+        }
+        if rec.dims.iter().skip(rank).any(|&d| d != 0) {
+            return Err(PlanError::TensorDims { tensor });
+        }
+        let shape =
+            Shape::from_u32(rank, rec.dims).map_err(|_| PlanError::TensorTooLarge { tensor })?;
+        let kind = TensorKind::from_u8(rec.kind).ok_or(PlanError::TensorKind {
+            tensor,
+            kind: rec.kind,
+        })?;
+        let offset = us(rec.offset_elems);
+        let elems = shape.elems();
+        let end = offset
+            .checked_add(elems)
+            .ok_or(PlanError::TensorOutsideRegion {
+                tensor,
+                offset_elems: rec.offset_elems,
+                elems: u32::try_from(elems).unwrap_or(u32::MAX),
+                kind,
+            })?;
+        Ok(TensorView {
+            offset,
+            elems,
+            end,
+            shape,
+            kind,
+        })
+    }
+}
+
+/// A named tensor of a plan: a parameter, or an input, output or update of an entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Binding<'a> {
+    /// The binding's name.
+    pub name: &'a str,
+    /// Parameter, input, output or update.
+    pub kind: BindingKind,
+    /// The entry it belongs to; `None` for parameters (they belong to every entry).
+    pub entry: Option<EntryId>,
+    /// The tensor's shape.
+    pub shape: Shape,
+    /// The tensor's first element in the arena.
+    pub offset_elems: usize,
+    /// The tensor's element count (`shape.elems()`).
+    pub elems: usize,
+}
+
+impl Binding<'_> {
+    /// The tensor's elements in the arena: `offset_elems..offset_elems + elems`. For a
+    /// parameter or update this range also indexes [`crate::Session::persistent`].
+    pub fn range(&self) -> Range<usize> {
+        self.offset_elems..self.offset_elems.saturating_add(self.elems)
+    }
+}
+
+/// The byte offsets of the four record arrays, computed from the header's counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Layout {
+    pub n_tensors: usize,
+    pub n_instrs: usize,
+    pub n_entries: usize,
+    pub n_bindings: usize,
+    pub instrs_at: usize,
+    pub entries_at: usize,
+    pub bindings_at: usize,
+    pub end_at: usize,
+}
+
+impl Layout {
+    /// `None` when an offset overflows.
+    pub(crate) fn new(h: &Header) -> Option<Layout> {
+        let n_tensors = us(h.n_tensors);
+        let n_instrs = us(h.n_instrs);
+        let n_entries = us(h.n_entries);
+        let n_bindings = us(h.n_bindings);
+        let instrs_at = HEADER_BYTES.checked_add(n_tensors.checked_mul(TENSOR_RECORD_BYTES)?)?;
+        let entries_at = instrs_at.checked_add(n_instrs.checked_mul(INSTR_RECORD_BYTES)?)?;
+        let bindings_at = entries_at.checked_add(n_entries.checked_mul(ENTRY_RECORD_BYTES)?)?;
+        let end_at = bindings_at.checked_add(n_bindings.checked_mul(BINDING_RECORD_BYTES)?)?;
+        Some(Layout {
+            n_tensors,
+            n_instrs,
+            n_entries,
+            n_bindings,
+            instrs_at,
+            entries_at,
+            bindings_at,
+            end_at,
+        })
+    }
+}
+
+/// A validated plan: a zero-copy view of its bytes.
+///
+/// Only [`Plan::parse`] and its variants make one, and they check every rule of
+/// `docs/plan-format.md` first, so a `Plan` can be bound to an arena and run. Records are
+/// decoded from the bytes on every access; the struct itself is a few words and `Copy`.
+#[derive(Clone, Copy, Debug)]
+pub struct Plan<'a> {
+    pub(crate) bytes: &'a [u8],
+    pub(crate) header: Header,
+    pub(crate) layout: Layout,
+}
+
+fn record(bytes: &[u8], at: usize, index: usize, size: usize) -> Option<&[u8]> {
+    let start = at.checked_add(index.checked_mul(size)?)?;
+    bytes.get(start..start.checked_add(size)?)
+}
+
+/// The name field at the start of a record, borrowed from the plan's bytes.
+pub(crate) fn name_in(rec: &[u8]) -> Option<&str> {
+    let field: &[u8; NAME_BYTES] = rec.get(..NAME_BYTES)?.try_into().ok()?;
+    decode_name(field)
+}
+
+impl<'a> Plan<'a> {
+    /// Decodes and validates a plan with the spec's [`Limits::DEFAULT`].
+    ///
+    /// The validator's working memory ([`Scratch`] for 4096 tensors, about 28 KiB) lives on the
+    /// stack for the duration of the call; on a device with a small stack use
+    /// [`Plan::parse_with_scratch`] and keep the scratch elsewhere.
+    ///
+    /// # Errors
+    /// [`PlanError`] naming the first rule of `docs/plan-format.md` the bytes break.
+    pub fn parse(bytes: &'a [u8]) -> Result<Plan<'a>, PlanError> {
+        Plan::parse_with_limits(bytes, &Limits::DEFAULT)
+    }
+
+    /// Decodes and validates a plan under tighter caps than the spec's (caps larger than
+    /// [`Limits::DEFAULT`] are treated as the spec's).
+    ///
+    /// # Errors
+    /// As [`Plan::parse`]; [`PlanError::TooMany`] when a section exceeds its cap.
+    pub fn parse_with_limits(bytes: &'a [u8], limits: &Limits) -> Result<Plan<'a>, PlanError> {
+        let mut scratch = Scratch::<{ validate::DEFAULT_SCRATCH_TENSORS }>::new();
+        Plan::parse_with_scratch(bytes, limits, &mut scratch)
+    }
+
+    /// Decodes and validates a plan using caller-provided working memory. A scratch sized for
+    /// `N` tensors caps the plan's tensors at `N` (besides `limits`). The scratch's contents
+    /// before and after the call mean nothing.
+    ///
+    /// # Errors
+    /// As [`Plan::parse_with_limits`].
+    pub fn parse_with_scratch<const N: usize>(
+        bytes: &'a [u8],
+        limits: &Limits,
+        scratch: &mut Scratch<N>,
+    ) -> Result<Plan<'a>, PlanError> {
+        validate::validate(bytes, limits, scratch)
+    }
+
+    /// The plan's bytes, as given to [`Plan::parse`].
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// The arena the plan needs, in `f32` elements.
+    pub fn arena_elems(&self) -> usize {
+        us(self.header.arena_elems)
+    }
+
+    /// The arena the plan needs, in bytes (`4 · arena_elems`, saturating).
+    pub fn arena_bytes(&self) -> usize {
+        self.arena_elems().saturating_mul(4)
+    }
+
+    /// The persistent region `[0, persistent_elems)` of the arena, in elements: parameters and
+    /// their updates; it keeps its contents across entries and steps.
+    pub fn persistent_elems(&self) -> usize {
+        us(self.header.persistent_elems)
+    }
+
+    /// The plan's identity (a hash of the model and hyperparameters), for checkpoints.
+    pub fn plan_id(&self) -> u32 {
+        self.header.plan_id
+    }
+
+    /// The number of tensor records.
+    pub fn n_tensors(&self) -> usize {
+        self.layout.n_tensors
+    }
+
+    /// The number of instruction records.
+    pub fn n_instrs(&self) -> usize {
+        self.layout.n_instrs
+    }
+
+    /// The number of entries (at least 1).
+    pub fn n_entries(&self) -> usize {
+        self.layout.n_entries
+    }
+
+    pub(crate) fn tensor_record(&self, index: usize) -> Option<TensorRecord> {
+        record(self.bytes, HEADER_BYTES, index, TENSOR_RECORD_BYTES).map(TensorRecord::decode)
+    }
+
+    pub(crate) fn tensor_view(&self, index: u32) -> Option<TensorView> {
+        if us(index) >= self.layout.n_tensors {
+            return None;
+        }
+        TensorView::new(&self.tensor_record(us(index))?, index).ok()
+    }
+
+    pub(crate) fn instr_record(&self, index: usize) -> Option<InstrRecord> {
+        if index >= self.layout.n_instrs {
+            return None;
+        }
+        record(self.bytes, self.layout.instrs_at, index, INSTR_RECORD_BYTES)
+            .map(InstrRecord::decode)
+    }
+
+    pub(crate) fn entry_bytes(&self, index: usize) -> Option<&'a [u8]> {
+        if index >= self.layout.n_entries {
+            return None;
+        }
+        record(
+            self.bytes,
+            self.layout.entries_at,
+            index,
+            ENTRY_RECORD_BYTES,
+        )
+    }
+
+    pub(crate) fn entry_record(&self, index: usize) -> Option<EntryRecord> {
+        self.entry_bytes(index).map(EntryRecord::decode)
+    }
+
+    pub(crate) fn binding_bytes(&self, index: usize) -> Option<&'a [u8]> {
+        if index >= self.layout.n_bindings {
+            return None;
+        }
+        record(
+            self.bytes,
+            self.layout.bindings_at,
+            index,
+            BINDING_RECORD_BYTES,
+        )
+    }
+
+    pub(crate) fn binding_record(&self, index: usize) -> Option<BindingRecord> {
+        self.binding_bytes(index).map(BindingRecord::decode)
+    }
+
+    /// The instruction range `first..first + n` of an entry.
+    pub(crate) fn entry_range(&self, entry: EntryId) -> Option<Range<usize>> {
+        let rec = self.entry_record(entry.index())?;
+        let first = us(rec.first_instr);
+        let end = first.checked_add(us(rec.n_instrs))?;
+        if end > self.layout.n_instrs {
+            return None;
+        }
+        Some(first..end)
+    }
+
+    /// Every entry, in record order.
+    pub fn entries(&self) -> impl Iterator<Item = EntryId> + 'a {
+        (0..self.header.n_entries).map(EntryId)
+    }
+
+    /// The entry of this name.
+    pub fn entry(&self, name: &str) -> Option<EntryId> {
+        self.entries()
+            .find(|&e| self.entry_name(e).is_some_and(|n| n == name))
+    }
+
+    /// The name of an entry; `None` when `entry` is not an entry of this plan.
+    pub fn entry_name(&self, entry: EntryId) -> Option<&'a str> {
+        name_in(self.entry_bytes(entry.index())?)
+    }
+
+    /// The number of instructions an entry runs; `None` when `entry` is not an entry of this
+    /// plan.
+    pub fn entry_instrs(&self, entry: EntryId) -> Option<usize> {
+        self.entry_range(entry).map(|r| r.len())
+    }
+
+    /// The binding record at `index`, resolved.
+    pub fn binding(&self, index: usize) -> Option<Binding<'a>> {
+        let raw = self.binding_bytes(index)?;
+        let rec = BindingRecord::decode(raw);
+        let name = name_in(raw)?;
+        let kind = BindingKind::from_u8(rec.kind)?;
+        let entry = if rec.entry == ALL_ENTRIES {
+            None
+        } else {
+            Some(EntryId(rec.entry))
+        };
+        let t = self.tensor_view(rec.tensor)?;
+        Some(Binding {
+            name,
+            kind,
+            entry,
+            shape: t.shape,
+            offset_elems: t.offset,
+            elems: t.elems,
+        })
+    }
+
+    /// Every binding, in record order.
+    pub fn bindings(&self) -> impl Iterator<Item = Binding<'a>> + 'a {
+        let plan = *self;
+        (0..self.layout.n_bindings).filter_map(move |i| plan.binding(i))
+    }
+
+    fn bindings_of(
+        &self,
+        kind: BindingKind,
+        entry: Option<EntryId>,
+    ) -> impl Iterator<Item = Binding<'a>> + 'a {
+        self.bindings()
+            .filter(move |b| b.kind == kind && b.entry == entry)
+    }
+
+    fn find(&self, kind: BindingKind, entry: Option<EntryId>, name: &str) -> Option<Binding<'a>> {
+        self.bindings_of(kind, entry).find(|b| b.name == name)
+    }
+
+    /// The parameters (shared by every entry), in record order.
+    pub fn parameters(&self) -> impl Iterator<Item = Binding<'a>> + 'a {
+        self.bindings_of(BindingKind::Parameter, None)
+    }
+
+    /// The parameter of this name.
+    pub fn parameter(&self, name: &str) -> Option<Binding<'a>> {
+        self.find(BindingKind::Parameter, None, name)
+    }
+
+    /// An entry's inputs, which the caller sets before running it.
+    pub fn inputs(&self, entry: EntryId) -> impl Iterator<Item = Binding<'a>> + 'a {
+        self.bindings_of(BindingKind::Input, Some(entry))
+    }
+
+    /// An entry's input of this name.
+    pub fn input(&self, entry: EntryId, name: &str) -> Option<Binding<'a>> {
+        self.find(BindingKind::Input, Some(entry), name)
+    }
+
+    /// An entry's outputs, which the caller reads after running it.
+    pub fn outputs(&self, entry: EntryId) -> impl Iterator<Item = Binding<'a>> + 'a {
+        self.bindings_of(BindingKind::Output, Some(entry))
+    }
+
+    /// An entry's output of this name.
+    pub fn output(&self, entry: EntryId, name: &str) -> Option<Binding<'a>> {
+        self.find(BindingKind::Output, Some(entry), name)
+    }
+
+    /// An entry's updates: the parameters it rewrites in place (same names, same ranges).
+    pub fn updates(&self, entry: EntryId) -> impl Iterator<Item = Binding<'a>> + 'a {
+        self.bindings_of(BindingKind::Update, Some(entry))
+    }
+}

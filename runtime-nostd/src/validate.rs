@@ -1,0 +1,687 @@
+//! The validation gate: every rule of `docs/plan-format.md`, checked before a [`Plan`] exists.
+//! Nothing here indexes, unwraps or does unchecked arithmetic on anything derived from the
+//! bytes; the lints below hold it to that.
+#![deny(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::arithmetic_side_effects
+)]
+
+use tapeplan_core::format::{
+    plan_crc, BindingKind, BindingRecord, Header, TensorKind, ALL_ENTRIES, HEADER_BYTES, MAGIC,
+    NO_ARG, VERSION, ALIGN_ELEMS,
+};
+use tapeplan_core::ops::{infer, Attr};
+use tapeplan_core::{OpClass, Opcode, Shape, MAX_ARITY};
+
+use crate::error::{Operand, PlanError, Section};
+use crate::plan::{name_in, us, Layout, Plan, TensorView};
+use crate::Limits;
+
+/// The tensor capacity of the scratch [`Plan::parse`] puts on the stack: the spec's cap.
+pub const DEFAULT_SCRATCH_TENSORS: usize = Limits::DEFAULT.max_tensors as usize;
+
+/// Not yet seen in the entry.
+const NOT_IN: u16 = u16::MAX;
+/// Flag: the tensor is a parameter's.
+const PARAM: u8 = 1;
+/// Flag: the tensor is an input of the entry being checked.
+const INPUT: u8 = 2;
+/// Flag: the tensor is an update of the entry being checked.
+const UPDATE: u8 = 4;
+
+/// The validator's working memory for plans of up to `N` tensors (`N ≤ 65536`): 7 bytes per
+/// tensor (about 28 KiB for the spec's 4096). [`Plan::parse`] keeps one on the stack;
+/// [`Plan::parse_with_scratch`] lets the caller put it elsewhere (a `static`, a smaller `N`).
+pub struct Scratch<const N: usize> {
+    /// Per tensor, the definition point in the entry being checked: `NOT_IN`, `0` for
+    /// parameters and inputs (−1 in the spec), `i + 1` for instruction `i`.
+    def: [u16; N],
+    /// Per tensor, the end of its live interval, coded like `def`.
+    end: [u16; N],
+    /// Per tensor, [`PARAM`] | [`INPUT`] | [`UPDATE`].
+    flags: [u8; N],
+    /// The entry's tensors, sorted by offset for the overlap sweep.
+    order: [u16; N],
+}
+
+impl<const N: usize> Scratch<N> {
+    const FITS: () = assert!(N <= 1 << 16, "Scratch holds tensor indices as u16");
+
+    /// Zeroed working memory.
+    pub const fn new() -> Self {
+        let () = Self::FITS;
+        Scratch {
+            def: [NOT_IN; N],
+            end: [NOT_IN; N],
+            flags: [0; N],
+            order: [0; N],
+        }
+    }
+}
+
+impl<const N: usize> Default for Scratch<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const N: usize> core::fmt::Debug for Scratch<N> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "Scratch<{N}>")
+    }
+}
+
+fn idx32(i: usize) -> u32 {
+    u32::try_from(i).unwrap_or(u32::MAX)
+}
+
+fn check_header(bytes: &[u8], limits: &Limits, cap_tensors: usize) -> Result<Header, PlanError> {
+    if bytes.len() < HEADER_BYTES {
+        return Err(PlanError::Truncated {
+            needed_bytes: HEADER_BYTES,
+            found_bytes: bytes.len(),
+        });
+    }
+    let h = Header::decode(bytes);
+    if h.magic != MAGIC {
+        return Err(PlanError::BadMagic { found: h.magic });
+    }
+    if h.version > VERSION {
+        return Err(PlanError::FutureVersion {
+            found: h.version,
+            supported: VERSION,
+        });
+    }
+    if h.version != VERSION {
+        return Err(PlanError::UnknownVersion { found: h.version });
+    }
+    if usize::from(h.header_bytes) != HEADER_BYTES {
+        return Err(PlanError::BadHeaderBytes {
+            found: h.header_bytes,
+        });
+    }
+    let total = us(h.total_bytes);
+    if bytes.len() < total {
+        return Err(PlanError::Truncated {
+            needed_bytes: total,
+            found_bytes: bytes.len(),
+        });
+    }
+    if bytes.len() > total {
+        return Err(PlanError::TrailingBytes {
+            expected_bytes: total,
+            found_bytes: bytes.len(),
+        });
+    }
+    let computed = plan_crc(bytes).unwrap_or(!h.crc32);
+    if computed != h.crc32 {
+        return Err(PlanError::BadChecksum {
+            stored: h.crc32,
+            computed,
+        });
+    }
+    if h.flags != 0 {
+        return Err(PlanError::UnknownFlags { found: h.flags });
+    }
+    let d = Limits::DEFAULT;
+    let cap_t = limits
+        .max_tensors
+        .min(d.max_tensors)
+        .min(u32::try_from(cap_tensors).unwrap_or(u32::MAX));
+    for (section, found, limit) in [
+        (Section::Tensors, h.n_tensors, cap_t),
+        (Section::Instrs, h.n_instrs, limits.max_instrs.min(d.max_instrs)),
+        (Section::Entries, h.n_entries, limits.max_entries.min(d.max_entries)),
+        (Section::Bindings, h.n_bindings, limits.max_bindings.min(d.max_bindings)),
+    ] {
+        if found > limit {
+            return Err(PlanError::TooMany {
+                section,
+                found,
+                limit,
+            });
+        }
+    }
+    if h.n_entries == 0 {
+        return Err(PlanError::NoEntries);
+    }
+    let expected = expected_bytes(&h);
+    if expected != Some(u64::from(h.total_bytes)) {
+        return Err(PlanError::SizeMismatch {
+            expected_bytes: expected.unwrap_or(u64::MAX),
+            total_bytes: h.total_bytes,
+        });
+    }
+    if !h.persistent_elems.is_multiple_of(4) || h.persistent_elems > h.arena_elems {
+        return Err(PlanError::BadPersistentRegion {
+            persistent_elems: h.persistent_elems,
+            arena_elems: h.arena_elems,
+        });
+    }
+    Ok(h)
+}
+
+fn expected_bytes(h: &Header) -> Option<u64> {
+    let parts = [
+        (h.n_tensors, 24u64),
+        (h.n_instrs, 20),
+        (h.n_entries, 32),
+        (h.n_bindings, 36),
+    ];
+    let mut total = 48u64;
+    for (n, size) in parts {
+        total = total.checked_add(u64::from(n).checked_mul(size)?)?;
+    }
+    Some(total)
+}
+
+fn check_tensors(plan: &Plan<'_>) -> Result<(), PlanError> {
+    let arena = plan.arena_elems();
+    let persistent = plan.persistent_elems();
+    for i in 0..plan.layout.n_tensors {
+        let tensor = idx32(i);
+        let rec = plan.tensor_record(i).ok_or(PlanError::Truncated {
+            needed_bytes: plan.layout.end_at,
+            found_bytes: plan.bytes.len(),
+        })?;
+        let v = TensorView::new(&rec, tensor)?;
+        if !v.offset.is_multiple_of(ALIGN_ELEMS) {
+            return Err(PlanError::TensorMisaligned {
+                tensor,
+                offset_elems: rec.offset_elems,
+            });
+        }
+        let (lo, hi) = match v.kind {
+            TensorKind::Scratch => (persistent, arena),
+            TensorKind::Persistent => (0, persistent),
+        };
+        if v.offset < lo || v.end > hi {
+            return Err(PlanError::TensorOutsideRegion {
+                tensor,
+                offset_elems: rec.offset_elems,
+                elems: idx32(v.elems),
+                kind: v.kind,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn check_instrs(plan: &Plan<'_>) -> Result<(), PlanError> {
+    let n_tensors = plan.layout.n_tensors;
+    for i in 0..plan.layout.n_instrs {
+        let instr = idx32(i);
+        let rec = plan.instr_record(i).ok_or(PlanError::Truncated {
+            needed_bytes: plan.layout.end_at,
+            found_bytes: plan.bytes.len(),
+        })?;
+        let op = Opcode::from_u8(rec.opcode).ok_or(PlanError::UnknownOpcode {
+            instr,
+            byte: rec.opcode,
+        })?;
+        if matches!(op, Opcode::Input | Opcode::Parameter) {
+            return Err(PlanError::LeafInstruction { instr, op });
+        }
+        let arity = op.arity();
+        if usize::from(rec.n_args) != arity {
+            return Err(PlanError::ArityMismatch {
+                instr,
+                op,
+                n_args: rec.n_args,
+            });
+        }
+        if rec.reserved != 0 {
+            return Err(PlanError::InstrReserved { instr });
+        }
+        if us(rec.out) >= n_tensors {
+            return Err(PlanError::TensorIndex {
+                instr,
+                operand: Operand::Out,
+                tensor: rec.out,
+            });
+        }
+        let mut shapes = [Shape::SCALAR; MAX_ARITY];
+        for (slot, (&a, s)) in rec.args.iter().zip(shapes.iter_mut()).enumerate() {
+            let slot8 = u8::try_from(slot).unwrap_or(u8::MAX);
+            if slot < arity {
+                let v = plan.tensor_view(a).ok_or(PlanError::TensorIndex {
+                    instr,
+                    operand: Operand::Arg(slot8),
+                    tensor: a,
+                })?;
+                *s = v.shape;
+            } else if a != NO_ARG {
+                return Err(PlanError::UnusedArgSlot {
+                    instr,
+                    slot: slot8,
+                    found: a,
+                });
+            }
+        }
+        if rec.attr != 0 && op != Opcode::Fill {
+            return Err(PlanError::NonzeroAttr {
+                instr,
+                op,
+                attr: rec.attr,
+            });
+        }
+        let out = plan
+            .tensor_view(rec.out)
+            .ok_or(PlanError::TensorIndex {
+                instr,
+                operand: Operand::Out,
+                tensor: rec.out,
+            })?
+            .shape;
+        let arg_shapes = shapes.get(..arity).unwrap_or(&[]);
+        match infer(op, Attr::from_parts(op, rec.attr, out), arg_shapes) {
+            Ok(s) if s == out => {}
+            Ok(inferred) => {
+                return Err(PlanError::OutputShape {
+                    instr,
+                    op,
+                    inferred,
+                    found: out,
+                })
+            }
+            Err(error) => return Err(PlanError::ShapeRule { instr, error }),
+        }
+    }
+    Ok(())
+}
+
+fn check_entries(plan: &Plan<'_>) -> Result<(), PlanError> {
+    let n_instrs = plan.layout.n_instrs;
+    for i in 0..plan.layout.n_entries {
+        let entry = idx32(i);
+        let raw = plan.entry_bytes(i).unwrap_or(&[]);
+        let name = name_in(raw).ok_or(PlanError::BadName {
+            section: Section::Entries,
+            index: entry,
+        })?;
+        let rec = tapeplan_core::format::EntryRecord::decode(raw);
+        let fits = us(rec.first_instr)
+            .checked_add(us(rec.n_instrs))
+            .is_some_and(|end| end <= n_instrs);
+        if !fits {
+            return Err(PlanError::EntryRange {
+                entry,
+                first_instr: rec.first_instr,
+                n_instrs: rec.n_instrs,
+            });
+        }
+        for j in 0..i {
+            if plan
+                .entry_bytes(j)
+                .and_then(name_in)
+                .is_some_and(|other| other == name)
+            {
+                return Err(PlanError::DuplicateName {
+                    section: Section::Entries,
+                    index: entry,
+                    first: idx32(j),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Decoded binding with its checked kind.
+fn binding_at(plan: &Plan<'_>, i: usize) -> Option<(BindingRecord, BindingKind)> {
+    let rec = plan.binding_record(i)?;
+    Some((rec, BindingKind::from_u8(rec.kind)?))
+}
+
+fn check_bindings(plan: &Plan<'_>) -> Result<(), PlanError> {
+    let n_entries = plan.layout.n_entries;
+    for i in 0..plan.layout.n_bindings {
+        let binding = idx32(i);
+        let raw = plan.binding_bytes(i).unwrap_or(&[]);
+        let name = name_in(raw).ok_or(PlanError::BadName {
+            section: Section::Bindings,
+            index: binding,
+        })?;
+        let rec = BindingRecord::decode(raw);
+        let kind = BindingKind::from_u8(rec.kind).ok_or(PlanError::BindingKind {
+            binding,
+            kind: rec.kind,
+        })?;
+        if rec.reserved != [0; 3] {
+            return Err(PlanError::BindingReserved { binding });
+        }
+        let entry_ok = match kind {
+            BindingKind::Parameter => rec.entry == ALL_ENTRIES,
+            _ => us(rec.entry) < n_entries,
+        };
+        if !entry_ok {
+            return Err(PlanError::BindingEntry {
+                binding,
+                entry: rec.entry,
+            });
+        }
+        let t = plan.tensor_view(rec.tensor).ok_or(PlanError::BindingTensor {
+            binding,
+            tensor: rec.tensor,
+        })?;
+        let region_ok = match kind {
+            BindingKind::Parameter | BindingKind::Update => t.kind == TensorKind::Persistent,
+            BindingKind::Input => t.kind == TensorKind::Scratch,
+            BindingKind::Output => true,
+        };
+        if !region_ok {
+            return Err(PlanError::BindingRegion { binding, kind });
+        }
+        for j in 0..i {
+            let Some((other, other_kind)) = binding_at(plan, j) else {
+                continue;
+            };
+            if other_kind == kind
+                && other.entry == rec.entry
+                && plan
+                    .binding_bytes(j)
+                    .and_then(name_in)
+                    .is_some_and(|n| n == name)
+            {
+                return Err(PlanError::DuplicateName {
+                    section: Section::Bindings,
+                    index: binding,
+                    first: idx32(j),
+                });
+            }
+        }
+        if kind == BindingKind::Update {
+            let param = (0..plan.layout.n_bindings).find(|&j| {
+                binding_at(plan, j).is_some_and(|(_, k)| k == BindingKind::Parameter)
+                    && plan
+                        .binding_bytes(j)
+                        .and_then(name_in)
+                        .is_some_and(|n| n == name)
+            });
+            let Some(p) = param else {
+                return Err(PlanError::UpdateWithoutParameter { binding });
+            };
+            let pt = plan
+                .binding_record(p)
+                .and_then(|r| plan.tensor_view(r.tensor));
+            if !pt.is_some_and(|pt| pt.offset == t.offset && pt.shape == t.shape) {
+                return Err(PlanError::UpdateMismatch {
+                    binding,
+                    parameter: idx32(p),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn code(i: usize) -> Result<u16, PlanError> {
+    // Entries are at most `max_instrs` ≤ 8192 long, so `i + 1` fits.
+    i.checked_add(1)
+        .and_then(|c| u16::try_from(c).ok())
+        .filter(|&c| c != NOT_IN)
+        .ok_or(PlanError::TooMany {
+            section: Section::Instrs,
+            found: idx32(i),
+            limit: Limits::DEFAULT.max_instrs,
+        })
+}
+
+/// Definition before use, then no overlap of simultaneously live buffers, for one entry.
+fn check_entry<const N: usize>(
+    plan: &Plan<'_>,
+    e: usize,
+    s: &mut Scratch<N>,
+) -> Result<(), PlanError> {
+    let entry = idx32(e);
+    let nt = plan.layout.n_tensors;
+    let range = plan
+        .entry_range(crate::EntryId(entry))
+        .ok_or(PlanError::EntryRange {
+            entry,
+            first_instr: 0,
+            n_instrs: 0,
+        })?;
+    let first = range.start;
+    let len = range.len();
+    let (Some(def), Some(end), Some(flags)) =
+        (s.def.get_mut(..nt), s.end.get_mut(..nt), s.flags.get_mut(..nt))
+    else {
+        return Err(PlanError::TooMany {
+            section: Section::Tensors,
+            found: idx32(nt),
+            limit: idx32(N),
+        });
+    };
+    def.fill(NOT_IN);
+    end.fill(NOT_IN);
+    flags.fill(0);
+
+    // At the entry's start: parameters and the entry's inputs are defined (at −1, coded 0).
+    for b in 0..plan.layout.n_bindings {
+        let Some((rec, kind)) = binding_at(plan, b) else {
+            continue;
+        };
+        let t = us(rec.tensor);
+        let mine = us(rec.entry) == e;
+        let flag = match kind {
+            BindingKind::Parameter => PARAM,
+            BindingKind::Input if mine => INPUT,
+            BindingKind::Update if mine => UPDATE,
+            _ => continue,
+        };
+        if let Some(f) = flags.get_mut(t) {
+            *f |= flag;
+        }
+        if flag != UPDATE {
+            if let (Some(d), Some(l)) = (def.get_mut(t), end.get_mut(t)) {
+                *d = 0;
+                *l = 0;
+            }
+        }
+    }
+
+    for li in 0..len {
+        let k = first.saturating_add(li);
+        let instr = idx32(k);
+        let c = code(li)?;
+        let rec = plan
+            .instr_record(k)
+            .ok_or(PlanError::EntryRange {
+                entry,
+                first_instr: idx32(first),
+                n_instrs: idx32(len),
+            })?;
+        let arity = Opcode::from_u8(rec.opcode).map_or(0, Opcode::arity);
+        for &a in rec.args.iter().take(arity) {
+            let t = us(a);
+            match def.get(t) {
+                Some(&d) if d != NOT_IN => {}
+                _ => {
+                    return Err(PlanError::UseBeforeDefinition {
+                        entry,
+                        instr,
+                        tensor: a,
+                    })
+                }
+            }
+            if let Some(l) = end.get_mut(t) {
+                *l = c;
+            }
+        }
+        let t = us(rec.out);
+        let f = flags.get(t).copied().unwrap_or(0);
+        if def.get(t).is_some_and(|&d| d != NOT_IN) {
+            let tensor = rec.out;
+            return Err(if f & PARAM != 0 {
+                PlanError::WritesParameter {
+                    entry,
+                    instr,
+                    tensor,
+                }
+            } else if f & INPUT != 0 {
+                PlanError::WritesInput {
+                    entry,
+                    instr,
+                    tensor,
+                }
+            } else {
+                PlanError::Redefinition {
+                    entry,
+                    instr,
+                    tensor,
+                }
+            });
+        }
+        let persistent = plan
+            .tensor_view(rec.out)
+            .is_some_and(|v| v.kind == TensorKind::Persistent);
+        if persistent && f & UPDATE == 0 {
+            return Err(PlanError::PersistentNotUpdate {
+                entry,
+                instr,
+                tensor: rec.out,
+            });
+        }
+        if let (Some(d), Some(l)) = (def.get_mut(t), end.get_mut(t)) {
+            *d = c;
+            *l = c;
+        }
+    }
+
+    // Outputs and updates must be defined by an instruction, and outlive the entry.
+    let outlive = code(len)?;
+    for b in 0..plan.layout.n_bindings {
+        let Some((rec, kind)) = binding_at(plan, b) else {
+            continue;
+        };
+        if us(rec.entry) != e || !matches!(kind, BindingKind::Output | BindingKind::Update) {
+            continue;
+        }
+        let t = us(rec.tensor);
+        match def.get(t) {
+            Some(&d) if d != NOT_IN && d != 0 => {}
+            _ => {
+                return Err(PlanError::NotDefined {
+                    entry,
+                    binding: idx32(b),
+                    tensor: rec.tensor,
+                })
+            }
+        }
+        if let Some(l) = end.get_mut(t) {
+            *l = outlive;
+        }
+    }
+
+    // No overlap between simultaneously live buffers: sweep the entry's tensors by offset.
+    let mut n = 0usize;
+    for (t, &d) in def.iter().enumerate() {
+        if d == NOT_IN {
+            continue;
+        }
+        if let (Some(o), Ok(t16)) = (s.order.get_mut(n), u16::try_from(t)) {
+            *o = t16;
+            n = n.saturating_add(1);
+        }
+    }
+    let order = s.order.get_mut(..n).unwrap_or(&mut []);
+    order.sort_unstable_by_key(|&t| plan.tensor_view(u32::from(t)).map_or(0, |v| v.offset));
+    let order = &*order;
+    let def = &*def;
+    let end = &*end;
+    for (ii, &ta) in order.iter().enumerate() {
+        let Some(va) = plan.tensor_view(u32::from(ta)) else {
+            continue;
+        };
+        if va.elems == 0 {
+            continue;
+        }
+        let life = |t: u16| -> (u16, u16) {
+            let t = usize::from(t);
+            (
+                def.get(t).copied().unwrap_or(NOT_IN),
+                end.get(t).copied().unwrap_or(NOT_IN),
+            )
+        };
+        let (da, la) = life(ta);
+        for &tb in order.iter().skip(ii.saturating_add(1)) {
+            let Some(vb) = plan.tensor_view(u32::from(tb)) else {
+                continue;
+            };
+            if vb.offset >= va.end {
+                break;
+            }
+            if vb.elems == 0 {
+                continue;
+            }
+            let (db, lb) = life(tb);
+            if da <= lb && db <= la {
+                let ok = in_place(plan, first, (ta, va, la), (tb, vb, db))
+                    || in_place(plan, first, (tb, vb, lb), (ta, va, da));
+                if !ok {
+                    return Err(PlanError::Overlap {
+                        entry,
+                        tensor_a: u32::from(ta.min(tb)),
+                        tensor_b: u32::from(ta.max(tb)),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The spec's in-place exception: `a` ends at instruction `i`, `b` is written by `i`, `a` is
+/// an argument of `i`, `i` is elementwise, and `a` and `b` occupy exactly the same range.
+/// `a_end` and `b_def` are coded (`i + 1`).
+fn in_place(
+    plan: &Plan<'_>,
+    first: usize,
+    (ta, va, a_end): (u16, TensorView, u16),
+    (_, vb, b_def): (u16, TensorView, u16),
+) -> bool {
+    if a_end == 0 || a_end != b_def || va.offset != vb.offset || va.elems != vb.elems {
+        return false;
+    }
+    let Some(k) = first.checked_add(usize::from(a_end)).and_then(|k| k.checked_sub(1)) else {
+        return false;
+    };
+    let Some(rec) = plan.instr_record(k) else {
+        return false;
+    };
+    let Some(op) = Opcode::from_u8(rec.opcode) else {
+        return false;
+    };
+    op.class() == OpClass::Elementwise
+        && rec.args.iter().take(op.arity()).any(|&a| a == u32::from(ta))
+}
+
+/// Decode → validate: the whole gate.
+pub(crate) fn validate<'a, const N: usize>(
+    bytes: &'a [u8],
+    limits: &Limits,
+    scratch: &mut Scratch<N>,
+) -> Result<Plan<'a>, PlanError> {
+    let header = check_header(bytes, limits, N)?;
+    let layout = Layout::new(&header).ok_or(PlanError::SizeMismatch {
+        expected_bytes: u64::MAX,
+        total_bytes: header.total_bytes,
+    })?;
+    let plan = Plan {
+        bytes,
+        header,
+        layout,
+    };
+    check_tensors(&plan)?;
+    check_instrs(&plan)?;
+    check_entries(&plan)?;
+    check_bindings(&plan)?;
+    for e in 0..layout.n_entries {
+        check_entry(&plan, e, scratch)?;
+    }
+    Ok(plan)
+}
