@@ -39,7 +39,7 @@ impl<V> Adjoints<V> {
 }
 
 /// The ancestor mask: nodes `0..=root` that are ancestors of `root` (or `root` itself) and depend
-/// on one of `wrt`. Only these nodes' rules are applied, and only they receive contributions.
+/// differentiably on one of `wrt` (through no `detach` or piecewise-constant op). Only these nodes' rules are applied, and only they receive contributions.
 pub(crate) fn active_mask(nodes: &[Node], root: usize, wrt: &[usize]) -> Vec<bool> {
     let n = root + 1;
     let mut depends = vec![false; n];
@@ -49,7 +49,9 @@ pub(crate) fn active_mask(nodes: &[Node], root: usize, wrt: &[usize]) -> Vec<boo
         }
     }
     for i in 0..n {
-        if !depends[i] {
+        // A stop-gradient or piecewise-constant op's output does not depend differentiably on
+        // its arguments: its rule contributes nothing, so nothing upstream of it needs a rule.
+        if !depends[i] && !crate::ops::zero_derivative(nodes[i].op) {
             depends[i] = nodes[i]
                 .arg_indices()
                 .iter()
@@ -129,8 +131,8 @@ where
         let out = value(i)?;
         let first = value(node.args[0] as usize)?;
         let mut arg_vals: [&R::Value; MAX_ARITY] = [first; MAX_ARITY];
-        for k in 1..arity {
-            arg_vals[k] = value(node.args[k] as usize)?;
+        for (slot, &a) in arg_vals.iter_mut().zip(node.arg_indices()).skip(1) {
+            *slot = value(a as usize)?;
         }
         let contributions = node.op.vjp(
             r,

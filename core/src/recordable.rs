@@ -168,7 +168,11 @@ pub trait Recordable {
     ///
     /// # Errors
     /// As [`Recordable::apply`].
-    fn one_hot(&mut self, labels: &Self::Value, classes: usize) -> Result<Self::Value, Self::Error> {
+    fn one_hot(
+        &mut self,
+        labels: &Self::Value,
+        classes: usize,
+    ) -> Result<Self::Value, Self::Error> {
         let batch = self.shape_of(labels).dim(0).unwrap_or(0);
         let shape = Shape::new(&[batch, classes]).map_err(OpError::Shape)?;
         self.apply(Opcode::OneHot, Attr::target(shape), &[labels])

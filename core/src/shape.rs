@@ -173,8 +173,8 @@ impl Shape {
         while t > 0 {
             t -= 1;
             let extent = target.dims[t] as usize;
-            let coord = if extent == 0 { 0 } else { rem % extent };
-            rem = if extent == 0 { 0 } else { rem / extent };
+            let coord = rem.checked_rem(extent).unwrap_or(0);
+            rem = rem.checked_div(extent).unwrap_or(0);
             if t >= off {
                 let s = self.dims[t - off] as usize;
                 if s != 1 {
@@ -230,7 +230,10 @@ mod tests {
             Shape::new(&[1, 1, 1, 1, 1]),
             Err(ShapeError::RankTooLarge { rank: 5 })
         );
-        assert_eq!(Shape::new(&[1 << 20, 1 << 20]), Err(ShapeError::TooManyElems));
+        assert_eq!(
+            Shape::new(&[1 << 20, 1 << 20]),
+            Err(ShapeError::TooManyElems)
+        );
         assert_eq!(Shape::SCALAR.elems(), 1);
     }
 }

@@ -6,11 +6,14 @@
 //! plan's bytes ([`writer`]), and check the runtime against the oracle ([`oracle`]).
 
 pub mod data;
+pub mod inspect;
+pub mod interp;
 pub mod model;
 pub mod optim;
 pub mod oracle;
 pub mod planner;
 pub mod rng;
+pub mod train;
 pub mod writer;
 
 pub use planner::{plan, EntrySpec, MemoryReport, Plan, PlanError, Root};

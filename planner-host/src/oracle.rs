@@ -156,7 +156,10 @@ impl<'j> Oracle<'j> {
         let job = self.job;
         let mut run = self.run_with(x, target)?;
         let adjoints = run.backward(job.loss_node, Tensor::scalar(1.0), &job.params)?;
-        let loss = run.value(job.loss_node).map(|t| t.data[0]).unwrap_or(f32::NAN);
+        let loss = run
+            .value(job.loss_node)
+            .map(|t| t.data[0])
+            .unwrap_or(f32::NAN);
         let grads: Vec<Option<Tensor>> = job
             .params
             .iter()
@@ -180,7 +183,10 @@ impl<'j> Oracle<'j> {
         let target = vec![0.0; job.tape.shape(job.inputs.target)?.elems()];
         let mut run = self.run_with(x, &target)?;
         run.forward_until(job.logits)?;
-        Ok(run.value(job.logits).map(|t| t.data.clone()).unwrap_or_default())
+        Ok(run
+            .value(job.logits)
+            .map(|t| t.data.clone())
+            .unwrap_or_default())
     }
 }
 

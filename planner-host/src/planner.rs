@@ -221,7 +221,13 @@ pub fn liveness(
 /// relative to the scratch base and the high-water mark, in elements.
 fn assign_offsets(groups: &[Group]) -> (Vec<usize>, usize) {
     let mut order: Vec<usize> = (0..groups.len()).collect();
-    order.sort_by_key(|&g| (std::cmp::Reverse(align(groups[g].elems)), groups[g].start, g));
+    order.sort_by_key(|&g| {
+        (
+            std::cmp::Reverse(align(groups[g].elems)),
+            groups[g].start,
+            g,
+        )
+    });
     let mut offsets = vec![0usize; groups.len()];
     let mut placed: Vec<usize> = Vec::new();
     let mut high = 0usize;

@@ -2,8 +2,8 @@
 //! record encoders `tapeplan-core` shares with the runtime's decoder.
 
 use tapeplan_core::format::{
-    self, BindingKind, BindingRecord, EntryRecord, Header, InstrRecord, TensorRecord,
-    ALL_ENTRIES, BINDING_RECORD_BYTES, ENTRY_RECORD_BYTES, HEADER_BYTES, INSTR_RECORD_BYTES,
+    self, BindingKind, BindingRecord, EntryRecord, Header, InstrRecord, TensorRecord, ALL_ENTRIES,
+    BINDING_RECORD_BYTES, ENTRY_RECORD_BYTES, HEADER_BYTES, INSTR_RECORD_BYTES,
     TENSOR_RECORD_BYTES,
 };
 

@@ -2,10 +2,18 @@
 
 use tapeplan_core::{describe, Recordable, Run, Shape, Tape, Tensor};
 
-fn grad_of(tape: &Tape, x: tapeplan_core::NodeId, f: tapeplan_core::NodeId, at: &[f32]) -> Vec<f32> {
+fn grad_of(
+    tape: &Tape,
+    x: tapeplan_core::NodeId,
+    f: tapeplan_core::NodeId,
+    at: &[f32],
+) -> Vec<f32> {
     let mut run = Run::new(tape);
-    run.set(x, Tensor::new(Shape::vector(at.len()), at.to_vec()).unwrap())
-        .unwrap();
+    run.set(
+        x,
+        Tensor::new(Shape::vector(at.len()), at.to_vec()).unwrap(),
+    )
+    .unwrap();
     let adj = run.backward(f, Tensor::scalar(1.0), &[x]).unwrap();
     adj.get(x).unwrap().data.clone()
 }
@@ -44,7 +52,10 @@ fn two_square_branches_give_4x_and_detach_gives_2x() {
     assert_eq!(tape.nodes()[4].arg_indices(), [1, 3]);
     let listing = describe(&tape, &[]);
     assert!(listing.contains("   3  detach         2"), "{listing}");
-    assert!(listing.ends_with("tape: 6 nodes, 0 parameters, 1 input\n"), "{listing}");
+    assert!(
+        listing.ends_with("tape: 6 nodes, 0 parameters, 1 input\n"),
+        "{listing}"
+    );
 }
 
 #[test]

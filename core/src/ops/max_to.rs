@@ -52,13 +52,28 @@ mod tests {
     fn literal() {
         let xs = Shape::matrix(2, 3);
         let mut rows = [0.0; 2];
-        super::kernel(&[1., 5., 3., -4., -2., -9.], xs, &mut rows, Shape::matrix(2, 1));
+        super::kernel(
+            &[1., 5., 3., -4., -2., -9.],
+            xs,
+            &mut rows,
+            Shape::matrix(2, 1),
+        );
         assert_eq!(rows, [5., -2.]);
         let mut first_zero = [0.0];
-        super::kernel(&[-0.0, 0.0], Shape::vector(2), &mut first_zero, Shape::SCALAR);
+        super::kernel(
+            &[-0.0, 0.0],
+            Shape::vector(2),
+            &mut first_zero,
+            Shape::SCALAR,
+        );
         assert_eq!(first_zero[0].to_bits(), 0x8000_0000);
         let mut nan = [0.0];
-        super::kernel(&[1.0, f32::NAN, 2.0], Shape::vector(3), &mut nan, Shape::SCALAR);
+        super::kernel(
+            &[1.0, f32::NAN, 2.0],
+            Shape::vector(3),
+            &mut nan,
+            Shape::SCALAR,
+        );
         assert!(nan[0].is_nan());
     }
 }

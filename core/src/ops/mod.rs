@@ -155,7 +155,11 @@ pub enum OpError {
 impl fmt::Display for OpError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            OpError::Arity { op, expected, found } => {
+            OpError::Arity {
+                op,
+                expected,
+                found,
+            } => {
                 write!(f, "{op} takes {expected} arguments, found {found}")
             }
             OpError::ShapeMismatch { op, lhs, rhs } => {
@@ -212,7 +216,11 @@ pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
         OpClass::Elementwise => {
             if let [a, b] = args {
                 if a != b {
-                    return Err(OpError::ShapeMismatch { op, lhs: *a, rhs: *b });
+                    return Err(OpError::ShapeMismatch {
+                        op,
+                        lhs: *a,
+                        rhs: *b,
+                    });
                 }
             }
             Ok(args[0])
@@ -228,6 +236,16 @@ pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
             _ => Err(OpError::Leaf { op }),
         },
     }
+}
+
+/// True for the opcodes whose reverse rule contributes nothing: `detach` (a stop-gradient) and
+/// the piecewise-constant masks `heaviside`, `equal`, `one_hot`. Their outputs do not depend
+/// differentiably on their arguments, which the ancestor mask uses.
+pub fn zero_derivative(op: Opcode) -> bool {
+    matches!(
+        op,
+        Opcode::Detach | Opcode::Heaviside | Opcode::Equal | Opcode::OneHot
+    )
 }
 
 /// The scalar function of a unary elementwise opcode.
@@ -374,10 +392,7 @@ pub fn vjp<R: Recordable>(
 }
 
 /// Helper for rules: computes a contribution only when it is wanted.
-pub(crate) fn want<V, E>(
-    wanted: bool,
-    f: impl FnOnce() -> Result<V, E>,
-) -> Result<Option<V>, E> {
+pub(crate) fn want<V, E>(wanted: bool, f: impl FnOnce() -> Result<V, E>) -> Result<Option<V>, E> {
     if wanted {
         f().map(Some)
     } else {

@@ -17,7 +17,10 @@ pub(crate) fn vjp<R: Recordable>(
 ) -> Result<Contributions<R::Value>, R::Error> {
     let g = v.cotangent;
     let (a, b) = (v.args[0], v.args[1]);
-    Ok([want(v.wants[0], || r.mul(g, b))?, want(v.wants[1], || r.mul(g, a))?])
+    Ok([
+        want(v.wants[0], || r.mul(g, b))?,
+        want(v.wants[1], || r.mul(g, a))?,
+    ])
 }
 
 #[cfg(test)]

@@ -1,0 +1,176 @@
+//! Training through the `no_std` runtime from a plan's bytes, on the host, and the per-step
+//! bitwise check against the [`Oracle`](crate::oracle::Oracle).
+
+use tapeplan_runtime::{EntryId, Plan as RtPlan, Session};
+
+/// Errors of driving the runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    /// The plan's bytes were rejected.
+    #[error("plan rejected: {0}")]
+    Plan(tapeplan_runtime::PlanError),
+    /// Binding or running failed.
+    #[error("runtime: {0}")]
+    Run(tapeplan_runtime::RunError),
+    /// The plan lacks an entry the trainer needs.
+    #[error("the plan has no entry named {0:?}")]
+    MissingEntry(&'static str),
+    /// The oracle failed.
+    #[error("oracle: {0}")]
+    Oracle(#[from] tapeplan_core::TapeError),
+}
+
+impl From<tapeplan_runtime::PlanError> for TrainError {
+    fn from(e: tapeplan_runtime::PlanError) -> Self {
+        TrainError::Plan(e)
+    }
+}
+
+impl From<tapeplan_runtime::RunError> for TrainError {
+    fn from(e: tapeplan_runtime::RunError) -> Self {
+        TrainError::Run(e)
+    }
+}
+
+/// A model trained by the runtime: a validated plan and the arena it runs over.
+pub struct RuntimeModel<'b> {
+    plan: RtPlan<'b>,
+    arena: Vec<f32>,
+    train: EntryId,
+    forward: EntryId,
+}
+
+impl<'b> RuntimeModel<'b> {
+    /// Decodes and validates `bytes`, and allocates an arena of exactly the size the plan needs.
+    ///
+    /// # Errors
+    /// [`TrainError::Plan`] for rejected bytes, [`TrainError::MissingEntry`] without `forward`
+    /// and `train_step` entries.
+    pub fn new(bytes: &'b [u8]) -> Result<RuntimeModel<'b>, TrainError> {
+        let plan = RtPlan::parse(bytes)?;
+        let train = plan
+            .entry("train_step")
+            .ok_or(TrainError::MissingEntry("train_step"))?;
+        let forward = plan
+            .entry("forward")
+            .ok_or(TrainError::MissingEntry("forward"))?;
+        let arena = vec![0.0f32; plan.arena_elems()];
+        Ok(RuntimeModel {
+            plan,
+            arena,
+            train,
+            forward,
+        })
+    }
+
+    /// The validated plan.
+    pub fn plan(&self) -> &RtPlan<'b> {
+        &self.plan
+    }
+
+    /// The arena's size in bytes.
+    pub fn arena_bytes(&self) -> usize {
+        self.arena.len() * 4
+    }
+
+    /// Loads one parameter by name.
+    ///
+    /// # Errors
+    /// Unknown name or wrong length.
+    pub fn load_parameter(&mut self, name: &str, values: &[f32]) -> Result<(), TrainError> {
+        Session::bind(&self.plan, &mut self.arena)?.load_parameter(name, values)?;
+        Ok(())
+    }
+
+    /// A parameter's current value.
+    ///
+    /// # Errors
+    /// Unknown name.
+    pub fn parameter(&mut self, name: &str) -> Result<Vec<f32>, TrainError> {
+        let s = Session::bind(&self.plan, &mut self.arena)?;
+        Ok(s.parameter(name)?.to_vec())
+    }
+
+    /// The persistent region (every parameter) as it stands.
+    pub fn persistent(&self) -> &[f32] {
+        let n = self.plan.persistent_elems().min(self.arena.len());
+        &self.arena[..n]
+    }
+
+    /// One `train_step`: sets `x` and the target (`labels` or `y`), runs, answers the loss.
+    ///
+    /// # Shapes
+    /// `x: [batch, d_in]`; target `[batch]` labels or `[batch, d_out]`.
+    ///
+    /// # Errors
+    /// Wrong lengths, or a runtime error.
+    pub fn train_step(&mut self, x: &[f32], target: &[f32]) -> Result<f32, TrainError> {
+        let e = self.train;
+        let mut s = Session::bind(&self.plan, &mut self.arena)?;
+        s.set_input(e, "x", x)?;
+        let target_name = if self.plan.input(e, "labels").is_some() {
+            "labels"
+        } else {
+            "y"
+        };
+        s.set_input(e, target_name, target)?;
+        s.run(e)?;
+        Ok(s.output(e, "loss")?.first().copied().unwrap_or(f32::NAN))
+    }
+
+    /// The `forward` entry's logits for one batch.
+    ///
+    /// # Errors
+    /// Wrong lengths, or a runtime error.
+    pub fn logits(&mut self, x: &[f32]) -> Result<Vec<f32>, TrainError> {
+        let e = self.forward;
+        let mut s = Session::bind(&self.plan, &mut self.arena)?;
+        s.set_input(e, "x", x)?;
+        s.run(e)?;
+        Ok(s.output(e, "logits")?.to_vec())
+    }
+
+    /// Classification accuracy of the `forward` entry over `rows` samples of `features`
+    /// (`[rows, d_in]`) against `labels`, in batches of `batch`; the last batch is padded with
+    /// zeros and its padding ignored. Ties go to the lowest class.
+    ///
+    /// # Errors
+    /// A runtime error.
+    pub fn accuracy(
+        &mut self,
+        features: &[f32],
+        labels: &[u8],
+        d_in: usize,
+        batch: usize,
+    ) -> Result<f32, TrainError> {
+        let rows = labels.len();
+        let mut correct = 0usize;
+        let mut start = 0;
+        while start < rows {
+            let n = batch.min(rows - start);
+            let mut x = vec![0.0f32; batch * d_in];
+            x[..n * d_in].copy_from_slice(&features[start * d_in..(start + n) * d_in]);
+            let logits = self.logits(&x)?;
+            let classes = logits.len() / batch;
+            for r in 0..n {
+                let row = &logits[r * classes..(r + 1) * classes];
+                if argmax(row) == labels[start + r] as usize {
+                    correct += 1;
+                }
+            }
+            start += n;
+        }
+        Ok(correct as f32 / rows.max(1) as f32)
+    }
+}
+
+/// The index of the largest element (the first of equals; NaN never wins).
+pub fn argmax(row: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] {
+            best = i;
+        }
+    }
+    best
+}
