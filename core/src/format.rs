@@ -421,3 +421,41 @@ mod tests {
         assert_eq!(CRC32.checksum(b"123456789"), 0xCBF4_3926);
     }
 }
+
+/// The digest of a set of `f32` values (parameters, a persistent region, a loss trace), as every
+/// target computes it: FNV-1a 64 (Fowler–Noll–Vo, offset basis `0xcbf29ce484222325`, prime
+/// `0x100000001b3`) over each value's little-endian bytes, in order, with every NaN first
+/// canonicalized to `0x7fc00000` (NaN payloads may legally differ between targets).
+pub fn digest_f32(values: &[f32]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for v in values {
+        let bits = if v.is_nan() { 0x7fc0_0000 } else { v.to_bits() };
+        for b in bits.to_le_bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
+#[cfg(test)]
+mod digest_tests {
+    #[test]
+    fn fnv1a_reference_and_nan_class() {
+        // FNV-1a 64 of the empty input is the offset basis; of the bytes 00 00 80 3f (1.0f32)
+        // it is the value below (computed by the published algorithm).
+        assert_eq!(super::digest_f32(&[]), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(super::digest_f32(&[1.0]), {
+            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+            for b in [0x00u8, 0x00, 0x80, 0x3f] {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x100_0000_01b3);
+            }
+            h
+        });
+        let a = f32::from_bits(0x7fc0_0001);
+        let b = f32::from_bits(0xffc0_0000);
+        assert_eq!(super::digest_f32(&[a]), super::digest_f32(&[b]));
+        assert_ne!(super::digest_f32(&[0.0]), super::digest_f32(&[-0.0]));
+    }
+}
