@@ -688,7 +688,10 @@ impl fmt::Display for RunError {
             ),
             RunError::Kernel { instr, error } => write!(f, "instruction {instr}: {error}"),
             RunError::Inconsistent { instr } => {
-                write!(f, "instruction {instr}: records inconsistent with the arena")
+                write!(
+                    f,
+                    "instruction {instr}: records inconsistent with the arena"
+                )
             }
         }
     }

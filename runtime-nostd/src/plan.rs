@@ -15,7 +15,10 @@ use crate::validate::{self, Scratch};
 use crate::Limits;
 
 // Every count and offset of the format is a `u32`; the runtime needs `usize` to hold them.
-const _: () = assert!(usize::BITS >= 32, "tapeplan-runtime needs a usize of at least 32 bits");
+const _: () = assert!(
+    usize::BITS >= 32,
+    "tapeplan-runtime needs a usize of at least 32 bits"
+);
 
 /// Lossless on every supported target (see the assertion above).
 #[inline]

@@ -64,7 +64,9 @@ impl<'p, 'a> Session<'p, 'a> {
     /// The whole persistent region `[0, persistent_elems)`: every parameter at its
     /// [`Binding::range`]. Hash it for a digest, copy it for a checkpoint.
     pub fn persistent(&self) -> &[f32] {
-        self.arena.get(..self.plan.persistent_elems()).unwrap_or(&[])
+        self.arena
+            .get(..self.plan.persistent_elems())
+            .unwrap_or(&[])
     }
 
     /// The persistent region, writable: restore a checkpoint by copying it back.
@@ -147,7 +149,12 @@ impl<'p, 'a> Session<'p, 'a> {
     /// # Errors
     /// [`RunError::UnknownEntry`], [`RunError::UnknownName`] for no such input of `entry`,
     /// [`RunError::LengthMismatch`] when `values.len()` is not its element count.
-    pub fn set_input(&mut self, entry: EntryId, name: &str, values: &[f32]) -> Result<(), RunError> {
+    pub fn set_input(
+        &mut self,
+        entry: EntryId,
+        name: &str,
+        values: &[f32],
+    ) -> Result<(), RunError> {
         let b = self.input_binding(entry, name)?;
         Self::copy_in(self.slice_mut(&b), values)
     }
@@ -241,7 +248,8 @@ fn step(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), RunError> {
         *v = Some(t);
         *s = t.shape;
     }
-    let same = |v: &Option<TensorView>| v.is_some_and(|v| v.offset == out.offset && v.end == out.end);
+    let same =
+        |v: &Option<TensorView>| v.is_some_and(|v| v.offset == out.offset && v.end == out.end);
 
     if op.class() == OpClass::Elementwise {
         if let (Some(f), [a0, _]) = (unary_fn(op), &views) {

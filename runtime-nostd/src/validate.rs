@@ -10,8 +10,8 @@
 )]
 
 use tapeplan_core::format::{
-    plan_crc, BindingKind, BindingRecord, Header, TensorKind, ALL_ENTRIES, HEADER_BYTES, MAGIC,
-    NO_ARG, VERSION, ALIGN_ELEMS,
+    plan_crc, BindingKind, BindingRecord, Header, TensorKind, ALIGN_ELEMS, ALL_ENTRIES,
+    HEADER_BYTES, MAGIC, NO_ARG, VERSION,
 };
 use tapeplan_core::ops::{infer, Attr};
 use tapeplan_core::{OpClass, Opcode, Shape, MAX_ARITY};
@@ -133,9 +133,21 @@ fn check_header(bytes: &[u8], limits: &Limits, cap_tensors: usize) -> Result<Hea
         .min(u32::try_from(cap_tensors).unwrap_or(u32::MAX));
     for (section, found, limit) in [
         (Section::Tensors, h.n_tensors, cap_t),
-        (Section::Instrs, h.n_instrs, limits.max_instrs.min(d.max_instrs)),
-        (Section::Entries, h.n_entries, limits.max_entries.min(d.max_entries)),
-        (Section::Bindings, h.n_bindings, limits.max_bindings.min(d.max_bindings)),
+        (
+            Section::Instrs,
+            h.n_instrs,
+            limits.max_instrs.min(d.max_instrs),
+        ),
+        (
+            Section::Entries,
+            h.n_entries,
+            limits.max_entries.min(d.max_entries),
+        ),
+        (
+            Section::Bindings,
+            h.n_bindings,
+            limits.max_bindings.min(d.max_bindings),
+        ),
     ] {
         if found > limit {
             return Err(PlanError::TooMany {
@@ -363,10 +375,12 @@ fn check_bindings(plan: &Plan<'_>) -> Result<(), PlanError> {
                 entry: rec.entry,
             });
         }
-        let t = plan.tensor_view(rec.tensor).ok_or(PlanError::BindingTensor {
-            binding,
-            tensor: rec.tensor,
-        })?;
+        let t = plan
+            .tensor_view(rec.tensor)
+            .ok_or(PlanError::BindingTensor {
+                binding,
+                tensor: rec.tensor,
+            })?;
         let region_ok = match kind {
             BindingKind::Parameter | BindingKind::Update => t.kind == TensorKind::Persistent,
             BindingKind::Input => t.kind == TensorKind::Scratch,
@@ -447,9 +461,11 @@ fn check_entry<const N: usize>(
         })?;
     let first = range.start;
     let len = range.len();
-    let (Some(def), Some(end), Some(flags)) =
-        (s.def.get_mut(..nt), s.end.get_mut(..nt), s.flags.get_mut(..nt))
-    else {
+    let (Some(def), Some(end), Some(flags)) = (
+        s.def.get_mut(..nt),
+        s.end.get_mut(..nt),
+        s.flags.get_mut(..nt),
+    ) else {
         return Err(PlanError::TooMany {
             section: Section::Tensors,
             found: idx32(nt),
@@ -488,13 +504,11 @@ fn check_entry<const N: usize>(
         let k = first.saturating_add(li);
         let instr = idx32(k);
         let c = code(li)?;
-        let rec = plan
-            .instr_record(k)
-            .ok_or(PlanError::EntryRange {
-                entry,
-                first_instr: idx32(first),
-                n_instrs: idx32(len),
-            })?;
+        let rec = plan.instr_record(k).ok_or(PlanError::EntryRange {
+            entry,
+            first_instr: idx32(first),
+            n_instrs: idx32(len),
+        })?;
         let arity = Opcode::from_u8(rec.opcode).map_or(0, Opcode::arity);
         for &a in rec.args.iter().take(arity) {
             let t = us(a);
@@ -647,7 +661,10 @@ fn in_place(
     if a_end == 0 || a_end != b_def || va.offset != vb.offset || va.elems != vb.elems {
         return false;
     }
-    let Some(k) = first.checked_add(usize::from(a_end)).and_then(|k| k.checked_sub(1)) else {
+    let Some(k) = first
+        .checked_add(usize::from(a_end))
+        .and_then(|k| k.checked_sub(1))
+    else {
         return false;
     };
     let Some(rec) = plan.instr_record(k) else {
@@ -657,7 +674,11 @@ fn in_place(
         return false;
     };
     op.class() == OpClass::Elementwise
-        && rec.args.iter().take(op.arity()).any(|&a| a == u32::from(ta))
+        && rec
+            .args
+            .iter()
+            .take(op.arity())
+            .any(|&a| a == u32::from(ta))
 }
 
 /// Decode → validate: the whole gate.

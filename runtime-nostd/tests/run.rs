@@ -1,0 +1,303 @@
+//! Running validated plans: the bits are the reference kernels', the API's errors are values.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::*;
+use tapeplan_core::format::{BindingKind, TensorKind, ALL_ENTRIES};
+use tapeplan_core::Opcode;
+use tapeplan_runtime::{Plan, RunError, Session};
+
+#[test]
+fn mlp_matches_reference_bits() {
+    use mlp::*;
+    let builder = mlp_builder();
+    let bytes = builder.build();
+    let plan = Plan::parse(&bytes).unwrap();
+    assert_eq!(plan.arena_elems(), 72);
+    assert_eq!(plan.persistent_elems(), 16);
+    assert_eq!(plan.plan_id(), 0x5eed_0001);
+    let fwd = plan.entry("forward").unwrap();
+    let train = plan.entry("train_step").unwrap();
+    assert_eq!(plan.entry_name(train), Some("train_step"));
+    assert_eq!(plan.entry("nope"), None);
+
+    let w = floats(1, 12);
+    let b = floats(2, 4);
+    let mut arena = vec![f32::NAN; plan.arena_elems()];
+    let mut s = Session::bind(&plan, &mut arena).unwrap();
+    s.load_parameter("w", &w).unwrap();
+    s.load_parameter("b", &b).unwrap();
+
+    let mut w_ref = w.clone();
+    for step in 0..3u64 {
+        let x = floats(10 + step, 6);
+        // forward
+        s.set_input(fwd, "x", &x).unwrap();
+        s.run(fwd).unwrap();
+        let mut vals = HashMap::from([(W, w_ref.clone()), (B, b.clone()), (X, x.clone())]);
+        reference(&builder, 0, 4, &mut vals);
+        assert_eq!(bits(s.output(fwd, "y").unwrap()), bits(&vals[&Y]));
+        // train_step
+        s.set_input(train, "x", &x).unwrap();
+        s.run(train).unwrap();
+        let mut vals = HashMap::from([(W, w_ref.clone()), (B, b.clone()), (X, x.clone())]);
+        reference(&builder, 0, 7, &mut vals);
+        assert_eq!(bits(s.output(train, "y").unwrap()), bits(&vals[&Y]));
+        w_ref = vals[&W_NEW].clone();
+        assert_eq!(bits(s.parameter("w").unwrap()), bits(&w_ref));
+        assert_eq!(bits(s.parameter("b").unwrap()), bits(&b));
+        // The update really is w - 0.125 * w, elementwise, with the kernels' rounding.
+        assert_eq!(&s.persistent()[..12], &w_ref[..]);
+    }
+    assert_eq!(s.persistent().len(), 16);
+}
+
+#[test]
+fn plan_lookups() {
+    let bytes = mlp_plan();
+    let plan = Plan::parse(&bytes).unwrap();
+    let train = plan.entry("train_step").unwrap();
+    let params: Vec<_> = plan.parameters().map(|p| (p.name, p.range())).collect();
+    assert_eq!(params, [("w", 0..12), ("b", 12..16)]);
+    let w = plan.parameter("w").unwrap();
+    assert_eq!(w.shape.dims()[..2], [3, 4]);
+    assert_eq!(w.kind, BindingKind::Parameter);
+    assert_eq!(w.entry, None);
+    let ins: Vec<_> = plan.inputs(train).map(|b| (b.name, b.shape.rank(), b.elems)).collect();
+    assert_eq!(ins, [("x", 2, 6)]);
+    let outs: Vec<_> = plan.outputs(train).map(|b| b.name).collect();
+    assert_eq!(outs, ["y"]);
+    let ups: Vec<_> = plan.updates(train).map(|b| (b.name, b.range())).collect();
+    assert_eq!(ups, [("w", 0..12)]);
+    assert_eq!(plan.entry_instrs(train), Some(7));
+    assert_eq!(plan.entries().count(), 2);
+    assert_eq!(plan.bindings().count(), 7);
+}
+
+#[test]
+fn api_errors_are_values() {
+    let bytes = mlp_plan();
+    let plan = Plan::parse(&bytes).unwrap();
+    let fwd = plan.entry("forward").unwrap();
+    // One element short.
+    let mut small = vec![0.0; 71];
+    assert_eq!(
+        Session::bind(&plan, &mut small).unwrap_err(),
+        RunError::ArenaTooSmall {
+            needed_elems: 72,
+            found_elems: 71
+        }
+    );
+    let mut arena = vec![0.0; 80];
+    let mut s = Session::bind(&plan, &mut arena).unwrap();
+    assert_eq!(
+        s.load_parameter("w", &[0.0; 11]),
+        Err(RunError::LengthMismatch {
+            expected_elems: 12,
+            found_elems: 11
+        })
+    );
+    assert_eq!(
+        s.load_parameter("v", &[0.0; 12]),
+        Err(RunError::UnknownName {
+            kind: BindingKind::Parameter
+        })
+    );
+    assert_eq!(
+        s.set_input(fwd, "y", &[0.0; 6]),
+        Err(RunError::UnknownName {
+            kind: BindingKind::Input
+        })
+    );
+    assert_eq!(
+        s.output(fwd, "x").unwrap_err(),
+        RunError::UnknownName {
+            kind: BindingKind::Output
+        }
+    );
+    // An entry of another plan with more entries.
+    let mut b = mlp_builder();
+    b.entry("third", 1, 1); // broadcast(b): reads a parameter only
+    let other_bytes = b.build();
+    let other = Plan::parse(&other_bytes).unwrap();
+    let third = other.entry("third").unwrap();
+    assert_eq!(s.run(third), Err(RunError::UnknownEntry { entry: 2 }));
+    assert_eq!(plan.entry_name(third), None);
+    // Displays are lowercase sentences.
+    let msg = RunError::ArenaTooSmall {
+        needed_elems: 72,
+        found_elems: 71,
+    }
+    .to_string();
+    assert!(msg.starts_with("arena of 71"), "{msg}");
+    // Elements past arena_elems are never touched.
+    s.run(fwd).unwrap();
+    let arena = s.into_arena();
+    assert!(arena[72..].iter().all(|&x| x == 0.0));
+}
+
+#[test]
+fn bind_keeps_and_bind_zeroed_clears() {
+    let bytes = mlp_plan();
+    let plan = Plan::parse(&bytes).unwrap();
+    let mut arena = vec![0.0; 72];
+    {
+        let mut s = Session::bind(&plan, &mut arena).unwrap();
+        s.load_parameter("b", &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    }
+    {
+        let s = Session::bind(&plan, &mut arena).unwrap();
+        assert_eq!(s.parameter("b").unwrap(), [1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(s.plan().plan_id(), plan.plan_id());
+    }
+    arena[71] = 9.0;
+    let s = Session::bind_zeroed(&plan, &mut arena).unwrap();
+    assert_eq!(s.parameter("b").unwrap(), [0.0; 4]);
+    assert!(s.into_arena().iter().all(|&x| x == 0.0));
+}
+
+#[test]
+fn persistent_round_trip_restores_state() {
+    let bytes = mlp_plan();
+    let plan = Plan::parse(&bytes).unwrap();
+    let train = plan.entry("train_step").unwrap();
+    let mut arena = vec![0.0; 72];
+    let mut s = Session::bind(&plan, &mut arena).unwrap();
+    s.persistent_mut().copy_from_slice(&floats(3, 16));
+    let saved = s.persistent().to_vec();
+    let x = floats(4, 6);
+    s.set_input(train, "x", &x).unwrap();
+    s.run(train).unwrap();
+    let after_one = s.persistent().to_vec();
+    s.persistent_mut().copy_from_slice(&saved);
+    s.input_mut(train, "x").unwrap().copy_from_slice(&x);
+    s.run(train).unwrap();
+    assert_eq!(bits(s.persistent()), bits(&after_one));
+    s.parameter_mut("b").unwrap()[0] = 7.0;
+    assert_eq!(s.parameter("b").unwrap()[0], 7.0);
+}
+
+/// Builds a straight-line program where every tensor has its own fresh range (or, when asked,
+/// the range of an argument that dies there), marks every defined tensor an output, runs it,
+/// and compares every output with the reference interpreter.
+struct Prog {
+    b: Builder,
+    next: u32,
+    inputs: Vec<(u32, Vec<f32>)>,
+}
+
+impl Prog {
+    fn new() -> Prog {
+        Prog {
+            b: Builder::new(0, 0),
+            next: 0,
+            inputs: vec![],
+        }
+    }
+
+    fn fresh(&mut self, dims: &[u32]) -> u32 {
+        let at = self.next;
+        self.next += elems(dims).div_ceil(4) * 4;
+        self.b.tensor(at, dims, TensorKind::Scratch)
+    }
+
+    fn input(&mut self, dims: &[u32], values: Vec<f32>) -> u32 {
+        let t = self.fresh(dims);
+        self.inputs.push((t, values));
+        t
+    }
+
+    fn op(&mut self, op: Opcode, dims: &[u32], args: &[u32], attr: u32) -> u32 {
+        let t = self.fresh(dims);
+        self.b.instr(op, t, args, attr);
+        t
+    }
+
+    /// `op` written over the range of `over`, which must die here.
+    fn op_over(&mut self, op: Opcode, over: u32, args: &[u32]) -> u32 {
+        let r = self.b.tensors[over as usize];
+        let t = self.b.tensors.len() as u32;
+        self.b.tensors.push(r);
+        self.b.instr(op, t, args, 0);
+        t
+    }
+
+    fn check(mut self, outputs: &[u32]) {
+        self.b.arena_elems = self.next;
+        let n = self.b.instrs.len() as u32;
+        let e = self.b.entry("main", 0, n);
+        for (i, &(t, _)) in self.inputs.iter().enumerate() {
+            self.b.bind(&format!("in{i}"), BindingKind::Input, e, t);
+        }
+        for &t in outputs {
+            self.b.bind(&format!("t{t}"), BindingKind::Output, e, t);
+        }
+        let bytes = self.b.build();
+        let plan = Plan::parse(&bytes).unwrap_or_else(|err| panic!("{err}"));
+        let entry = plan.entry("main").unwrap();
+        let mut arena = vec![f32::NAN; plan.arena_elems()];
+        let mut s = Session::bind(&plan, &mut arena).unwrap();
+        let mut vals = HashMap::new();
+        for (i, (t, v)) in self.inputs.iter().enumerate() {
+            s.set_input(entry, &format!("in{i}"), v).unwrap();
+            vals.insert(*t, v.clone());
+        }
+        s.run(entry).unwrap();
+        reference(&self.b, 0, n as usize, &mut vals);
+        for &t in outputs {
+            assert_eq!(
+                bits(s.output(entry, &format!("t{t}")).unwrap()),
+                bits(&vals[&t]),
+                "tensor {t}"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_opcode_matches_reference_bits() {
+    use Opcode::*;
+    let mut p = Prog::new();
+    let a = p.input(&[3, 5], floats(21, 15));
+    let b = p.input(&[3, 5], floats(22, 15));
+    let m = p.input(&[5, 2], floats(23, 10));
+    let labels = p.input(&[4], vec![2.0, 0.0, 7.0, f32::NAN]);
+    let mut outs = vec![];
+    for op in [Add, Sub, Mul, Div, Equal] {
+        outs.push(p.op(op, &[3, 5], &[a, b], 0));
+    }
+    for op in [Neg, Tanh, Relu, Heaviside, Exp, Log, Detach] {
+        outs.push(p.op(op, &[3, 5], &[a], 0));
+    }
+    outs.push(p.op(MatMul, &[3, 2], &[a, m], 0));
+    outs.push(p.op(Transpose, &[5, 3], &[a], 0));
+    outs.push(p.op(Reshape, &[15], &[a], 0));
+    outs.push(p.op(SumTo, &[5], &[a], 0));
+    outs.push(p.op(SumTo, &[3, 1], &[a], 0));
+    outs.push(p.op(SumTo, &[], &[a], 0));
+    outs.push(p.op(MaxTo, &[1, 5], &[a], 0));
+    let row = p.op(SumTo, &[5], &[b], 0);
+    outs.push(p.op(Broadcast, &[2, 3, 5], &[row], 0));
+    outs.push(p.op(OneHot, &[4, 3], &[labels], 0));
+    outs.push(p.op(Fill, &[2, 2], &[], (-0.0f32).to_bits()));
+    outs.push(p.op(Fill, &[], &[], 1.5f32.to_bits()));
+    outs.push(p.op(Fill, &[0, 3], &[], 1.5f32.to_bits()));
+    p.check(&outs);
+}
+
+#[test]
+fn in_place_variants_match_reference_bits() {
+    use Opcode::*;
+    let mut p = Prog::new();
+    let a = p.input(&[2, 3], floats(31, 6));
+    let b = p.input(&[2, 3], floats(32, 6));
+    let c = p.op(Add, &[2, 3], &[a, b], 0); // fresh
+    let d = p.op_over(Tanh, c, &[c]); // unary in place
+    let e = p.op_over(Mul, d, &[d, d]); // both
+    let f = p.op_over(Sub, e, &[e, a]); // lhs
+    let g = p.op_over(Div, b, &[f, b]); // rhs, over an input that dies here
+    let h = p.op(Exp, &[2, 3], &[g], 0);
+    p.check(&[f, h]);
+}
