@@ -5,7 +5,7 @@ mod common;
 use std::collections::HashMap;
 
 use common::*;
-use tapeplan_core::format::{BindingKind, TensorKind, ALL_ENTRIES};
+use tapeplan_core::format::{BindingKind, TensorKind};
 use tapeplan_core::Opcode;
 use tapeplan_runtime::{Plan, RunError, Session};
 
@@ -65,7 +65,10 @@ fn plan_lookups() {
     assert_eq!(w.shape.dims()[..2], [3, 4]);
     assert_eq!(w.kind, BindingKind::Parameter);
     assert_eq!(w.entry, None);
-    let ins: Vec<_> = plan.inputs(train).map(|b| (b.name, b.shape.rank(), b.elems)).collect();
+    let ins: Vec<_> = plan
+        .inputs(train)
+        .map(|b| (b.name, b.shape.rank(), b.elems))
+        .collect();
     assert_eq!(ins, [("x", 2, 6)]);
     let outs: Vec<_> = plan.outputs(train).map(|b| b.name).collect();
     assert_eq!(outs, ["y"]);

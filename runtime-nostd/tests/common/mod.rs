@@ -282,10 +282,7 @@ pub fn reference(b: &Builder, first: usize, n: usize, vals: &mut HashMap<u32, Ve
         let op = Opcode::from_u8(ins.opcode).unwrap();
         let out_shape = shape_of(&b.tensors[ins.out as usize]);
         let arity = op.arity();
-        let args: Vec<Vec<f32>> = ins.args[..arity]
-            .iter()
-            .map(|a| vals[a].clone())
-            .collect();
+        let args: Vec<Vec<f32>> = ins.args[..arity].iter().map(|a| vals[a].clone()).collect();
         let arg_refs: Vec<&[f32]> = args.iter().map(|v| v.as_slice()).collect();
         let shapes: Vec<Shape> = ins.args[..arity]
             .iter()

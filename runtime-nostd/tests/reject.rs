@@ -1,0 +1,771 @@
+//! One test per rejection: each damage has its CRC recomputed, so validation (not the
+//! checksum) must stop it, with the specific variant.
+
+mod common;
+
+use common::mlp::*;
+use common::*;
+use tapeplan_core::format::{BindingKind, TensorKind, ALL_ENTRIES};
+use tapeplan_core::{OpError, Opcode, Shape};
+use tapeplan_runtime::{Limits, Operand, Plan, PlanError, Scratch, Section};
+
+fn err(bytes: Vec<u8>) -> PlanError {
+    let e = Plan::parse(&bytes).unwrap_err();
+    // Every error has a lowercase message.
+    let msg = e.to_string();
+    assert!(
+        !msg.is_empty() && !msg.starts_with(char::is_uppercase),
+        "{msg}"
+    );
+    e
+}
+
+#[test]
+fn the_example_is_valid() {
+    Plan::parse(&mlp_plan()).unwrap();
+}
+
+#[test]
+fn truncated_and_trailing() {
+    let b = mlp_plan();
+    let n = b.len();
+    assert_eq!(
+        err(b[..47].to_vec()),
+        PlanError::Truncated {
+            needed_bytes: 48,
+            found_bytes: 47
+        }
+    );
+    assert_eq!(
+        err(b[..n - 1].to_vec()),
+        PlanError::Truncated {
+            needed_bytes: n,
+            found_bytes: n - 1
+        }
+    );
+    let mut long = b.clone();
+    long.push(0);
+    assert_eq!(
+        err(long),
+        PlanError::TrailingBytes {
+            expected_bytes: n,
+            found_bytes: n + 1
+        }
+    );
+}
+
+#[test]
+fn header_rules() {
+    let b = mlp_plan();
+    assert_eq!(
+        err(with_header(b.clone(), |h| h.magic = *b"TPLX")),
+        PlanError::BadMagic { found: *b"TPLX" }
+    );
+    assert_eq!(
+        err(with_header(b.clone(), |h| h.version = 2)),
+        PlanError::FutureVersion {
+            found: 2,
+            supported: 1
+        }
+    );
+    assert_eq!(
+        err(with_header(b.clone(), |h| h.version = u16::MAX)),
+        PlanError::FutureVersion {
+            found: u16::MAX,
+            supported: 1
+        }
+    );
+    assert_eq!(
+        err(with_header(b.clone(), |h| h.version = 0)),
+        PlanError::UnknownVersion { found: 0 }
+    );
+    assert_eq!(
+        err(with_header(b.clone(), |h| h.header_bytes = 64)),
+        PlanError::BadHeaderBytes { found: 64 }
+    );
+    assert_eq!(
+        err(with_header(b.clone(), |h| h.flags = 1)),
+        PlanError::UnknownFlags { found: 1 }
+    );
+    assert_eq!(
+        err(with_header(b.clone(), |h| h.n_bindings += 1)),
+        PlanError::SizeMismatch {
+            expected_bytes: b.len() as u64 + 36,
+            total_bytes: b.len() as u32
+        }
+    );
+    assert_eq!(
+        err(with_header(b.clone(), |h| h.persistent_elems = 18)),
+        PlanError::BadPersistentRegion {
+            persistent_elems: 18,
+            arena_elems: 72
+        }
+    );
+    assert_eq!(
+        err(with_header(b.clone(), |h| h.persistent_elems = 76)),
+        PlanError::BadPersistentRegion {
+            persistent_elems: 76,
+            arena_elems: 72
+        }
+    );
+    let mut noentries = mlp_builder();
+    noentries.entries.clear();
+    noentries.bindings.retain(|x| x.entry == ALL_ENTRIES);
+    assert_eq!(err(noentries.build()), PlanError::NoEntries);
+}
+
+#[test]
+fn checksum() {
+    let mut b = mlp_plan();
+    b[60] ^= 1;
+    assert!(matches!(err(b), PlanError::BadChecksum { .. }));
+}
+
+#[test]
+fn limits() {
+    let b = mlp_plan();
+    let tight = Limits {
+        max_tensors: 5,
+        ..Limits::DEFAULT
+    };
+    assert_eq!(
+        Plan::parse_with_limits(&b, &tight).unwrap_err(),
+        PlanError::TooMany {
+            section: Section::Tensors,
+            found: 10,
+            limit: 5
+        }
+    );
+    let tight = Limits {
+        max_instrs: 6,
+        ..Limits::DEFAULT
+    };
+    assert!(matches!(
+        Plan::parse_with_limits(&b, &tight),
+        Err(PlanError::TooMany {
+            section: Section::Instrs,
+            ..
+        })
+    ));
+    // Caps above the spec's count as the spec's.
+    let loose = Limits {
+        max_entries: 1000,
+        ..Limits::DEFAULT
+    };
+    let mut many = mlp_builder();
+    for i in 0..17 {
+        many.entry(&format!("e{i}"), 1, 1);
+    }
+    assert_eq!(
+        Plan::parse_with_limits(&many.build(), &loose).unwrap_err(),
+        PlanError::TooMany {
+            section: Section::Entries,
+            found: 19,
+            limit: 16
+        }
+    );
+    assert_eq!(
+        err(with_header(b.clone(), |h| h.n_tensors = 5000)),
+        PlanError::TooMany {
+            section: Section::Tensors,
+            found: 5000,
+            limit: 4096
+        }
+    );
+    // A scratch for fewer tensors caps the plan.
+    let mut small = Scratch::<8>::new();
+    assert_eq!(
+        Plan::parse_with_scratch(&b, &Limits::DEFAULT, &mut small).unwrap_err(),
+        PlanError::TooMany {
+            section: Section::Tensors,
+            found: 10,
+            limit: 8
+        }
+    );
+    let mut enough = Scratch::<10>::new();
+    Plan::parse_with_scratch(&b, &Limits::DEFAULT, &mut enough).unwrap();
+}
+
+#[test]
+fn tensor_rules() {
+    let b = mlp_plan();
+    let x = X as usize;
+    assert_eq!(
+        err(with_tensor(b.clone(), x, |t| t.reserved = 1)),
+        PlanError::TensorReserved { tensor: X }
+    );
+    assert_eq!(
+        err(with_tensor(b.clone(), x, |t| t.rank = 5)),
+        PlanError::TensorRank { tensor: X, rank: 5 }
+    );
+    assert_eq!(
+        err(with_tensor(b.clone(), x, |t| t.rank = 1)),
+        PlanError::TensorDims { tensor: X }
+    );
+    assert_eq!(
+        err(with_tensor(b.clone(), x, |t| t.dims = [1 << 15, 1 << 14, 0, 0])),
+        PlanError::TensorTooLarge { tensor: X }
+    );
+    assert_eq!(
+        err(with_tensor(b.clone(), x, |t| t.offset_elems = 18)),
+        PlanError::TensorMisaligned {
+            tensor: X,
+            offset_elems: 18
+        }
+    );
+    assert_eq!(
+        err(with_tensor(b.clone(), x, |t| t.kind = 2)),
+        PlanError::TensorKind { tensor: X, kind: 2 }
+    );
+    // Past the arena.
+    assert_eq!(
+        err(with_tensor(b.clone(), x, |t| t.offset_elems = 68)),
+        PlanError::TensorOutsideRegion {
+            tensor: X,
+            offset_elems: 68,
+            elems: 6,
+            kind: TensorKind::Scratch
+        }
+    );
+    assert_eq!(
+        err(with_tensor(b.clone(), x, |t| t.offset_elems = u32::MAX - 3)),
+        PlanError::TensorOutsideRegion {
+            tensor: X,
+            offset_elems: u32::MAX - 3,
+            elems: 6,
+            kind: TensorKind::Scratch
+        }
+    );
+    // A scratch tensor in the persistent region, a persistent one in scratch.
+    assert_eq!(
+        err(with_tensor(b.clone(), x, |t| t.offset_elems = 8)),
+        PlanError::TensorOutsideRegion {
+            tensor: X,
+            offset_elems: 8,
+            elems: 6,
+            kind: TensorKind::Scratch
+        }
+    );
+    assert_eq!(
+        err(with_tensor(b.clone(), B as usize, |t| t.offset_elems = 16)),
+        PlanError::TensorOutsideRegion {
+            tensor: B,
+            offset_elems: 16,
+            elems: 4,
+            kind: TensorKind::Persistent
+        }
+    );
+}
+
+#[test]
+fn instruction_rules() {
+    let b = mlp_plan();
+    assert_eq!(
+        err(with_instr(b.clone(), 2, |i| i.opcode = 0x03)),
+        PlanError::UnknownOpcode { instr: 2, byte: 3 }
+    );
+    assert_eq!(
+        err(with_instr(b.clone(), 4, |i| i.opcode = 0x01)),
+        PlanError::LeafInstruction {
+            instr: 4,
+            op: Opcode::Parameter
+        }
+    );
+    // n_args disagrees with the arity.
+    assert_eq!(
+        err(with_instr(b.clone(), 2, |i| i.n_args = 1)),
+        PlanError::ArityMismatch {
+            instr: 2,
+            op: Opcode::Add,
+            n_args: 1
+        }
+    );
+    // A unary opcode with two arguments.
+    assert_eq!(
+        err(with_instr(b.clone(), 2, |i| i.opcode = Opcode::Tanh.to_u8())),
+        PlanError::ArityMismatch {
+            instr: 2,
+            op: Opcode::Tanh,
+            n_args: 2
+        }
+    );
+    assert_eq!(
+        err(with_instr(b.clone(), 2, |i| i.reserved = 1)),
+        PlanError::InstrReserved { instr: 2 }
+    );
+    assert_eq!(
+        err(with_instr(b.clone(), 2, |i| i.out = 10)),
+        PlanError::TensorIndex {
+            instr: 2,
+            operand: Operand::Out,
+            tensor: 10
+        }
+    );
+    assert_eq!(
+        err(with_instr(b.clone(), 2, |i| i.args[1] = 99)),
+        PlanError::TensorIndex {
+            instr: 2,
+            operand: Operand::Arg(1),
+            tensor: 99
+        }
+    );
+    assert_eq!(
+        err(with_instr(b.clone(), 3, |i| i.args[1] = 0)),
+        PlanError::UnusedArgSlot {
+            instr: 3,
+            slot: 1,
+            found: 0
+        }
+    );
+    assert_eq!(
+        err(with_instr(b.clone(), 2, |i| i.attr = 1)),
+        PlanError::NonzeroAttr {
+            instr: 2,
+            op: Opcode::Add,
+            attr: 1
+        }
+    );
+    // broadcast([2, 3] -> [2, 4]) breaks the shape rule.
+    assert_eq!(
+        err(with_instr(b.clone(), 1, |i| i.args[0] = X)),
+        PlanError::ShapeRule {
+            instr: 1,
+            error: OpError::BadTarget {
+                op: Opcode::Broadcast,
+                from: Shape::new(&[2, 3]).unwrap(),
+                to: Shape::new(&[2, 4]).unwrap(),
+            }
+        }
+    );
+    // add of [2, 3] and [2, 4].
+    assert!(matches!(
+        err(with_instr(b.clone(), 2, |i| i.args[0] = X)),
+        PlanError::ShapeRule {
+            instr: 2,
+            error: OpError::ShapeMismatch { .. }
+        }
+    ));
+    // matmul's output declared [4, 2] where the rule gives [2, 4].
+    assert_eq!(
+        err(with_tensor(b.clone(), XW as usize, |t| t.dims = [4, 2, 0, 0])),
+        PlanError::OutputShape {
+            instr: 0,
+            op: Opcode::MatMul,
+            inferred: Shape::new(&[2, 4]).unwrap(),
+            found: Shape::new(&[4, 2]).unwrap(),
+        }
+    );
+}
+
+#[test]
+fn entry_rules() {
+    let b = mlp_plan();
+    assert_eq!(
+        err(with_entry(b.clone(), 1, |e| e.name = [0; 24])),
+        PlanError::BadName {
+            section: Section::Entries,
+            index: 1
+        }
+    );
+    assert_eq!(
+        err(with_entry(b.clone(), 1, |e| {
+            e.name[3] = 0;
+        })),
+        PlanError::BadName {
+            section: Section::Entries,
+            index: 1
+        }
+    );
+    assert_eq!(
+        err(with_entry(b.clone(), 1, |e| e.name[0] = 0xFF)),
+        PlanError::BadName {
+            section: Section::Entries,
+            index: 1
+        }
+    );
+    assert_eq!(
+        err(with_entry(b.clone(), 1, |e| e.name =
+            tapeplan_core::format::encode_name("forward").unwrap())),
+        PlanError::DuplicateName {
+            section: Section::Entries,
+            index: 1,
+            first: 0
+        }
+    );
+    assert_eq!(
+        err(with_entry(b.clone(), 0, |e| e.first_instr = 5)),
+        PlanError::EntryRange {
+            entry: 0,
+            first_instr: 5,
+            n_instrs: 4
+        }
+    );
+    assert_eq!(
+        err(with_entry(b.clone(), 0, |e| {
+            e.first_instr = u32::MAX;
+            e.n_instrs = 2;
+        })),
+        PlanError::EntryRange {
+            entry: 0,
+            first_instr: u32::MAX,
+            n_instrs: 2
+        }
+    );
+}
+
+#[test]
+fn binding_rules() {
+    let b = mlp_plan();
+    // Bindings: 0 param w, 1 param b, 2 fwd input x, 3 fwd output y, 4 train input x,
+    // 5 train output y, 6 train update w.
+    assert_eq!(
+        err(with_binding(b.clone(), 2, |x| x.name[5] = b'z')),
+        PlanError::BadName {
+            section: Section::Bindings,
+            index: 2
+        }
+    );
+    assert_eq!(
+        err(with_binding(b.clone(), 2, |x| x.kind = 4)),
+        PlanError::BindingKind {
+            binding: 2,
+            kind: 4
+        }
+    );
+    assert_eq!(
+        err(with_binding(b.clone(), 2, |x| x.reserved[2] = 1)),
+        PlanError::BindingReserved { binding: 2 }
+    );
+    assert_eq!(
+        err(with_binding(b.clone(), 0, |x| x.entry = 0)),
+        PlanError::BindingEntry {
+            binding: 0,
+            entry: 0
+        }
+    );
+    assert_eq!(
+        err(with_binding(b.clone(), 2, |x| x.entry = ALL_ENTRIES)),
+        PlanError::BindingEntry {
+            binding: 2,
+            entry: ALL_ENTRIES
+        }
+    );
+    assert_eq!(
+        err(with_binding(b.clone(), 2, |x| x.entry = 2)),
+        PlanError::BindingEntry {
+            binding: 2,
+            entry: 2
+        }
+    );
+    assert_eq!(
+        err(with_binding(b.clone(), 2, |x| x.tensor = 10)),
+        PlanError::BindingTensor {
+            binding: 2,
+            tensor: 10
+        }
+    );
+    assert_eq!(
+        err(with_binding(b.clone(), 1, |x| x.tensor = X)),
+        PlanError::BindingRegion {
+            binding: 1,
+            kind: BindingKind::Parameter
+        }
+    );
+    assert_eq!(
+        err(with_binding(b.clone(), 2, |x| x.tensor = W)),
+        PlanError::BindingRegion {
+            binding: 2,
+            kind: BindingKind::Input
+        }
+    );
+    assert_eq!(
+        err(with_binding(b.clone(), 6, |x| x.tensor = Y)),
+        PlanError::BindingRegion {
+            binding: 6,
+            kind: BindingKind::Update
+        }
+    );
+    // Two parameters named "w".
+    assert_eq!(
+        err(with_binding(b.clone(), 1, |x| x.name[0] = b'w')),
+        PlanError::DuplicateName {
+            section: Section::Bindings,
+            index: 1,
+            first: 0
+        }
+    );
+    // Two outputs "y" of the train step.
+    assert_eq!(
+        err(with_binding(b.clone(), 3, |x| x.entry = 1)),
+        PlanError::DuplicateName {
+            section: Section::Bindings,
+            index: 5,
+            first: 3
+        }
+    );
+    assert_eq!(
+        err(with_binding(b.clone(), 6, |x| x.name[0] = b'v')),
+        PlanError::UpdateWithoutParameter { binding: 6 }
+    );
+    // The update tensor moved: another offset than its parameter's.
+    assert_eq!(
+        err(with_tensor(b.clone(), W_NEW as usize, |t| {
+            t.offset_elems = 4;
+        })),
+        PlanError::UpdateMismatch {
+            binding: 6,
+            parameter: 0
+        }
+    );
+}
+
+#[test]
+fn definition_before_use() {
+    let b = mlp_plan();
+    // The forward entry starting at the add: matmul's output was never defined.
+    assert_eq!(
+        err(with_entry(b.clone(), 0, |e| {
+            e.first_instr = 2;
+            e.n_instrs = 2;
+        })),
+        PlanError::UseBeforeDefinition {
+            entry: 0,
+            instr: 2,
+            tensor: XW
+        }
+    );
+    // tanh(s) -> s: s is written a second time.
+    assert_eq!(
+        err(with_instr(b.clone(), 3, |i| i.out = S)),
+        PlanError::Redefinition {
+            entry: 0,
+            instr: 3,
+            tensor: S
+        }
+    );
+    // An instruction reading its own output.
+    assert_eq!(
+        err(with_instr(b.clone(), 3, |i| i.args[0] = Y)),
+        PlanError::UseBeforeDefinition {
+            entry: 0,
+            instr: 3,
+            tensor: Y
+        }
+    );
+    // sub(w, fw) -> w: writes the parameter itself.
+    assert_eq!(
+        err(with_instr(b.clone(), 6, |i| i.out = W)),
+        PlanError::WritesParameter {
+            entry: 1,
+            instr: 6,
+            tensor: W
+        }
+    );
+    // tanh(x) -> x: writes an input.
+    assert_eq!(
+        err(with_instr(b.clone(), 3, |i| {
+            i.args[0] = X;
+            i.out = X;
+        })),
+        PlanError::WritesInput {
+            entry: 0,
+            instr: 3,
+            tensor: X
+        }
+    );
+    // The forward entry running the update too: a persistent write that is not its update.
+    let mut fwd_all = mlp_builder();
+    fwd_all.entries[0].n_instrs = 7;
+    assert_eq!(
+        err(fwd_all.build()),
+        PlanError::PersistentNotUpdate {
+            entry: 0,
+            instr: 6,
+            tensor: W_NEW
+        }
+    );
+    // The forward output bound to a tensor only the train step defines.
+    assert_eq!(
+        err(with_binding(b.clone(), 3, |x| x.tensor = FW)),
+        PlanError::NotDefined {
+            entry: 0,
+            binding: 3,
+            tensor: FW
+        }
+    );
+    // An update in the forward entry, which never defines it.
+    assert_eq!(
+        err(with_binding(b.clone(), 6, |x| x.entry = 0)),
+        PlanError::NotDefined {
+            entry: 0,
+            binding: 6,
+            tensor: W_NEW
+        }
+    );
+    // An output that is an input (defined, but by no instruction).
+    assert_eq!(
+        err(with_binding(b.clone(), 3, |x| x.tensor = X)),
+        PlanError::NotDefined {
+            entry: 0,
+            binding: 3,
+            tensor: X
+        }
+    );
+}
+
+#[test]
+fn overlapping_live_buffers() {
+    let b = mlp_plan();
+    // broadcast(b) written over matmul's output while it is still live.
+    assert_eq!(
+        err(with_tensor(b.clone(), BB as usize, |t| t.offset_elems = 24)),
+        PlanError::Overlap {
+            entry: 0,
+            tensor_a: XW,
+            tensor_b: BB
+        }
+    );
+    // Partial overlap.
+    assert_eq!(
+        err(with_tensor(b.clone(), BB as usize, |t| t.offset_elems = 28)),
+        PlanError::Overlap {
+            entry: 0,
+            tensor_a: XW,
+            tensor_b: BB
+        }
+    );
+    // Two parameters sharing elements.
+    assert_eq!(
+        err(with_tensor(b.clone(), B as usize, |t| t.offset_elems = 8)),
+        PlanError::Overlap {
+            entry: 0,
+            tensor_a: W,
+            tensor_b: B
+        }
+    );
+    // The matmul output over its own argument (structural: no in-place exception).
+    let mut mm = mlp_builder();
+    mm.tensors[X as usize].dims = [2, 4, 0, 0];
+    mm.tensors[W as usize].dims = [4, 4, 0, 0];
+    mm.tensors[W_NEW as usize].dims = [4, 4, 0, 0];
+    mm.tensors[F as usize].dims = [4, 4, 0, 0];
+    mm.tensors[FW as usize].dims = [4, 4, 0, 0];
+    mm.tensors[FW as usize].offset_elems = 64;
+    mm.tensors[B as usize].offset_elems = 16;
+    mm.persistent_elems = 20;
+    mm.arena_elems = 80;
+    mm.tensors[X as usize].offset_elems = 20;
+    mm.tensors[XW as usize].offset_elems = 20;
+    mm.tensors[BB as usize].offset_elems = 28;
+    mm.tensors[S as usize].offset_elems = 36;
+    mm.tensors[Y as usize].offset_elems = 36;
+    mm.tensors[F as usize].offset_elems = 44;
+    assert_eq!(
+        err(mm.build()),
+        PlanError::Overlap {
+            entry: 0,
+            tensor_a: X,
+            tensor_b: XW
+        }
+    );
+    // The same layout with an elementwise op in place is fine (the example's tanh), but not
+    // when the argument lives on: read w again after its in-place update.
+    let mut late = mlp_builder();
+    let g = late.tensor(64, &[3, 4], TensorKind::Scratch);
+    late.arena_elems = 76;
+    late.instr(Opcode::Mul, g, &[F, W], 0);
+    late.entries[1].n_instrs = 8;
+    assert_eq!(
+        err(late.build()),
+        PlanError::Overlap {
+            entry: 1,
+            tensor_a: W,
+            tensor_b: W_NEW
+        }
+    );
+}
+
+#[test]
+fn in_place_exception_is_exact() {
+    // a = input [2, 4] at 0; c = add(a, a) over a's range: fine (a dies there).
+    let mut ok = Builder::new(8, 0);
+    let a = ok.tensor(0, &[2, 4], TensorKind::Scratch);
+    let c = ok.tensor(0, &[2, 4], TensorKind::Scratch);
+    ok.instr(Opcode::Add, c, &[a, a], 0);
+    let e = ok.entry("main", 0, 1);
+    ok.bind("a", BindingKind::Input, e, a);
+    ok.bind("c", BindingKind::Output, e, c);
+    Plan::parse(&ok.build()).unwrap();
+
+    // reshape is structural: no in-place even with the same range.
+    let mut rs = ok.clone();
+    rs.tensors[c as usize].dims = [8, 0, 0, 0];
+    rs.tensors[c as usize].rank = 1;
+    rs.instrs[0] = tapeplan_core::format::InstrRecord {
+        opcode: Opcode::Reshape.to_u8(),
+        n_args: 1,
+        reserved: 0,
+        out: c,
+        args: [a, u32::MAX],
+        attr: 0,
+    };
+    assert_eq!(
+        err(rs.build()),
+        PlanError::Overlap {
+            entry: 0,
+            tensor_a: a,
+            tensor_b: c
+        }
+    );
+
+    // Same offset, but the output is a prefix of a bigger argument's range.
+    let mut pre = Builder::new(16, 0);
+    let big = pre.tensor(0, &[2, 4], TensorKind::Scratch);
+    let row = pre.tensor(0, &[4], TensorKind::Scratch);
+    pre.instr(Opcode::SumTo, row, &[big], 0);
+    let e = pre.entry("main", 0, 1);
+    pre.bind("a", BindingKind::Input, e, big);
+    pre.bind("r", BindingKind::Output, e, row);
+    assert_eq!(
+        err(pre.build()),
+        PlanError::Overlap {
+            entry: 0,
+            tensor_a: big,
+            tensor_b: row
+        }
+    );
+
+    // Elementwise in place, but a second reader of the argument comes later.
+    let mut two = Builder::new(16, 0);
+    let a = two.tensor(0, &[4], TensorKind::Scratch);
+    let c = two.tensor(0, &[4], TensorKind::Scratch);
+    let d = two.tensor(4, &[4], TensorKind::Scratch);
+    two.instr(Opcode::Neg, c, &[a], 0);
+    two.instr(Opcode::Mul, d, &[a, c], 0);
+    let e = two.entry("main", 0, 2);
+    two.bind("a", BindingKind::Input, e, a);
+    two.bind("d", BindingKind::Output, e, d);
+    assert_eq!(
+        err(two.build()),
+        PlanError::Overlap {
+            entry: 0,
+            tensor_a: a,
+            tensor_b: c
+        }
+    );
+
+    // Zero-element tensors occupy nothing and never overlap.
+    let mut empty = Builder::new(8, 0);
+    let a = empty.tensor(0, &[0, 3], TensorKind::Scratch);
+    let f = empty.tensor(0, &[0, 3], TensorKind::Scratch);
+    let g = empty.tensor(8, &[0], TensorKind::Scratch);
+    empty.instr(Opcode::Fill, f, &[], 0);
+    empty.instr(Opcode::Fill, g, &[], 0);
+    let e = empty.entry("main", 0, 2);
+    empty.bind("a", BindingKind::Input, e, a);
+    empty.bind("f", BindingKind::Output, e, f);
+    empty.bind("g", BindingKind::Output, e, g);
+    let bytes = empty.build();
+    Plan::parse(&bytes).unwrap();
+    run_everything(&bytes);
+}
