@@ -80,6 +80,16 @@ enum Command {
         #[arg(long, default_value_t = 42)]
         seed: u64,
     },
+    /// Check a device's training transcript bit for bit against the host oracle (format:
+    /// `tapeplan_planner::verify`); exits non-zero on any difference.
+    Verify {
+        /// The transcript the device sent (`-` for standard input).
+        transcript: PathBuf,
+        /// The run the device was meant to do (a run description file, e.g.
+        /// firmware-demo/models/demo.run); without it, the transcript's own `config` is used.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -316,6 +326,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo { epochs, seed } => demo(epochs, seed),
+        Command::Verify { transcript, config } => Ok(tapeplan_planner::verify::run_cli(
+            &transcript,
+            config.as_deref(),
+        )?),
     }
 }
 

@@ -1,0 +1,474 @@
+//! One conformance case per opcode, run against every reader: the oracle reverse scan
+//! (`Run::backward`), the recorded gradient evaluated by the tape interpreter, the recorded
+//! gradient planned and run by the `no_std` runtime from serialized bytes, and the planner's own
+//! host interpreter of the unserialized plan. All must agree bit for bit; finite differences of
+//! the forward must agree with the gradient within a stated tolerance.
+
+use tapeplan_core::{NodeId, Opcode, Recordable, Run, Shape, Tape, Tensor, Trace};
+use tapeplan_planner::rng::SplitMix64;
+use tapeplan_planner::{plan, EntrySpec, Root};
+use tapeplan_runtime::{Plan as RtPlan, Session};
+
+/// A case: the inputs' shapes and value ranges, and the function body from inputs to a value
+/// that is then reduced as `sum(body * w)` with a random weight `w` so that every element's
+/// gradient differs.
+struct Case {
+    name: &'static str,
+    covers: &'static [Opcode],
+    inputs: &'static [(&'static [usize], f32, f32)],
+    /// Which inputs are differentiated (the others are data, like labels).
+    wrt: &'static [bool],
+    body: fn(&mut Trace<'_>, &[NodeId]) -> NodeId,
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "add",
+            covers: &[Opcode::Add],
+            inputs: &[(&[3, 4], -2.0, 2.0), (&[3, 4], -2.0, 2.0)],
+            wrt: &[true, true],
+            body: |t, x| t.add(&x[0], &x[1]).unwrap(),
+        },
+        Case {
+            name: "sub",
+            covers: &[Opcode::Sub, Opcode::Neg],
+            inputs: &[(&[3, 4], -2.0, 2.0), (&[3, 4], -2.0, 2.0)],
+            wrt: &[true, true],
+            body: |t, x| t.sub(&x[0], &x[1]).unwrap(),
+        },
+        Case {
+            name: "mul",
+            covers: &[Opcode::Mul],
+            inputs: &[(&[3, 4], -2.0, 2.0), (&[3, 4], -2.0, 2.0)],
+            wrt: &[true, true],
+            body: |t, x| t.mul(&x[0], &x[1]).unwrap(),
+        },
+        Case {
+            name: "square",
+            covers: &[Opcode::Mul],
+            inputs: &[(&[5], -2.0, 2.0)],
+            wrt: &[true],
+            body: |t, x| t.mul(&x[0], &x[0]).unwrap(),
+        },
+        Case {
+            name: "div",
+            covers: &[Opcode::Div],
+            inputs: &[(&[3, 4], -2.0, 2.0), (&[3, 4], 0.5, 2.0)],
+            wrt: &[true, true],
+            body: |t, x| t.div(&x[0], &x[1]).unwrap(),
+        },
+        Case {
+            name: "neg",
+            covers: &[Opcode::Neg],
+            inputs: &[(&[7], -2.0, 2.0)],
+            wrt: &[true],
+            body: |t, x| t.neg(&x[0]).unwrap(),
+        },
+        Case {
+            name: "tanh",
+            covers: &[Opcode::Tanh, Opcode::Fill],
+            inputs: &[(&[2, 5], -3.0, 3.0)],
+            wrt: &[true],
+            body: |t, x| t.tanh(&x[0]).unwrap(),
+        },
+        Case {
+            name: "relu",
+            covers: &[Opcode::Relu, Opcode::Heaviside],
+            inputs: &[(&[2, 5], -3.0, 3.0)],
+            wrt: &[true],
+            body: |t, x| t.relu(&x[0]).unwrap(),
+        },
+        Case {
+            name: "heaviside",
+            covers: &[Opcode::Heaviside],
+            inputs: &[(&[2, 5], -3.0, 3.0), (&[2, 5], -1.0, 1.0)],
+            wrt: &[true, true],
+            body: |t, x| {
+                let h = t.heaviside(&x[0]).unwrap();
+                t.mul(&h, &x[1]).unwrap()
+            },
+        },
+        Case {
+            name: "exp",
+            covers: &[Opcode::Exp],
+            inputs: &[(&[6], -2.0, 2.0)],
+            wrt: &[true],
+            body: |t, x| t.exp(&x[0]).unwrap(),
+        },
+        Case {
+            name: "log",
+            covers: &[Opcode::Log],
+            inputs: &[(&[6], 0.5, 3.0)],
+            wrt: &[true],
+            body: |t, x| t.log(&x[0]).unwrap(),
+        },
+        Case {
+            name: "detach",
+            covers: &[Opcode::Detach],
+            inputs: &[(&[6], -2.0, 2.0)],
+            wrt: &[true],
+            body: |t, x| {
+                let d = t.detach(&x[0]).unwrap();
+                let s = t.mul(&d, &x[0]).unwrap();
+                t.add(&s, &x[0]).unwrap()
+            },
+        },
+        Case {
+            name: "equal",
+            covers: &[Opcode::Equal],
+            inputs: &[(&[6], -2.0, 2.0), (&[6], -1.0, 1.0)],
+            wrt: &[true, true],
+            body: |t, x| {
+                let e = t.equal(&x[0], &x[0]).unwrap();
+                t.mul(&e, &x[1]).unwrap()
+            },
+        },
+        Case {
+            name: "matmul",
+            covers: &[Opcode::MatMul, Opcode::Transpose],
+            inputs: &[(&[3, 4], -1.0, 1.0), (&[4, 2], -1.0, 1.0)],
+            wrt: &[true, true],
+            body: |t, x| t.matmul(&x[0], &x[1]).unwrap(),
+        },
+        Case {
+            name: "transpose",
+            covers: &[Opcode::Transpose],
+            inputs: &[(&[3, 4], -1.0, 1.0)],
+            wrt: &[true],
+            body: |t, x| t.transpose(&x[0]).unwrap(),
+        },
+        Case {
+            name: "reshape",
+            covers: &[Opcode::Reshape],
+            inputs: &[(&[3, 4], -1.0, 1.0)],
+            wrt: &[true],
+            body: |t, x| t.reshape(&x[0], Shape::matrix(2, 6)).unwrap(),
+        },
+        Case {
+            name: "broadcast_row",
+            covers: &[Opcode::Broadcast, Opcode::SumTo],
+            inputs: &[(&[4], -1.0, 1.0)],
+            wrt: &[true],
+            body: |t, x| t.broadcast(&x[0], Shape::matrix(3, 4)).unwrap(),
+        },
+        Case {
+            name: "broadcast_col",
+            covers: &[Opcode::Broadcast, Opcode::SumTo],
+            inputs: &[(&[3, 1], -1.0, 1.0)],
+            wrt: &[true],
+            body: |t, x| t.broadcast(&x[0], Shape::matrix(3, 4)).unwrap(),
+        },
+        Case {
+            name: "sum_to_cols",
+            covers: &[Opcode::SumTo, Opcode::Broadcast],
+            inputs: &[(&[3, 4], -1.0, 1.0)],
+            wrt: &[true],
+            body: |t, x| t.sum_to(&x[0], Shape::vector(4)).unwrap(),
+        },
+        Case {
+            name: "sum_to_all",
+            covers: &[Opcode::SumTo, Opcode::Broadcast],
+            inputs: &[(&[3, 4], -1.0, 1.0)],
+            wrt: &[true],
+            body: |t, x| t.sum_to(&x[0], Shape::SCALAR).unwrap(),
+        },
+        Case {
+            name: "max_to",
+            covers: &[Opcode::MaxTo, Opcode::Equal, Opcode::Broadcast],
+            inputs: &[(&[3, 4], -1.0, 1.0)],
+            wrt: &[true],
+            body: |t, x| t.max_to(&x[0], Shape::matrix(3, 1)).unwrap(),
+        },
+        Case {
+            name: "one_hot",
+            covers: &[Opcode::OneHot],
+            inputs: &[(&[4], 0.0, 0.0), (&[4, 3], -1.0, 1.0)],
+            wrt: &[false, true],
+            body: |t, x| {
+                let o = t.one_hot(&x[0], 3).unwrap();
+                t.mul(&o, &x[1]).unwrap()
+            },
+        },
+        Case {
+            name: "softmax_ce",
+            covers: &[
+                Opcode::MaxTo,
+                Opcode::Detach,
+                Opcode::Exp,
+                Opcode::Log,
+                Opcode::OneHot,
+            ],
+            inputs: &[(&[4], 0.0, 0.0), (&[4, 3], -2.0, 2.0)],
+            wrt: &[false, true],
+            body: |t, x| {
+                let l = tapeplan_planner::model::softmax_cross_entropy(t, &x[1], &x[0]).unwrap();
+                let s = t.shape_of(&x[1]);
+                t.broadcast(&l, s).unwrap()
+            },
+        },
+    ]
+}
+
+fn random_input(rng: &mut SplitMix64, shape: Shape, lo: f32, hi: f32, is_labels: bool) -> Vec<f32> {
+    (0..shape.elems())
+        .map(|_| {
+            if is_labels {
+                rng.below(3) as f32
+            } else {
+                lo + (hi - lo) * rng.next_f32()
+            }
+        })
+        .collect()
+}
+
+struct Built {
+    tape: Tape,
+    inputs: Vec<NodeId>,
+    w: NodeId,
+    f: NodeId,
+    grads: Vec<Option<NodeId>>,
+}
+
+fn build(case: &Case) -> Built {
+    let mut tape = Tape::new();
+    let inputs: Vec<NodeId> = case
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(k, (dims, _, _))| tape.input(&format!("x{k}"), Shape::new(dims).unwrap()))
+        .collect();
+    let (body, w) = {
+        let mut t = tape.trace();
+        let body = (case.body)(&mut t, &inputs);
+        let s = t.shape_of(&body);
+        (body, s)
+    };
+    let w = tape.input("w", w);
+    let f = {
+        let mut t = tape.trace();
+        let p = t.mul(&body, &w).unwrap();
+        t.sum_all(&p).unwrap()
+    };
+    let wrt: Vec<NodeId> = inputs
+        .iter()
+        .zip(case.wrt)
+        .filter(|(_, &d)| d)
+        .map(|(x, _)| *x)
+        .collect();
+    let adj = tape.differentiate(f, &wrt).unwrap();
+    let grads = inputs
+        .iter()
+        .zip(case.wrt)
+        .map(|(x, &d)| if d { adj.get(*x).copied() } else { None })
+        .collect();
+    Built {
+        tape,
+        inputs,
+        w,
+        f,
+        grads,
+    }
+}
+
+#[test]
+fn every_opcode_has_a_case() {
+    let covered: std::collections::BTreeSet<Opcode> = cases()
+        .iter()
+        .flat_map(|c| c.covers.iter().copied())
+        .collect();
+    for &op in Opcode::ALL {
+        if matches!(op, Opcode::Input | Opcode::Parameter) {
+            continue;
+        }
+        assert!(covered.contains(&op), "no conformance case covers {op}");
+    }
+}
+
+#[test]
+fn oracle_recorded_runtime_and_host_plan_agree_bit_for_bit() {
+    let mut rng = SplitMix64::new(2026);
+    for case in cases() {
+        for trial in 0..4 {
+            let b = build(&case);
+            let values: Vec<Vec<f32>> = case
+                .inputs
+                .iter()
+                .zip(&b.inputs)
+                .enumerate()
+                .map(|(k, ((_, lo, hi), x))| {
+                    let labels = !case.wrt[k];
+                    random_input(&mut rng, b.tape.shape(*x).unwrap(), *lo, *hi, labels)
+                })
+                .collect();
+            let w_shape = b.tape.shape(b.w).unwrap();
+            let w_vals = random_input(&mut rng, w_shape, -1.0, 1.0, false);
+            let set = |run: &mut Run| {
+                for (x, v) in b.inputs.iter().zip(&values) {
+                    let s = b.tape.shape(*x).unwrap();
+                    run.set(*x, Tensor::new(s, v.clone()).unwrap()).unwrap();
+                }
+                run.set(b.w, Tensor::new(w_shape, w_vals.clone()).unwrap())
+                    .unwrap();
+            };
+
+            // 1. The oracle.
+            let mut run = Run::new(&b.tape);
+            set(&mut run);
+            let wrt: Vec<NodeId> = b
+                .inputs
+                .iter()
+                .zip(case.wrt)
+                .filter(|(_, &d)| d)
+                .map(|(x, _)| *x)
+                .collect();
+            let oracle = run.backward(b.f, Tensor::scalar(1.0), &wrt).unwrap();
+            let f_val = run.value(b.f).unwrap().data[0];
+
+            // 2. The recorded gradient, interpreted.
+            let mut run2 = Run::new(&b.tape);
+            set(&mut run2);
+            run2.forward().unwrap();
+            for (k, (x, g)) in b.inputs.iter().zip(&b.grads).enumerate() {
+                let o = oracle.get(*x).map(|t| t.data.clone());
+                let r = g.map(|g| run2.value(g).unwrap().data.clone());
+                assert_eq!(
+                    o.as_ref().map(|v| bits(v)),
+                    r.as_ref().map(|v| bits(v)),
+                    "{} trial {trial}: recorded vs oracle, input {k}",
+                    case.name
+                );
+            }
+
+            // 3. Planned, serialized, decoded and run by the runtime; 4. the host interpreter.
+            let mut roots = vec![Root::Output {
+                name: "f".into(),
+                node: b.f,
+            }];
+            for (k, g) in b.grads.iter().enumerate() {
+                if let Some(g) = g {
+                    if !matches!(b.tape.nodes()[g.index()].op, Opcode::Input) {
+                        roots.push(Root::Output {
+                            name: format!("d{k}"),
+                            node: *g,
+                        });
+                    }
+                }
+            }
+            let p = plan(
+                &b.tape,
+                &[EntrySpec {
+                    name: "grad".into(),
+                    roots,
+                }],
+            )
+            .unwrap();
+            let bytes = p.to_bytes();
+            let rt = RtPlan::parse(&bytes).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+            let mut arena = vec![f32::NAN; rt.arena_elems()];
+            let e = rt.entry("grad").unwrap();
+            let mut host_arena = vec![f32::NAN; p.arena_elems];
+            let pe = p.entry("grad").unwrap();
+            {
+                let mut s = Session::bind(&rt, &mut arena).unwrap();
+                for (k, v) in values.iter().enumerate() {
+                    let name = format!("x{k}");
+                    if rt.input(e, &name).is_some() {
+                        s.set_input(e, &name, v).unwrap();
+                    }
+                }
+                s.set_input(e, "w", &w_vals).unwrap();
+                s.run(e).unwrap();
+                for (name, t) in &pe.inputs {
+                    let info = p.tensors[*t as usize];
+                    let src = if name == "w" {
+                        &w_vals
+                    } else {
+                        &values[name[1..].parse::<usize>().unwrap()]
+                    };
+                    host_arena[info.offset_elems..info.offset_elems + src.len()]
+                        .copy_from_slice(src);
+                }
+                p.run_host("grad", &mut host_arena).unwrap();
+                let host_out = |name: &str| {
+                    let (_, t) = pe.outputs.iter().find(|(n, _)| n == name).unwrap();
+                    let info = p.tensors[*t as usize];
+                    host_arena[info.offset_elems..info.offset_elems + info.shape.elems()].to_vec()
+                };
+                assert_eq!(
+                    s.output(e, "f").unwrap()[0].to_bits(),
+                    f_val.to_bits(),
+                    "{}: runtime loss",
+                    case.name
+                );
+                assert_eq!(bits(&host_out("f")), vec![f_val.to_bits()]);
+                for (k, x) in b.inputs.iter().enumerate() {
+                    let name = format!("d{k}");
+                    if let Ok(rt_grad) = s.output(e, &name) {
+                        let o = oracle.get(*x).unwrap();
+                        assert_eq!(
+                            bits(rt_grad),
+                            bits(&o.data),
+                            "{} trial {trial}: runtime vs oracle, input {k}",
+                            case.name
+                        );
+                        assert_eq!(
+                            bits(&host_out(&name)),
+                            bits(&o.data),
+                            "{}: host plan",
+                            case.name
+                        );
+                    }
+                }
+            }
+
+            // Finite differences of the forward, in f32, central, h = 1e-2:
+            // |fd - g| <= 2e-2 * (1 + |g|).
+            // (A stop-gradient's rule is not the derivative of its forward: no finite differences.)
+            if trial == 0 && case.name != "detach" {
+                for (k, x) in b.inputs.iter().enumerate() {
+                    if !case.wrt[k] {
+                        continue;
+                    }
+                    let g = oracle
+                        .get(*x)
+                        .map(|t| t.data.clone())
+                        .unwrap_or_else(|| vec![0.0; values[k].len()]);
+                    for i in 0..values[k].len() {
+                        let h = 1e-2f32;
+                        let eval = |delta: f32| {
+                            let mut run = Run::new(&b.tape);
+                            set(&mut run);
+                            let mut v = values[k].clone();
+                            v[i] += delta;
+                            run.set(*x, Tensor::new(b.tape.shape(*x).unwrap(), v).unwrap())
+                                .unwrap();
+                            run.forward_until(b.f).unwrap();
+                            run.value(b.f).unwrap().data[0]
+                        };
+                        let fd = (eval(h) - eval(-h)) / (2.0 * h);
+                        let tol = 2e-2 * (1.0 + g[i].abs());
+                        // Piecewise-constant ops and kinks: skip points within h of a kink.
+                        let near_kink =
+                            matches!(case.name, "relu" | "heaviside" | "max_to" | "equal")
+                                && values[k][i].abs() < 2.0 * h;
+                        if !near_kink {
+                            assert!(
+                                (fd - g[i]).abs() <= tol,
+                                "{}: d/dx{k}[{i}] finite difference {fd} vs gradient {}",
+                                case.name,
+                                g[i]
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter()
+        .map(|x| if x.is_nan() { 0x7fc0_0000 } else { x.to_bits() })
+        .collect()
+}

@@ -1,0 +1,111 @@
+//! Whole training runs: the runtime (from serialized bytes) against the oracle and against the
+//! planner's host interpreter of the unserialized plan, bit for bit after every step.
+
+use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
+use tapeplan_planner::optim::Sgd;
+use tapeplan_planner::oracle::{first_difference, Oracle, TrainingJob};
+use tapeplan_planner::rng::SplitMix64;
+use tapeplan_planner::train::RuntimeModel;
+
+fn run_case(mlp: Mlp, loss: Loss, batch: usize, steps: usize) {
+    let job = TrainingJob::build(mlp.clone(), loss, Sgd { lr: 0.05 }, batch).unwrap();
+    let bytes = job.plan.to_bytes();
+    let mut model = RuntimeModel::new(&bytes).unwrap();
+    let shapes = job.parameter_shapes();
+    let init = glorot_uniform(&shapes, 7);
+    for ((n, _), v) in shapes.iter().zip(&init) {
+        model.load_parameter(n, v).unwrap();
+    }
+    let mut oracle = Oracle::new(&job, &init).unwrap();
+    // The host interpreter's arena, parameters at their offsets.
+    let mut host = vec![0.0f32; job.plan.arena_elems];
+    for ((_, t, _), v) in job.plan.parameters.iter().zip(&init) {
+        let o = job.plan.tensors[*t as usize].offset_elems;
+        host[o..o + v.len()].copy_from_slice(v);
+    }
+    let train = job.plan.entry("train_step").unwrap();
+    let (d_in, d_out) = (mlp.sizes[0], *mlp.sizes.last().unwrap());
+    let mut rng = SplitMix64::new(99);
+    let names: Vec<&str> = shapes.iter().map(|(n, _)| n.as_str()).collect();
+    for step in 0..steps {
+        let x: Vec<f32> = (0..batch * d_in)
+            .map(|_| rng.next_f32() * 2.0 - 1.0)
+            .collect();
+        let target: Vec<f32> = match loss {
+            Loss::SoftmaxCrossEntropy => (0..batch).map(|_| rng.below(d_out) as f32).collect(),
+            Loss::MeanSquaredError => (0..batch * d_out).map(|_| rng.next_f32()).collect(),
+        };
+        let l_rt = model.train_step(&x, &target).unwrap();
+        let l_or = oracle.step(&x, &target).unwrap();
+        for (name, t) in &train.inputs {
+            let o = job.plan.tensors[*t as usize].offset_elems;
+            let src = if name == "x" { &x } else { &target };
+            host[o..o + src.len()].copy_from_slice(src);
+        }
+        job.plan.run_host("train_step", &mut host).unwrap();
+        let (_, lt) = &train.outputs[0];
+        let l_host = host[job.plan.tensors[*lt as usize].offset_elems];
+        assert_eq!(
+            l_rt.to_bits(),
+            l_or.to_bits(),
+            "step {step}: loss runtime vs oracle"
+        );
+        assert_eq!(
+            l_rt.to_bits(),
+            l_host.to_bits(),
+            "step {step}: loss runtime vs host plan"
+        );
+        let rt: Vec<Vec<f32>> = names.iter().map(|n| model.parameter(n).unwrap()).collect();
+        let left: Vec<&[f32]> = rt.iter().map(Vec::as_slice).collect();
+        let right: Vec<&[f32]> = oracle.params.iter().map(|t| t.data.as_slice()).collect();
+        if let Some(d) = first_difference(names.iter().copied(), &left, &right) {
+            panic!("step {step}: runtime vs oracle: {d}");
+        }
+        assert_eq!(
+            model.persistent(),
+            &host[..job.plan.persistent_elems],
+            "step {step}: host plan"
+        );
+    }
+    // Training moved the parameters.
+    assert_ne!(oracle.params[0].data, init[0]);
+}
+
+#[test]
+fn tanh_cross_entropy_runtime_equals_oracle() {
+    run_case(
+        Mlp {
+            sizes: vec![8, 6, 4],
+            activation: Activation::Tanh,
+        },
+        Loss::SoftmaxCrossEntropy,
+        5,
+        40,
+    );
+}
+
+#[test]
+fn relu_mse_three_layers_runtime_equals_oracle() {
+    run_case(
+        Mlp {
+            sizes: vec![2, 16, 16, 1],
+            activation: Activation::Relu,
+        },
+        Loss::MeanSquaredError,
+        1,
+        60,
+    );
+}
+
+#[test]
+fn relu_cross_entropy_wide_runtime_equals_oracle() {
+    run_case(
+        Mlp {
+            sizes: vec![30, 20, 10],
+            activation: Activation::Relu,
+        },
+        Loss::SoftmaxCrossEntropy,
+        16,
+        20,
+    );
+}
