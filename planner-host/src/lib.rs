@@ -14,6 +14,7 @@ pub mod oracle;
 pub mod planner;
 pub mod rng;
 pub mod train;
+pub mod verify;
 pub mod writer;
 
 pub use planner::{plan, EntrySpec, MemoryReport, Plan, PlanError, Root};
