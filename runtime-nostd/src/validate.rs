@@ -591,94 +591,150 @@ fn check_entry<const N: usize>(
         }
     }
 
-    // No overlap between simultaneously live buffers: sweep the entry's tensors by offset.
-    let mut n = 0usize;
-    for (t, &d) in def.iter().enumerate() {
-        if d == NOT_IN {
-            continue;
-        }
-        if let (Some(o), Ok(t16)) = (s.order.get_mut(n), u16::try_from(t)) {
-            *o = t16;
-            n = n.saturating_add(1);
+    check_overlap(plan, entry, first, len, def, end, &mut s.order)
+}
+
+/// The entry's live tensors, sorted by offset. Their element ranges are pairwise disjoint
+/// between steps (that is what is being checked), so the ones a new tensor meets are found by
+/// binary search.
+struct Active<'s> {
+    list: &'s mut [u16],
+    len: usize,
+}
+
+impl Active<'_> {
+    fn live(&self) -> &[u16] {
+        self.list.get(..self.len).unwrap_or(&[])
+    }
+
+    /// The position of the first live tensor starting at or after `offset`.
+    fn position(&self, plan: &Plan<'_>, offset: usize) -> usize {
+        self.live().partition_point(|&t| {
+            plan.tensor_view(u32::from(t))
+                .is_some_and(|v| v.offset < offset)
+        })
+    }
+
+    fn insert(&mut self, plan: &Plan<'_>, t: u16, offset: usize) {
+        let at = self.position(plan, offset);
+        if let Some(tail) = self.list.get_mut(at..=self.len) {
+            tail.rotate_right(1);
+            if let Some(slot) = tail.first_mut() {
+                *slot = t;
+            }
+            self.len = self.len.saturating_add(1);
         }
     }
-    let order = s.order.get_mut(..n).unwrap_or(&mut []);
-    order.sort_unstable_by_key(|&t| plan.tensor_view(u32::from(t)).map_or(0, |v| v.offset));
-    let order = &*order;
-    let def = &*def;
-    let end = &*end;
-    for (ii, &ta) in order.iter().enumerate() {
-        let Some(va) = plan.tensor_view(u32::from(ta)) else {
-            continue;
+
+    fn remove(&mut self, plan: &Plan<'_>, t: u16, offset: usize) {
+        let at = self.position(plan, offset);
+        let found = match self.live().get(at) {
+            Some(&x) if x == t => Some(at),
+            _ => self.live().iter().position(|&x| x == t),
         };
-        if va.elems == 0 {
-            continue;
+        if let Some(tail) = found.and_then(|at| self.list.get_mut(at..self.len)) {
+            tail.rotate_left(1);
+            self.len = self.len.saturating_sub(1);
         }
-        let life = |t: u16| -> (u16, u16) {
-            let t = usize::from(t);
-            (
-                def.get(t).copied().unwrap_or(NOT_IN),
-                end.get(t).copied().unwrap_or(NOT_IN),
-            )
+    }
+
+    /// The live tensors whose ranges meet `[v.offset, v.end)` (`v` not empty).
+    fn meeting<'x>(
+        &'x self,
+        plan: &'x Plan<'_>,
+        v: &TensorView,
+    ) -> impl Iterator<Item = (u16, TensorView)> + 'x {
+        let at = self.position(plan, v.offset);
+        let (lo, hi) = (v.offset, v.end);
+        self.live()
+            .iter()
+            .skip(at.saturating_sub(1))
+            .filter_map(move |&t| plan.tensor_view(u32::from(t)).map(|w| (t, w)))
+            .skip_while(move |(_, w)| w.end <= lo)
+            .take_while(move |(_, w)| w.offset < hi)
+    }
+}
+
+/// No overlap between simultaneously live buffers, for one entry: a sweep over the entry's
+/// time. A tensor's live interval `[def, end]` meets another's, `def` first, exactly when
+/// the other is still live at the first's `def`; so each new tensor is checked against the
+/// tensors live at its definition, which (having passed) occupy disjoint ranges.
+fn check_overlap(
+    plan: &Plan<'_>,
+    entry: u32,
+    first: usize,
+    len: usize,
+    def: &[u16],
+    end: &[u16],
+    order: &mut [u16],
+) -> Result<(), PlanError> {
+    let end_of = |t: u16| end.get(usize::from(t)).copied().unwrap_or(0);
+    let overlap = |a: u16, b: u16| PlanError::Overlap {
+        entry,
+        tensor_a: u32::from(a.min(b)),
+        tensor_b: u32::from(a.max(b)),
+    };
+    let mut active = Active {
+        list: order,
+        len: 0,
+    };
+    // At −1 (coded 0): parameters and inputs, all live together.
+    let at_start = || {
+        def.iter().enumerate().filter_map(|(t, &d)| {
+            let t = u16::try_from(t).ok()?;
+            let v = plan.tensor_view(u32::from(t))?;
+            (d == 0 && v.elems > 0).then_some((t, v))
+        })
+    };
+    for (t, v) in at_start() {
+        if let Some((a, _)) = active.meeting(plan, &v).next() {
+            return Err(overlap(a, t));
+        }
+        active.insert(plan, t, v.offset);
+    }
+    for (t, v) in at_start() {
+        if end_of(t) == 0 {
+            active.remove(plan, t, v.offset);
+        }
+    }
+    // Then one definition per instruction.
+    for li in 0..len {
+        let c = code(li)?;
+        let Some(rec) = plan.instr_record(first.saturating_add(li)) else {
+            continue;
         };
-        let (da, la) = life(ta);
-        for &tb in order.iter().skip(ii.saturating_add(1)) {
-            let Some(vb) = plan.tensor_view(u32::from(tb)) else {
-                continue;
-            };
-            if vb.offset >= va.end {
-                break;
-            }
-            if vb.elems == 0 {
-                continue;
-            }
-            let (db, lb) = life(tb);
-            if da <= lb && db <= la {
-                let ok = in_place(plan, first, (ta, va, la), (tb, vb, db))
-                    || in_place(plan, first, (tb, vb, lb), (ta, va, da));
-                if !ok {
-                    return Err(PlanError::Overlap {
-                        entry,
-                        tensor_a: u32::from(ta.min(tb)),
-                        tensor_b: u32::from(ta.max(tb)),
-                    });
+        let op = Opcode::from_u8(rec.opcode);
+        let args = rec.args.get(..op.map_or(0, Opcode::arity)).unwrap_or(&[]);
+        let (Ok(b), Some(vb)) = (u16::try_from(rec.out), plan.tensor_view(rec.out)) else {
+            continue;
+        };
+        if vb.elems > 0 {
+            for (a, va) in active.meeting(plan, &vb) {
+                // The in-place exception: `a` dies here, is an argument of this elementwise
+                // instruction, and occupies exactly `b`'s range.
+                let in_place = end_of(a) == c
+                    && op.is_some_and(|op| op.class() == OpClass::Elementwise)
+                    && args.contains(&u32::from(a))
+                    && va.offset == vb.offset
+                    && va.end == vb.end;
+                if !in_place {
+                    return Err(overlap(a, b));
                 }
             }
         }
+        for &a in args {
+            let Ok(a) = u16::try_from(a) else { continue };
+            if end_of(a) == c {
+                if let Some(va) = plan.tensor_view(u32::from(a)).filter(|v| v.elems > 0) {
+                    active.remove(plan, a, va.offset);
+                }
+            }
+        }
+        if vb.elems > 0 && end_of(b) > c {
+            active.insert(plan, b, vb.offset);
+        }
     }
     Ok(())
-}
-
-/// The spec's in-place exception: `a` ends at instruction `i`, `b` is written by `i`, `a` is
-/// an argument of `i`, `i` is elementwise, and `a` and `b` occupy exactly the same range.
-/// `a_end` and `b_def` are coded (`i + 1`).
-fn in_place(
-    plan: &Plan<'_>,
-    first: usize,
-    (ta, va, a_end): (u16, TensorView, u16),
-    (_, vb, b_def): (u16, TensorView, u16),
-) -> bool {
-    if a_end == 0 || a_end != b_def || va.offset != vb.offset || va.elems != vb.elems {
-        return false;
-    }
-    let Some(k) = first
-        .checked_add(usize::from(a_end))
-        .and_then(|k| k.checked_sub(1))
-    else {
-        return false;
-    };
-    let Some(rec) = plan.instr_record(k) else {
-        return false;
-    };
-    let Some(op) = Opcode::from_u8(rec.opcode) else {
-        return false;
-    };
-    op.class() == OpClass::Elementwise
-        && rec
-            .args
-            .iter()
-            .take(op.arity())
-            .any(|&a| a == u32::from(ta))
 }
 
 /// Decode → validate: the whole gate.
