@@ -722,8 +722,13 @@ fn check_overlap(
                 }
             }
         }
-        for &a in args {
+        for (k, &a) in args.iter().enumerate() {
+            // `x * x` names its argument twice; it dies once.
+            let repeated = args.iter().take(k).any(|&p| p == a);
             let Ok(a) = u16::try_from(a) else { continue };
+            if repeated {
+                continue;
+            }
             if end_of(a) == c {
                 if let Some(va) = plan.tensor_view(u32::from(a)).filter(|v| v.elems > 0) {
                     active.remove(plan, a, va.offset);
