@@ -352,7 +352,7 @@ pub enum PlanError {
     },
     /// An instruction writes a parameter (its update is a separate tensor).
     WritesParameter {
-        /// The entry's index.
+        /// The entry's index; `0xFFFFFFFF` for an instruction that no entry runs.
         entry: u32,
         /// The instruction's index.
         instr: u32,

@@ -742,6 +742,36 @@ fn check_overlap(
     Ok(())
 }
 
+/// "No instruction writes" a parameter: the per-entry pass covers the instructions entries run;
+/// this covers the rest (reported with entry `0xFFFFFFFF`).
+fn check_no_parameter_writes<const N: usize>(
+    plan: &Plan<'_>,
+    s: &mut Scratch<N>,
+) -> Result<(), PlanError> {
+    let flags = s.flags.get_mut(..plan.layout.n_tensors).unwrap_or(&mut []);
+    flags.fill(0);
+    for b in 0..plan.layout.n_bindings {
+        if let Some((rec, BindingKind::Parameter)) = binding_at(plan, b) {
+            if let Some(f) = flags.get_mut(us(rec.tensor)) {
+                *f = PARAM;
+            }
+        }
+    }
+    for k in 0..plan.layout.n_instrs {
+        let Some(rec) = plan.instr_record(k) else {
+            continue;
+        };
+        if flags.get(us(rec.out)).is_some_and(|&f| f & PARAM != 0) {
+            return Err(PlanError::WritesParameter {
+                entry: ALL_ENTRIES,
+                instr: idx32(k),
+                tensor: rec.out,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Decode → validate: the whole gate.
 pub(crate) fn validate<'a, const N: usize>(
     bytes: &'a [u8],
@@ -765,5 +795,6 @@ pub(crate) fn validate<'a, const N: usize>(
     for e in 0..layout.n_entries {
         check_entry(&plan, e, scratch)?;
     }
+    check_no_parameter_writes(&plan, scratch)?;
     Ok(plan)
 }

@@ -561,6 +561,17 @@ fn definition_before_use() {
             tensor: W
         }
     );
+    // An instruction no entry runs still may not write a parameter.
+    let mut stray = mlp_builder();
+    stray.instr(Opcode::Neg, B, &[B], 0);
+    assert_eq!(
+        err(stray.build()),
+        PlanError::WritesParameter {
+            entry: ALL_ENTRIES,
+            instr: 7,
+            tensor: B
+        }
+    );
     // tanh(x) -> x: writes an input.
     assert_eq!(
         err(with_instr(b.clone(), 3, |i| {
