@@ -248,46 +248,153 @@ fn step(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), RunError> {
         *v = Some(t);
         *s = t.shape;
     }
-    let same =
-        |v: &Option<TensorView>| v.is_some_and(|v| v.offset == out.offset && v.end == out.end);
+    let same = |v: Option<&Option<TensorView>>| {
+        v.is_some_and(|v| v.is_some_and(|v| v.offset == out.offset && v.end == out.end))
+    };
+    let views = views.get(..arity).ok_or(bad)?;
+    let shapes = shapes.get(..arity).ok_or(bad)?;
 
-    if op.class() == OpClass::Elementwise {
-        if let (Some(f), [a0, _]) = (unary_fn(op), &views) {
-            if same(a0) {
-                unary_in_place(f, arena.get_mut(out.offset..out.end).ok_or(bad)?);
-                return Ok(());
-            }
+    if op.class() == OpClass::Elementwise && views.iter().any(|v| same(Some(v))) {
+        let (a0, a1) = (views.first(), views.get(1));
+        if let (Some(f), 1) = (unary_fn(op), arity) {
+            unary_in_place(f, arena.get_mut(out.offset..out.end).ok_or(bad)?);
+            return Ok(());
         }
-        if let (Some(f), [a0, a1]) = (binary_fn(op), &views) {
-            let which = match (same(a0), same(a1)) {
-                (true, true) => Some((InPlace::Both, a1)),
-                (true, false) => Some((InPlace::Lhs, a1)),
-                (false, true) => Some((InPlace::Rhs, a0)),
-                (false, false) => None,
+        if let (Some(f), 2) = (binary_fn(op), arity) {
+            let (which, other) = match (same(a0), same(a1)) {
+                (true, true) => (InPlace::Both, None),
+                (true, false) => (InPlace::Lhs, a1),
+                (_, _) => (InPlace::Rhs, a0),
             };
-            if let Some((which, other)) = which {
-                let (left, rest) = arena.split_at_mut_checked(out.offset).ok_or(bad)?;
-                let (buf, right) = rest.split_at_mut_checked(out.elems).ok_or(bad)?;
-                let other = match (which, other) {
-                    (InPlace::Both, _) => &[][..],
-                    (_, Some(v)) => pick(left, right, out.end, v).ok_or(bad)?,
-                    (_, None) => return Err(bad),
-                };
-                binary_in_place(f, buf, other, which);
-                return Ok(());
-            }
+            let (left, rest) = arena.split_at_mut_checked(out.offset).ok_or(bad)?;
+            let (buf, right) = rest.split_at_mut_checked(out.elems).ok_or(bad)?;
+            let other = match other {
+                None => &[][..],
+                Some(v) => pick(left, right, out.end, v.as_ref().ok_or(bad)?).ok_or(bad)?,
+            };
+            binary_in_place(f, buf, other, which);
+            return Ok(());
         }
+        // Any other elementwise opcode in place: through the reference kernel, a chunk at a
+        // time from copies (elementwise, so chunking cannot change a bit).
+        return elementwise_chunked(op, rec.attr, views, arena, &out, instr);
     }
 
     let (left, rest) = arena.split_at_mut_checked(out.offset).ok_or(bad)?;
     let (buf, right) = rest.split_at_mut_checked(out.elems).ok_or(bad)?;
-    let mut args: [&[f32]; MAX_ARITY] = [&[], &[]];
-    for (slot, v) in args.iter_mut().zip(&views).take(arity) {
+    let mut args: [&[f32]; MAX_ARITY] = [&[]; MAX_ARITY];
+    for (slot, v) in args.iter_mut().zip(views) {
         let v = v.as_ref().ok_or(bad)?;
         *slot = pick(left, right, out.end, v).ok_or(bad)?;
     }
     let attr = Attr::from_parts(op, rec.attr, out.shape);
     let args = args.get(..arity).ok_or(bad)?;
-    let shapes = shapes.get(..arity).ok_or(bad)?;
     eval(op, attr, args, shapes, buf).map_err(|error| RunError::Kernel { instr, error })
+}
+
+/// Elements per chunk of [`elementwise_chunked`] (its stack copies are `MAX_ARITY` of these).
+const CHUNK_ELEMS: usize = 64;
+
+/// An elementwise instruction whose output shares its range with arguments, for opcodes
+/// without a scalar function: each chunk of every argument is copied to the stack, then the
+/// reference kernel writes the output chunk. Elementwise kernels compute each element from
+/// the same-index argument elements only, so the bits are those of one whole-buffer call.
+fn elementwise_chunked(
+    op: Opcode,
+    attr_bits: u32,
+    views: &[Option<TensorView>],
+    arena: &mut [f32],
+    out: &TensorView,
+    instr: u32,
+) -> Result<(), RunError> {
+    let bad = RunError::Inconsistent { instr };
+    let mut copies = [[0.0f32; CHUNK_ELEMS]; MAX_ARITY];
+    let mut start = 0usize;
+    while start < out.elems {
+        let len = (out.elems.saturating_sub(start)).min(CHUNK_ELEMS);
+        let shape = Shape::new(&[len]).map_err(|e| RunError::Kernel {
+            instr,
+            error: e.into(),
+        })?;
+        for (copy, v) in copies.iter_mut().zip(views) {
+            let v = v.as_ref().ok_or(bad)?;
+            let from = v.offset.checked_add(start).ok_or(bad)?;
+            let src = arena
+                .get(from..from.checked_add(len).ok_or(bad)?)
+                .ok_or(bad)?;
+            copy.get_mut(..len).ok_or(bad)?.copy_from_slice(src);
+        }
+        let mut args: [&[f32]; MAX_ARITY] = [&[]; MAX_ARITY];
+        for (slot, copy) in args.iter_mut().zip(&copies) {
+            *slot = copy.get(..len).ok_or(bad)?;
+        }
+        let shapes = [shape; MAX_ARITY];
+        let arity = views.len();
+        let from = out.offset.checked_add(start).ok_or(bad)?;
+        let dst = arena
+            .get_mut(from..from.checked_add(len).ok_or(bad)?)
+            .ok_or(bad)?;
+        eval(
+            op,
+            Attr::from_parts(op, attr_bits, shape),
+            args.get(..arity).ok_or(bad)?,
+            shapes.get(..arity).ok_or(bad)?,
+            dst,
+        )
+        .map_err(|error| RunError::Kernel { instr, error })?;
+        start = start.saturating_add(len);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::arithmetic_side_effects
+)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use std::vec::Vec;
+    use tapeplan_core::format::TensorKind;
+
+    fn view(offset: usize, elems: usize) -> TensorView {
+        TensorView {
+            offset,
+            elems,
+            end: offset + elems,
+            shape: Shape::new(&[elems]).unwrap(),
+            kind: TensorKind::Scratch,
+        }
+    }
+
+    #[test]
+    fn chunked_in_place_matches_whole_buffer_kernels() {
+        let n = 150; // more than two chunks, not a multiple of one
+        let mut arena = [0.0f32; 304];
+        for (i, x) in arena.iter_mut().enumerate() {
+            *x = (i as f32 * 0.37).sin() * 3.0;
+        }
+        let (a, b) = (view(0, n), view(152, n));
+        for (op, views) in [
+            (Opcode::Div, &[Some(a), Some(b)][..]),
+            (Opcode::Sub, &[Some(b), Some(a)][..]),
+            (Opcode::Mul, &[Some(a), Some(a)][..]),
+            (Opcode::Tanh, &[Some(a)][..]),
+        ] {
+            let mut expect = [0.0f32; 150];
+            let args: [&[f32]; 2] = [&arena[0..n], &arena[152..152 + n]];
+            let args: Vec<&[f32]> = views
+                .iter()
+                .map(|v| args[usize::from(v.unwrap().offset != 0)])
+                .collect();
+            let shapes = [a.shape; 2];
+            eval(op, Attr::NONE, &args, &shapes[..views.len()], &mut expect).unwrap();
+            elementwise_chunked(op, 0, views, &mut arena, &a, 0).unwrap();
+            let got: Vec<u32> = arena[..n].iter().map(|x| x.to_bits()).collect();
+            let want: Vec<u32> = expect.iter().map(|x| x.to_bits()).collect();
+            assert_eq!(got, want, "{op}");
+        }
+    }
 }
