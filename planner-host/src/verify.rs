@@ -34,7 +34,7 @@
 //!
 //! | line | meaning |
 //! |---|---|
-//! | `tapeplan-transcript 1` | first line: the format and its version |
+//! | `tapeplan-transcript 1` | first line: the format and its version (anything before it, such as a UART's boot noise, is skipped) |
 //! | `config <key=value> …` | the run ([`RunConfig::to_line`]): exactly once, before `loss` |
 //! | `target <text>` | what ran it (free text, e.g. `thumbv7em-none-eabihf mps2-an386`) |
 //! | `plan <hex8> <arena_elems>` | the plan's id (its header's `plan_id`, the CRC-32 of its records) and arena size |
@@ -392,15 +392,12 @@ impl Transcript {
             .enumerate()
             .map(|(i, l)| (i + 1, l.strip_suffix('\r').unwrap_or(l)))
             .filter(|(_, l)| !l.trim().is_empty() && !l.starts_with('#'));
-        match lines.next() {
-            Some((_, l)) if l.trim() == TRANSCRIPT_MAGIC => {}
-            Some((line, l)) => {
-                return Err(VerifyError::Transcript {
-                    line,
-                    message: format!("expected {TRANSCRIPT_MAGIC:?}, found {l:?}"),
-                })
-            }
-            None => return Err(VerifyError::Incomplete("empty".into())),
+        // Whatever comes before the first line (a UART's boot noise, an emulator's warnings)
+        // is not part of the transcript.
+        if !lines.any(|(_, l)| l.trim() == TRANSCRIPT_MAGIC) {
+            return Err(VerifyError::Incomplete(format!(
+                "no {TRANSCRIPT_MAGIC:?} line: not a transcript"
+            )));
         }
         let mut config = None;
         let mut t = Transcript {
@@ -1032,7 +1029,11 @@ mod tests {
             Transcript::parse(&good.replace("end ok", "end error arena too small")).unwrap_err();
         assert!(matches!(e, VerifyError::DeviceError(ref m) if m == "arena too small"));
         let e = Transcript::parse(&good.replace("tapeplan-transcript 1", "hello")).unwrap_err();
-        assert!(matches!(e, VerifyError::Transcript { line: 1, .. }));
+        assert!(matches!(e, VerifyError::Incomplete(_)), "{e}");
+        // Noise before the first line is skipped; noise inside is an error.
+        assert!(Transcript::parse(&format!("Timer with period zero, disabling\n{good}")).is_ok());
+        let e = Transcript::parse(&good.replace("loss 2 ", "noise\nloss 2 ")).unwrap_err();
+        assert!(matches!(e, VerifyError::Transcript { line: 7, .. }), "{e}");
         // A different plan or data set is a mismatch, not a bit difference.
         let other_plan = good
             .lines()

@@ -1,0 +1,231 @@
+//! Generates everything the firmware embeds, at build time, from a run description
+//! (`models/*.run`): nothing opaque is checked in.
+//!
+//! - the board: from the target (`thumbv7em-none-eabihf` → QEMU `mps2-an386`,
+//!   `thumbv7m-none-eabi` → QEMU `lm3s6965evb`, `thumbv6m-none-eabi` → QEMU `microbit`) or the
+//!   `board-nrf52840dk` feature; it picks the linker's `memory.x` and the default run;
+//! - the plan: recorded and planned by `tapeplan-planner` (forward + recorded gradient + SGD
+//!   update), serialized to `$OUT_DIR/train.plan`, and its arena size as a constant;
+//! - the data: the run's training rows as raw `u8` pixel counts and labels;
+//! - the initial parameters: seeded Glorot-uniform, as little-endian `f32`s.
+//!
+//! `TAPEPLAN_RUN=path/to/file.run` overrides the board's run.
+
+use std::env;
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use tapeplan_planner::verify::{data_digest, RunConfig};
+
+/// A board the firmware links for.
+struct Board {
+    /// Its name, as the transcript's `target` line gives it.
+    name: &'static str,
+    /// The linker memory map, under `memory/`.
+    memory: &'static str,
+    /// The run it trains by default, under `models/`.
+    run: &'static str,
+    /// The core clock SysTick counts, in Hz.
+    core_hz: u32,
+    /// RAM, in bytes (for the build-time fit check; the linker has the last word).
+    ram_bytes: usize,
+}
+
+const MPS2_AN386: Board = Board {
+    name: "mps2-an386",
+    memory: "mps2-an386.x",
+    run: "demo.run",
+    core_hz: 25_000_000,
+    ram_bytes: 4 << 20,
+};
+const LM3S6965EVB: Board = Board {
+    name: "lm3s6965evb",
+    memory: "lm3s6965evb.x",
+    run: "demo.run",
+    core_hz: 12_000_000,
+    ram_bytes: 64 << 10,
+};
+const MICROBIT: Board = Board {
+    name: "microbit",
+    memory: "microbit.x",
+    run: "m0.run",
+    core_hz: 16_000_000,
+    ram_bytes: 16 << 10,
+};
+const NRF52840_DK: Board = Board {
+    name: "nrf52840-dk",
+    memory: "nrf52840-dk.x",
+    run: "demo.run",
+    core_hz: 64_000_000,
+    ram_bytes: 256 << 10,
+};
+
+/// RAM kept for the stack and the other statics when checking that the arena fits.
+const RAM_RESERVE_BYTES: usize = 4 << 10;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?);
+    let out = PathBuf::from(env::var("OUT_DIR")?);
+    let target = env::var("TARGET")?;
+    let board = if env::var_os("CARGO_FEATURE_BOARD_NRF52840DK").is_some() {
+        if target != "thumbv7em-none-eabihf" {
+            return Err(format!(
+                "board-nrf52840dk is a Cortex-M4F: build it with --target thumbv7em-none-eabihf, not {target}"
+            )
+            .into());
+        }
+        &NRF52840_DK
+    } else {
+        match target.as_str() {
+            "thumbv7em-none-eabihf" => &MPS2_AN386,
+            "thumbv7m-none-eabi" => &LM3S6965EVB,
+            "thumbv6m-none-eabi" => &MICROBIT,
+            other => {
+                return Err(format!(
+                    "tapeplan-firmware-demo builds for thumbv7em-none-eabihf, thumbv7m-none-eabi \
+                     or thumbv6m-none-eabi, not {other}"
+                )
+                .into())
+            }
+        }
+    };
+
+    // The memory map.
+    let memory = manifest.join("memory").join(board.memory);
+    fs::copy(&memory, out.join("memory.x"))?;
+    println!("cargo:rerun-if-changed={}", memory.display());
+    println!("cargo:rustc-link-search={}", out.display());
+    println!("cargo:rustc-link-arg-bins=--nmagic");
+    println!("cargo:rustc-link-arg-bins=-Tlink.x");
+    println!("cargo:rustc-link-arg-bins=-Tdefmt.x");
+
+    // The run.
+    println!("cargo:rerun-if-env-changed=TAPEPLAN_RUN");
+    let run_path = match env::var_os("TAPEPLAN_RUN") {
+        Some(p) => PathBuf::from(p),
+        None => manifest.join("models").join(board.run),
+    };
+    println!("cargo:rerun-if-changed={}", run_path.display());
+    let run_text = fs::read_to_string(&run_path)
+        .map_err(|e| format!("reading {}: {e}", run_path.display()))?;
+    let cfg = RunConfig::parse(&run_text).map_err(|e| format!("{}: {e}", run_path.display()))?;
+    if cfg.samples > usize::from(u16::MAX) {
+        return Err("the firmware indexes samples with u16: at most 65535".into());
+    }
+
+    // The plan.
+    let job = cfg.job()?;
+    let plan_bytes = job.plan.to_bytes();
+    let plan = tapeplan_runtime::Plan::parse(&plan_bytes)
+        .map_err(|e| format!("the planner's plan is rejected by the runtime: {e}"))?;
+    let arena_bytes = plan.arena_bytes();
+    if arena_bytes + RAM_RESERVE_BYTES > board.ram_bytes {
+        return Err(format!(
+            "{}: the arena of `{cfg}` is {arena_bytes} bytes; with {RAM_RESERVE_BYTES} bytes for \
+             the stack it does not fit the board's {} bytes of RAM (pick a smaller run)",
+            run_path.display(),
+            board.ram_bytes
+        )
+        .into());
+    }
+    write(&out.join("train.plan"), &plan_bytes)?;
+
+    // The data.
+    let train = cfg.training_set()?;
+    write(&out.join("pixels.bin"), &train.pixels)?;
+    write(&out.join("labels.bin"), &train.labels)?;
+
+    // The initial parameters, in the job's order.
+    let shapes = job.parameter_shapes();
+    let init = cfg.initial_parameters(&job);
+    let init_bytes: Vec<u8> = init
+        .iter()
+        .flatten()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    write(&out.join("init.bin"), &init_bytes)?;
+
+    let mut g = String::new();
+    writeln!(g, "// Generated by build.rs from {}.", run_path.display())?;
+    writeln!(
+        g,
+        "/// The run description, canonical form (the transcript's `config` line)."
+    )?;
+    writeln!(g, "pub const RUN: &str = {:?};", cfg.to_line())?;
+    writeln!(g, "/// The Rust target built for.")?;
+    writeln!(g, "pub const TARGET: &str = {target:?};")?;
+    writeln!(g, "/// The board linked for.")?;
+    writeln!(g, "pub const BOARD: &str = {:?};", board.name)?;
+    writeln!(g, "/// The core clock SysTick counts, in Hz.")?;
+    writeln!(g, "pub const CORE_HZ: u32 = {};", board.core_hz)?;
+    writeln!(
+        g,
+        "/// The plan's arena, in `f32` elements (the plan's own figure)."
+    )?;
+    writeln!(g, "pub const ARENA_ELEMS: usize = {};", plan.arena_elems())?;
+    writeln!(
+        g,
+        "/// The plan's tensor count (sizes the validator's scratch)."
+    )?;
+    writeln!(g, "pub const PLAN_TENSORS: usize = {};", plan.n_tensors())?;
+    writeln!(g, "/// The plan's id (the CRC-32 of its records).")?;
+    writeln!(g, "pub const PLAN_ID: u32 = {:#010x};", plan.plan_id())?;
+    writeln!(g, "/// Rows per step.")?;
+    writeln!(g, "pub const BATCH: usize = {};", cfg.batch)?;
+    writeln!(g, "/// Features per row.")?;
+    writeln!(g, "pub const D_IN: usize = {};", cfg.layers[0])?;
+    writeln!(g, "/// Training rows embedded.")?;
+    writeln!(g, "pub const SAMPLES: usize = {};", cfg.samples)?;
+    writeln!(g, "/// Passes over the rows.")?;
+    writeln!(g, "pub const EPOCHS: usize = {};", cfg.epochs)?;
+    writeln!(g, "/// Seed of the per-epoch shuffles.")?;
+    writeln!(g, "pub const SEED: u64 = {};", cfg.seed)?;
+    writeln!(
+        g,
+        "/// FNV-1a 64 of PIXELS then LABELS, as the host computes it."
+    )?;
+    writeln!(
+        g,
+        "pub const DATA_DIGEST: u64 = {:#018x};",
+        data_digest(&train.pixels, &train.labels)
+    )?;
+    writeln!(g, "/// The plan's bytes.")?;
+    writeln!(
+        g,
+        "pub static PLAN: &[u8] = include_bytes!(concat!(env!(\"OUT_DIR\"), \"/train.plan\"));"
+    )?;
+    writeln!(g, "/// Pixel counts `0..=16`, `[SAMPLES, D_IN]` row-major.")?;
+    writeln!(g, "pub static PIXELS: &[u8; SAMPLES * D_IN] = include_bytes!(concat!(env!(\"OUT_DIR\"), \"/pixels.bin\"));")?;
+    writeln!(g, "/// Labels `0..=9`, `[SAMPLES]`.")?;
+    writeln!(g, "pub static LABELS: &[u8; SAMPLES] = include_bytes!(concat!(env!(\"OUT_DIR\"), \"/labels.bin\"));")?;
+    writeln!(
+        g,
+        "/// Initial parameters, little-endian `f32`, in `INIT_PARAMS` order."
+    )?;
+    writeln!(
+        g,
+        "pub static INIT: &[u8; {}] = include_bytes!(concat!(env!(\"OUT_DIR\"), \"/init.bin\"));",
+        init_bytes.len()
+    )?;
+    writeln!(
+        g,
+        "/// Each parameter's name and element count, in `INIT` order."
+    )?;
+    write!(g, "pub const INIT_PARAMS: &[(&str, usize)] = &[")?;
+    for (name, shape) in &shapes {
+        write!(g, "({name:?}, {}), ", shape.elems())?;
+    }
+    writeln!(g, "];")?;
+    write(&out.join("generated.rs"), g.as_bytes())?;
+    println!("cargo:rerun-if-changed=build.rs");
+    Ok(())
+}
+
+/// Writes a file only when its bytes change (keeps incremental rebuilds quiet).
+fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    if fs::read(path).ok().as_deref() == Some(bytes) {
+        return Ok(());
+    }
+    fs::write(path, bytes)
+}

@@ -1,0 +1,282 @@
+//! The training run, independent of the board: decode and validate the embedded plan, bind it
+//! to the arena, load the initial parameters, train `EPOCHS` passes over the embedded rows in
+//! the run's shuffled order, and send the transcript `tapeplan verify` reads (its format is
+//! documented in `tapeplan_planner::verify` and README.md).
+
+use core::fmt::{self, Write as _};
+
+use embedded_hal::delay::DelayNs;
+use embedded_io::Write;
+use tapeplan_runtime::{Limits, Plan, PlanError, RunError, Scratch, Session};
+
+use crate::board::Clock;
+use crate::gen;
+use crate::rng::{epoch_seed, Fnv64, SplitMix64};
+
+/// Factor from a pixel count to a feature: `1/16`, exact (the host's `DIGITS_PIXEL_SCALE`).
+const PIXEL_SCALE: f32 = 0.0625;
+
+/// Parameter values per `param` line.
+const PARAMS_PER_LINE: usize = 8;
+
+/// Why a run stopped.
+#[derive(Debug)]
+pub enum Failure<E> {
+    /// The embedded plan was rejected.
+    Plan(PlanError),
+    /// Binding or running failed.
+    Run(RunError),
+    /// The plan lacks an entry or binding the trainer needs.
+    Missing(&'static str),
+    /// The initial parameters do not fit the plan's.
+    InitLength(&'static str),
+    /// The link failed.
+    Link(E),
+}
+
+impl<E> From<PlanError> for Failure<E> {
+    fn from(e: PlanError) -> Self {
+        Failure::Plan(e)
+    }
+}
+
+impl<E> From<RunError> for Failure<E> {
+    fn from(e: RunError) -> Self {
+        Failure::Run(e)
+    }
+}
+
+impl<E: fmt::Debug> fmt::Display for Failure<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Plan(e) => write!(f, "plan rejected: {e}"),
+            Failure::Run(e) => write!(f, "runtime: {e}"),
+            Failure::Missing(what) => write!(f, "the plan has no {what}"),
+            Failure::InitLength(name) => write!(f, "initial values of {name} do not fit"),
+            Failure::Link(e) => write!(f, "link: {e:?}"),
+        }
+    }
+}
+
+/// What a run measured.
+#[derive(Clone, Copy, Debug)]
+pub struct Summary {
+    /// Training steps run.
+    pub steps: usize,
+    /// Clock ticks spent in `train_step`, all steps.
+    pub step_ticks_total: u64,
+    /// The fastest step, in ticks.
+    pub step_ticks_min: u64,
+    /// The slowest step, in ticks.
+    pub step_ticks_max: u64,
+    /// The last epoch's mean loss.
+    pub last_mean_loss: f32,
+}
+
+/// One transcript line at a time, formatted into a buffer and written whole (one link write
+/// per line). A line longer than the buffer is cut.
+pub struct Transcript<'w, W: Write> {
+    link: &'w mut W,
+    buf: [u8; 192],
+    len: usize,
+}
+
+impl<W: Write> fmt::Write for Transcript<'_, W> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let room = self.buf.len() - 1 - self.len; // keep one byte for the newline
+        let n = s.len().min(room);
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        if n < s.len() {
+            Err(fmt::Error)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl<'w, W: Write> Transcript<'w, W> {
+    /// A transcript over `link`.
+    pub fn new(link: &'w mut W) -> Self {
+        Transcript {
+            link,
+            buf: [0; 192],
+            len: 0,
+        }
+    }
+
+    /// Writes one line (`args` and a newline).
+    ///
+    /// # Errors
+    /// The link's.
+    pub fn line(&mut self, args: fmt::Arguments<'_>) -> Result<(), W::Error> {
+        self.len = 0;
+        let _cut = self.write_fmt(args); // an over-long line is cut, not lost
+        self.buf[self.len] = b'\n';
+        self.link.write_all(&self.buf[..=self.len])
+    }
+}
+
+/// Trains the embedded run over `arena` and writes its transcript, up to the `digest` and
+/// `info` lines; the caller ends it (`end ok` / `end error …`) once it has added its own.
+///
+/// `pause_ms` is waited with `delay` after each epoch (a duty cycle on a real device; 0 under
+/// QEMU).
+///
+/// # Errors
+/// [`Failure`] for a rejected plan, a runtime error or a link error.
+pub fn train<W: Write, C: Clock, D: DelayNs>(
+    out: &mut Transcript<'_, W>,
+    clock: &C,
+    delay: &mut D,
+    arena: &mut [f32],
+    pause_ms: u32,
+) -> Result<Summary, Failure<W::Error>> {
+    let link = Failure::Link;
+    out.line(format_args!("tapeplan-transcript 1"))
+        .map_err(link)?;
+    out.line(format_args!("config {}", gen::RUN))
+        .map_err(link)?;
+    out.line(format_args!("target {} {}", gen::TARGET, gen::BOARD))
+        .map_err(link)?;
+
+    // Decode and validate, with the validator's scratch sized by the plan (on the stack: 7
+    // bytes per tensor).
+    let mut scratch = Scratch::<{ gen::PLAN_TENSORS }>::new();
+    let plan = Plan::parse_with_scratch(gen::PLAN, &Limits::DEFAULT, &mut scratch)?;
+    out.line(format_args!(
+        "plan {:08x} {}",
+        plan.plan_id(),
+        plan.arena_elems()
+    ))
+    .map_err(link)?;
+    let mut data = Fnv64::new();
+    data.bytes(gen::PIXELS);
+    data.bytes(gen::LABELS);
+    out.line(format_args!("data {:016x} {}", data.finish(), gen::SAMPLES))
+        .map_err(link)?;
+    defmt::info!(
+        "plan {=u32:#010x}: arena {=usize} B, {=usize} instructions; {=usize} rows, data digest {=u64:#018x} (host {=u64:#018x})",
+        plan.plan_id(),
+        plan.arena_bytes(),
+        plan.n_instrs(),
+        gen::SAMPLES,
+        data.finish(),
+        gen::DATA_DIGEST
+    );
+
+    let mut s = Session::bind(&plan, arena)?;
+    let mut at = 0;
+    for &(name, elems) in gen::INIT_PARAMS {
+        let dst = s.parameter_mut(name)?;
+        let src = gen::INIT
+            .get(at * 4..(at + elems) * 4)
+            .ok_or(Failure::InitLength(name))?;
+        if dst.len() != elems {
+            return Err(Failure::InitLength(name));
+        }
+        for (d, b) in dst.iter_mut().zip(src.chunks_exact(4)) {
+            *d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
+        at += elems;
+    }
+    let train = plan
+        .entry("train_step")
+        .ok_or(Failure::Missing("train_step entry"))?;
+
+    let steps_per_epoch = gen::SAMPLES / gen::BATCH;
+    let mut order = [0u16; gen::SAMPLES];
+    let mut summary = Summary {
+        steps: 0,
+        step_ticks_total: 0,
+        step_ticks_min: u64::MAX,
+        step_ticks_max: 0,
+        last_mean_loss: f32::NAN,
+    };
+    for epoch in 0..gen::EPOCHS {
+        for (i, o) in order.iter_mut().enumerate() {
+            *o = i as u16; // SAMPLES ≤ 65535, checked by build.rs
+        }
+        SplitMix64::new(epoch_seed(gen::SEED, epoch)).shuffle(&mut order);
+        let mut sum = 0.0f32;
+        for rows in order.chunks_exact(gen::BATCH) {
+            let x = s.input_mut(train, "x")?;
+            for (dst, &row) in x.chunks_exact_mut(gen::D_IN).zip(rows) {
+                let start = usize::from(row) * gen::D_IN;
+                let src = &gen::PIXELS[start..start + gen::D_IN];
+                for (d, &p) in dst.iter_mut().zip(src) {
+                    *d = f32::from(p) * PIXEL_SCALE;
+                }
+            }
+            let labels = s.input_mut(train, "labels")?;
+            for (d, &row) in labels.iter_mut().zip(rows) {
+                *d = f32::from(gen::LABELS[usize::from(row)]);
+            }
+            let t0 = clock.now_ticks();
+            s.run(train)?;
+            let ticks = clock.now_ticks().wrapping_sub(t0);
+            let loss = s
+                .output(train, "loss")?
+                .first()
+                .copied()
+                .ok_or(Failure::Missing("loss output"))?;
+            sum += loss;
+            summary.steps += 1;
+            summary.step_ticks_total += ticks;
+            summary.step_ticks_min = summary.step_ticks_min.min(ticks);
+            summary.step_ticks_max = summary.step_ticks_max.max(ticks);
+            out.line(format_args!(
+                "loss {} {:08x}",
+                summary.steps,
+                loss.to_bits()
+            ))
+            .map_err(link)?;
+        }
+        let mean = sum / steps_per_epoch as f32;
+        summary.last_mean_loss = mean;
+        defmt::info!(
+            "epoch {=usize}/{=usize}: mean loss {=f32} ({=u32:#010x})",
+            epoch + 1,
+            gen::EPOCHS,
+            mean,
+            mean.to_bits()
+        );
+        out.line(format_args!("epoch {} {:08x}", epoch + 1, mean.to_bits()))
+            .map_err(link)?;
+        delay.delay_ms(pause_ms);
+    }
+
+    // The final parameters, in the plan's order, and their digest.
+    let mut digest = Fnv64::new();
+    for b in plan.parameters() {
+        let values = s.parameter(b.name)?;
+        for (k, chunk) in values.chunks(PARAMS_PER_LINE).enumerate() {
+            out.len = 0;
+            let _ = write!(out, "param {} {}", b.name, k * PARAMS_PER_LINE);
+            for v in chunk {
+                let _ = write!(out, " {:08x}", v.to_bits());
+            }
+            out.buf[out.len] = b'\n';
+            out.link.write_all(&out.buf[..=out.len]).map_err(link)?;
+            digest.f32s(chunk);
+        }
+    }
+    out.line(format_args!("digest {:016x}", digest.finish()))
+        .map_err(link)?;
+    defmt::info!(
+        "trained {=usize} steps; parameter digest {=u64:#018x}",
+        summary.steps,
+        digest.finish()
+    );
+    let steps = summary.steps.max(1) as u64;
+    out.line(format_args!(
+        "info steps {} step_ticks mean {} min {} max {} at {} Hz",
+        summary.steps,
+        summary.step_ticks_total / steps,
+        summary.step_ticks_min,
+        summary.step_ticks_max,
+        clock.ticks_per_second()
+    ))
+    .map_err(link)?;
+    Ok(summary)
+}
