@@ -141,6 +141,7 @@ where
                 out,
                 cotangent: &g,
                 wants,
+                attr_bits: node.attr.bits,
             },
         )?;
         for (k, c) in contributions.into_iter().enumerate() {

@@ -12,13 +12,13 @@ use crate::shape::MAX_RANK;
 /// The first four bytes of every plan.
 pub const MAGIC: [u8; 4] = *b"TPLN";
 /// The format version this crate writes and reads. A change to the bytes bumps it.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// The header's size in bytes.
 pub const HEADER_BYTES: usize = 48;
 /// One tensor record's size in bytes.
 pub const TENSOR_RECORD_BYTES: usize = 24;
 /// One instruction record's size in bytes.
-pub const INSTR_RECORD_BYTES: usize = 20;
+pub const INSTR_RECORD_BYTES: usize = 24;
 /// One entry record's size in bytes.
 pub const ENTRY_RECORD_BYTES: usize = 32;
 /// One binding record's size in bytes.
@@ -218,9 +218,9 @@ pub struct InstrRecord {
     pub reserved: u16,
     /// Bytes 4..8: the output tensor's index.
     pub out: u32,
-    /// Bytes 8..16: argument tensor indices; unused slots hold [`NO_ARG`].
-    pub args: [u32; 2],
-    /// Bytes 16..20: the attribute word (the fill value's `f32` bits; 0 otherwise).
+    /// Bytes 8..20: argument tensor indices; unused slots hold [`NO_ARG`].
+    pub args: [u32; 3],
+    /// Bytes 20..24: the attribute word (see `ops::Attr::bits`; 0 for opcodes that use none).
     pub attr: u32,
 }
 
@@ -232,8 +232,8 @@ impl InstrRecord {
             n_args: b.get(1).copied().unwrap_or(0),
             reserved: u16_at(b, 2),
             out: u32_at(b, 4),
-            args: [u32_at(b, 8), u32_at(b, 12)],
-            attr: u32_at(b, 16),
+            args: [u32_at(b, 8), u32_at(b, 12), u32_at(b, 16)],
+            attr: u32_at(b, 20),
         }
     }
 
@@ -244,7 +244,8 @@ impl InstrRecord {
         put(b, 4, &self.out.to_le_bytes());
         put(b, 8, &self.args[0].to_le_bytes());
         put(b, 12, &self.args[1].to_le_bytes());
-        put(b, 16, &self.attr.to_le_bytes());
+        put(b, 16, &self.args[2].to_le_bytes());
+        put(b, 20, &self.attr.to_le_bytes());
     }
 }
 
@@ -404,7 +405,7 @@ mod tests {
             n_args: 2,
             reserved: 0,
             out: 9,
-            args: [1, 2],
+            args: [1, 2, NO_ARG],
             attr: 1.5f32.to_bits(),
         };
         let mut b = [0u8; INSTR_RECORD_BYTES];

@@ -5,7 +5,7 @@
 use core::fmt;
 
 /// The largest number of arguments any opcode takes.
-pub const MAX_ARITY: usize = 2;
+pub const MAX_ARITY: usize = 3;
 
 /// How an opcode relates its output to its arguments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -13,8 +13,9 @@ pub enum OpClass {
     /// No arguments; the value comes from outside the computation (input, parameter) or from the
     /// attribute (fill).
     Leaf,
-    /// Same shape in and out, each output element a function of the same-index input elements
-    /// only. Such an op may run in place over an argument that dies at it.
+    /// One or two arguments of one shape, the output of that shape, each output element a
+    /// function of the same-index argument elements only. Such an op may run in place over an
+    /// argument that dies at it.
     Elementwise,
     /// Anything else (matrix product, layout changes, reductions).
     Structural,
@@ -94,6 +95,17 @@ opcodes! {
     0x19 Log        "log"        1 Elementwise "`libm::logf(x)`.";
     0x1A Detach     "detach"     1 Elementwise "`x`, with a reverse rule that contributes nothing.";
     0x1B Equal      "equal"      2 Elementwise "`1` where `a == b`, else `0` (a mask; NaN is never equal).";
+    0x1C Sqrt       "sqrt"       1 Elementwise "`libm::sqrtf(x)` (correctly rounded).";
+    0x1D Sigmoid    "sigmoid"    1 Elementwise "`1 / (1 + libm::expf(-x))`.";
+    0x1E Softplus   "softplus"   1 Elementwise "`log(1 + e^x)`, `x` above 20 (PyTorch's threshold).";
+    0x1F Abs        "abs"        1 Elementwise "`|x|`.";
+    0x30 Sign       "sign"       1 Elementwise "`1`, `-1` or `0` by the sign of `x`; NaN stays NaN.";
+    0x31 Pow        "pow"        1 Elementwise "`libm::powf(x, p)`, `p` the attribute's `f32` bits.";
+    0x32 Maximum    "maximum"    2 Elementwise "The larger of `a` and `b` (ties: `a`; NaN wins).";
+    0x33 Minimum    "minimum"    2 Elementwise "The smaller of `a` and `b` (ties: `a`; NaN wins).";
+    0x34 Greater    "greater"    2 Elementwise "`1` where `a > b`, else `0`.";
+    0x35 GreaterEqual "greater_equal" 2 Elementwise "`1` where `a >= b`, else `0`.";
+    0x36 Select     "select"     3 Structural  "`a` where `cond != 0`, else `b` (elementwise, never in place).";
     0x20 MatMul     "matmul"     2 Structural  "Matrix product `[m, k] x [k, n] -> [m, n]`.";
     0x21 Transpose  "transpose"  1 Structural  "Matrix transpose `[m, n] -> [n, m]`.";
     0x22 Reshape    "reshape"    1 Structural  "Same elements, same order, another shape.";
@@ -101,6 +113,9 @@ opcodes! {
     0x24 SumTo      "sum_to"     1 Structural  "Sum down to a shape that broadcasts back (broadcast's adjoint).";
     0x25 MaxTo      "max_to"     1 Structural  "Maximum down to a shape that broadcasts back.";
     0x26 OneHot     "one_hot"    1 Structural  "Labels `[batch]` (integers stored as `f32`) to `[batch, classes]`.";
+    0x27 Slice      "slice"      1 Structural  "A window along one axis (attribute: `axis << 28 | start`).";
+    0x28 Pad        "pad"        1 Structural  "Zero padding around `x` along one axis (slice's adjoint).";
+    0x29 Concat     "concat"     2 Structural  "`a` then `b` along one axis (attribute: the axis).";
 }
 
 impl fmt::Display for Opcode {

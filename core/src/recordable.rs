@@ -177,6 +177,177 @@ pub trait Recordable {
         let shape = Shape::new(&[batch, classes]).map_err(OpError::Shape)?;
         self.apply(Opcode::OneHot, Attr::target(shape), &[labels])
     }
+    /// `√x`.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn sqrt(&mut self, x: &Self::Value) -> Result<Self::Value, Self::Error> {
+        self.apply(Opcode::Sqrt, Attr::NONE, &[x])
+    }
+    /// The logistic sigmoid.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn sigmoid(&mut self, x: &Self::Value) -> Result<Self::Value, Self::Error> {
+        self.apply(Opcode::Sigmoid, Attr::NONE, &[x])
+    }
+    /// `log(1 + e^x)`.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn softplus(&mut self, x: &Self::Value) -> Result<Self::Value, Self::Error> {
+        self.apply(Opcode::Softplus, Attr::NONE, &[x])
+    }
+    /// `|x|`.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn abs(&mut self, x: &Self::Value) -> Result<Self::Value, Self::Error> {
+        self.apply(Opcode::Abs, Attr::NONE, &[x])
+    }
+    /// The sign of `x`: 1, -1 or 0.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn sign(&mut self, x: &Self::Value) -> Result<Self::Value, Self::Error> {
+        self.apply(Opcode::Sign, Attr::NONE, &[x])
+    }
+    /// `x^p` for a constant `p`.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn pow_const(&mut self, x: &Self::Value, p: f32) -> Result<Self::Value, Self::Error> {
+        let attr = Attr {
+            bits: p.to_bits(),
+            target: None,
+        };
+        self.apply(Opcode::Pow, attr, &[x])
+    }
+    /// The elementwise maximum (ties: `a`).
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn maximum(&mut self, a: &Self::Value, b: &Self::Value) -> Result<Self::Value, Self::Error> {
+        self.apply(Opcode::Maximum, Attr::NONE, &[a, b])
+    }
+    /// The elementwise minimum (ties: `a`).
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn minimum(&mut self, a: &Self::Value, b: &Self::Value) -> Result<Self::Value, Self::Error> {
+        self.apply(Opcode::Minimum, Attr::NONE, &[a, b])
+    }
+    /// The mask `a > b`.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn greater(&mut self, a: &Self::Value, b: &Self::Value) -> Result<Self::Value, Self::Error> {
+        self.apply(Opcode::Greater, Attr::NONE, &[a, b])
+    }
+    /// The mask `a >= b`.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn greater_equal(
+        &mut self,
+        a: &Self::Value,
+        b: &Self::Value,
+    ) -> Result<Self::Value, Self::Error> {
+        self.apply(Opcode::GreaterEqual, Attr::NONE, &[a, b])
+    }
+    /// The mask `a < b`, spoken as `greater(b, a)`.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn less(&mut self, a: &Self::Value, b: &Self::Value) -> Result<Self::Value, Self::Error> {
+        self.greater(b, a)
+    }
+    /// The mask `a <= b`, spoken as `greater_equal(b, a)`.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn less_equal(&mut self, a: &Self::Value, b: &Self::Value) -> Result<Self::Value, Self::Error> {
+        self.greater_equal(b, a)
+    }
+    /// `where(cond, a, b)`: `a` where `cond != 0`, else `b`.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn select(
+        &mut self,
+        cond: &Self::Value,
+        a: &Self::Value,
+        b: &Self::Value,
+    ) -> Result<Self::Value, Self::Error> {
+        self.apply(Opcode::Select, Attr::NONE, &[cond, a, b])
+    }
+    /// The window `[start, start + len)` of `x` along `axis`.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn slice(
+        &mut self,
+        x: &Self::Value,
+        axis: usize,
+        start: usize,
+        len: usize,
+    ) -> Result<Self::Value, Self::Error> {
+        let s = self.shape_of(x);
+        let mut d = s.dims();
+        if axis < s.rank() {
+            d[axis] = len;
+        }
+        let target = Shape::new(&d[..s.rank()]).map_err(OpError::Shape)?;
+        let attr = Attr {
+            bits: crate::ops::slice::pack(axis, start),
+            target: Some(target),
+        };
+        self.apply(Opcode::Slice, attr, &[x])
+    }
+    /// `x` placed at `start` along `axis` in zeros of shape `target`.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn pad(
+        &mut self,
+        x: &Self::Value,
+        axis: usize,
+        start: usize,
+        target: Shape,
+    ) -> Result<Self::Value, Self::Error> {
+        let attr = Attr {
+            bits: crate::ops::slice::pack(axis, start),
+            target: Some(target),
+        };
+        self.apply(Opcode::Pad, attr, &[x])
+    }
+    /// `a` then `b` along `axis`.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn concat(
+        &mut self,
+        a: &Self::Value,
+        b: &Self::Value,
+        axis: usize,
+    ) -> Result<Self::Value, Self::Error> {
+        let attr = Attr {
+            bits: axis as u32,
+            target: None,
+        };
+        self.apply(Opcode::Concat, attr, &[a, b])
+    }
+    /// The mean of `x` down to `shape` (a composition: `sum_to`, then a division by the number of
+    /// elements summed into each output, as PyTorch's `mean` divides).
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn mean_to(&mut self, x: &Self::Value, shape: Shape) -> Result<Self::Value, Self::Error> {
+        let n = self.shape_of(x).elems() / shape.elems().max(1);
+        let s = self.sum_to(x, shape)?;
+        let k = self.fill(n as f32, shape)?;
+        self.div(&s, &k)
+    }
     /// The sum of every element, a scalar.
     ///
     /// # Errors

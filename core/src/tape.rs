@@ -419,6 +419,16 @@ pub fn describe(tape: &Tape, marks: &[(usize, &str)]) -> String {
             Opcode::Fill => {
                 let _ = write!(args, "value={}", f32::from_bits(n.attr.bits));
             }
+            Opcode::Pow => {
+                let _ = write!(args, "  p={}", f32::from_bits(n.attr.bits));
+            }
+            Opcode::Slice | Opcode::Pad => {
+                let (axis, start) = ops::slice::unpack(n.attr.bits);
+                let _ = write!(args, "  axis={axis} start={start}");
+            }
+            Opcode::Concat => {
+                let _ = write!(args, "  axis={}", n.attr.bits);
+            }
             Opcode::Broadcast | Opcode::SumTo | Opcode::MaxTo | Opcode::Reshape => {
                 let _ = write!(args, "  shape={}", n.shape);
             }

@@ -146,10 +146,11 @@ impl PlanInfo {
                     .collect();
                 let t = self.tensors.get(i.out as usize);
                 let shape = t.map(shape_of).unwrap_or(Shape::SCALAR);
-                let attr = if i.opcode == Opcode::Fill.to_u8() {
-                    format!("value={}", f32::from_bits(i.attr))
-                } else {
-                    String::new()
+                let attr = match Opcode::from_u8(i.opcode) {
+                    Some(Opcode::Fill) => format!("value={}", f32::from_bits(i.attr)),
+                    Some(Opcode::Pow) => format!("p={}", f32::from_bits(i.attr)),
+                    Some(op) if tapeplan_core::ops::uses_attr(op) => format!("attr={:#x}", i.attr),
+                    _ => String::new(),
                 };
                 let _ = writeln!(
                     out,

@@ -87,7 +87,7 @@ pub struct Instr {
     /// The output tensor.
     pub out: u32,
     /// The argument tensors, `op.arity()` of them.
-    pub args: [u32; 2],
+    pub args: [u32; 3],
     /// The attribute word.
     pub attr: u32,
     /// The tape node this instruction computes.
@@ -498,7 +498,7 @@ fn plan_entry(
     let mut instrs = Vec::with_capacity(order.len());
     for &n in &order {
         let node = &nodes[n];
-        let mut args = [tapeplan_core::format::NO_ARG; 2];
+        let mut args = [tapeplan_core::format::NO_ARG; 3];
         for (k, &a) in node.arg_indices().iter().enumerate() {
             args[k] = tensor_of[&(a as usize)];
         }
@@ -506,7 +506,7 @@ fn plan_entry(
             op: node.op,
             out: tensor_of[&n],
             args,
-            attr: if node.op == Opcode::Fill {
+            attr: if tapeplan_core::ops::uses_attr(node.op) {
                 node.attr.bits
             } else {
                 0

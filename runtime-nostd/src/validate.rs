@@ -11,7 +11,8 @@
 
 use tapeplan_core::format::{
     plan_crc, BindingKind, BindingRecord, Header, TensorKind, ALIGN_ELEMS, ALL_ENTRIES,
-    HEADER_BYTES, MAGIC, NO_ARG, VERSION,
+    BINDING_RECORD_BYTES, ENTRY_RECORD_BYTES, HEADER_BYTES, INSTR_RECORD_BYTES, MAGIC, NO_ARG,
+    TENSOR_RECORD_BYTES, VERSION,
 };
 use tapeplan_core::ops::{infer, Attr};
 use tapeplan_core::{OpClass, Opcode, Shape, MAX_ARITY};
@@ -177,13 +178,15 @@ fn check_header(bytes: &[u8], limits: &Limits, cap_tensors: usize) -> Result<Hea
 }
 
 fn expected_bytes(h: &Header) -> Option<u64> {
+    // The record sizes come from the format module the writer uses too, so they cannot drift.
+    let size = |n: usize| u64::try_from(n).ok();
     let parts = [
-        (h.n_tensors, 24u64),
-        (h.n_instrs, 20),
-        (h.n_entries, 32),
-        (h.n_bindings, 36),
+        (h.n_tensors, size(TENSOR_RECORD_BYTES)?),
+        (h.n_instrs, size(INSTR_RECORD_BYTES)?),
+        (h.n_entries, size(ENTRY_RECORD_BYTES)?),
+        (h.n_bindings, size(BINDING_RECORD_BYTES)?),
     ];
-    let mut total = 48u64;
+    let mut total = size(HEADER_BYTES)?;
     for (n, size) in parts {
         total = total.checked_add(u64::from(n).checked_mul(size)?)?;
     }
@@ -273,7 +276,7 @@ fn check_instrs(plan: &Plan<'_>) -> Result<(), PlanError> {
                 });
             }
         }
-        if rec.attr != 0 && op != Opcode::Fill {
+        if rec.attr != 0 && !tapeplan_core::ops::uses_attr(op) {
             return Err(PlanError::NonzeroAttr {
                 instr,
                 op,

@@ -5,7 +5,7 @@ mod common;
 
 use common::mlp::*;
 use common::*;
-use tapeplan_core::format::{BindingKind, TensorKind, ALL_ENTRIES};
+use tapeplan_core::format::{BindingKind, TensorKind, ALL_ENTRIES, VERSION};
 use tapeplan_core::{OpError, Opcode, Shape};
 use tapeplan_runtime::{Limits, Operand, Plan, PlanError, Scratch, Section};
 
@@ -62,17 +62,17 @@ fn header_rules() {
         PlanError::BadMagic { found: *b"TPLX" }
     );
     assert_eq!(
-        err(with_header(b.clone(), |h| h.version = 2)),
+        err(with_header(b.clone(), |h| h.version = VERSION + 1)),
         PlanError::FutureVersion {
-            found: 2,
-            supported: 1
+            found: VERSION + 1,
+            supported: VERSION
         }
     );
     assert_eq!(
         err(with_header(b.clone(), |h| h.version = u16::MAX)),
         PlanError::FutureVersion {
             found: u16::MAX,
-            supported: 1
+            supported: VERSION
         }
     );
     assert_eq!(
@@ -717,7 +717,7 @@ fn in_place_exception_is_exact() {
         n_args: 1,
         reserved: 0,
         out: c,
-        args: [a, u32::MAX],
+        args: [a, u32::MAX, u32::MAX],
         attr: 0,
     };
     assert_eq!(

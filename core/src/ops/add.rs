@@ -15,7 +15,11 @@ pub(crate) fn vjp<R: Recordable>(
     v: &VjpArgs<'_, R::Value>,
 ) -> Result<Contributions<R::Value>, R::Error> {
     let g = v.cotangent;
-    Ok([v.wants[0].then(|| g.clone()), v.wants[1].then(|| g.clone())])
+    Ok([
+        v.wants[0].then(|| g.clone()),
+        v.wants[1].then(|| g.clone()),
+        None,
+    ])
 }
 
 #[cfg(test)]

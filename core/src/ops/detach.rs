@@ -13,5 +13,5 @@ pub(crate) fn vjp<R: Recordable>(
     _r: &mut R,
     _v: &VjpArgs<'_, R::Value>,
 ) -> Result<Contributions<R::Value>, R::Error> {
-    Ok([None, None])
+    Ok([None, None, None])
 }

@@ -21,7 +21,7 @@ pub(crate) fn vjp<R: Recordable>(
         let t = r.mul(&g_over_b, v.out)?;
         r.neg(&t)
     })?;
-    Ok([v.wants[0].then_some(g_over_b), db])
+    Ok([v.wants[0].then_some(g_over_b), db, None])
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ pub(crate) fn vjp<R: Recordable>(
     _r: &mut R,
     _v: &VjpArgs<'_, R::Value>,
 ) -> Result<Contributions<R::Value>, R::Error> {
-    Ok([None, None])
+    Ok([None, None, None])
 }
 
 #[cfg(test)]

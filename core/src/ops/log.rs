@@ -14,7 +14,11 @@ pub(crate) fn vjp<R: Recordable>(
     r: &mut R,
     v: &VjpArgs<'_, R::Value>,
 ) -> Result<Contributions<R::Value>, R::Error> {
-    Ok([want(v.wants[0], || r.div(v.cotangent, v.args[0]))?, None])
+    Ok([
+        want(v.wants[0], || r.div(v.cotangent, v.args[0]))?,
+        None,
+        None,
+    ])
 }
 
 #[cfg(test)]

@@ -68,7 +68,7 @@ pub(crate) fn vjp<R: Recordable>(
         let at = r.transpose(a)?;
         r.matmul(&at, g)
     })?;
-    Ok([da, db])
+    Ok([da, db, None])
 }
 
 #[cfg(test)]

@@ -41,7 +41,7 @@ pub(crate) fn vjp<R: Recordable>(
         let g = r.broadcast(v.cotangent, s)?;
         r.mul(&g, &mask)
     })?;
-    Ok([d, None])
+    Ok([d, None, None])
 }
 
 #[cfg(test)]

@@ -11,24 +11,38 @@ use crate::recordable::Recordable;
 use crate::shape::ShapeError;
 use crate::{OpClass, Opcode, Shape, MAX_ARITY};
 
+pub mod abs;
 pub mod add;
 pub mod broadcast;
+pub mod concat;
 pub mod detach;
 pub mod div;
 pub mod elementwise;
 pub mod equal;
 pub mod exp;
 pub mod fill;
+pub mod greater;
+pub mod greater_equal;
 pub mod heaviside;
 pub mod leaf;
 pub mod log;
 pub mod matmul;
 pub mod max_to;
+pub mod maximum;
+pub mod minimum;
 pub mod mul;
 pub mod neg;
 pub mod one_hot;
+pub mod pad;
+pub mod pow;
 pub mod relu;
 pub mod reshape;
+pub mod select;
+pub mod sigmoid;
+pub mod sign;
+pub mod slice;
+pub mod softplus;
+pub mod sqrt;
 pub mod sub;
 pub mod sum_to;
 pub mod tanh;
@@ -38,10 +52,11 @@ pub mod transpose;
 /// that need one, the target shape (which is also the output shape).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Attr {
-    /// The raw attribute word; for `fill`, the `f32` bit pattern of the value.
+    /// The raw attribute word: for `fill` and `pow`, an `f32` bit pattern; for `slice` and `pad`,
+    /// `axis << 28 | start`; for `concat`, the axis; 0 for every other opcode.
     pub bits: u32,
     /// The target shape for leaves, `fill`, `reshape`, `broadcast`, `sum_to`, `max_to`,
-    /// `one_hot`; `None` for the rest.
+    /// `one_hot`, `slice`, `pad`; `None` for the rest.
     pub target: Option<Shape>,
 }
 
@@ -89,6 +104,17 @@ pub fn needs_target(op: Opcode) -> bool {
             | Opcode::SumTo
             | Opcode::MaxTo
             | Opcode::OneHot
+            | Opcode::Slice
+            | Opcode::Pad
+    )
+}
+
+/// True for the opcodes whose attribute word carries meaning (see [`Attr::bits`]); every other
+/// opcode's attribute is 0.
+pub fn uses_attr(op: Opcode) -> bool {
+    matches!(
+        op,
+        Opcode::Fill | Opcode::Pow | Opcode::Slice | Opcode::Pad | Opcode::Concat
     )
 }
 
@@ -233,22 +259,55 @@ pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
             Opcode::SumTo => sum_to::infer(op, args[0], target_of(op, attr)?),
             Opcode::MaxTo => sum_to::infer(op, args[0], target_of(op, attr)?),
             Opcode::OneHot => one_hot::infer(args[0], target_of(op, attr)?),
+            Opcode::Select => same_shapes(op, args),
+            Opcode::Slice => {
+                let t = target_of(op, attr)?;
+                slice::check_window(op, args[0], t, attr.bits)?;
+                Ok(t)
+            }
+            Opcode::Pad => {
+                let t = target_of(op, attr)?;
+                slice::check_window(op, t, args[0], attr.bits)?;
+                Ok(t)
+            }
+            Opcode::Concat => concat::infer(args[0], args[1], attr.bits as usize),
             _ => Err(OpError::Leaf { op }),
         },
     }
 }
 
 /// True for the opcodes whose reverse rule contributes nothing: `detach` (a stop-gradient) and
-/// the piecewise-constant masks `heaviside`, `equal`, `one_hot`. Their outputs do not depend
+/// the piecewise-constant `heaviside`, `equal`, `one_hot`, `sign`, `greater`, `greater_equal`. Their outputs do not depend
 /// differentiably on their arguments, which the ancestor mask uses.
 pub fn zero_derivative(op: Opcode) -> bool {
     matches!(
         op,
-        Opcode::Detach | Opcode::Heaviside | Opcode::Equal | Opcode::OneHot
+        Opcode::Detach
+            | Opcode::Heaviside
+            | Opcode::Equal
+            | Opcode::OneHot
+            | Opcode::Sign
+            | Opcode::Greater
+            | Opcode::GreaterEqual
     )
 }
 
-/// The scalar function of a unary elementwise opcode.
+fn same_shapes(op: Opcode, args: &[Shape]) -> Result<Shape, OpError> {
+    let first = args[0];
+    for a in &args[1..] {
+        if *a != first {
+            return Err(OpError::ShapeMismatch {
+                op,
+                lhs: first,
+                rhs: *a,
+            });
+        }
+    }
+    Ok(first)
+}
+
+/// The scalar function of a unary elementwise opcode (`pow` is not one: its exponent is an
+/// attribute; see [`eval_in_place_unary`]).
 pub fn unary_fn(op: Opcode) -> Option<fn(f32) -> f32> {
     Some(match op {
         Opcode::Neg => neg::scalar,
@@ -258,6 +317,11 @@ pub fn unary_fn(op: Opcode) -> Option<fn(f32) -> f32> {
         Opcode::Exp => exp::scalar,
         Opcode::Log => log::scalar,
         Opcode::Detach => detach::scalar,
+        Opcode::Sqrt => sqrt::scalar,
+        Opcode::Sigmoid => sigmoid::scalar,
+        Opcode::Softplus => softplus::scalar,
+        Opcode::Abs => abs::scalar,
+        Opcode::Sign => sign::scalar,
         _ => return None,
     })
 }
@@ -270,6 +334,10 @@ pub fn binary_fn(op: Opcode) -> Option<fn(f32, f32) -> f32> {
         Opcode::Mul => mul::scalar,
         Opcode::Div => div::scalar,
         Opcode::Equal => equal::scalar,
+        Opcode::Maximum => maximum::scalar,
+        Opcode::Minimum => minimum::scalar,
+        Opcode::Greater => greater::scalar,
+        Opcode::GreaterEqual => greater_equal::scalar,
         _ => return None,
     })
 }
@@ -323,6 +391,23 @@ pub fn eval(
     match op {
         Opcode::Input | Opcode::Parameter => return Err(OpError::Leaf { op }),
         Opcode::Fill => fill::kernel(f32::from_bits(attr.bits), out),
+        Opcode::Pow => {
+            let p = f32::from_bits(attr.bits);
+            for (o, &x) in out.iter_mut().zip(args[0]) {
+                *o = pow::scalar(x, p);
+            }
+        }
+        Opcode::Select => select::kernel(args[0], args[1], args[2], out),
+        Opcode::Slice => slice::kernel(args[0], arg_shapes[0], out, out_shape, attr.bits),
+        Opcode::Pad => pad::kernel(args[0], arg_shapes[0], out, out_shape, attr.bits),
+        Opcode::Concat => concat::kernel(
+            args[0],
+            arg_shapes[0],
+            args[1],
+            arg_shapes[1],
+            out,
+            attr.bits as usize,
+        ),
         Opcode::MatMul => {
             let [m, k, _, _] = arg_shapes[0].dims();
             let n = arg_shapes[1].dim(1).unwrap_or(0);
@@ -342,6 +427,26 @@ pub fn eval(
     Ok(())
 }
 
+/// Runs a one-argument elementwise opcode in place over `buf` (the runtime's in-place path):
+/// the same bits as [`eval`] out of place.
+///
+/// # Errors
+/// [`OpError::Leaf`] for an opcode that is not one-argument elementwise.
+pub fn eval_in_place_unary(op: Opcode, attr: Attr, buf: &mut [f32]) -> Result<(), OpError> {
+    if let Some(f) = unary_fn(op) {
+        elementwise::unary_in_place(f, buf);
+        return Ok(());
+    }
+    if op == Opcode::Pow {
+        let p = f32::from_bits(attr.bits);
+        for o in buf.iter_mut() {
+            *o = pow::scalar(*o, p);
+        }
+        return Ok(());
+    }
+    Err(OpError::Leaf { op })
+}
+
 /// What a reverse rule is given: the node's arguments, its output, the cotangent of its output,
 /// and which arguments want a contribution.
 pub struct VjpArgs<'a, V> {
@@ -353,6 +458,8 @@ pub struct VjpArgs<'a, V> {
     pub cotangent: &'a V,
     /// `wants[i]`: argument `i` lies on a differentiated path and needs a contribution.
     pub wants: [bool; MAX_ARITY],
+    /// The node's attribute word.
+    pub attr_bits: u32,
 }
 
 /// One contribution per argument position (`None`: none owed or none wanted).
@@ -368,7 +475,7 @@ pub fn vjp<R: Recordable>(
     v: &VjpArgs<'_, R::Value>,
 ) -> Result<Contributions<R::Value>, R::Error> {
     match op {
-        Opcode::Input | Opcode::Parameter | Opcode::Fill => Ok([None, None]),
+        Opcode::Input | Opcode::Parameter | Opcode::Fill => Ok([None, None, None]),
         Opcode::Add => add::vjp(r, v),
         Opcode::Sub => sub::vjp(r, v),
         Opcode::Mul => mul::vjp(r, v),
@@ -388,6 +495,20 @@ pub fn vjp<R: Recordable>(
         Opcode::SumTo => sum_to::vjp(r, v),
         Opcode::MaxTo => max_to::vjp(r, v),
         Opcode::OneHot => one_hot::vjp(r, v),
+        Opcode::Sqrt => sqrt::vjp(r, v),
+        Opcode::Sigmoid => sigmoid::vjp(r, v),
+        Opcode::Softplus => softplus::vjp(r, v),
+        Opcode::Abs => abs::vjp(r, v),
+        Opcode::Sign => sign::vjp(r, v),
+        Opcode::Pow => pow::vjp(r, f32::from_bits(v.attr_bits), v),
+        Opcode::Maximum => maximum::vjp(r, v),
+        Opcode::Minimum => minimum::vjp(r, v),
+        Opcode::Greater => greater::vjp(r, v),
+        Opcode::GreaterEqual => greater_equal::vjp(r, v),
+        Opcode::Select => select::vjp(r, v),
+        Opcode::Slice => slice::vjp(r, v.attr_bits, v),
+        Opcode::Pad => pad::vjp(r, v.attr_bits, v),
+        Opcode::Concat => concat::vjp(r, v.attr_bits as usize, v),
     }
 }
 

@@ -20,6 +20,7 @@ pub(crate) fn vjp<R: Recordable>(
     Ok([
         want(v.wants[0], || r.mul(g, b))?,
         want(v.wants[1], || r.mul(g, a))?,
+        None,
     ])
 }
 

@@ -14,7 +14,7 @@ pub(crate) fn vjp<R: Recordable>(
     r: &mut R,
     v: &VjpArgs<'_, R::Value>,
 ) -> Result<Contributions<R::Value>, R::Error> {
-    Ok([want(v.wants[0], || r.neg(v.cotangent))?, None])
+    Ok([want(v.wants[0], || r.neg(v.cotangent))?, None, None])
 }
 
 #[cfg(test)]

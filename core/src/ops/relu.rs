@@ -22,7 +22,7 @@ pub(crate) fn vjp<R: Recordable>(
         let mask = r.heaviside(v.args[0])?;
         r.mul(v.cotangent, &mask)
     })?;
-    Ok([d, None])
+    Ok([d, None, None])
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ pub(crate) fn vjp<R: Recordable>(
     Ok([
         v.wants[0].then(|| g.clone()),
         want(v.wants[1], || r.neg(g))?,
+        None,
     ])
 }
 

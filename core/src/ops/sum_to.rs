@@ -45,7 +45,11 @@ pub(crate) fn vjp<R: Recordable>(
     v: &VjpArgs<'_, R::Value>,
 ) -> Result<Contributions<R::Value>, R::Error> {
     let s = r.shape_of(v.args[0]);
-    Ok([want(v.wants[0], || r.broadcast(v.cotangent, s))?, None])
+    Ok([
+        want(v.wants[0], || r.broadcast(v.cotangent, s))?,
+        None,
+        None,
+    ])
 }
 
 #[cfg(test)]

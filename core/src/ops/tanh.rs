@@ -23,7 +23,7 @@ pub(crate) fn vjp<R: Recordable>(
         let slope = r.sub(&one, &yy)?;
         r.mul(v.cotangent, &slope)
     })?;
-    Ok([d, None])
+    Ok([d, None, None])
 }
 
 #[cfg(test)]

@@ -36,7 +36,7 @@ pub(crate) fn vjp<R: Recordable>(
     r: &mut R,
     v: &VjpArgs<'_, R::Value>,
 ) -> Result<Contributions<R::Value>, R::Error> {
-    Ok([want(v.wants[0], || r.transpose(v.cotangent))?, None])
+    Ok([want(v.wants[0], || r.transpose(v.cotangent))?, None, None])
 }
 
 #[cfg(test)]

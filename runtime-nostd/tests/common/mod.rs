@@ -56,7 +56,7 @@ impl Builder {
     }
 
     pub fn instr(&mut self, op: Opcode, out: u32, args: &[u32], attr: u32) -> u32 {
-        let mut a = [NO_ARG; 2];
+        let mut a = [NO_ARG; 3];
         a[..args.len()].copy_from_slice(args);
         self.instrs.push(InstrRecord {
             opcode: op.to_u8(),

@@ -1,0 +1,31 @@
+//! `abs`: `|x|` (clears the sign bit).
+//!
+//! Rule (as PyTorch): `x̄ += ḡ · sign(x)`, so the subgradient at 0 is 0.
+
+use super::{want, Contributions, VjpArgs};
+use crate::Recordable;
+
+/// `|x|`.
+pub fn scalar(x: f32) -> f32 {
+    f32::from_bits(x.to_bits() & 0x7fff_ffff)
+}
+
+pub(crate) fn vjp<R: Recordable>(
+    r: &mut R,
+    v: &VjpArgs<'_, R::Value>,
+) -> Result<Contributions<R::Value>, R::Error> {
+    let d = want(v.wants[0], || {
+        let s = r.sign(v.args[0])?;
+        r.mul(v.cotangent, &s)
+    })?;
+    Ok([d, None, None])
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn literal() {
+        assert_eq!(super::scalar(-2.5), 2.5);
+        assert_eq!(super::scalar(-0.0).to_bits(), 0);
+    }
+}

@@ -1,0 +1,23 @@
+//! `greater`: the mask `1` where `a > b`, else `0` (NaN compares false). `less` is `greater`
+//! with its arguments swapped.
+//!
+//! Rule: none (piecewise constant).
+
+use super::{Contributions, VjpArgs};
+use crate::Recordable;
+
+/// `a > b` as `1.0` or `0.0`.
+pub fn scalar(a: f32, b: f32) -> f32 {
+    if a > b {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+pub(crate) fn vjp<R: Recordable>(
+    _r: &mut R,
+    _v: &VjpArgs<'_, R::Value>,
+) -> Result<Contributions<R::Value>, R::Error> {
+    Ok([None, None, None])
+}

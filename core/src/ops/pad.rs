@@ -1,0 +1,62 @@
+//! `pad`: `x` placed at offset `start` along one axis of a larger zero tensor (the target shape):
+//! `slice`'s adjoint. The attribute packs the axis and the start like `slice`'s.
+//!
+//! Rule: `x̄ += slice(ḡ, axis, start, len(x))`.
+
+use super::slice::{outer_inner, unpack};
+use super::{want, Contributions, VjpArgs};
+use crate::{Recordable, Shape};
+
+/// Zeros `out`, then `out[o, start + j, i] = x[o, j, i]`.
+pub fn kernel(x: &[f32], x_shape: Shape, out: &mut [f32], out_shape: Shape, bits: u32) {
+    let (axis, start) = unpack(bits);
+    for o in out.iter_mut() {
+        *o = 0.0;
+    }
+    let (outer, inner) = outer_inner(out_shape, axis);
+    let (nx, no) = (
+        x_shape.dim(axis).unwrap_or(0),
+        out_shape.dim(axis).unwrap_or(0),
+    );
+    for o in 0..outer {
+        let dst = (o * no + start) * inner;
+        let src = o * nx * inner;
+        let n = nx * inner;
+        if let (Some(s), Some(d)) = (x.get(src..src + n), out.get_mut(dst..dst + n)) {
+            d.copy_from_slice(s);
+        }
+    }
+}
+
+pub(crate) fn vjp<R: Recordable>(
+    r: &mut R,
+    bits: u32,
+    v: &VjpArgs<'_, R::Value>,
+) -> Result<Contributions<R::Value>, R::Error> {
+    let s = r.shape_of(v.args[0]);
+    let (axis, start) = unpack(bits);
+    let len = s.dim(axis).unwrap_or(0);
+    Ok([
+        want(v.wants[0], || r.slice(v.cotangent, axis, start, len))?,
+        None,
+        None,
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literal() {
+        let mut out = [9.0; 6];
+        kernel(
+            &[7., 8.],
+            Shape::matrix(2, 1),
+            &mut out,
+            Shape::matrix(2, 3),
+            super::super::slice::pack(1, 1),
+        );
+        assert_eq!(out, [0., 7., 0., 0., 8., 0.]);
+    }
+}

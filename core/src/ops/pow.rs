@@ -1,0 +1,43 @@
+//! `pow`: `x^p` for a constant exponent `p` (the attribute's `f32` bits), `libm::powf(x, p)`
+//! (C99 Annex F semantics: `x^0 = 1` even for NaN, negative `x` with a non-integer `p` is NaN).
+//!
+//! Rule: `x̄ += ḡ · (p · x^(p−1))`, with `p − 1` computed in `f32` when the rule runs; for
+//! `p = 0` the contribution is `ḡ · 0` (PyTorch's convention: no `0 · x^-1 = NaN` at 0).
+
+use super::{want, Contributions, VjpArgs};
+use crate::Recordable;
+
+/// `x^p`.
+pub fn scalar(x: f32, p: f32) -> f32 {
+    libm::powf(x, p)
+}
+
+pub(crate) fn vjp<R: Recordable>(
+    r: &mut R,
+    p: f32,
+    v: &VjpArgs<'_, R::Value>,
+) -> Result<Contributions<R::Value>, R::Error> {
+    let d = want(v.wants[0], || {
+        let x = v.args[0];
+        let s = r.shape_of(x);
+        if p == 0.0 {
+            let zero = r.fill(0.0, s)?;
+            return r.mul(v.cotangent, &zero);
+        }
+        let lower = r.pow_const(x, p - 1.0)?;
+        let k = r.fill(p, s)?;
+        let slope = r.mul(&k, &lower)?;
+        r.mul(v.cotangent, &slope)
+    })?;
+    Ok([d, None, None])
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn literal() {
+        assert_eq!(super::scalar(1.5, 2.0), 2.25);
+        assert_eq!(super::scalar(f32::NAN, 0.0), 1.0);
+        assert!(super::scalar(-8.0, 1.0 / 3.0).is_nan());
+    }
+}

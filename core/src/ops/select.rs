@@ -1,0 +1,57 @@
+//! `select`: `where(cond, a, b)`: `a` where `cond != 0` (NaN counts as true, as C's truth test
+//! would not: we define it as `cond != 0.0`, which is true for NaN), else `b`. It earns an
+//! instruction because `cond · a + (1 − cond) · b` is not bit-identical when the unselected side
+//! is infinite or NaN (`0 · inf = NaN`).
+//!
+//! Rule: `cond̄`: none; `ā += select(cond, ḡ, 0)`, `b̄ += select(cond, 0, ḡ)`.
+
+use super::{want, Contributions, VjpArgs};
+use crate::Recordable;
+
+/// `if cond != 0 { a } else { b }`.
+pub fn scalar(cond: f32, a: f32, b: f32) -> f32 {
+    if cond != 0.0 {
+        a
+    } else {
+        b
+    }
+}
+
+/// `out[i] = scalar(cond[i], a[i], b[i])`.
+pub fn kernel(cond: &[f32], a: &[f32], b: &[f32], out: &mut [f32]) {
+    for (((o, &c), &x), &y) in out.iter_mut().zip(cond).zip(a).zip(b) {
+        *o = scalar(c, x, y);
+    }
+}
+
+pub(crate) fn vjp<R: Recordable>(
+    r: &mut R,
+    v: &VjpArgs<'_, R::Value>,
+) -> Result<Contributions<R::Value>, R::Error> {
+    let (c, g) = (v.args[0], v.cotangent);
+    let s = r.shape_of(g);
+    let da = want(v.wants[1], || {
+        let zero = r.fill(0.0, s)?;
+        r.select(c, g, &zero)
+    })?;
+    let db = want(v.wants[2], || {
+        let zero = r.fill(0.0, s)?;
+        r.select(c, &zero, g)
+    })?;
+    Ok([None, da, db])
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn literal() {
+        let mut out = [0.0; 3];
+        super::kernel(
+            &[1.0, 0.0, -0.0],
+            &[1.0, f32::INFINITY, 3.0],
+            &[9.0, 2.0, 4.0],
+            &mut out,
+        );
+        assert_eq!(out, [1.0, 2.0, 4.0]);
+    }
+}

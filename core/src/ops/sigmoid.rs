@@ -1,0 +1,36 @@
+//! `sigmoid`: the logistic function `1 / (1 + libm::expf(-x))`.
+//!
+//! Rule: `x̄ += ḡ · (y · (1 − y))` with `y` the node's output.
+
+use super::{want, Contributions, VjpArgs};
+use crate::Recordable;
+
+/// `1 / (1 + e^(-x))`: exactly `0` below about −88.7 (`expf` overflows to `inf`), `1` above 17.
+pub fn scalar(x: f32) -> f32 {
+    1.0 / (1.0 + libm::expf(-x))
+}
+
+pub(crate) fn vjp<R: Recordable>(
+    r: &mut R,
+    v: &VjpArgs<'_, R::Value>,
+) -> Result<Contributions<R::Value>, R::Error> {
+    let d = want(v.wants[0], || {
+        let y = v.out;
+        let s = r.shape_of(y);
+        let one = r.fill(1.0, s)?;
+        let one_minus = r.sub(&one, y)?;
+        let slope = r.mul(y, &one_minus)?;
+        r.mul(v.cotangent, &slope)
+    })?;
+    Ok([d, None, None])
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn literal() {
+        assert_eq!(super::scalar(0.0), 0.5);
+        assert_eq!(super::scalar(-100.0), 0.0);
+        assert_eq!(super::scalar(100.0), 1.0);
+    }
+}

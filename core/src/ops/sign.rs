@@ -1,0 +1,37 @@
+//! `sign`: `1` for `x > 0`, `-1` for `x < 0`, `0` for `±0` (as `+0`), NaN stays NaN. `abs`'s
+//! rule speaks it.
+//!
+//! Rule: none (piecewise constant).
+
+use super::{Contributions, VjpArgs};
+use crate::Recordable;
+
+/// `sign(x)`.
+pub fn scalar(x: f32) -> f32 {
+    if x > 0.0 {
+        1.0
+    } else if x < 0.0 {
+        -1.0
+    } else if x.is_nan() {
+        x
+    } else {
+        0.0
+    }
+}
+
+pub(crate) fn vjp<R: Recordable>(
+    _r: &mut R,
+    _v: &VjpArgs<'_, R::Value>,
+) -> Result<Contributions<R::Value>, R::Error> {
+    Ok([None, None, None])
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn literal() {
+        assert_eq!(super::scalar(-3.0), -1.0);
+        assert_eq!(super::scalar(-0.0).to_bits(), 0);
+        assert_eq!(super::scalar(7.0), 1.0);
+    }
+}

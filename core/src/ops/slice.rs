@@ -1,0 +1,122 @@
+//! `slice`: a contiguous range `[start, start + len)` of `x` along one axis; the output shape is
+//! `x`'s with that axis's extent replaced by `len`. The attribute packs the axis and the start:
+//! `axis << 28 | start` (see [`pack`]). Exact: a copy.
+//!
+//! Rule: `x̄ += pad(ḡ, axis, start, shape(x))`.
+
+use super::{want, Contributions, OpError, VjpArgs};
+use crate::{Opcode, Recordable, Shape};
+
+/// Packs an axis and a start offset into the attribute word (`start < 2^28`, `axis < 16`).
+pub fn pack(axis: usize, start: usize) -> u32 {
+    ((axis as u32) << 28) | (start as u32 & 0x0fff_ffff)
+}
+
+/// Unpacks `(axis, start)` from the attribute word.
+pub fn unpack(bits: u32) -> (usize, usize) {
+    ((bits >> 28) as usize, (bits & 0x0fff_ffff) as usize)
+}
+
+/// The shape rule of `slice` (`small` is the output) and `pad` (`small` is the input): the two
+/// shapes agree except along `axis`, where `start + small[axis] <= big[axis]`.
+///
+/// # Errors
+/// [`OpError::BadTarget`] otherwise.
+pub fn check_window(op: Opcode, big: Shape, small: Shape, bits: u32) -> Result<(), OpError> {
+    let (axis, start) = unpack(bits);
+    let bad = OpError::BadTarget {
+        op,
+        from: big,
+        to: small,
+    };
+    if big.rank() != small.rank() || axis >= big.rank() {
+        return Err(bad);
+    }
+    for k in 0..big.rank() {
+        let (b, s) = (big.dim(k).unwrap_or(0), small.dim(k).unwrap_or(0));
+        let ok = if k == axis {
+            start.checked_add(s).is_some_and(|end| end <= b)
+        } else {
+            b == s
+        };
+        if !ok {
+            return Err(bad);
+        }
+    }
+    Ok(())
+}
+
+/// `(outer, inner)`: the products of the extents before and after `axis`.
+pub(crate) fn outer_inner(s: Shape, axis: usize) -> (usize, usize) {
+    let d = s.dims();
+    let outer = d[..axis].iter().product();
+    let inner = d[axis + 1..s.rank()].iter().product();
+    (outer, inner)
+}
+
+/// Copies the window: `out[o, j, i] = x[o, start + j, i]` over `x: [outer, n_x, inner]`.
+pub fn kernel(x: &[f32], x_shape: Shape, out: &mut [f32], out_shape: Shape, bits: u32) {
+    let (axis, start) = unpack(bits);
+    let (outer, inner) = outer_inner(x_shape, axis);
+    let (nx, no) = (
+        x_shape.dim(axis).unwrap_or(0),
+        out_shape.dim(axis).unwrap_or(0),
+    );
+    for o in 0..outer {
+        let src = (o * nx + start) * inner;
+        let dst = o * no * inner;
+        let n = no * inner;
+        if let (Some(s), Some(d)) = (x.get(src..src + n), out.get_mut(dst..dst + n)) {
+            d.copy_from_slice(s);
+        }
+    }
+}
+
+pub(crate) fn vjp<R: Recordable>(
+    r: &mut R,
+    bits: u32,
+    v: &VjpArgs<'_, R::Value>,
+) -> Result<Contributions<R::Value>, R::Error> {
+    let s = r.shape_of(v.args[0]);
+    let (axis, start) = unpack(bits);
+    Ok([
+        want(v.wants[0], || r.pad(v.cotangent, axis, start, s))?,
+        None,
+        None,
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literal() {
+        let x = [0., 1., 2., 3., 4., 5.];
+        let mut out = [0.0; 2];
+        kernel(
+            &x,
+            Shape::matrix(2, 3),
+            &mut out,
+            Shape::matrix(2, 1),
+            pack(1, 2),
+        );
+        assert_eq!(out, [2., 5.]);
+        let mut row = [0.0; 3];
+        kernel(
+            &x,
+            Shape::matrix(2, 3),
+            &mut row,
+            Shape::matrix(1, 3),
+            pack(0, 1),
+        );
+        assert_eq!(row, [3., 4., 5.]);
+        assert!(check_window(
+            Opcode::Slice,
+            Shape::matrix(2, 3),
+            Shape::matrix(2, 2),
+            pack(1, 2)
+        )
+        .is_err());
+    }
+}

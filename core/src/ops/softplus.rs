@@ -1,0 +1,40 @@
+//! `softplus`: `log(1 + e^x)`, as PyTorch's `nn.Softplus(beta=1, threshold=20)`: `x` itself above
+//! the threshold 20, else `libm::log1pf(libm::expf(x))`.
+//!
+//! Rule: `x̄ += ḡ · sigmoid(x)`.
+
+use super::{want, Contributions, VjpArgs};
+use crate::Recordable;
+
+/// PyTorch's linear threshold.
+pub const THRESHOLD: f32 = 20.0;
+
+/// `softplus(x)`.
+pub fn scalar(x: f32) -> f32 {
+    if x > THRESHOLD {
+        x
+    } else {
+        libm::log1pf(libm::expf(x))
+    }
+}
+
+pub(crate) fn vjp<R: Recordable>(
+    r: &mut R,
+    v: &VjpArgs<'_, R::Value>,
+) -> Result<Contributions<R::Value>, R::Error> {
+    let d = want(v.wants[0], || {
+        let s = r.sigmoid(v.args[0])?;
+        r.mul(v.cotangent, &s)
+    })?;
+    Ok([d, None, None])
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn literal() {
+        assert!((super::scalar(0.0) - core::f32::consts::LN_2).abs() < 1e-7);
+        assert_eq!(super::scalar(30.0), 30.0);
+        assert_eq!(super::scalar(-200.0), 0.0);
+    }
+}
