@@ -116,7 +116,7 @@ fn structural_damage_is_caught_by_validation() {
     ));
     // A future version.
     assert!(matches!(
-        mutate(&|m| m[4..6].copy_from_slice(&2u16.to_le_bytes())),
+        mutate(&|m| m[4..6].copy_from_slice(&(format::VERSION + 1).to_le_bytes())),
         Some(PlanError::FutureVersion { .. })
     ));
     // A tensor offset past the arena.
