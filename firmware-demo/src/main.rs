@@ -13,6 +13,8 @@
 use cortex_m as _;
 use defmt_semihosting as _;
 
+#[cfg(feature = "size-baseline")]
+pub mod baseline;
 pub mod board;
 pub mod rng;
 pub mod rt;
@@ -58,7 +60,11 @@ fn run() -> ! {
         gen::TARGET,
         gen::RUN
     );
-    match trainer::train(&mut out, &clock, &mut delay, arena, PAUSE_MS) {
+    #[cfg(not(feature = "size-baseline"))]
+    let result = trainer::train(&mut out, &clock, &mut delay, arena, PAUSE_MS);
+    #[cfg(feature = "size-baseline")]
+    let result = baseline::train(&mut out, &clock, &mut delay, arena, PAUSE_MS);
+    match result {
         Ok(summary) => {
             let stack = rt::stack_high_water_bytes();
             let statics = rt::statics_bytes();

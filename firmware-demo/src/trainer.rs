@@ -110,8 +110,21 @@ impl<'w, W: Write> Transcript<'w, W> {
     /// # Errors
     /// The link's.
     pub fn line(&mut self, args: fmt::Arguments<'_>) -> Result<(), W::Error> {
-        self.len = 0;
+        self.start();
         let _cut = self.write_fmt(args); // an over-long line is cut, not lost
+        self.finish()
+    }
+
+    /// Starts a line to build with `write!`.
+    pub fn start(&mut self) {
+        self.len = 0;
+    }
+
+    /// Ends the line started with [`Transcript::start`] and writes it.
+    ///
+    /// # Errors
+    /// The link's.
+    pub fn finish(&mut self) -> Result<(), W::Error> {
         self.buf[self.len] = b'\n';
         self.link.write_all(&self.buf[..=self.len])
     }
@@ -251,13 +264,12 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
     for b in plan.parameters() {
         let values = s.parameter(b.name)?;
         for (k, chunk) in values.chunks(PARAMS_PER_LINE).enumerate() {
-            out.len = 0;
+            out.start();
             let _ = write!(out, "param {} {}", b.name, k * PARAMS_PER_LINE);
             for v in chunk {
                 let _ = write!(out, " {:08x}", v.to_bits());
             }
-            out.buf[out.len] = b'\n';
-            out.link.write_all(&out.buf[..=out.len]).map_err(link)?;
+            out.finish().map_err(link)?;
             digest.f32s(chunk);
         }
     }
@@ -276,6 +288,13 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
         summary.step_ticks_min,
         summary.step_ticks_max,
         clock.ticks_per_second()
+    ))
+    .map_err(link)?;
+    out.line(format_args!(
+        "info flash plan_bytes {} data_bytes {} init_bytes {}",
+        gen::PLAN.len(),
+        gen::PIXELS.len() + gen::LABELS.len(),
+        gen::INIT.len()
     ))
     .map_err(link)?;
     Ok(summary)

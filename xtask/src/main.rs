@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 
+mod firmware;
+
 /// Rust targets a fresh machine must add: the no_std targets the runtime is built for, plus
 /// `thumbv7m-none-eabi` (Cortex-M3, for the QEMU firmware runs).
 const TARGETS: &[&str] = &[
@@ -80,10 +82,17 @@ const STEPS: &[Step] = &[
         about: "cargo run --release -p tapeplan-planner -- demo (fails if the bits differ)",
         run: step_demo,
     },
+    Step {
+        name: "qemu",
+        about: "cargo xtask firmware: train on Cortex-M4F, M3 and M0 under QEMU, verify bitwise against the oracle, check sizes",
+        run: firmware::step_qemu,
+    },
 ];
 
 /// The steps `cargo xtask ci` runs, in order.
-const CI_STEPS: &[&str] = &["setup", "fmt", "clippy", "test", "nostd", "doc", "demo"];
+const CI_STEPS: &[&str] = &[
+    "setup", "fmt", "clippy", "test", "nostd", "doc", "demo", "qemu",
+];
 
 /// A verb that is not a single step.
 struct Verb {
@@ -100,6 +109,12 @@ const VERBS: &[Verb] = &[
         usage: "ci [--from STEP]",
         about: "run every check in order, failing fast: what CI runs (`bash .ci/run`)",
         run: verb_ci,
+    },
+    Verb {
+        name: "firmware",
+        usage: "firmware [--core m4f|m3|m0|all] [--bless]",
+        about: "build the Cortex-M firmware, train it under QEMU, verify it bitwise against the oracle, check its sizes (--bless: rewrite the size snapshot)",
+        run: firmware::verb_firmware,
     },
     Verb {
         name: "help",

@@ -1,0 +1,141 @@
+//! A stand-in for [`crate::trainer::train`] built only with the `size-baseline` feature, to
+//! measure what the runtime costs in flash: it does everything the trainer does (the same
+//! transcript lines, defmt logs, shuffles, input filling, digests, and keeps the plan, data
+//! and initial parameters linked) except decoding, validating and running the plan. `cargo
+//! xtask firmware` reports the runtime's code as the difference between the two builds.
+//! Its transcript is not a valid run (its "losses" are not computed).
+
+use core::fmt::Write as _;
+
+use embedded_hal::delay::DelayNs;
+use embedded_io::Write;
+
+use crate::board::Clock;
+use crate::gen;
+use crate::rng::{epoch_seed, Fnv64, SplitMix64};
+use crate::trainer::{Failure, Summary, Transcript};
+
+/// As [`crate::trainer::train`], without the runtime.
+///
+/// # Errors
+/// Link errors.
+pub fn train<W: Write, C: Clock, D: DelayNs>(
+    out: &mut Transcript<'_, W>,
+    clock: &C,
+    delay: &mut D,
+    arena: &mut [f32],
+    pause_ms: u32,
+) -> Result<Summary, Failure<W::Error>> {
+    let link = Failure::Link;
+    out.line(format_args!("tapeplan-transcript 1"))
+        .map_err(link)?;
+    out.line(format_args!("config {}", gen::RUN))
+        .map_err(link)?;
+    out.line(format_args!(
+        "target {} {} size-baseline",
+        gen::TARGET,
+        gen::BOARD
+    ))
+    .map_err(link)?;
+    let mut plan = Fnv64::new();
+    plan.bytes(gen::PLAN);
+    out.line(format_args!(
+        "plan {:08x} {}",
+        plan.finish() as u32,
+        arena.len()
+    ))
+    .map_err(link)?;
+    let mut data = Fnv64::new();
+    data.bytes(gen::PIXELS);
+    data.bytes(gen::LABELS);
+    out.line(format_args!("data {:016x} {}", data.finish(), gen::SAMPLES))
+        .map_err(link)?;
+    defmt::info!(
+        "plan {=u32:#010x}: arena {=usize} B, {=usize} instructions; {=usize} rows, data digest {=u64:#018x} (host {=u64:#018x})",
+        gen::PLAN_ID,
+        arena.len() * 4,
+        gen::PLAN.len(),
+        gen::SAMPLES,
+        data.finish(),
+        gen::DATA_DIGEST
+    );
+    for (d, b) in arena.iter_mut().zip(gen::INIT.chunks_exact(4)) {
+        *d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    }
+    let (x, rest) = arena.split_at_mut(gen::BATCH * gen::D_IN);
+    let mut order = [0u16; gen::SAMPLES];
+    let mut summary = Summary {
+        steps: 0,
+        step_ticks_total: 0,
+        step_ticks_min: u64::MAX,
+        step_ticks_max: 0,
+        last_mean_loss: f32::NAN,
+    };
+    for epoch in 0..gen::EPOCHS {
+        for (i, o) in order.iter_mut().enumerate() {
+            *o = i as u16;
+        }
+        SplitMix64::new(epoch_seed(gen::SEED, epoch)).shuffle(&mut order);
+        let mut sum = 0.0f32;
+        for rows in order.chunks_exact(gen::BATCH) {
+            for (dst, &row) in x.chunks_exact_mut(gen::D_IN).zip(rows) {
+                let start = usize::from(row) * gen::D_IN;
+                for (d, &p) in dst.iter_mut().zip(&gen::PIXELS[start..start + gen::D_IN]) {
+                    *d = f32::from(p) * 0.0625;
+                }
+            }
+            for (d, &row) in rest.iter_mut().zip(rows) {
+                *d = f32::from(gen::LABELS[usize::from(row)]);
+            }
+            let t0 = clock.now_ticks();
+            let loss = x[0] + rest[0];
+            let ticks = clock.now_ticks().wrapping_sub(t0);
+            sum += loss;
+            summary.steps += 1;
+            summary.step_ticks_total += ticks;
+            summary.step_ticks_min = summary.step_ticks_min.min(ticks);
+            summary.step_ticks_max = summary.step_ticks_max.max(ticks);
+            out.line(format_args!(
+                "loss {} {:08x}",
+                summary.steps,
+                loss.to_bits()
+            ))
+            .map_err(link)?;
+        }
+        let mean = sum / (gen::SAMPLES / gen::BATCH) as f32;
+        summary.last_mean_loss = mean;
+        defmt::info!(
+            "epoch {=usize}/{=usize}: mean loss {=f32} ({=u32:#010x})",
+            epoch + 1,
+            gen::EPOCHS,
+            mean,
+            mean.to_bits()
+        );
+        out.line(format_args!("epoch {} {:08x}", epoch + 1, mean.to_bits()))
+            .map_err(link)?;
+        delay.delay_ms(pause_ms);
+    }
+    let mut digest = Fnv64::new();
+    let mut at = 0;
+    for &(name, elems) in gen::INIT_PARAMS {
+        let values = rest.get(at..at + elems).unwrap_or(&[]);
+        for (k, chunk) in values.chunks(8).enumerate() {
+            out.start();
+            let _ = write!(out, "param {} {}", name, k * 8);
+            for v in chunk {
+                let _ = write!(out, " {:08x}", v.to_bits());
+            }
+            out.finish().map_err(link)?;
+            digest.f32s(chunk);
+        }
+        at += elems;
+    }
+    out.line(format_args!("digest {:016x}", digest.finish()))
+        .map_err(link)?;
+    defmt::info!(
+        "trained {=usize} steps; parameter digest {=u64:#018x}",
+        summary.steps,
+        digest.finish()
+    );
+    Ok(summary)
+}
