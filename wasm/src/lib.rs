@@ -76,9 +76,9 @@ impl fmt::Display for Error {
         match self {
             Error::Plan(e) => write!(f, "plan rejected: {e}"),
             Error::Run { context, error } => write!(f, "{context}: {error}"),
-            Error::NoEntry(name) => write!(f, "the plan has no entry named {name:?}"),
+            Error::NoEntry(name) => write!(f, "the plan has no entry named \"{name}\""),
             Error::NoBinding { entry, wanted } => {
-                write!(f, "entry {entry:?} has no {wanted}")
+                write!(f, "entry \"{entry}\" has no {wanted}")
             }
             Error::Length {
                 what,
@@ -252,7 +252,7 @@ impl Trainer {
     /// No such parameter, or the wrong length.
     pub fn load_parameter(&mut self, name: &str, values: &[f32]) -> Result<(), Error> {
         self.with_session(
-            || format!("parameter {name:?}"),
+            || format!("parameter \"{name}\""),
             |s| s.load_parameter(name, values),
         )
     }
@@ -263,7 +263,7 @@ impl Trainer {
     /// No such parameter.
     pub fn parameter(&mut self, name: &str) -> Result<Vec<f32>, Error> {
         self.with_session(
-            || format!("parameter {name:?}"),
+            || format!("parameter \"{name}\""),
             |s| s.parameter(name).map(<[f32]>::to_vec),
         )
     }
@@ -435,10 +435,10 @@ impl Trainer {
 
 fn binding_context(kind: BindingKind, name: &str, entry: &str) -> String {
     match kind {
-        BindingKind::Parameter => format!("parameter {name:?}"),
-        BindingKind::Input => format!("input {name:?} of {entry}"),
-        BindingKind::Output => format!("output {name:?} of {entry}"),
-        _ => format!("{name:?} of {entry}"),
+        BindingKind::Parameter => format!("parameter \"{name}\""),
+        BindingKind::Input => format!("input \"{name}\" of {entry}"),
+        BindingKind::Output => format!("output \"{name}\" of {entry}"),
+        _ => format!("\"{name}\" of {entry}"),
     }
 }
 

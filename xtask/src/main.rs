@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 
+mod browser;
+
 mod firmware;
 
 /// Rust targets a fresh machine must add: the no_std targets the runtime is built for, plus
@@ -87,11 +89,41 @@ const STEPS: &[Step] = &[
         about: "cargo xtask firmware: train on Cortex-M4F, M3 and M0 under QEMU, verify bitwise against the oracle, check sizes",
         run: firmware::step_qemu,
     },
+    Step {
+        name: "web-assets",
+        about: "write the browser demo's plan, data and host oracle digest into wasm/www/assets",
+        run: browser::step_web_assets,
+    },
+    Step {
+        name: "wasm-setup",
+        about: "install what the browser checks need and lack: chromium, chromedriver, wasm-bindgen-cli, wasm-pack, npm packages",
+        run: browser::step_wasm_setup,
+    },
+    Step {
+        name: "wasm-test",
+        about: "wasm-bindgen-test suites in Node and headless Chromium, and the Node package's test",
+        run: browser::step_wasm_test,
+    },
+    Step {
+        name: "browser",
+        about: "the demo page in headless Chromium: train, check the digest against the host oracle, screenshot",
+        run: browser::step_browser,
+    },
 ];
 
 /// The steps `cargo xtask ci` runs, in order.
 const CI_STEPS: &[&str] = &[
-    "setup", "fmt", "clippy", "test", "nostd", "doc", "demo", "qemu",
+    "setup",
+    "fmt",
+    "clippy",
+    "test",
+    "nostd",
+    "doc",
+    "demo",
+    "qemu",
+    "wasm-setup",
+    "wasm-test",
+    "browser",
 ];
 
 /// A verb that is not a single step.
@@ -109,6 +141,12 @@ const VERBS: &[Verb] = &[
         usage: "ci [--from STEP]",
         about: "run every check in order, failing fast: what CI runs (`bash .ci/run`)",
         run: verb_ci,
+    },
+    Verb {
+        name: "serve",
+        usage: "serve [--port N]",
+        about: "build the browser demo and serve wasm/www on http://127.0.0.1:8000/",
+        run: browser::verb_serve,
     },
     Verb {
         name: "firmware",
