@@ -280,6 +280,10 @@ async function main() {
   $("plan-info").textContent = `${assets.plan.length} bytes, plan id ${probe.planId.toString(16)}, ` +
     `entries ${probe.entryNames().join(", ")}; tapeplan-wasm ${version()}`;
   probe.free();
+  fetch("pkg/tapeplan_wasm_bg.wasm", { method: "HEAD" }).then((r) => {
+    const n = Number(r.headers.get("content-length"));
+    if (n > 0) $("wasm-size").textContent = `${n} bytes (${(n / 1024).toFixed(1)} KiB)`;
+  }).catch(() => {});
 
   const trainer = await train(assets);
   model = { trainer, assets };

@@ -560,6 +560,11 @@ pub fn step_browser(ctx: &Ctx) -> Result<()> {
         get("loss_trace") == Some("equal"),
         "the page's loss trace differs from the host oracle's ({result})"
     );
+    let correct = manifest_field(ctx, "test_correct")?;
+    ensure!(
+        get("correct") == Some(correct.as_str()),
+        "the page's test accuracy differs from the host oracle's {correct} correct ({result})"
+    );
     let chromium_ms: f64 = get("step_ms")
         .and_then(|v| v.parse().ok())
         .unwrap_or(f64::NAN);
