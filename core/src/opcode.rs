@@ -99,13 +99,6 @@ opcodes! {
     0x1D Sigmoid    "sigmoid"    1 Elementwise "`1 / (1 + libm::expf(-x))`.";
     0x1E Softplus   "softplus"   1 Elementwise "`log(1 + e^x)`, `x` above 20 (PyTorch's threshold).";
     0x1F Abs        "abs"        1 Elementwise "`|x|`.";
-    0x30 Sign       "sign"       1 Elementwise "`1`, `-1` or `0` by the sign of `x`; NaN stays NaN.";
-    0x31 Pow        "pow"        1 Elementwise "`libm::powf(x, p)`, `p` the attribute's `f32` bits.";
-    0x32 Maximum    "maximum"    2 Elementwise "The larger of `a` and `b` (ties: `a`; NaN wins).";
-    0x33 Minimum    "minimum"    2 Elementwise "The smaller of `a` and `b` (ties: `a`; NaN wins).";
-    0x34 Greater    "greater"    2 Elementwise "`1` where `a > b`, else `0`.";
-    0x35 GreaterEqual "greater_equal" 2 Elementwise "`1` where `a >= b`, else `0`.";
-    0x36 Select     "select"     3 Structural  "`a` where `cond != 0`, else `b` (elementwise, never in place).";
     0x20 MatMul     "matmul"     2 Structural  "Matrix product `[m, k] x [k, n] -> [m, n]`.";
     0x21 Transpose  "transpose"  1 Structural  "Matrix transpose `[m, n] -> [n, m]`.";
     0x22 Reshape    "reshape"    1 Structural  "Same elements, same order, another shape.";
@@ -116,6 +109,13 @@ opcodes! {
     0x27 Slice      "slice"      1 Structural  "A window along one axis (attribute: `axis << 28 | start`).";
     0x28 Pad        "pad"        1 Structural  "Zero padding around `x` along one axis (slice's adjoint).";
     0x29 Concat     "concat"     2 Structural  "`a` then `b` along one axis (attribute: the axis).";
+    0x30 Sign       "sign"       1 Elementwise "`1`, `-1` or `0` by the sign of `x`; NaN stays NaN.";
+    0x31 Pow        "pow"        1 Elementwise "`libm::powf(x, p)`, `p` the attribute's `f32` bits.";
+    0x32 Maximum    "maximum"    2 Elementwise "The larger of `a` and `b` (ties: `a`; NaN wins).";
+    0x33 Minimum    "minimum"    2 Elementwise "The smaller of `a` and `b` (ties: `a`; NaN wins).";
+    0x34 Greater    "greater"    2 Elementwise "`1` where `a > b`, else `0`.";
+    0x35 GreaterEqual "greater_equal" 2 Elementwise "`1` where `a >= b`, else `0`.";
+    0x36 Select     "select"     3 Structural  "`a` where `cond != 0`, else `b` (elementwise, never in place).";
 }
 
 impl fmt::Display for Opcode {

@@ -284,7 +284,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     train.len()
                 );
             }
-            let shapes = info.parameters();
+            // Trainable parameters from the seeded initializer; optimizer state (names with a
+            // `.`) was written by the plan's `init` entry when the model was loaded.
+            let shapes: Vec<_> = info
+                .parameters()
+                .into_iter()
+                .filter(|(n, _)| !tapeplan_planner::optim::is_state_name(n))
+                .collect();
             for ((name, _), v) in shapes.iter().zip(glorot_uniform(&shapes, seed)) {
                 model.load_parameter(name, &v)?;
             }

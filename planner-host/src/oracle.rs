@@ -6,10 +6,10 @@
 //! without the plan: the tape interpreter ([`Run`]) computes the loss, the engine reverse scan
 //! ([`Run::backward`]) the gradient, and the same update body computes the new parameters.
 
-use tapeplan_core::{Compute, NodeId, Run, Shape, Tape, TapeError, Tensor};
+use tapeplan_core::{Compute, NodeId, Recordable, Run, Shape, Tape, TapeError, Tensor};
 
 use crate::model::{self, Loss, Mlp};
-use crate::optim::Sgd;
+use crate::optim::{Optimizer, StateSpec};
 use crate::planner::{self, EntrySpec, Plan, PlanError, Root};
 
 /// A model, its loss and optimizer, recorded and planned.
@@ -20,7 +20,13 @@ pub struct TrainingJob {
     /// The loss.
     pub loss: Loss,
     /// The optimizer.
-    pub sgd: Sgd,
+    pub optimizer: Optimizer,
+    /// The optimizer's state, in [`Optimizer::state`] order.
+    pub state_specs: Vec<StateSpec>,
+    /// The state leaves (persistent, names with a `.`).
+    pub state: Vec<NodeId>,
+    /// Whether `train_step` commits its updates only when the loss and every update are finite.
+    pub guarded: bool,
     /// The batch size of both entries.
     pub batch: usize,
     /// The tape: forward, recorded gradient, recorded update.
@@ -42,23 +48,58 @@ pub struct TrainingJob {
 }
 
 impl TrainingJob {
-    /// Records and plans a training job.
+    /// Records and plans a training job whose `train_step` updates the parameters in place
+    /// (no non-finite guard: the smallest arena).
     ///
     /// # Errors
     /// [`PlanError`] from recording or planning.
-    pub fn build(mlp: Mlp, loss: Loss, sgd: Sgd, batch: usize) -> Result<TrainingJob, PlanError> {
+    pub fn build(
+        mlp: Mlp,
+        loss: Loss,
+        optimizer: impl Into<Optimizer>,
+        batch: usize,
+    ) -> Result<TrainingJob, PlanError> {
+        TrainingJob::build_with(mlp, loss, optimizer.into(), batch, false)
+    }
+
+    /// Records and plans a training job. With `guarded`, `train_step` computes the new
+    /// parameters and state into scratch and the runtime commits them only when the loss and every
+    /// update are finite (a step that diverges changes nothing); without, updates are written in
+    /// place as they are computed.
+    ///
+    /// Entries: `forward` (logits), `train_step` (loss; every parameter and state updated), and,
+    /// when the optimizer keeps state, `init` (writes the state's initial values; run it once).
+    ///
+    /// # Errors
+    /// [`PlanError`] from recording or planning.
+    pub fn build_with(
+        mlp: Mlp,
+        loss: Loss,
+        optimizer: Optimizer,
+        batch: usize,
+        guarded: bool,
+    ) -> Result<TrainingJob, PlanError> {
         let mut tape = Tape::new();
         let (inputs, params, logits, loss_node) = model::record_loss(&mut tape, &mlp, loss, batch)?;
+        let state_specs = optimizer.state(&mlp.parameter_shapes());
+        let state: Vec<NodeId> = state_specs
+            .iter()
+            .map(|s| tape.parameter(&s.name, s.shape))
+            .collect();
         let gradient_start = tape.len();
         let adjoints = tape.differentiate(loss_node, &params)?;
         let grads: Vec<Option<NodeId>> = params.iter().map(|p| adjoints.get(*p).copied()).collect();
         let update_start = tape.len();
-        let new = sgd.step(&mut tape.trace(), &params, &grads)?;
+        let (new_params, new_state) = optimizer.step(&mut tape.trace(), &params, &grads, &state)?;
         let mut train_roots = vec![Root::Output {
             name: "loss".into(),
             node: loss_node,
         }];
-        for (p, v) in params.iter().zip(&new) {
+        for (p, v) in params
+            .iter()
+            .chain(&state)
+            .zip(new_params.iter().chain(&new_state))
+        {
             if let Some(v) = v {
                 train_roots.push(Root::Update {
                     param: *p,
@@ -66,24 +107,44 @@ impl TrainingJob {
                 });
             }
         }
-        let entries = [
+        let mut init_roots = Vec::new();
+        for (leaf, spec) in state.iter().zip(&state_specs) {
+            let value = tape.trace().fill(spec.init, spec.shape)?;
+            init_roots.push(Root::Update {
+                param: *leaf,
+                value,
+            });
+        }
+        let mut entries = vec![
             EntrySpec {
                 name: "forward".into(),
                 roots: vec![Root::Output {
                     name: "logits".into(),
                     node: logits,
                 }],
+                guarded: false,
             },
             EntrySpec {
                 name: "train_step".into(),
                 roots: train_roots,
+                guarded,
             },
         ];
+        if !init_roots.is_empty() {
+            entries.push(EntrySpec {
+                name: "init".into(),
+                roots: init_roots,
+                guarded: false,
+            });
+        }
         let plan = planner::plan(&tape, &entries)?;
         Ok(TrainingJob {
             mlp,
             loss,
-            sgd,
+            optimizer,
+            state_specs,
+            state,
+            guarded,
             batch,
             tape,
             inputs,
@@ -108,10 +169,13 @@ pub struct Oracle<'j> {
     job: &'j TrainingJob,
     /// The current parameters, in the job's order.
     pub params: Vec<Tensor>,
+    /// The current optimizer state, in [`Optimizer::state`] order.
+    pub state: Vec<Tensor>,
 }
 
 impl<'j> Oracle<'j> {
-    /// An oracle starting from `params` (in the job's parameter order).
+    /// An oracle starting from `params` (in the job's parameter order) and the optimizer state's
+    /// initial values.
     ///
     /// # Errors
     /// [`TapeError::ValueShape`] when a parameter has the wrong length.
@@ -122,9 +186,18 @@ impl<'j> Oracle<'j> {
             .zip(params)
             .map(|(p, v)| Tensor::new(job.tape.shape(*p)?, v.clone()))
             .collect::<Result<Vec<_>, _>>()?;
+        let state = job
+            .state_specs
+            .iter()
+            .map(|s| Tensor {
+                shape: s.shape,
+                data: vec![s.init; s.shape.elems()],
+            })
+            .collect();
         Ok(Oracle {
             job,
             params: tensors,
+            state,
         })
     }
 
@@ -142,10 +215,15 @@ impl<'j> Oracle<'j> {
         for (p, v) in job.params.iter().zip(&self.params) {
             run.set(*p, v.clone())?;
         }
+        for (p, v) in job.state.iter().zip(&self.state) {
+            run.set(*p, v.clone())?;
+        }
         Ok(run)
     }
 
-    /// One training step on a batch: answers the loss and updates the parameters.
+    /// One training step on a batch: answers the loss and updates the parameters and state. When
+    /// the job is guarded and the loss or an update is not finite, nothing is updated (as the
+    /// runtime's commit refuses) and the loss is still answered.
     ///
     /// # Shapes
     /// `x: [batch, d_in]` row-major; `target`: `[batch]` labels or `[batch, d_out]`.
@@ -165,8 +243,24 @@ impl<'j> Oracle<'j> {
             .iter()
             .map(|p| adjoints.get(*p).cloned())
             .collect();
-        let new = job.sgd.step(&mut Compute, &self.params, &grads)?;
-        for (p, n) in self.params.iter_mut().zip(new) {
+        let (new_params, new_state) =
+            job.optimizer
+                .step(&mut Compute, &self.params, &grads, &self.state)?;
+        let finite = |v: &Option<Tensor>| {
+            v.as_ref()
+                .is_none_or(|t| t.data.iter().all(|x| x.is_finite()))
+        };
+        if job.guarded
+            && !(loss.is_finite() && new_params.iter().all(finite) && new_state.iter().all(finite))
+        {
+            return Ok(loss);
+        }
+        for (p, n) in self.params.iter_mut().zip(new_params) {
+            if let Some(n) = n {
+                *p = n;
+            }
+        }
+        for (p, n) in self.state.iter_mut().zip(new_state) {
             if let Some(n) = n {
                 *p = n;
             }

@@ -33,6 +33,10 @@ pub struct EntrySpec {
     pub name: String,
     /// What it produces.
     pub roots: Vec<Root>,
+    /// Commit updates only when every output and update is finite: updates are computed into
+    /// scratch and the runtime copies them over the parameters after checking them (see
+    /// `docs/plan-format.md`, guarded entries). Without it, updates are written in place.
+    pub guarded: bool,
 }
 
 /// Why a tape could not be planned.
@@ -404,7 +408,9 @@ fn plan_entry(
         let pos = pos as isize;
         let node = &nodes[n];
         let (def, end) = iv[&n];
-        if let Some(&p) = update_of.get(&n) {
+        // In place over the parameter, unless the entry is guarded (then updates are ordinary
+        // scratch values that outlive the entry, committed by the runtime).
+        if let Some(&p) = update_of.get(&n).filter(|_| !spec.guarded) {
             let p_end = iv.get(&p).map(|x| x.1).unwrap_or(-1);
             if p_end > pos {
                 return Err(PlanError::UpdateNotInPlace {
@@ -482,6 +488,10 @@ fn plan_entry(
     }
     let mut updates = Vec::new();
     for (&v, &p) in &update_of {
+        if spec.guarded {
+            updates.push((param_name(p), tensor_of[&v]));
+            continue;
+        }
         let pt = param_tensor[&p];
         tensor_of.insert(v, tensors.len() as u32);
         updates.push((param_name(p), tensors.len() as u32));

@@ -41,7 +41,8 @@ pub struct RuntimeModel<'b> {
 }
 
 impl<'b> RuntimeModel<'b> {
-    /// Decodes and validates `bytes`, and allocates an arena of exactly the size the plan needs.
+    /// Decodes and validates `bytes`, allocates an arena of exactly the size the plan needs, and
+    /// runs the plan's `init` entry if it has one (the optimizer state's initial values).
     ///
     /// # Errors
     /// [`TrainError::Plan`] for rejected bytes, [`TrainError::MissingEntry`] without `forward`
@@ -54,7 +55,10 @@ impl<'b> RuntimeModel<'b> {
         let forward = plan
             .entry("forward")
             .ok_or(TrainError::MissingEntry("forward"))?;
-        let arena = vec![0.0f32; plan.arena_elems()];
+        let mut arena = vec![0.0f32; plan.arena_elems()];
+        if let Some(init) = plan.entry("init") {
+            Session::bind(&plan, &mut arena)?.run(init)?;
+        }
         Ok(RuntimeModel {
             plan,
             arena,

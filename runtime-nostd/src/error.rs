@@ -325,6 +325,11 @@ pub enum PlanError {
         /// The update binding's index.
         binding: u32,
     },
+    /// An entry with both in-place and guarded (scratch) updates.
+    MixedUpdates {
+        /// The entry's index.
+        entry: u32,
+    },
     /// An update whose tensor has another offset or shape than its parameter's.
     UpdateMismatch {
         /// The update binding's index.
@@ -557,6 +562,9 @@ impl fmt::Display for PlanError {
             E::UpdateWithoutParameter { binding } => {
                 write!(f, "binding {binding}: update of no parameter")
             }
+            E::MixedUpdates { entry } => {
+                write!(f, "entry {entry}: mixes in-place and guarded updates")
+            }
             E::UpdateMismatch { binding, parameter } => write!(
                 f,
                 "binding {binding}: update differs in offset or shape from parameter binding {parameter}"
@@ -663,6 +671,17 @@ pub enum RunError {
         /// The instruction's index.
         instr: u32,
     },
+    /// A guarded entry produced a value that is not finite (NaN or ±inf) in an output or an
+    /// update, so it committed nothing: the parameters and optimizer state are exactly as they
+    /// were before the run. The caller can skip the batch or lower the learning rate.
+    NonFinite {
+        /// The entry's index.
+        entry: u32,
+        /// The index of the output or update binding holding the value.
+        binding: u32,
+        /// The element's index within that binding's tensor.
+        element: u32,
+    },
 }
 
 impl fmt::Display for RunError {
@@ -693,6 +712,14 @@ impl fmt::Display for RunError {
                     "instruction {instr}: records inconsistent with the arena"
                 )
             }
+            RunError::NonFinite {
+                entry,
+                binding,
+                element,
+            } => write!(
+                f,
+                "entry {entry}: binding {binding} element {element} is not finite; nothing was committed"
+            ),
         }
     }
 }

@@ -252,6 +252,11 @@ impl<'a> Plan<'a> {
         self.layout.n_instrs
     }
 
+    /// The number of binding records.
+    pub fn n_bindings(&self) -> usize {
+        self.layout.n_bindings
+    }
+
     /// The number of entries (at least 1).
     pub fn n_entries(&self) -> usize {
         self.layout.n_entries

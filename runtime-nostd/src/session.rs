@@ -182,8 +182,9 @@ impl<'p, 'a> Session<'p, 'a> {
     }
 
     /// Runs an entry's instructions in order, each with its reference kernel from
-    /// `tapeplan_core::ops` (so the bits are the oracle's). Updates are written in place over
-    /// their parameters.
+    /// `tapeplan_core::ops` (so the bits are the oracle's). In-place updates are written over
+    /// their parameters as they run; a guarded entry's updates are committed at the end, and
+    /// only when every output and update is finite.
     ///
     /// # Errors
     /// [`RunError::UnknownEntry`]; [`RunError::Inconsistent`] or [`RunError::Kernel`] only if
@@ -205,8 +206,47 @@ impl<'p, 'a> Session<'p, 'a> {
         for k in range {
             step(plan, arena, k)?;
         }
-        Ok(())
+        commit(plan, arena, entry)
     }
+}
+
+/// The end of a guarded entry (one whose updates live in scratch): when every output and update
+/// is finite, copy each update over its parameter; otherwise write nothing and say which value
+/// was not finite. An entry with in-place updates (or none) has nothing to commit.
+fn commit(plan: &Plan<'_>, arena: &mut [f32], entry: EntryId) -> Result<(), RunError> {
+    let guarded = plan
+        .updates(entry)
+        .any(|u| u.offset_elems >= plan.persistent_elems());
+    if !guarded {
+        return Ok(());
+    }
+    let bad = RunError::Inconsistent { instr: u32::MAX };
+    for b in 0..plan.n_bindings() {
+        let Some(binding) = plan.binding(b) else {
+            continue;
+        };
+        if binding.entry != Some(entry)
+            || !matches!(binding.kind, BindingKind::Output | BindingKind::Update)
+        {
+            continue;
+        }
+        let values = arena.get(binding.range()).ok_or(bad)?;
+        if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+            return Err(RunError::NonFinite {
+                entry: u32::try_from(entry.index()).unwrap_or(u32::MAX),
+                binding: u32::try_from(b).unwrap_or(u32::MAX),
+                element: u32::try_from(i).unwrap_or(u32::MAX),
+            });
+        }
+    }
+    for u in plan.updates(entry) {
+        let p = plan.parameter(u.name).ok_or(bad)?;
+        if u.range().end > arena.len() || p.range().end > arena.len() || p.elems != u.elems {
+            return Err(bad);
+        }
+        arena.copy_within(u.range(), p.offset_elems);
+    }
+    Ok(())
 }
 
 /// An argument's slice from the parts of the arena left and right of the output

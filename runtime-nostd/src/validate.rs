@@ -385,7 +385,9 @@ fn check_bindings(plan: &Plan<'_>) -> Result<(), PlanError> {
                 tensor: rec.tensor,
             })?;
         let region_ok = match kind {
-            BindingKind::Parameter | BindingKind::Update => t.kind == TensorKind::Persistent,
+            BindingKind::Parameter => t.kind == TensorKind::Persistent,
+            // In place (persistent, over the parameter) or guarded (scratch, committed by copy).
+            BindingKind::Update => true,
             BindingKind::Input => t.kind == TensorKind::Scratch,
             BindingKind::Output => true,
         };
@@ -424,7 +426,8 @@ fn check_bindings(plan: &Plan<'_>) -> Result<(), PlanError> {
             let pt = plan
                 .binding_record(p)
                 .and_then(|r| plan.tensor_view(r.tensor));
-            if !pt.is_some_and(|pt| pt.offset == t.offset && pt.shape == t.shape) {
+            let in_place = t.kind == TensorKind::Persistent;
+            if !pt.is_some_and(|pt| pt.shape == t.shape && (!in_place || pt.offset == t.offset)) {
                 return Err(PlanError::UpdateMismatch {
                     binding,
                     parameter: idx32(p),
@@ -567,6 +570,26 @@ fn check_entry<const N: usize>(
             *d = c;
             *l = c;
         }
+    }
+
+    // An entry's updates are all in place or all guarded (committed by copy after the entry).
+    let mut kinds = (false, false);
+    for b in 0..plan.layout.n_bindings {
+        if let Some((rec, BindingKind::Update)) = binding_at(plan, b) {
+            if us(rec.entry) == e {
+                let persistent = plan
+                    .tensor_view(rec.tensor)
+                    .is_some_and(|v| v.kind == TensorKind::Persistent);
+                if persistent {
+                    kinds.0 = true;
+                } else {
+                    kinds.1 = true;
+                }
+            }
+        }
+    }
+    if kinds.0 && kinds.1 {
+        return Err(PlanError::MixedUpdates { entry });
     }
 
     // Outputs and updates must be defined by an instruction, and outlive the entry.

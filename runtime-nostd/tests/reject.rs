@@ -478,11 +478,12 @@ fn binding_rules() {
             kind: BindingKind::Input
         }
     );
+    // An update in scratch is a guarded update; it must still have its parameter's shape.
     assert_eq!(
         err(with_binding(b.clone(), 6, |x| x.tensor = Y)),
-        PlanError::BindingRegion {
+        PlanError::UpdateMismatch {
             binding: 6,
-            kind: BindingKind::Update
+            parameter: 0
         }
     );
     // Two parameters named "w".

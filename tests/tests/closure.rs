@@ -118,6 +118,7 @@ fn second_order_recorded_runtime_and_oracle_agree_and_match_finite_differences()
                     &[EntrySpec {
                         name: "hvp".into(),
                         roots,
+                        guarded: false,
                     }],
                 )
                 .unwrap();

@@ -101,6 +101,7 @@ fn oracle_recorded_runtime_and_host_plan_agree_bit_for_bit() {
                 &[EntrySpec {
                     name: "grad".into(),
                     roots,
+                    guarded: false,
                 }],
             )
             .unwrap();

@@ -14,6 +14,7 @@ fn run_entry(tape: &Tape, out: tapeplan_core::NodeId, inputs: &[(&str, Vec<f32>)
                 name: "out".into(),
                 node: out,
             }],
+            guarded: false,
         }],
     )
     .unwrap();
