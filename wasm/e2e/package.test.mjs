@@ -48,6 +48,32 @@ test("bad plan bytes throw an Error carrying the runtime's message", () => {
   assert.throws(() => new Trainer(flipped), Error);
 });
 
+test("hostile bytes never trap: every rejection is an Error, not a WebAssembly.RuntimeError", () => {
+  // A fixed xorshift stream, so a failure reproduces.
+  let seed = 0x9e3779b9;
+  const rand = (n) => {
+    seed ^= seed << 13; seed >>>= 0;
+    seed ^= seed >>> 17;
+    seed ^= seed << 5; seed >>>= 0;
+    return seed % n;
+  };
+  let rejected = 0;
+  for (let i = 0; i < 3000; i++) {
+    const bytes = assets.plan.slice(0, 1 + rand(assets.plan.length));
+    for (let k = rand(4); k >= 0; k--) bytes[rand(bytes.length)] = rand(256);
+    try {
+      new Trainer(bytes).free();
+    } catch (e) {
+      assert.ok(!(e instanceof WebAssembly.RuntimeError), `trap on case ${i}: ${e}`);
+      assert.ok(e instanceof Error && e.message.startsWith("plan rejected: "), String(e));
+      rejected++;
+    }
+  }
+  assert.ok(rejected > 2900, `${rejected} of 3000 rejected`);
+  // The module still works after all that.
+  assert.equal(trainer().digest(), manifest.init_digest);
+});
+
 test("parameters by name and all at once, as Float32Arrays", () => {
   const t = trainer();
   assert.deepEqual(t.parameterNames(), ["w1", "b1", "w2", "b2"]);

@@ -140,11 +140,18 @@ async function train(assets) {
   return trainer;
 }
 
-function timeSteps(assets) {
+/** The median train-step time in ms on a fresh trainer (also `window.tapeplanBench`). */
+function benchStepMs(assets, blocks = 31, perBlock = 25) {
   const t = new Trainer(assets.plan);
   t.loadParameters(assets.init);
-  const ms = medianStepMs(t, assets, () => performance.now());
+  const ms = medianStepMs(t, assets, () => performance.now(), blocks, perBlock);
   t.free();
+  return ms;
+}
+
+function timeSteps(assets) {
+  const ms = benchStepMs(assets);
+  window.tapeplanBench = (blocks, perBlock) => benchStepMs(assets, blocks, perBlock);
   result.stepMs = ms;
   $("step-ms").textContent = `${(1000 * ms).toFixed(1)} µs (${Math.round(1000 / ms)} steps/s; ` +
     `median of 31 blocks of 25 steps${crossOriginIsolated ? "" : ", coarse timer"})`;
