@@ -116,6 +116,7 @@ opcodes! {
     0x34 Greater    "greater"    2 Elementwise "`1` where `a > b`, else `0`.";
     0x35 GreaterEqual "greater_equal" 2 Elementwise "`1` where `a >= b`, else `0`.";
     0x36 Select     "select"     3 Structural  "`a` where `cond != 0`, else `b` (elementwise, never in place).";
+    0x37 Uniform    "uniform"    2 Structural  "Counter-based uniform `[0, 1)` draws of the target shape from a key and a counter.";
 }
 
 impl fmt::Display for Opcode {

@@ -348,6 +348,39 @@ pub trait Recordable {
         let k = self.fill(n as f32, shape)?;
         self.div(&s, &k)
     }
+    /// Uniform `[0, 1)` draws of `shape` from the stream `(key, counter)` (two scalars).
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn uniform(
+        &mut self,
+        key: &Self::Value,
+        counter: &Self::Value,
+        shape: Shape,
+    ) -> Result<Self::Value, Self::Error> {
+        self.apply(Opcode::Uniform, Attr::target(shape), &[key, counter])
+    }
+    /// Inverted dropout (Srivastava et al., JMLR 2014; PyTorch's `nn.Dropout` in training
+    /// mode): each element kept with probability `1 - p` and scaled by `1 / (1 - p)`, dropped
+    /// otherwise, drawing from the stream `(key, counter)`: `x * (greater_equal(u, p) * 1/(1-p))`.
+    /// The mask is a node of the graph, so the reverse pass multiplies by the same mask.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn dropout(
+        &mut self,
+        x: &Self::Value,
+        p: f32,
+        key: &Self::Value,
+        counter: &Self::Value,
+    ) -> Result<Self::Value, Self::Error> {
+        let s = self.shape_of(x);
+        let u = self.uniform(key, counter, s)?;
+        let threshold = self.fill(p, s)?;
+        let keep = self.greater_equal(&u, &threshold)?;
+        let mask = self.scale(&keep, 1.0 / (1.0 - p))?;
+        self.mul(x, &mask)
+    }
     /// The sum of every element, a scalar.
     ///
     /// # Errors

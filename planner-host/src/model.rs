@@ -199,6 +199,86 @@ pub struct TrainInputs {
     pub target: NodeId,
 }
 
+/// Where dropout draws from: the probability and the generator's key and counter (scalars in
+/// the persistent region).
+#[derive(Clone, Debug)]
+pub struct Dropout<V> {
+    /// The probability of dropping an element.
+    pub p: f32,
+    /// The generator's key.
+    pub key: V,
+    /// The generator's counter (advanced by one every training step).
+    pub counter: V,
+}
+
+impl Mlp {
+    /// The logits with dropout after every hidden activation (training mode), each layer drawing
+    /// from the counter plus its layer index, so layers get different masks.
+    ///
+    /// # Shapes
+    /// As [`Mlp::logits`].
+    ///
+    /// # Errors
+    /// Shape errors of the payload.
+    pub fn logits_with_dropout<R: Recordable>(
+        &self,
+        r: &mut R,
+        x: &R::Value,
+        params: &[R::Value],
+        dropout: &Dropout<R::Value>,
+    ) -> Result<R::Value, R::Error> {
+        let layers = params.len() / 2;
+        let mut h = x.clone();
+        for l in 0..layers {
+            let (w, b) = (&params[2 * l], &params[2 * l + 1]);
+            let z = r.matmul(&h, w)?;
+            let zs = r.shape_of(&z);
+            let bb = r.broadcast(b, zs)?;
+            let z = r.add(&z, &bb)?;
+            h = if l + 1 < layers {
+                let a = self.activation.apply(r, &z)?;
+                // Stream (key, counter · 16 + l): distinct per layer and per step.
+                let sixteen = r.fill(16.0, Shape::SCALAR)?;
+                let base = r.mul(&dropout.counter, &sixteen)?;
+                let layer = r.fill(l as f32, Shape::SCALAR)?;
+                let c = r.add(&base, &layer)?;
+                r.dropout(&a, dropout.p, &dropout.key, &c)?
+            } else {
+                z
+            };
+        }
+        Ok(h)
+    }
+}
+
+/// The loss of `logits` against `target`.
+///
+/// # Errors
+/// Shape errors of the payload.
+pub fn loss_of<R: Recordable>(
+    r: &mut R,
+    loss: Loss,
+    logits: &R::Value,
+    target: &R::Value,
+) -> Result<R::Value, R::Error> {
+    match loss {
+        Loss::SoftmaxCrossEntropy => softmax_cross_entropy(r, logits, target),
+        Loss::MeanSquaredError => mean_squared_error(r, logits, target),
+    }
+}
+
+/// Records a model's inputs (`x`, and `labels` or `y`) on a tape.
+pub fn record_inputs(tape: &mut Tape, mlp: &Mlp, loss: Loss, batch: usize) -> TrainInputs {
+    let d_in = mlp.sizes[0];
+    let d_out = *mlp.sizes.last().unwrap_or(&0);
+    let x = tape.input("x", Shape::matrix(batch, d_in));
+    let target = match loss {
+        Loss::SoftmaxCrossEntropy => tape.input("labels", Shape::vector(batch)),
+        Loss::MeanSquaredError => tape.input("y", Shape::matrix(batch, d_out)),
+    };
+    TrainInputs { x, target }
+}
+
 /// Records a model's loss on a fresh tape: inputs, parameters, logits and loss.
 ///
 /// # Errors
@@ -209,19 +289,10 @@ pub fn record_loss(
     loss: Loss,
     batch: usize,
 ) -> Result<(TrainInputs, Vec<NodeId>, NodeId, NodeId), TapeError> {
-    let d_in = mlp.sizes[0];
-    let d_out = *mlp.sizes.last().unwrap_or(&0);
-    let x = tape.input("x", Shape::matrix(batch, d_in));
-    let target = match loss {
-        Loss::SoftmaxCrossEntropy => tape.input("labels", Shape::vector(batch)),
-        Loss::MeanSquaredError => tape.input("y", Shape::matrix(batch, d_out)),
-    };
+    let inputs = record_inputs(tape, mlp, loss, batch);
     let params = mlp.record_parameters(tape);
     let mut t = tape.trace();
-    let logits = mlp.logits(&mut t, &x, &params)?;
-    let l = match loss {
-        Loss::SoftmaxCrossEntropy => softmax_cross_entropy(&mut t, &logits, &target)?,
-        Loss::MeanSquaredError => mean_squared_error(&mut t, &logits, &target)?,
-    };
-    Ok((TrainInputs { x, target }, params, logits, l))
+    let logits = mlp.logits(&mut t, &inputs.x, &params)?;
+    let l = loss_of(&mut t, loss, &logits, &inputs.target)?;
+    Ok((inputs, params, logits, l))
 }

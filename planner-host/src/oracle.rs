@@ -21,8 +21,11 @@ pub struct TrainingJob {
     pub loss: Loss,
     /// The optimizer.
     pub optimizer: Optimizer,
-    /// The optimizer's state, in [`Optimizer::state`] order.
+    /// The persistent state: the optimizer's (in [`Optimizer::state`] order), then the
+    /// model's (dropout's generator key and counter).
     pub state_specs: Vec<StateSpec>,
+    /// How many of `state_specs` are the optimizer's.
+    pub optimizer_state: usize,
     /// The state leaves (persistent, names with a `.`).
     pub state: Vec<NodeId>,
     /// Whether `train_step` commits its updates only when the loss and every update are finite.
@@ -59,16 +62,14 @@ impl TrainingJob {
         optimizer: impl Into<Optimizer>,
         batch: usize,
     ) -> Result<TrainingJob, PlanError> {
-        TrainingJob::build_with(mlp, loss, optimizer.into(), batch, false)
+        TrainingJob::build_with(mlp, loss, optimizer.into(), batch, JobOptions::default())
     }
 
-    /// Records and plans a training job. With `guarded`, `train_step` computes the new
-    /// parameters and state into scratch and the runtime commits them only when the loss and every
-    /// update are finite (a step that diverges changes nothing); without, updates are written in
-    /// place as they are computed.
+    /// Records and plans a training job with [`JobOptions`].
     ///
-    /// Entries: `forward` (logits), `train_step` (loss; every parameter and state updated), and,
-    /// when the optimizer keeps state, `init` (writes the state's initial values; run it once).
+    /// Entries: `forward` (logits, inference: no dropout), `train_step` (loss; every parameter and
+    /// piece of state updated), and, when there is state (an optimizer's, dropout's generator),
+    /// `init` (writes the state's initial values; run it once).
     ///
     /// # Errors
     /// [`PlanError`] from recording or planning.
@@ -77,20 +78,59 @@ impl TrainingJob {
         loss: Loss,
         optimizer: Optimizer,
         batch: usize,
-        guarded: bool,
+        options: JobOptions,
     ) -> Result<TrainingJob, PlanError> {
+        let guarded = options.guarded;
         let mut tape = Tape::new();
-        let (inputs, params, logits, loss_node) = model::record_loss(&mut tape, &mlp, loss, batch)?;
-        let state_specs = optimizer.state(&mlp.parameter_shapes());
+        let inputs = model::record_inputs(&mut tape, &mlp, loss, batch);
+        let params = mlp.record_parameters(&mut tape);
+        let logits = mlp.logits(&mut tape.trace(), &inputs.x, &params)?;
+        let mut state_specs = optimizer.state(&mlp.parameter_shapes());
+        let optimizer_state = state_specs.len();
+        if options.dropout > 0.0 {
+            state_specs.push(StateSpec {
+                name: "rng.key".into(),
+                shape: Shape::SCALAR,
+                init: (options.seed % (1 << 24)) as f32,
+            });
+            state_specs.push(StateSpec {
+                name: "rng.counter".into(),
+                shape: Shape::SCALAR,
+                init: 0.0,
+            });
+        }
         let state: Vec<NodeId> = state_specs
             .iter()
             .map(|s| tape.parameter(&s.name, s.shape))
             .collect();
+        let loss_node = {
+            let mut t = tape.trace();
+            let train_logits = if options.dropout > 0.0 {
+                let d = model::Dropout {
+                    p: options.dropout,
+                    key: state[optimizer_state],
+                    counter: state[optimizer_state + 1],
+                };
+                mlp.logits_with_dropout(&mut t, &inputs.x, &params, &d)?
+            } else {
+                logits
+            };
+            model::loss_of(&mut t, loss, &train_logits, &inputs.target)?
+        };
         let gradient_start = tape.len();
         let adjoints = tape.differentiate(loss_node, &params)?;
         let grads: Vec<Option<NodeId>> = params.iter().map(|p| adjoints.get(*p).copied()).collect();
         let update_start = tape.len();
-        let (new_params, new_state) = optimizer.step(&mut tape.trace(), &params, &grads, &state)?;
+        let (new_params, mut new_state) = optimizer.step(
+            &mut tape.trace(),
+            &params,
+            &grads,
+            &state[..optimizer_state],
+        )?;
+        new_state.extend(advance_model_state(
+            &mut tape.trace(),
+            &state[optimizer_state..],
+        )?);
         let mut train_roots = vec![Root::Output {
             name: "loss".into(),
             node: loss_node,
@@ -142,6 +182,7 @@ impl TrainingJob {
             mlp,
             loss,
             optimizer,
+            optimizer_state,
             state_specs,
             state,
             guarded,
@@ -160,6 +201,38 @@ impl TrainingJob {
     /// The parameters' names and shapes, in order.
     pub fn parameter_shapes(&self) -> Vec<(String, Shape)> {
         self.mlp.parameter_shapes()
+    }
+}
+
+/// What a training job is built with.
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub struct JobOptions {
+    /// With `guarded`, `train_step` computes the new parameters and state into scratch and the
+    /// runtime commits them only when the loss and every update are finite (a step that diverges
+    /// changes nothing); without, updates are written in place as they are computed.
+    pub guarded: bool,
+    /// Dropout probability after every hidden activation in `train_step` (0: none). The
+    /// `forward` entry never drops (inference mode).
+    pub dropout: f32,
+    /// The dropout generator's key (taken modulo 2^24, stored exactly as an `f32`).
+    pub seed: u64,
+}
+
+/// Advances the model's own state by one training step: dropout's counter `c ← c + 1`. Written
+/// against [`Recordable`] so the plan and the oracle share it.
+///
+/// # Errors
+/// The payload's.
+pub fn advance_model_state<R: Recordable>(
+    r: &mut R,
+    state: &[R::Value],
+) -> Result<Vec<Option<R::Value>>, R::Error> {
+    match state {
+        [_key, counter] => {
+            let one = r.fill(1.0, Shape::SCALAR)?;
+            Ok(vec![None, Some(r.add(counter, &one)?)])
+        }
+        _ => Ok(vec![None; state.len()]),
     }
 }
 
@@ -243,9 +316,11 @@ impl<'j> Oracle<'j> {
             .iter()
             .map(|p| adjoints.get(*p).cloned())
             .collect();
-        let (new_params, new_state) =
+        let k = job.optimizer_state;
+        let (new_params, mut new_state) =
             job.optimizer
-                .step(&mut Compute, &self.params, &grads, &self.state)?;
+                .step(&mut Compute, &self.params, &grads, &self.state[..k])?;
+        new_state.extend(advance_model_state(&mut Compute, &self.state[k..])?);
         let finite = |v: &Option<Tensor>| {
             v.as_ref()
                 .is_none_or(|t| t.data.iter().all(|x| x.is_finite()))

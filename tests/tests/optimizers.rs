@@ -4,7 +4,7 @@
 
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
 use tapeplan_planner::optim::Optimizer;
-use tapeplan_planner::oracle::{first_difference, Oracle, TrainingJob};
+use tapeplan_planner::oracle::{first_difference, JobOptions, Oracle, TrainingJob};
 use tapeplan_planner::rng::SplitMix64;
 use tapeplan_planner::train::{RuntimeModel, TrainError};
 use tapeplan_runtime::RunError;
@@ -41,9 +41,17 @@ fn runtime_equals_oracle_for_every_optimizer_guarded_and_in_place() {
     };
     for opt in optimizers() {
         for guarded in [false, true] {
-            let job =
-                TrainingJob::build_with(mlp.clone(), Loss::SoftmaxCrossEntropy, opt, 4, guarded)
-                    .unwrap();
+            let job = TrainingJob::build_with(
+                mlp.clone(),
+                Loss::SoftmaxCrossEntropy,
+                opt,
+                4,
+                JobOptions {
+                    guarded,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
             let bytes = job.plan.to_bytes();
             let mut model = RuntimeModel::new(&bytes).unwrap();
             let shapes = job.parameter_shapes();
@@ -141,7 +149,10 @@ fn a_step_that_overflows_commits_nothing_and_training_continues() {
         Loss::SoftmaxCrossEntropy,
         Optimizer::adam(0.01),
         2,
-        true,
+        JobOptions {
+            guarded: true,
+            ..Default::default()
+        },
     )
     .unwrap();
     let bytes = job.plan.to_bytes();

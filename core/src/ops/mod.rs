@@ -47,6 +47,7 @@ pub mod sub;
 pub mod sum_to;
 pub mod tanh;
 pub mod transpose;
+pub mod uniform;
 
 /// An instruction's attribute: a 32-bit word (the fill value's bit pattern) and, for the ops
 /// that need one, the target shape (which is also the output shape).
@@ -56,7 +57,7 @@ pub struct Attr {
     /// `axis << 28 | start`; for `concat`, the axis; 0 for every other opcode.
     pub bits: u32,
     /// The target shape for leaves, `fill`, `reshape`, `broadcast`, `sum_to`, `max_to`,
-    /// `one_hot`, `slice`, `pad`; `None` for the rest.
+    /// `one_hot`, `slice`, `pad`, `uniform`; `None` for the rest.
     pub target: Option<Shape>,
 }
 
@@ -106,6 +107,7 @@ pub fn needs_target(op: Opcode) -> bool {
             | Opcode::OneHot
             | Opcode::Slice
             | Opcode::Pad
+            | Opcode::Uniform
     )
 }
 
@@ -271,13 +273,26 @@ pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
                 Ok(t)
             }
             Opcode::Concat => concat::infer(args[0], args[1], attr.bits as usize),
+            Opcode::Uniform => {
+                for a in args {
+                    if a.elems() != 1 {
+                        return Err(OpError::ShapeMismatch {
+                            op,
+                            lhs: args[0],
+                            rhs: args[1],
+                        });
+                    }
+                }
+                target_of(op, attr)
+            }
             _ => Err(OpError::Leaf { op }),
         },
     }
 }
 
 /// True for the opcodes whose reverse rule contributes nothing: `detach` (a stop-gradient) and
-/// the piecewise-constant `heaviside`, `equal`, `one_hot`, `sign`, `greater`, `greater_equal`. Their outputs do not depend
+/// the piecewise-constant `heaviside`, `equal`, `one_hot`, `sign`, `greater`, `greater_equal`,
+/// and the random draw `uniform`. Their outputs do not depend
 /// differentiably on their arguments, which the ancestor mask uses.
 pub fn zero_derivative(op: Opcode) -> bool {
     matches!(
@@ -289,6 +304,7 @@ pub fn zero_derivative(op: Opcode) -> bool {
             | Opcode::Sign
             | Opcode::Greater
             | Opcode::GreaterEqual
+            | Opcode::Uniform
     )
 }
 
@@ -398,6 +414,7 @@ pub fn eval(
             }
         }
         Opcode::Select => select::kernel(args[0], args[1], args[2], out),
+        Opcode::Uniform => uniform::kernel(args[0], args[1], out),
         Opcode::Slice => slice::kernel(args[0], arg_shapes[0], out, out_shape, attr.bits),
         Opcode::Pad => pad::kernel(args[0], arg_shapes[0], out, out_shape, attr.bits),
         Opcode::Concat => concat::kernel(
@@ -509,6 +526,7 @@ pub fn vjp<R: Recordable>(
         Opcode::Slice => slice::vjp(r, v.attr_bits, v),
         Opcode::Pad => pad::vjp(r, v.attr_bits, v),
         Opcode::Concat => concat::vjp(r, v.attr_bits as usize, v),
+        Opcode::Uniform => uniform::vjp(r, v),
     }
 }
 

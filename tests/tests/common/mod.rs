@@ -338,6 +338,18 @@ pub fn cases() -> Vec<Case> {
             body: |t, x| t.mean_to(&x[0], Shape::matrix(3, 1)).unwrap(),
         },
         Case {
+            name: "uniform",
+            covers: &[Opcode::Uniform],
+            inputs: &[(&[], 0.0, 0.0), (&[], 0.0, 0.0), (&[6], -1.0, 1.0)],
+            wrt: &[false, false, true],
+            body: |t, x| {
+                let u = t.uniform(&x[0], &x[1], Shape::vector(6)).unwrap();
+                let d = t.dropout(&x[2], 0.5, &x[0], &x[1]).unwrap();
+                let ux = t.mul(&u, &x[2]).unwrap();
+                t.add(&ux, &d).unwrap()
+            },
+        },
+        Case {
             name: "softmax_ce",
             covers: &[
                 Opcode::MaxTo,
