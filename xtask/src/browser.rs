@@ -417,8 +417,10 @@ fn wasm_opt(ctx: &Ctx) -> PathBuf {
     wasm_dir(ctx).join("e2e/node_modules/.bin/wasm-opt")
 }
 
-/// The WebAssembly features rustc 1.95 enables for wasm32-unknown-unknown, for `wasm-opt`.
+/// The WebAssembly features the module uses, for `wasm-opt`: rustc 1.95's defaults for
+/// wasm32-unknown-unknown, and simd128 (`wasm/.cargo/config.toml`).
 const WASM_FEATURES: &[&str] = &[
+    "--enable-simd",
     "--enable-bulk-memory",
     "--enable-multivalue",
     "--enable-mutable-globals",
