@@ -37,6 +37,7 @@
 #[cfg(feature = "alloc")]
 extern crate alloc;
 
+mod element;
 pub mod format;
 mod opcode;
 pub mod ops;
@@ -50,6 +51,7 @@ mod run;
 #[cfg(feature = "alloc")]
 mod tape;
 
+pub use element::Element;
 pub use opcode::{OpClass, Opcode, MAX_ARITY};
 pub use ops::{Attr, OpError};
 pub use recordable::Recordable;
@@ -58,7 +60,7 @@ pub use shape::{Shape, ShapeError, MAX_RANK, MAX_TENSOR_ELEMS};
 #[cfg(feature = "alloc")]
 pub use autodiff::Adjoints;
 #[cfg(feature = "alloc")]
-pub use run::{Compute, Run, Tensor};
+pub use run::{Compute, ComputeAs, Run, RunAs, Tensor, TensorOf};
 #[cfg(feature = "alloc")]
 pub use tape::{describe, Node, NodeId, Tape, TapeError, Trace};
 

@@ -6,23 +6,28 @@ use alloc::vec::Vec;
 
 use crate::ops::{self, Attr};
 use crate::tape::{NodeId, Tape, TapeError};
-use crate::{Adjoints, Opcode, Recordable, Shape, MAX_ARITY};
+use core::marker::PhantomData;
 
-/// A dense row-major `f32` tensor.
+use crate::{Adjoints, Element, Opcode, Recordable, Shape, MAX_ARITY};
+
+/// A dense row-major tensor of elements `E`.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Tensor {
+pub struct TensorOf<E> {
     /// Its shape.
     pub shape: Shape,
     /// Its elements, `shape.elems()` of them.
-    pub data: Vec<f32>,
+    pub data: Vec<E>,
 }
 
-impl Tensor {
+/// A dense row-major `f32` tensor: the element of plans.
+pub type Tensor = TensorOf<f32>;
+
+impl<E: Element> TensorOf<E> {
     /// A tensor from its shape and elements.
     ///
     /// # Errors
     /// [`TapeError::ValueShape`] (with index 0) when `data.len() != shape.elems()`.
-    pub fn new(shape: Shape, data: Vec<f32>) -> Result<Tensor, TapeError> {
+    pub fn new(shape: Shape, data: Vec<E>) -> Result<TensorOf<E>, TapeError> {
         if data.len() != shape.elems() {
             return Err(TapeError::ValueShape {
                 index: 0,
@@ -30,23 +35,86 @@ impl Tensor {
                 found: Shape::vector(data.len().min(crate::MAX_TENSOR_ELEMS)),
             });
         }
-        Ok(Tensor { shape, data })
+        Ok(TensorOf { shape, data })
     }
 
     /// A tensor of zeros.
-    pub fn zeros(shape: Shape) -> Tensor {
-        Tensor {
+    pub fn zeros(shape: Shape) -> TensorOf<E> {
+        TensorOf {
             shape,
-            data: vec![0.0; shape.elems()],
+            data: vec![E::ZERO; shape.elems()],
         }
     }
 
     /// A scalar.
-    pub fn scalar(v: f32) -> Tensor {
-        Tensor {
+    pub fn scalar(v: E) -> TensorOf<E> {
+        TensorOf {
             shape: Shape::SCALAR,
             data: vec![v],
         }
+    }
+
+    /// The same tensor in another element (through `f32`: exact from `f32` to `f64`).
+    pub fn convert<F: Element>(&self) -> TensorOf<F> {
+        TensorOf {
+            shape: self.shape,
+            data: self.data.iter().map(|v| F::from_f32(v.to_f32())).collect(),
+        }
+    }
+}
+
+fn compute_apply<E: Element>(
+    op: Opcode,
+    attr: Attr,
+    args: &[&TensorOf<E>],
+) -> Result<TensorOf<E>, TapeError> {
+    if args.len() > MAX_ARITY {
+        return Err(TapeError::Op(ops::OpError::Arity {
+            op,
+            expected: op.arity(),
+            found: args.len(),
+        }));
+    }
+    let mut shapes = [Shape::SCALAR; MAX_ARITY];
+    let mut bufs: [&[E]; MAX_ARITY] = [&[]; MAX_ARITY];
+    for (k, a) in args.iter().enumerate() {
+        shapes[k] = a.shape;
+        bufs[k] = &a.data;
+    }
+    let n = args.len();
+    let shape = ops::infer(op, attr, &shapes[..n])?;
+    let mut out = TensorOf::zeros(shape);
+    ops::eval(op, attr, &bufs[..n], &shapes[..n], &mut out.data)?;
+    Ok(out)
+}
+
+/// The compute payload in another element: every operation runs its reference kernel over
+/// `E` (`f64` for error analysis, a dual number for forward mode).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ComputeAs<E>(PhantomData<E>);
+
+impl<E: Element> ComputeAs<E> {
+    /// The payload.
+    pub fn new() -> ComputeAs<E> {
+        ComputeAs(PhantomData)
+    }
+}
+
+impl<E: Element> Recordable for ComputeAs<E> {
+    type Value = TensorOf<E>;
+    type Error = TapeError;
+
+    fn shape_of(&self, value: &TensorOf<E>) -> Shape {
+        value.shape
+    }
+
+    fn apply(
+        &mut self,
+        op: Opcode,
+        attr: Attr,
+        args: &[&TensorOf<E>],
+    ) -> Result<TensorOf<E>, TapeError> {
+        compute_apply(op, attr, args)
     }
 }
 
@@ -63,38 +131,24 @@ impl Recordable for Compute {
     }
 
     fn apply(&mut self, op: Opcode, attr: Attr, args: &[&Tensor]) -> Result<Tensor, TapeError> {
-        if args.len() > MAX_ARITY {
-            return Err(TapeError::Op(ops::OpError::Arity {
-                op,
-                expected: op.arity(),
-                found: args.len(),
-            }));
-        }
-        let mut shapes = [Shape::SCALAR; MAX_ARITY];
-        let mut bufs: [&[f32]; MAX_ARITY] = [&[]; MAX_ARITY];
-        for (k, a) in args.iter().enumerate() {
-            shapes[k] = a.shape;
-            bufs[k] = &a.data;
-        }
-        let n = args.len();
-        let shape = ops::infer(op, attr, &shapes[..n])?;
-        let mut out = Tensor::zeros(shape);
-        ops::eval(op, attr, &bufs[..n], &shapes[..n], &mut out.data)?;
-        Ok(out)
+        compute_apply(op, attr, args)
     }
 }
 
-/// The forward interpreter over a tape: leaf values set by the caller, every other node computed
-/// by its reference kernel, in tape order.
-pub struct Run<'t> {
+/// The forward interpreter over a tape in element `E`: leaf values set by the caller, every
+/// other node computed by its reference kernel, in tape order. [`Run`] is the `f32` one.
+pub struct RunAs<'t, E> {
     tape: &'t Tape,
-    values: Vec<Option<Tensor>>,
+    values: Vec<Option<TensorOf<E>>>,
 }
 
-impl<'t> Run<'t> {
+/// The forward interpreter in `f32`, the element of plans: the oracle.
+pub type Run<'t> = RunAs<'t, f32>;
+
+impl<'t, E: Element> RunAs<'t, E> {
     /// A run over `tape` with no value set yet.
-    pub fn new(tape: &'t Tape) -> Run<'t> {
-        Run {
+    pub fn new(tape: &'t Tape) -> RunAs<'t, E> {
+        RunAs {
             tape,
             values: vec![None; tape.len()],
         }
@@ -105,7 +159,7 @@ impl<'t> Run<'t> {
     ///
     /// # Errors
     /// A foreign or unknown handle, or a value of the wrong shape.
-    pub fn set(&mut self, id: NodeId, value: Tensor) -> Result<(), TapeError> {
+    pub fn set(&mut self, id: NodeId, value: TensorOf<E>) -> Result<(), TapeError> {
         let i = self.tape.check(id)?;
         let expected = self.tape.nodes()[i].shape;
         if value.shape != expected || value.data.len() != expected.elems() {
@@ -143,15 +197,17 @@ impl<'t> Run<'t> {
             if matches!(node.op, Opcode::Input | Opcode::Parameter) {
                 return Err(TapeError::MissingValue { index: i });
             }
-            let mut args: [&Tensor; MAX_ARITY] = [&EMPTY; MAX_ARITY];
-            for (k, &a) in node.arg_indices().iter().enumerate() {
-                args[k] = self.values[a as usize]
-                    .as_ref()
-                    .ok_or(TapeError::MissingValue { index: a as usize })?;
+            let mut args: Vec<&TensorOf<E>> = Vec::with_capacity(MAX_ARITY);
+            for &a in node.arg_indices() {
+                args.push(
+                    self.values[a as usize]
+                        .as_ref()
+                        .ok_or(TapeError::MissingValue { index: a as usize })?,
+                );
             }
             let v = node
                 .op
-                .express(&mut Compute, node.attr, &args[..node.op.arity()])?;
+                .express(&mut ComputeAs::<E>::new(), node.attr, &args)?;
             self.values[i] = Some(v);
         }
         Ok(())
@@ -169,7 +225,7 @@ impl<'t> Run<'t> {
     }
 
     /// The value of a node, once computed or set.
-    pub fn value(&self, id: NodeId) -> Option<&Tensor> {
+    pub fn value(&self, id: NodeId) -> Option<&TensorOf<E>> {
         let i = self.tape.check(id).ok()?;
         self.values[i].as_ref()
     }
@@ -184,9 +240,9 @@ impl<'t> Run<'t> {
     pub fn backward(
         &mut self,
         root: NodeId,
-        seed: Tensor,
+        seed: TensorOf<E>,
         wrt: &[NodeId],
-    ) -> Result<Adjoints<Tensor>, TapeError> {
+    ) -> Result<Adjoints<TensorOf<E>>, TapeError> {
         let root_i = self.tape.check(root)?;
         let mut wrt_i = Vec::with_capacity(wrt.len());
         for w in wrt {
@@ -196,15 +252,10 @@ impl<'t> Run<'t> {
         crate::autodiff::reverse_scan(
             &self.tape.nodes()[..=root_i],
             &self.values[..=root_i],
-            &mut Compute,
+            &mut ComputeAs::<E>::new(),
             root_i,
             seed,
             &wrt_i,
         )
     }
 }
-
-static EMPTY: Tensor = Tensor {
-    shape: Shape::SCALAR,
-    data: Vec::new(),
-};

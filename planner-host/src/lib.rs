@@ -12,6 +12,7 @@ pub mod model;
 pub mod optim;
 pub mod oracle;
 pub mod planner;
+pub mod precision;
 pub mod rng;
 pub mod train;
 pub mod verify;

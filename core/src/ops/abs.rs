@@ -2,12 +2,14 @@
 //!
 //! Rule (as PyTorch): `x̄ += ḡ · sign(x)`, so the subgradient at 0 is 0.
 
+use crate::Element;
+
 use super::{want, Contributions, VjpArgs};
 use crate::Recordable;
 
 /// `|x|`.
-pub fn scalar(x: f32) -> f32 {
-    f32::from_bits(x.to_bits() & 0x7fff_ffff)
+pub fn scalar<E: Element>(x: E) -> E {
+    x.abs()
 }
 
 pub(crate) fn vjp<R: Recordable>(
@@ -25,7 +27,7 @@ pub(crate) fn vjp<R: Recordable>(
 mod tests {
     #[test]
     fn literal() {
-        assert_eq!(super::scalar(-2.5), 2.5);
-        assert_eq!(super::scalar(-0.0).to_bits(), 0);
+        assert_eq!(super::scalar::<f32>(-2.5), 2.5);
+        assert_eq!(super::scalar::<f32>(-0.0).to_bits(), 0);
     }
 }

@@ -2,11 +2,13 @@
 //!
 //! Rule: both arguments receive the cotangent unchanged.
 
+use crate::Element;
+
 use super::{Contributions, VjpArgs};
 use crate::Recordable;
 
 /// `a + b`.
-pub fn scalar(a: f32, b: f32) -> f32 {
+pub fn scalar<E: Element>(a: E, b: E) -> E {
     a + b
 }
 
@@ -26,7 +28,7 @@ pub(crate) fn vjp<R: Recordable>(
 mod tests {
     #[test]
     fn literal() {
-        assert_eq!(super::scalar(1.5, -0.25), 1.25);
-        assert_eq!(super::scalar(-0.0, -0.0).to_bits(), 0x8000_0000);
+        assert_eq!(super::scalar::<f32>(1.5, -0.25), 1.25);
+        assert_eq!(super::scalar::<f32>(-0.0, -0.0).to_bits(), 0x8000_0000);
     }
 }

@@ -4,7 +4,7 @@
 //! Rule: `x̄ += sum_to(ḡ, shape(x))`: summation is broadcasting's adjoint.
 
 use super::{want, Contributions, OpError, VjpArgs};
-use crate::{Opcode, Recordable, Shape};
+use crate::{Element, Opcode, Recordable, Shape};
 
 /// The shape rule.
 ///
@@ -22,7 +22,7 @@ pub fn infer(x: Shape, target: Shape) -> Result<Shape, OpError> {
 }
 
 /// `out[i] = x[source(i)]` over the target's row-major indices.
-pub fn kernel(x: &[f32], x_shape: Shape, out: &mut [f32], out_shape: Shape) {
+pub fn kernel<E: Element>(x: &[E], x_shape: Shape, out: &mut [E], out_shape: Shape) {
     for (i, o) in out.iter_mut().enumerate() {
         if let Some(&v) = x.get(x_shape.broadcast_source_index(&out_shape, i)) {
             *o = v;
@@ -42,7 +42,7 @@ pub(crate) fn vjp<R: Recordable>(
 mod tests {
     #[test]
     fn literal() {
-        let mut out = [0.0; 6];
+        let mut out = [0.0f32; 6];
         let xs = crate::Shape::vector(3);
         super::kernel(&[1., 2., 3.], xs, &mut out, crate::Shape::matrix(2, 3));
         assert_eq!(out, [1., 2., 3., 1., 2., 3.]);

@@ -4,7 +4,7 @@
 
 use super::slice::outer_inner;
 use super::{want, Contributions, OpError, VjpArgs};
-use crate::{Opcode, Recordable, Shape};
+use crate::{Element, Opcode, Recordable, Shape};
 
 /// The shape rule.
 ///
@@ -32,7 +32,14 @@ pub fn infer(a: Shape, b: Shape, axis: usize) -> Result<Shape, OpError> {
 }
 
 /// `out[o, :na, i] = a[o, :, i]`, `out[o, na:, i] = b[o, :, i]`.
-pub fn kernel(a: &[f32], a_shape: Shape, b: &[f32], b_shape: Shape, out: &mut [f32], axis: usize) {
+pub fn kernel<E: Element>(
+    a: &[E],
+    a_shape: Shape,
+    b: &[E],
+    b_shape: Shape,
+    out: &mut [E],
+    axis: usize,
+) {
     let (outer, inner) = outer_inner(a_shape, axis);
     let (na, nb) = (
         a_shape.dim(axis).unwrap_or(0),
@@ -72,7 +79,7 @@ mod tests {
 
     #[test]
     fn literal() {
-        let mut out = [0.0; 6];
+        let mut out = [0.0f32; 6];
         kernel(
             &[1., 2.],
             Shape::matrix(2, 1),

@@ -1,11 +1,13 @@
 //! `detach`: the identity forward, a reverse rule that contributes nothing. The forward edge
 //! stays visible in the tape; only the reverse contribution is cut (a stop-gradient).
 
+use crate::Element;
+
 use super::{Contributions, VjpArgs};
 use crate::Recordable;
 
 /// `x`.
-pub fn scalar(x: f32) -> f32 {
+pub fn scalar<E: Element>(x: E) -> E {
     x
 }
 

@@ -2,11 +2,13 @@
 //!
 //! Rule: `ā += ḡ / b`, `b̄ += -((ḡ / b) * y)` where `y = a / b` is the node's output.
 
+use crate::Element;
+
 use super::{want, Contributions, VjpArgs};
 use crate::Recordable;
 
 /// `a / b`.
-pub fn scalar(a: f32, b: f32) -> f32 {
+pub fn scalar<E: Element>(a: E, b: E) -> E {
     a / b
 }
 
@@ -28,7 +30,7 @@ pub(crate) fn vjp<R: Recordable>(
 mod tests {
     #[test]
     fn literal() {
-        assert_eq!(super::scalar(1.0, 4.0), 0.25);
-        assert!(super::scalar(1.0, 0.0).is_infinite());
+        assert_eq!(super::scalar::<f32>(1.0, 4.0), 0.25);
+        assert!(super::scalar::<f32>(1.0, 0.0).is_infinite());
     }
 }

@@ -3,21 +3,21 @@
 //! (an output buffer that is also an argument buffer) gives the same bits as out-of-place.
 
 /// `out[i] = f(x[i])`. Stops at the shortest buffer.
-pub fn unary(f: fn(f32) -> f32, x: &[f32], out: &mut [f32]) {
+pub fn unary<E: Copy>(f: fn(E) -> E, x: &[E], out: &mut [E]) {
     for (o, &a) in out.iter_mut().zip(x) {
         *o = f(a);
     }
 }
 
 /// `out[i] = f(a[i], b[i])`. Stops at the shortest buffer.
-pub fn binary(f: fn(f32, f32) -> f32, a: &[f32], b: &[f32], out: &mut [f32]) {
+pub fn binary<E: Copy>(f: fn(E, E) -> E, a: &[E], b: &[E], out: &mut [E]) {
     for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
         *o = f(x, y);
     }
 }
 
 /// `buf[i] = f(buf[i])`: a unary op in place.
-pub fn unary_in_place(f: fn(f32) -> f32, buf: &mut [f32]) {
+pub fn unary_in_place<E: Copy>(f: fn(E) -> E, buf: &mut [E]) {
     for o in buf.iter_mut() {
         *o = f(*o);
     }
@@ -36,7 +36,7 @@ pub enum InPlace {
 
 /// A binary op in place: `buf` is the output and the argument(s) named by `which`; `other` is
 /// the remaining argument (ignored for [`InPlace::Both`]). Stops at the shortest buffer.
-pub fn binary_in_place(f: fn(f32, f32) -> f32, buf: &mut [f32], other: &[f32], which: InPlace) {
+pub fn binary_in_place<E: Copy>(f: fn(E, E) -> E, buf: &mut [E], other: &[E], which: InPlace) {
     match which {
         InPlace::Lhs => {
             for (o, &y) in buf.iter_mut().zip(other) {

@@ -2,12 +2,14 @@
 //!
 //! Rule: `x̄ += ḡ * y` with `y` the node's output.
 
+use crate::Element;
+
 use super::{want, Contributions, VjpArgs};
 use crate::Recordable;
 
 /// `e^x`.
-pub fn scalar(x: f32) -> f32 {
-    libm::expf(x)
+pub fn scalar<E: Element>(x: E) -> E {
+    x.exp()
 }
 
 pub(crate) fn vjp<R: Recordable>(
@@ -21,7 +23,7 @@ pub(crate) fn vjp<R: Recordable>(
 mod tests {
     #[test]
     fn literal() {
-        assert_eq!(super::scalar(0.0), 1.0);
-        assert_eq!(super::scalar(f32::NEG_INFINITY), 0.0);
+        assert_eq!(super::scalar::<f32>(0.0), 1.0);
+        assert_eq!(super::scalar::<f32>(f32::NEG_INFINITY), 0.0);
     }
 }

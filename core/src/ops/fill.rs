@@ -1,9 +1,12 @@
 //! `fill`: every element equal to the attribute. A leaf: constants, seeds and learning rates.
 
+use crate::Element;
+
 /// Writes `value` to every element of `out`.
-pub fn kernel(value: f32, out: &mut [f32]) {
+pub fn kernel<E: Element>(value: f32, out: &mut [E]) {
+    let v = E::from_f32(value);
     for o in out.iter_mut() {
-        *o = value;
+        *o = v;
     }
 }
 

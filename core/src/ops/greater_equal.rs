@@ -3,15 +3,17 @@
 //!
 //! Rule: none (piecewise constant).
 
+use crate::Element;
+
 use super::{Contributions, VjpArgs};
 use crate::Recordable;
 
 /// `a >= b` as `1.0` or `0.0`.
-pub fn scalar(a: f32, b: f32) -> f32 {
+pub fn scalar<E: Element>(a: E, b: E) -> E {
     if a >= b {
-        1.0
+        E::ONE
     } else {
-        0.0
+        E::ZERO
     }
 }
 

@@ -2,17 +2,19 @@
 //!
 //! Rule: none (piecewise constant; its derivative is zero wherever it exists).
 
+use crate::Element;
+
 use super::{Contributions, VjpArgs};
 use crate::Recordable;
 
 /// `heaviside(x)` with value 0 at 0.
-pub fn scalar(x: f32) -> f32 {
-    if x > 0.0 {
-        1.0
+pub fn scalar<E: Element>(x: E) -> E {
+    if x > E::ZERO {
+        E::ONE
     } else if x.is_nan() {
         x
     } else {
-        0.0
+        E::ZERO
     }
 }
 
@@ -27,8 +29,8 @@ pub(crate) fn vjp<R: Recordable>(
 mod tests {
     #[test]
     fn literal() {
-        assert_eq!(super::scalar(3.0), 1.0);
-        assert_eq!(super::scalar(0.0), 0.0);
-        assert_eq!(super::scalar(-1.0), 0.0);
+        assert_eq!(super::scalar::<f32>(3.0), 1.0);
+        assert_eq!(super::scalar::<f32>(0.0), 0.0);
+        assert_eq!(super::scalar::<f32>(-1.0), 0.0);
     }
 }

@@ -2,12 +2,14 @@
 //!
 //! Rule: `x̄ += ḡ / x`.
 
+use crate::Element;
+
 use super::{want, Contributions, VjpArgs};
 use crate::Recordable;
 
 /// `ln(x)`.
-pub fn scalar(x: f32) -> f32 {
-    libm::logf(x)
+pub fn scalar<E: Element>(x: E) -> E {
+    x.ln()
 }
 
 pub(crate) fn vjp<R: Recordable>(
@@ -25,7 +27,7 @@ pub(crate) fn vjp<R: Recordable>(
 mod tests {
     #[test]
     fn literal() {
-        assert_eq!(super::scalar(1.0), 0.0);
-        assert_eq!(super::scalar(0.0), f32::NEG_INFINITY);
+        assert_eq!(super::scalar::<f32>(1.0), 0.0);
+        assert_eq!(super::scalar::<f32>(0.0), f32::NEG_INFINITY);
     }
 }

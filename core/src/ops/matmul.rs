@@ -3,7 +3,7 @@
 //! Rule: `Ā += ḡ · Bᵀ`, `B̄ += Aᵀ · ḡ` (spoken as `matmul` and `transpose`).
 
 use super::{want, Contributions, OpError, VjpArgs};
-use crate::{Opcode, Recordable, Shape};
+use crate::{Element, Opcode, Recordable, Shape};
 
 /// The shape rule: `[m, k] x [k, n] -> [m, n]`.
 ///
@@ -35,20 +35,20 @@ pub fn infer(a: Shape, b: Shape) -> Result<Shape, OpError> {
 ///
 /// Stops early (writes nothing further) if a buffer is shorter than its shape needs; the
 /// dispatcher [`super::eval`] checks lengths first.
-pub fn kernel(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, n: usize) {
+pub fn kernel<E: Element>(a: &[E], b: &[E], out: &mut [E], m: usize, k: usize, n: usize) {
     if a.len() < m * k || b.len() < k * n || out.len() < m * n {
         return;
     }
     for i in 0..m {
         let row = &mut out[i * n..(i + 1) * n];
         for o in row.iter_mut() {
-            *o = 0.0;
+            *o = E::ZERO;
         }
         for p in 0..k {
             let x = a[i * k + p];
             let brow = &b[p * n..(p + 1) * n];
             for (o, &y) in row.iter_mut().zip(brow) {
-                *o += x * y;
+                *o = *o + x * y;
             }
         }
     }
@@ -78,7 +78,7 @@ mod tests {
     #[test]
     fn literal() {
         // [[1, 2], [3, 4]] x [[5, 6], [7, 8]] = [[19, 22], [43, 50]]
-        let mut out = [0.0; 4];
+        let mut out = [0.0f32; 4];
         kernel(&[1., 2., 3., 4.], &[5., 6., 7., 8.], &mut out, 2, 2, 2);
         assert_eq!(out, [19., 22., 43., 50.]);
     }
@@ -86,7 +86,7 @@ mod tests {
     #[test]
     fn order_is_increasing_k_from_zero() {
         // 1e8 + 1 - 1e8 in f32, left to right: (0 + 1e8) + 1 = 1e8, then - 1e8 = 0.
-        let mut out = [9.0];
+        let mut out = [9.0f32];
         kernel(&[1e8, 1.0, -1e8], &[1.0, 1.0, 1.0], &mut out, 1, 3, 1);
         assert_eq!(out, [0.0]);
     }

@@ -6,6 +6,8 @@
 //! element (PyTorch's `amax` splits it evenly instead; ours is the subgradient the mask gives,
 //! and both readings follow it).
 
+use crate::Element;
+
 use super::{want, Contributions, VjpArgs};
 use crate::Recordable;
 use crate::Shape;
@@ -16,9 +18,9 @@ use crate::Shape;
 /// Every output starts at `-inf`; the input is walked in increasing row-major index order and an
 /// output takes a value when the value is NaN or greater than what it holds, unless it already
 /// holds NaN. So NaN propagates, and among equal values (`-0` and `+0` included) the first wins.
-pub fn kernel(x: &[f32], x_shape: Shape, out: &mut [f32], out_shape: Shape) {
+pub fn kernel<E: Element>(x: &[E], x_shape: Shape, out: &mut [E], out_shape: Shape) {
     for o in out.iter_mut() {
-        *o = f32::NEG_INFINITY;
+        *o = E::NEG_INFINITY;
     }
     for (i, &v) in x.iter().enumerate() {
         if let Some(o) = out.get_mut(out_shape.broadcast_source_index(&x_shape, i)) {
@@ -51,7 +53,7 @@ mod tests {
     #[test]
     fn literal() {
         let xs = Shape::matrix(2, 3);
-        let mut rows = [0.0; 2];
+        let mut rows = [0.0f32; 2];
         super::kernel(
             &[1., 5., 3., -4., -2., -9.],
             xs,
@@ -59,7 +61,7 @@ mod tests {
             Shape::matrix(2, 1),
         );
         assert_eq!(rows, [5., -2.]);
-        let mut first_zero = [0.0];
+        let mut first_zero = [0.0f32];
         super::kernel(
             &[-0.0, 0.0],
             Shape::vector(2),
@@ -67,7 +69,7 @@ mod tests {
             Shape::SCALAR,
         );
         assert_eq!(first_zero[0].to_bits(), 0x8000_0000);
-        let mut nan = [0.0];
+        let mut nan = [0.0f32];
         super::kernel(
             &[1.0, f32::NAN, 2.0],
             Shape::vector(3),

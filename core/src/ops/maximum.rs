@@ -6,13 +6,17 @@
 //! tie the whole cotangent goes to `a` (PyTorch splits it in halves; ours is the subgradient the
 //! forward's tie rule selects, and both readings follow it).
 
+use crate::Element;
+
 use super::{want, Contributions, VjpArgs};
 use crate::Recordable;
 
 /// `maximum(a, b)`.
-pub fn scalar(a: f32, b: f32) -> f32 {
-    if a.is_nan() || b.is_nan() {
-        f32::NAN
+pub fn scalar<E: Element>(a: E, b: E) -> E {
+    if a.is_nan() {
+        a
+    } else if b.is_nan() {
+        b
     } else if a >= b {
         a
     } else {
@@ -40,8 +44,8 @@ pub(crate) fn vjp<R: Recordable>(
 mod tests {
     #[test]
     fn literal() {
-        assert_eq!(super::scalar(1.0, 2.0), 2.0);
-        assert_eq!(super::scalar(-0.0, 0.0).to_bits(), 0x8000_0000);
-        assert!(super::scalar(f32::NAN, 1.0).is_nan());
+        assert_eq!(super::scalar::<f32>(1.0, 2.0), 2.0);
+        assert_eq!(super::scalar::<f32>(-0.0, 0.0).to_bits(), 0x8000_0000);
+        assert!(super::scalar::<f32>(f32::NAN, 1.0).is_nan());
     }
 }

@@ -3,13 +3,17 @@
 //!
 //! Rule, with the same tie rule: `ā += ḡ · greater_equal(b, a)`, `b̄ += ḡ · greater(a, b)`.
 
+use crate::Element;
+
 use super::{want, Contributions, VjpArgs};
 use crate::Recordable;
 
 /// `minimum(a, b)`.
-pub fn scalar(a: f32, b: f32) -> f32 {
-    if a.is_nan() || b.is_nan() {
-        f32::NAN
+pub fn scalar<E: Element>(a: E, b: E) -> E {
+    if a.is_nan() {
+        a
+    } else if b.is_nan() {
+        b
     } else if a <= b {
         a
     } else {
@@ -37,7 +41,7 @@ pub(crate) fn vjp<R: Recordable>(
 mod tests {
     #[test]
     fn literal() {
-        assert_eq!(super::scalar(1.0, 2.0), 1.0);
-        assert_eq!(super::scalar(0.0, -0.0).to_bits(), 0);
+        assert_eq!(super::scalar::<f32>(1.0, 2.0), 1.0);
+        assert_eq!(super::scalar::<f32>(0.0, -0.0).to_bits(), 0);
     }
 }

@@ -9,7 +9,7 @@ use core::fmt;
 
 use crate::recordable::Recordable;
 use crate::shape::ShapeError;
-use crate::{OpClass, Opcode, Shape, MAX_ARITY};
+use crate::{Element, OpClass, Opcode, Shape, MAX_ARITY};
 
 pub mod abs;
 pub mod add;
@@ -325,40 +325,50 @@ fn same_shapes(op: Opcode, args: &[Shape]) -> Result<Shape, OpError> {
 /// The scalar function of a unary elementwise opcode (`pow` is not one: its exponent is an
 /// attribute; see [`eval_in_place_unary`]).
 pub fn unary_fn(op: Opcode) -> Option<fn(f32) -> f32> {
+    unary_fn_of::<f32>(op)
+}
+
+/// [`unary_fn`] for any element.
+pub fn unary_fn_of<E: Element>(op: Opcode) -> Option<fn(E) -> E> {
     Some(match op {
-        Opcode::Neg => neg::scalar,
-        Opcode::Tanh => tanh::scalar,
-        Opcode::Relu => relu::scalar,
-        Opcode::Heaviside => heaviside::scalar,
-        Opcode::Exp => exp::scalar,
-        Opcode::Log => log::scalar,
-        Opcode::Detach => detach::scalar,
-        Opcode::Sqrt => sqrt::scalar,
-        Opcode::Sigmoid => sigmoid::scalar,
-        Opcode::Softplus => softplus::scalar,
-        Opcode::Abs => abs::scalar,
-        Opcode::Sign => sign::scalar,
+        Opcode::Neg => neg::scalar::<E>,
+        Opcode::Tanh => tanh::scalar::<E>,
+        Opcode::Relu => relu::scalar::<E>,
+        Opcode::Heaviside => heaviside::scalar::<E>,
+        Opcode::Exp => exp::scalar::<E>,
+        Opcode::Log => log::scalar::<E>,
+        Opcode::Detach => detach::scalar::<E>,
+        Opcode::Sqrt => sqrt::scalar::<E>,
+        Opcode::Sigmoid => sigmoid::scalar::<E>,
+        Opcode::Softplus => softplus::scalar::<E>,
+        Opcode::Abs => abs::scalar::<E>,
+        Opcode::Sign => sign::scalar::<E>,
         _ => return None,
     })
 }
 
 /// The scalar function of a binary elementwise opcode.
 pub fn binary_fn(op: Opcode) -> Option<fn(f32, f32) -> f32> {
+    binary_fn_of::<f32>(op)
+}
+
+/// [`binary_fn`] for any element.
+pub fn binary_fn_of<E: Element>(op: Opcode) -> Option<fn(E, E) -> E> {
     Some(match op {
-        Opcode::Add => add::scalar,
-        Opcode::Sub => sub::scalar,
-        Opcode::Mul => mul::scalar,
-        Opcode::Div => div::scalar,
-        Opcode::Equal => equal::scalar,
-        Opcode::Maximum => maximum::scalar,
-        Opcode::Minimum => minimum::scalar,
-        Opcode::Greater => greater::scalar,
-        Opcode::GreaterEqual => greater_equal::scalar,
+        Opcode::Add => add::scalar::<E>,
+        Opcode::Sub => sub::scalar::<E>,
+        Opcode::Mul => mul::scalar::<E>,
+        Opcode::Div => div::scalar::<E>,
+        Opcode::Equal => equal::scalar::<E>,
+        Opcode::Maximum => maximum::scalar::<E>,
+        Opcode::Minimum => minimum::scalar::<E>,
+        Opcode::Greater => greater::scalar::<E>,
+        Opcode::GreaterEqual => greater_equal::scalar::<E>,
         _ => return None,
     })
 }
 
-fn check_len(op: Opcode, buf: &[f32], shape: Shape) -> Result<(), OpError> {
+fn check_len<E>(op: Opcode, buf: &[E], shape: Shape) -> Result<(), OpError> {
     if buf.len() != shape.elems() {
         return Err(OpError::BufferLength {
             op,
@@ -377,12 +387,12 @@ fn check_len(op: Opcode, buf: &[f32], shape: Shape) -> Result<(), OpError> {
 /// # Errors
 /// [`OpError`] when the shapes do not satisfy the shape rule or a buffer's length does not
 /// match its shape; `Input` and `Parameter` are leaves and answer [`OpError::Leaf`].
-pub fn eval(
+pub fn eval<E: Element>(
     op: Opcode,
     attr: Attr,
-    args: &[&[f32]],
+    args: &[&[E]],
     arg_shapes: &[Shape],
-    out: &mut [f32],
+    out: &mut [E],
 ) -> Result<(), OpError> {
     if args.len() != arg_shapes.len() {
         return Err(OpError::Arity {
@@ -396,11 +406,11 @@ pub fn eval(
         check_len(op, a, *s)?;
     }
     check_len(op, out, out_shape)?;
-    if let Some(f) = unary_fn(op) {
+    if let Some(f) = unary_fn_of::<E>(op) {
         elementwise::unary(f, args[0], out);
         return Ok(());
     }
-    if let Some(f) = binary_fn(op) {
+    if let Some(f) = binary_fn_of::<E>(op) {
         elementwise::binary(f, args[0], args[1], out);
         return Ok(());
     }
@@ -408,7 +418,7 @@ pub fn eval(
         Opcode::Input | Opcode::Parameter => return Err(OpError::Leaf { op }),
         Opcode::Fill => fill::kernel(f32::from_bits(attr.bits), out),
         Opcode::Pow => {
-            let p = f32::from_bits(attr.bits);
+            let p = E::from_f32(f32::from_bits(attr.bits));
             for (o, &x) in out.iter_mut().zip(args[0]) {
                 *o = pow::scalar(x, p);
             }

@@ -3,11 +3,13 @@
 //! Rule (product rule): `ā += ḡ * b`, `b̄ += ḡ * a`, the cotangent first. `x * x` names its
 //! argument twice and so owes two contributions.
 
+use crate::Element;
+
 use super::{want, Contributions, VjpArgs};
 use crate::Recordable;
 
 /// `a * b`.
-pub fn scalar(a: f32, b: f32) -> f32 {
+pub fn scalar<E: Element>(a: E, b: E) -> E {
     a * b
 }
 
@@ -28,6 +30,6 @@ pub(crate) fn vjp<R: Recordable>(
 mod tests {
     #[test]
     fn literal() {
-        assert_eq!(super::scalar(1.5, -0.25), -0.375);
+        assert_eq!(super::scalar::<f32>(1.5, -0.25), -0.375);
     }
 }

@@ -2,11 +2,13 @@
 //!
 //! Rule: `x̄ += -ḡ`.
 
+use crate::Element;
+
 use super::{want, Contributions, VjpArgs};
 use crate::Recordable;
 
 /// `-x`.
-pub fn scalar(x: f32) -> f32 {
+pub fn scalar<E: Element>(x: E) -> E {
     -x
 }
 
@@ -21,6 +23,6 @@ pub(crate) fn vjp<R: Recordable>(
 mod tests {
     #[test]
     fn literal() {
-        assert_eq!(super::scalar(0.0).to_bits(), 0x8000_0000);
+        assert_eq!(super::scalar::<f32>(0.0).to_bits(), 0x8000_0000);
     }
 }

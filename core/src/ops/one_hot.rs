@@ -6,7 +6,7 @@
 //! Rule: none (labels are not differentiable).
 
 use super::{Contributions, OpError, VjpArgs};
-use crate::{Opcode, Recordable, Shape};
+use crate::{Element, Opcode, Recordable, Shape};
 
 /// The shape rule: `[batch] -> [batch, classes]`.
 ///
@@ -24,13 +24,17 @@ pub fn infer(x: Shape, target: Shape) -> Result<Shape, OpError> {
 }
 
 /// `out[r, c] = 1.0` where `labels[r] == c`, else `0.0`.
-pub fn kernel(labels: &[f32], out: &mut [f32], classes: usize) {
+pub fn kernel<E: Element>(labels: &[E], out: &mut [E], classes: usize) {
     if classes == 0 {
         return;
     }
     for (row, &l) in out.chunks_exact_mut(classes).zip(labels) {
         for (c, o) in row.iter_mut().enumerate() {
-            *o = if l == c as f32 { 1.0 } else { 0.0 };
+            *o = if l == E::from_f32(c as f32) {
+                E::ONE
+            } else {
+                E::ZERO
+            };
         }
     }
 }
@@ -46,7 +50,7 @@ pub(crate) fn vjp<R: Recordable>(
 mod tests {
     #[test]
     fn literal_and_bad_labels() {
-        let mut out = [9.0; 12];
+        let mut out = [9.0f32; 12];
         super::kernel(&[2.0, 0.0, 7.0, f32::NAN], &mut out, 3);
         assert_eq!(out, [0., 0., 1., 1., 0., 0., 0., 0., 0., 0., 0., 0.]);
     }

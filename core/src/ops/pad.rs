@@ -5,13 +5,13 @@
 
 use super::slice::{outer_inner, unpack};
 use super::{want, Contributions, VjpArgs};
-use crate::{Recordable, Shape};
+use crate::{Element, Recordable, Shape};
 
 /// Zeros `out`, then `out[o, start + j, i] = x[o, j, i]`.
-pub fn kernel(x: &[f32], x_shape: Shape, out: &mut [f32], out_shape: Shape, bits: u32) {
+pub fn kernel<E: Element>(x: &[E], x_shape: Shape, out: &mut [E], out_shape: Shape, bits: u32) {
     let (axis, start) = unpack(bits);
     for o in out.iter_mut() {
-        *o = 0.0;
+        *o = E::ZERO;
     }
     let (outer, inner) = outer_inner(out_shape, axis);
     let (nx, no) = (
@@ -49,7 +49,7 @@ mod tests {
 
     #[test]
     fn literal() {
-        let mut out = [9.0; 6];
+        let mut out = [9.0f32; 6];
         kernel(
             &[7., 8.],
             Shape::matrix(2, 1),

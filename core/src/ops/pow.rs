@@ -4,12 +4,14 @@
 //! Rule: `x̄ += ḡ · (p · x^(p−1))`, with `p − 1` computed in `f32` when the rule runs; for
 //! `p = 0` the contribution is `ḡ · 0` (PyTorch's convention: no `0 · x^-1 = NaN` at 0).
 
+use crate::Element;
+
 use super::{want, Contributions, VjpArgs};
 use crate::Recordable;
 
 /// `x^p`.
-pub fn scalar(x: f32, p: f32) -> f32 {
-    libm::powf(x, p)
+pub fn scalar<E: Element>(x: E, p: E) -> E {
+    x.powf(p)
 }
 
 pub(crate) fn vjp<R: Recordable>(
@@ -36,8 +38,8 @@ pub(crate) fn vjp<R: Recordable>(
 mod tests {
     #[test]
     fn literal() {
-        assert_eq!(super::scalar(1.5, 2.0), 2.25);
-        assert_eq!(super::scalar(f32::NAN, 0.0), 1.0);
-        assert!(super::scalar(-8.0, 1.0 / 3.0).is_nan());
+        assert_eq!(super::scalar::<f32>(1.5, 2.0), 2.25);
+        assert_eq!(super::scalar::<f32>(f32::NAN, 0.0), 1.0);
+        assert!(super::scalar::<f32>(-8.0, 1.0 / 3.0).is_nan());
     }
 }

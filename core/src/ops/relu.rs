@@ -2,15 +2,17 @@
 //!
 //! Rule: `x̄ += ḡ * heaviside(x)`: the subgradient at 0 is 0, as in PyTorch.
 
+use crate::Element;
+
 use super::{want, Contributions, VjpArgs};
 use crate::Recordable;
 
 /// `relu(x)`.
-pub fn scalar(x: f32) -> f32 {
-    if x > 0.0 || x.is_nan() {
+pub fn scalar<E: Element>(x: E) -> E {
+    if x > E::ZERO || x.is_nan() {
         x
     } else {
-        0.0
+        E::ZERO
     }
 }
 
@@ -29,8 +31,8 @@ pub(crate) fn vjp<R: Recordable>(
 mod tests {
     #[test]
     fn literal() {
-        assert_eq!(super::scalar(2.0), 2.0);
-        assert_eq!(super::scalar(-0.0).to_bits(), 0);
-        assert!(super::scalar(f32::NAN).is_nan());
+        assert_eq!(super::scalar::<f32>(2.0), 2.0);
+        assert_eq!(super::scalar::<f32>(-0.0).to_bits(), 0);
+        assert!(super::scalar::<f32>(f32::NAN).is_nan());
     }
 }

@@ -3,7 +3,7 @@
 //! Rule: `x̄ += reshape(ḡ, shape(x))`.
 
 use super::{want, Contributions, OpError, VjpArgs};
-use crate::{Opcode, Recordable, Shape};
+use crate::{Element, Opcode, Recordable, Shape};
 
 /// The shape rule: element counts must match.
 ///
@@ -21,7 +21,7 @@ pub fn infer(x: Shape, target: Shape) -> Result<Shape, OpError> {
 }
 
 /// Copies `x` to `out`.
-pub fn kernel(x: &[f32], out: &mut [f32]) {
+pub fn kernel<E: Element>(x: &[E], out: &mut [E]) {
     for (o, &v) in out.iter_mut().zip(x) {
         *o = v;
     }

@@ -5,12 +5,14 @@
 //!
 //! Rule: `cond̄`: none; `ā += select(cond, ḡ, 0)`, `b̄ += select(cond, 0, ḡ)`.
 
+use crate::Element;
+
 use super::{want, Contributions, VjpArgs};
 use crate::Recordable;
 
 /// `if cond != 0 { a } else { b }`.
-pub fn scalar(cond: f32, a: f32, b: f32) -> f32 {
-    if cond != 0.0 {
+pub fn scalar<E: Element>(cond: E, a: E, b: E) -> E {
+    if cond != E::ZERO {
         a
     } else {
         b
@@ -18,7 +20,7 @@ pub fn scalar(cond: f32, a: f32, b: f32) -> f32 {
 }
 
 /// `out[i] = scalar(cond[i], a[i], b[i])`.
-pub fn kernel(cond: &[f32], a: &[f32], b: &[f32], out: &mut [f32]) {
+pub fn kernel<E: Element>(cond: &[E], a: &[E], b: &[E], out: &mut [E]) {
     for (((o, &c), &x), &y) in out.iter_mut().zip(cond).zip(a).zip(b) {
         *o = scalar(c, x, y);
     }
@@ -45,7 +47,7 @@ pub(crate) fn vjp<R: Recordable>(
 mod tests {
     #[test]
     fn literal() {
-        let mut out = [0.0; 3];
+        let mut out = [0.0f32; 3];
         super::kernel(
             &[1.0, 0.0, -0.0],
             &[1.0, f32::INFINITY, 3.0],

@@ -2,12 +2,14 @@
 //!
 //! Rule: `x̄ += ḡ · (y · (1 − y))` with `y` the node's output.
 
+use crate::Element;
+
 use super::{want, Contributions, VjpArgs};
 use crate::Recordable;
 
 /// `1 / (1 + e^(-x))`: exactly `0` below about −88.7 (`expf` overflows to `inf`), `1` above 17.
-pub fn scalar(x: f32) -> f32 {
-    1.0 / (1.0 + libm::expf(-x))
+pub fn scalar<E: Element>(x: E) -> E {
+    E::ONE / (E::ONE + (-x).exp())
 }
 
 pub(crate) fn vjp<R: Recordable>(
@@ -29,8 +31,8 @@ pub(crate) fn vjp<R: Recordable>(
 mod tests {
     #[test]
     fn literal() {
-        assert_eq!(super::scalar(0.0), 0.5);
-        assert_eq!(super::scalar(-100.0), 0.0);
-        assert_eq!(super::scalar(100.0), 1.0);
+        assert_eq!(super::scalar::<f32>(0.0), 0.5);
+        assert_eq!(super::scalar::<f32>(-100.0), 0.0);
+        assert_eq!(super::scalar::<f32>(100.0), 1.0);
     }
 }

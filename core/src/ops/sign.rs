@@ -3,19 +3,21 @@
 //!
 //! Rule: none (piecewise constant).
 
+use crate::Element;
+
 use super::{Contributions, VjpArgs};
 use crate::Recordable;
 
 /// `sign(x)`.
-pub fn scalar(x: f32) -> f32 {
-    if x > 0.0 {
-        1.0
-    } else if x < 0.0 {
-        -1.0
+pub fn scalar<E: Element>(x: E) -> E {
+    if x > E::ZERO {
+        E::ONE
+    } else if x < E::ZERO {
+        -E::ONE
     } else if x.is_nan() {
         x
     } else {
-        0.0
+        E::ZERO
     }
 }
 
@@ -30,8 +32,8 @@ pub(crate) fn vjp<R: Recordable>(
 mod tests {
     #[test]
     fn literal() {
-        assert_eq!(super::scalar(-3.0), -1.0);
-        assert_eq!(super::scalar(-0.0).to_bits(), 0);
-        assert_eq!(super::scalar(7.0), 1.0);
+        assert_eq!(super::scalar::<f32>(-3.0), -1.0);
+        assert_eq!(super::scalar::<f32>(-0.0).to_bits(), 0);
+        assert_eq!(super::scalar::<f32>(7.0), 1.0);
     }
 }

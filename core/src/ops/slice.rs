@@ -5,7 +5,7 @@
 //! Rule: `x̄ += pad(ḡ, axis, start, shape(x))`.
 
 use super::{want, Contributions, OpError, VjpArgs};
-use crate::{Opcode, Recordable, Shape};
+use crate::{Element, Opcode, Recordable, Shape};
 
 /// Packs an axis and a start offset into the attribute word (`start < 2^28`, `axis < 16`).
 pub fn pack(axis: usize, start: usize) -> u32 {
@@ -55,7 +55,7 @@ pub(crate) fn outer_inner(s: Shape, axis: usize) -> (usize, usize) {
 }
 
 /// Copies the window: `out[o, j, i] = x[o, start + j, i]` over `x: [outer, n_x, inner]`.
-pub fn kernel(x: &[f32], x_shape: Shape, out: &mut [f32], out_shape: Shape, bits: u32) {
+pub fn kernel<E: Element>(x: &[E], x_shape: Shape, out: &mut [E], out_shape: Shape, bits: u32) {
     let (axis, start) = unpack(bits);
     let (outer, inner) = outer_inner(x_shape, axis);
     let (nx, no) = (
@@ -93,7 +93,7 @@ mod tests {
     #[test]
     fn literal() {
         let x = [0., 1., 2., 3., 4., 5.];
-        let mut out = [0.0; 2];
+        let mut out = [0.0f32; 2];
         kernel(
             &x,
             Shape::matrix(2, 3),
@@ -102,7 +102,7 @@ mod tests {
             pack(1, 2),
         );
         assert_eq!(out, [2., 5.]);
-        let mut row = [0.0; 3];
+        let mut row = [0.0f32; 3];
         kernel(
             &x,
             Shape::matrix(2, 3),

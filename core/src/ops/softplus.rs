@@ -3,6 +3,8 @@
 //!
 //! Rule: `x̄ += ḡ · sigmoid(x)`.
 
+use crate::Element;
+
 use super::{want, Contributions, VjpArgs};
 use crate::Recordable;
 
@@ -10,11 +12,11 @@ use crate::Recordable;
 pub const THRESHOLD: f32 = 20.0;
 
 /// `softplus(x)`.
-pub fn scalar(x: f32) -> f32 {
-    if x > THRESHOLD {
+pub fn scalar<E: Element>(x: E) -> E {
+    if x > E::from_f32(THRESHOLD) {
         x
     } else {
-        libm::log1pf(libm::expf(x))
+        x.exp().ln_1p()
     }
 }
 
@@ -33,8 +35,8 @@ pub(crate) fn vjp<R: Recordable>(
 mod tests {
     #[test]
     fn literal() {
-        assert!((super::scalar(0.0) - core::f32::consts::LN_2).abs() < 1e-7);
-        assert_eq!(super::scalar(30.0), 30.0);
-        assert_eq!(super::scalar(-200.0), 0.0);
+        assert!((super::scalar::<f32>(0.0) - core::f32::consts::LN_2).abs() < 1e-7);
+        assert_eq!(super::scalar::<f32>(30.0), 30.0);
+        assert_eq!(super::scalar::<f32>(-200.0), 0.0);
     }
 }

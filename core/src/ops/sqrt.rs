@@ -2,12 +2,14 @@
 //!
 //! Rule (as PyTorch): `x̄ += ḡ / (2 · y)` with `y` the node's output, as `div(ḡ, mul(fill(2), y))`.
 
+use crate::Element;
+
 use super::{want, Contributions, VjpArgs};
 use crate::Recordable;
 
 /// `√x` (NaN for `x < 0`, `-0` for `-0`).
-pub fn scalar(x: f32) -> f32 {
-    libm::sqrtf(x)
+pub fn scalar<E: Element>(x: E) -> E {
+    x.sqrt()
 }
 
 pub(crate) fn vjp<R: Recordable>(
@@ -27,8 +29,8 @@ pub(crate) fn vjp<R: Recordable>(
 mod tests {
     #[test]
     fn literal() {
-        assert_eq!(super::scalar(2.25), 1.5);
-        assert_eq!(super::scalar(-0.0).to_bits(), 0x8000_0000);
-        assert!(super::scalar(-1.0).is_nan());
+        assert_eq!(super::scalar::<f32>(2.25), 1.5);
+        assert_eq!(super::scalar::<f32>(-0.0).to_bits(), 0x8000_0000);
+        assert!(super::scalar::<f32>(-1.0).is_nan());
     }
 }

@@ -2,11 +2,13 @@
 //!
 //! Rule: `ā += ḡ`, `b̄ += -ḡ`.
 
+use crate::Element;
+
 use super::{want, Contributions, VjpArgs};
 use crate::Recordable;
 
 /// `a - b`.
-pub fn scalar(a: f32, b: f32) -> f32 {
+pub fn scalar<E: Element>(a: E, b: E) -> E {
     a - b
 }
 
@@ -26,6 +28,6 @@ pub(crate) fn vjp<R: Recordable>(
 mod tests {
     #[test]
     fn literal() {
-        assert_eq!(super::scalar(1.5, -0.25), 1.75);
+        assert_eq!(super::scalar::<f32>(1.5, -0.25), 1.75);
     }
 }

@@ -4,7 +4,7 @@
 //! Rule: `x̄ += broadcast(ḡ, shape(x))`.
 
 use super::{want, Contributions, OpError, VjpArgs};
-use crate::{Opcode, Recordable, Shape};
+use crate::{Element, Opcode, Recordable, Shape};
 
 /// The shape rule of `sum_to` and `max_to`: the target must broadcast back to `x`'s shape.
 ///
@@ -29,13 +29,13 @@ pub fn infer(op: Opcode, x: Shape, target: Shape) -> Result<Shape, OpError> {
 /// output accumulates its inputs in increasing index order, sequentially. A vectorized kernel
 /// may vectorize across outputs (e.g. across the columns of a `[batch, n] -> [n]` reduction),
 /// never across one output's inputs.
-pub fn kernel(x: &[f32], x_shape: Shape, out: &mut [f32], out_shape: Shape) {
+pub fn kernel<E: Element>(x: &[E], x_shape: Shape, out: &mut [E], out_shape: Shape) {
     for o in out.iter_mut() {
-        *o = 0.0;
+        *o = E::ZERO;
     }
     for (i, &v) in x.iter().enumerate() {
         if let Some(o) = out.get_mut(out_shape.broadcast_source_index(&x_shape, i)) {
-            *o += v;
+            *o = *o + v;
         }
     }
 }
@@ -60,13 +60,13 @@ mod tests {
     fn literal() {
         let xs = Shape::matrix(2, 3);
         let x = [1., 2., 3., 4., 5., 6.];
-        let mut cols = [0.0; 3];
+        let mut cols = [0.0f32; 3];
         super::kernel(&x, xs, &mut cols, Shape::vector(3));
         assert_eq!(cols, [5., 7., 9.]);
-        let mut rows = [0.0; 2];
+        let mut rows = [0.0f32; 2];
         super::kernel(&x, xs, &mut rows, Shape::matrix(2, 1));
         assert_eq!(rows, [6., 15.]);
-        let mut all = [0.0];
+        let mut all = [0.0f32];
         super::kernel(&x, xs, &mut all, Shape::SCALAR);
         assert_eq!(all, [21.]);
     }

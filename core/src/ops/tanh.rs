@@ -3,12 +3,14 @@
 //! Rule: `x̄ += ḡ * (1 - y * y)` with `y` the node's output, evaluated as
 //! `mul(ḡ, sub(fill(1), mul(y, y)))`.
 
+use crate::Element;
+
 use super::{want, Contributions, VjpArgs};
 use crate::Recordable;
 
 /// `tanh(x)`.
-pub fn scalar(x: f32) -> f32 {
-    libm::tanhf(x)
+pub fn scalar<E: Element>(x: E) -> E {
+    x.tanh()
 }
 
 pub(crate) fn vjp<R: Recordable>(
@@ -30,8 +32,8 @@ pub(crate) fn vjp<R: Recordable>(
 mod tests {
     #[test]
     fn literal() {
-        assert_eq!(super::scalar(0.0), 0.0);
-        assert!((super::scalar(0.5) - 0.462_117_16).abs() < 1e-7);
-        assert_eq!(super::scalar(f32::INFINITY), 1.0);
+        assert_eq!(super::scalar::<f32>(0.0), 0.0);
+        assert!((super::scalar::<f32>(0.5) - 0.462_117_16).abs() < 1e-7);
+        assert_eq!(super::scalar::<f32>(f32::INFINITY), 1.0);
     }
 }

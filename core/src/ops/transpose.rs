@@ -3,7 +3,7 @@
 //! Rule: `x̄ += ḡᵀ`.
 
 use super::{want, Contributions, OpError, VjpArgs};
-use crate::{Opcode, Recordable, Shape};
+use crate::{Element, Opcode, Recordable, Shape};
 
 /// The shape rule.
 ///
@@ -21,7 +21,7 @@ pub fn infer(x: Shape) -> Result<Shape, OpError> {
 }
 
 /// `out[j, i] = x[i, j]` for `x: [m, n]`. Writes nothing if a buffer is too short.
-pub fn kernel(x: &[f32], out: &mut [f32], m: usize, n: usize) {
+pub fn kernel<E: Element>(x: &[E], out: &mut [E], m: usize, n: usize) {
     if x.len() < m * n || out.len() < m * n {
         return;
     }
@@ -43,7 +43,7 @@ pub(crate) fn vjp<R: Recordable>(
 mod tests {
     #[test]
     fn literal() {
-        let mut out = [0.0; 6];
+        let mut out = [0.0f32; 6];
         super::kernel(&[1., 2., 3., 4., 5., 6.], &mut out, 2, 3);
         assert_eq!(out, [1., 4., 2., 5., 3., 6.]);
     }

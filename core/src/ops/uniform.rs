@@ -12,6 +12,8 @@
 //!
 //! Rule: none (the draw does not depend differentiably on its arguments).
 
+use crate::Element;
+
 use super::{Contributions, VjpArgs};
 use crate::Recordable;
 
@@ -26,11 +28,11 @@ pub fn draw(key_bits: u32, counter_bits: u32, index: u64) -> f32 {
 }
 
 /// Fills `out` with draws `0, 1, …` of the stream named by `key[0]` and `counter[0]`.
-pub fn kernel(key: &[f32], counter: &[f32], out: &mut [f32]) {
-    let k = key.first().map_or(0, |v| v.to_bits());
-    let c = counter.first().map_or(0, |v| v.to_bits());
+pub fn kernel<E: Element>(key: &[E], counter: &[E], out: &mut [E]) {
+    let k = key.first().map_or(0, |v| v.to_f32().to_bits());
+    let c = counter.first().map_or(0, |v| v.to_f32().to_bits());
     for (i, o) in out.iter_mut().enumerate() {
-        *o = draw(k, c, i as u64);
+        *o = E::from_f32(draw(k, c, i as u64));
     }
 }
 

@@ -1,0 +1,132 @@
+//! The element seam: reference kernels are generic over the number they compute with.
+//!
+//! `f32` is the element of plans and runtimes (its kernels are the definition of the bits);
+//! `f64` interprets an `f32` tape in double precision to measure the rounding error of the
+//! `f32` results; a dual number (value, tangent) — see `examples/forward_mode.rs` — turns the
+//! same kernels into forward-mode differentiation, because ordinary arithmetic on pairs already
+//! is the chain rule. A new number, not a new walk.
+//!
+//! Transcendentals come from `libm` for both floats (pure software, identical on every target).
+
+use core::fmt::Debug;
+use core::ops::{Add, Div, Mul, Neg, Sub};
+
+/// A number the reference kernels can compute with.
+pub trait Element:
+    Copy
+    + PartialEq
+    + PartialOrd
+    + Debug
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Div<Output = Self>
+    + Neg<Output = Self>
+{
+    /// `+0`.
+    const ZERO: Self;
+    /// `1`.
+    const ONE: Self;
+    /// `-inf`.
+    const NEG_INFINITY: Self;
+    /// The element nearest an `f32` (exact for `f32` and `f64`).
+    fn from_f32(v: f32) -> Self;
+    /// The value as an `f32` (rounded; the primal part of a dual number).
+    fn to_f32(self) -> f32;
+    /// The value as an `f64` (exact for `f32` and `f64`).
+    fn to_f64(self) -> f64;
+    /// True for NaN.
+    fn is_nan(self) -> bool;
+    /// `e^x`.
+    fn exp(self) -> Self;
+    /// `ln x`.
+    fn ln(self) -> Self;
+    /// `ln(1 + x)`.
+    fn ln_1p(self) -> Self;
+    /// `tanh x`.
+    fn tanh(self) -> Self;
+    /// `√x`, correctly rounded.
+    fn sqrt(self) -> Self;
+    /// `x^p`.
+    fn powf(self, p: Self) -> Self;
+    /// `|x|` (clears the sign, NaN included).
+    fn abs(self) -> Self;
+}
+
+impl Element for f32 {
+    const ZERO: f32 = 0.0;
+    const ONE: f32 = 1.0;
+    const NEG_INFINITY: f32 = f32::NEG_INFINITY;
+    fn from_f32(v: f32) -> f32 {
+        v
+    }
+    fn to_f32(self) -> f32 {
+        self
+    }
+    fn to_f64(self) -> f64 {
+        f64::from(self)
+    }
+    fn is_nan(self) -> bool {
+        self != self
+    }
+    fn exp(self) -> f32 {
+        libm::expf(self)
+    }
+    fn ln(self) -> f32 {
+        libm::logf(self)
+    }
+    fn ln_1p(self) -> f32 {
+        libm::log1pf(self)
+    }
+    fn tanh(self) -> f32 {
+        libm::tanhf(self)
+    }
+    fn sqrt(self) -> f32 {
+        libm::sqrtf(self)
+    }
+    fn powf(self, p: f32) -> f32 {
+        libm::powf(self, p)
+    }
+    fn abs(self) -> f32 {
+        f32::from_bits(self.to_bits() & 0x7fff_ffff)
+    }
+}
+
+impl Element for f64 {
+    const ZERO: f64 = 0.0;
+    const ONE: f64 = 1.0;
+    const NEG_INFINITY: f64 = f64::NEG_INFINITY;
+    fn from_f32(v: f32) -> f64 {
+        f64::from(v)
+    }
+    fn to_f32(self) -> f32 {
+        self as f32
+    }
+    fn to_f64(self) -> f64 {
+        self
+    }
+    fn is_nan(self) -> bool {
+        self != self
+    }
+    fn exp(self) -> f64 {
+        libm::exp(self)
+    }
+    fn ln(self) -> f64 {
+        libm::log(self)
+    }
+    fn ln_1p(self) -> f64 {
+        libm::log1p(self)
+    }
+    fn tanh(self) -> f64 {
+        libm::tanh(self)
+    }
+    fn sqrt(self) -> f64 {
+        libm::sqrt(self)
+    }
+    fn powf(self, p: f64) -> f64 {
+        libm::pow(self, p)
+    }
+    fn abs(self) -> f64 {
+        f64::from_bits(self.to_bits() & 0x7fff_ffff_ffff_ffff)
+    }
+}
