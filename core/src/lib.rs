@@ -47,6 +47,8 @@ mod shape;
 #[cfg(feature = "alloc")]
 mod autodiff;
 #[cfg(feature = "alloc")]
+mod entry;
+#[cfg(feature = "alloc")]
 mod run;
 #[cfg(feature = "alloc")]
 mod tape;
@@ -59,6 +61,8 @@ pub use shape::{Shape, ShapeError, MAX_RANK, MAX_TENSOR_ELEMS};
 
 #[cfg(feature = "alloc")]
 pub use autodiff::Adjoints;
+#[cfg(feature = "alloc")]
+pub use entry::Entry;
 #[cfg(feature = "alloc")]
 pub use run::{Compute, ComputeAs, Run, RunAs, Tensor, TensorOf};
 #[cfg(feature = "alloc")]
