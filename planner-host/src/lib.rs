@@ -6,12 +6,14 @@
 //! plan's bytes ([`writer`]), and check the runtime against the oracle ([`oracle`]).
 
 pub mod data;
+pub mod exchange;
 pub mod inspect;
 pub mod interp;
 pub mod model;
 pub mod optim;
 pub mod oracle;
 pub mod planner;
+pub mod plot;
 pub mod precision;
 pub mod rng;
 pub mod train;

@@ -10,10 +10,12 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use tapeplan_core::format::BindingKind;
 use tapeplan_planner::data;
+use tapeplan_planner::exchange;
 use tapeplan_planner::inspect::PlanInfo;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
 use tapeplan_planner::optim::Sgd;
 use tapeplan_planner::oracle::{first_difference, same_bits, Oracle, TrainingJob};
+use tapeplan_planner::plot::LossCurve;
 use tapeplan_planner::rng::SplitMix64;
 use tapeplan_planner::train::RuntimeModel;
 use tapeplan_planner::MemoryReport;
@@ -69,6 +71,35 @@ enum Command {
         /// Fraction of rows used for training (the rest is the test split).
         #[arg(long, default_value_t = 0.8)]
         train_fraction: f64,
+        #[command(flatten)]
+        outputs: TrainOutputs,
+    },
+    /// Convert a checkpoint's model parameters to a safetensors file with PyTorch's
+    /// nn.Sequential names and layouts (`w1 -> 0.weight` transposed, `b1 -> 0.bias`, ...).
+    Export {
+        /// The plan the checkpoint belongs to.
+        plan: PathBuf,
+        /// The checkpoint (from `tapeplan train --checkpoint` or `tapeplan import`).
+        #[arg(long)]
+        checkpoint: PathBuf,
+        /// Where to write the safetensors file.
+        #[arg(short, long, default_value = "model.safetensors")]
+        output: PathBuf,
+    },
+    /// Convert a safetensors file (PyTorch nn.Sequential of nn.Linear names and layouts) into a
+    /// checkpoint of a plan, to train from with `tapeplan train --resume`.
+    Import {
+        /// The safetensors file.
+        safetensors: PathBuf,
+        /// The plan whose parameters it holds.
+        plan: PathBuf,
+        /// Keep the rest of the training state (optimizer state, step, epoch count) from this
+        /// checkpoint of the same plan; without it that state is the plan's initial state.
+        #[arg(long)]
+        base: Option<PathBuf>,
+        /// Where to write the checkpoint.
+        #[arg(short, long, default_value = "model.ckpt")]
+        output: PathBuf,
     },
     /// The main job end to end: plan the digits MLP, train it through the runtime, check every
     /// step bit for bit against the oracle, report test accuracy.
@@ -90,6 +121,38 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+}
+
+/// `tapeplan train`'s state files and outputs.
+#[derive(Args, Clone)]
+struct TrainOutputs {
+    /// Write the whole training state to this checkpoint after every epoch (atomically:
+    /// FILE.tmp, then renamed over FILE).
+    #[arg(long, value_name = "FILE")]
+    checkpoint: Option<PathBuf>,
+    /// Restore the training state from this checkpoint of the same plan and go on from the
+    /// epoch it reached (give the same --seed and data for a bit-identical continuation).
+    #[arg(long, value_name = "FILE")]
+    resume: Option<PathBuf>,
+    /// Write the trained parameters as safetensors (PyTorch nn.Sequential names).
+    #[arg(long, value_name = "FILE")]
+    save_params: Option<PathBuf>,
+    /// Write the test split and the runtime's logits on it as safetensors (x, labels,
+    /// logits), for scripts/check_export.py.
+    #[arg(long, value_name = "FILE")]
+    save_test_logits: Option<PathBuf>,
+    /// Where to draw the loss curve (SVG). Default: the plan's path with `.loss.svg`.
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
+}
+
+fn read(path: &std::path::Path) -> Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+}
+
+fn parse_plan<'b>(path: &std::path::Path, bytes: &'b [u8]) -> Result<tapeplan_runtime::Plan<'b>> {
+    tapeplan_runtime::Plan::parse(bytes)
+        .map_err(|e| anyhow::anyhow!("{}: plan rejected: {e}", path.display()))
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -244,6 +307,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             seed,
             split_seed,
             train_fraction,
+            outputs,
         } => {
             let bytes =
                 std::fs::read(&plan).with_context(|| format!("reading {}", plan.display()))?;
@@ -294,6 +358,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             for ((name, _), v) in shapes.iter().zip(glorot_uniform(&shapes, seed)) {
                 model.load_parameter(name, &v)?;
             }
+            let start_epoch = match &outputs.resume {
+                Some(path) => resume(&mut model, path, &plan)?,
+                None => 0,
+            };
+            let mut curve = LossCurve::starting_at(start_epoch * (train.len() / batch));
             println!(
                 "training {} for {epochs} epochs: {} train rows, {} test rows, batch {batch}, arena {} bytes",
                 plan.display(),
@@ -301,7 +370,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 test.len(),
                 model.arena_bytes()
             );
-            for epoch in 0..epochs {
+            for epoch in start_epoch..epochs {
                 let epoch_data = train.subset(&train.shuffled_indices(epoch_seed(seed, epoch)));
                 let batches = epoch_data.batches(batch);
                 let bar = ProgressBar::new(batches.len() as u64).with_style(
@@ -315,20 +384,58 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     let loss = model.train_step(x, &labels)?;
                     total += loss as f64;
                     steps += 1;
+                    curve.push_step(loss);
                     bar.set_message(format!("loss {loss:.4}"));
                     bar.inc(1);
                 }
                 bar.finish_and_clear();
+                curve.end_epoch(steps);
                 println!(
                     "epoch {:>3}: mean loss {:.6}",
                     epoch + 1,
                     total / steps.max(1) as f64
                 );
+                if let Some(path) = &outputs.checkpoint {
+                    let blob = exchange::checkpoint_of(&model, epoch as u32 + 1)?;
+                    exchange::write_atomic(path, &blob)?;
+                }
             }
             if !test.is_empty() {
                 let acc = model.accuracy(&test.features, &test.labels, d_in, batch)?;
                 println!("test accuracy: {acc:.3}");
             }
+            write_train_outputs(&mut model, &outputs, &plan, &curve, &test, (d_in, batch))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Export {
+            plan,
+            checkpoint,
+            output,
+        } => {
+            let bytes = read(&plan)?;
+            let st = exchange::export_checkpoint(&parse_plan(&plan, &bytes)?, &read(&checkpoint)?)
+                .with_context(|| format!("exporting {}", checkpoint.display()))?;
+            std::fs::write(&output, &st)
+                .with_context(|| format!("writing {}", output.display()))?;
+            println!("wrote {} ({} bytes)", output.display(), st.len());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Import {
+            safetensors,
+            plan,
+            base,
+            output,
+        } => {
+            let bytes = read(&plan)?;
+            let base = base.as_deref().map(read).transpose()?;
+            let ckpt = exchange::import_to_checkpoint(
+                &parse_plan(&plan, &bytes)?,
+                &read(&safetensors)?,
+                base.as_deref(),
+            )
+            .with_context(|| format!("importing {}", safetensors.display()))?;
+            exchange::write_atomic(&output, &ckpt)?;
+            println!("wrote {} ({} bytes)", output.display(), ckpt.len());
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo { epochs, seed } => demo(epochs, seed),
@@ -337,6 +444,68 @@ fn run(cli: Cli) -> Result<ExitCode> {
             config.as_deref(),
         )?),
     }
+}
+
+/// Restores `--resume FILE` into `model`; answers the epochs the checkpoint had completed.
+fn resume(
+    model: &mut RuntimeModel<'_>,
+    path: &std::path::Path,
+    plan: &std::path::Path,
+) -> Result<usize> {
+    let blob = read(path)?;
+    let ckpt = tapeplan_runtime::Checkpoint::parse(&blob)
+        .map_err(|e| anyhow::anyhow!("{}: checkpoint rejected: {e}", path.display()))?;
+    let plan_id = model.plan().plan_id();
+    if ckpt.plan_id() != plan_id {
+        bail!(
+            "{} is a checkpoint of plan {:08x}, not of {} (plan {plan_id:08x}): resume with the plan it was saved from",
+            path.display(),
+            ckpt.plan_id(),
+            plan.display(),
+        );
+    }
+    exchange::restore_into_model(model, &ckpt)
+        .with_context(|| format!("restoring {}", path.display()))?;
+    println!(
+        "resumed from {} after epoch {}",
+        path.display(),
+        ckpt.sequence()
+    );
+    Ok(ckpt.sequence() as usize)
+}
+
+/// The loss curve, and the parameters and test logits when asked for.
+fn write_train_outputs(
+    model: &mut RuntimeModel<'_>,
+    outputs: &TrainOutputs,
+    plan: &std::path::Path,
+    curve: &LossCurve,
+    test: &data::Dataset,
+    (d_in, batch): (usize, usize),
+) -> Result<()> {
+    let plot = outputs.plot.clone().unwrap_or_else(|| {
+        let mut p = plan.as_os_str().to_owned();
+        p.push(".loss.svg");
+        PathBuf::from(p)
+    });
+    if !curve.step_losses.is_empty() {
+        let title = format!("{}: training loss", plan.display());
+        std::fs::write(&plot, curve.to_svg(&title, 800, 480)?)
+            .with_context(|| format!("writing {}", plot.display()))?;
+        println!("loss curve: {}", plot.display());
+    }
+    if let Some(path) = &outputs.save_params {
+        let st = exchange::export_plan_params(model.plan(), model.persistent())?;
+        std::fs::write(path, st).with_context(|| format!("writing {}", path.display()))?;
+        println!("parameters: {}", path.display());
+    }
+    if let Some(path) = &outputs.save_test_logits {
+        let logits = exchange::forward_logits(model, &test.features, test.len(), d_in, batch)?;
+        let st = exchange::reference_file(&test.features, &test.labels, &logits)?;
+        std::fs::write(path, st).with_context(|| format!("writing {}", path.display()))?;
+        println!("test logits: {}", path.display());
+    }
+    Ok(())
 }
 
 /// The shuffle seed of one epoch.

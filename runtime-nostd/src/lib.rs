@@ -10,12 +10,18 @@
     clippy::arithmetic_side_effects
 )]
 
+mod checkpoint;
 mod error;
 mod limits;
 mod plan;
 mod session;
 mod validate;
 
+pub use checkpoint::{
+    checkpoint_bytes, restore_checkpoint, save_checkpoint, write_checkpoint, Checkpoint,
+    CheckpointError, CHECKPOINT_CRC_OFFSET, CHECKPOINT_HEADER_BYTES, CHECKPOINT_MAGIC,
+    CHECKPOINT_VERSION,
+};
 pub use error::{Operand, PlanError, RunError, Section};
 pub use limits::Limits;
 pub use plan::{Binding, EntryId, Plan};

@@ -1,0 +1,168 @@
+//! The training loss curve as an SVG (`plotters`, SVG backend, no system fonts: the text is
+//! SVG `<text>` that the viewer renders).
+
+use plotters::prelude::*;
+
+/// Errors of drawing a curve.
+#[derive(Debug, thiserror::Error)]
+pub enum PlotError {
+    /// The curve has no finite loss to draw.
+    #[error("no finite loss to plot")]
+    Empty,
+    /// The drawing backend failed.
+    #[error("drawing the loss curve: {0}")]
+    Draw(String),
+}
+
+/// A run's losses: one per training step, and one mean per epoch.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LossCurve {
+    /// The global index of the first step in `step_losses` (non-zero for a resumed run).
+    pub first_step: usize,
+    /// Each step's loss, in order.
+    pub step_losses: Vec<f32>,
+    /// Each epoch's end as `(steps completed so far, counted from 0 like first_step, mean loss
+    /// of that epoch)`.
+    pub epoch_means: Vec<(usize, f64)>,
+}
+
+impl LossCurve {
+    /// An empty curve whose first step has global index `first_step`.
+    pub fn starting_at(first_step: usize) -> LossCurve {
+        LossCurve {
+            first_step,
+            ..LossCurve::default()
+        }
+    }
+
+    /// Records one step's loss.
+    pub fn push_step(&mut self, loss: f32) {
+        self.step_losses.push(loss);
+    }
+
+    /// Records the end of an epoch whose steps are the last `steps` pushed.
+    pub fn end_epoch(&mut self, steps: usize) {
+        let n = self.step_losses.len();
+        let tail = &self.step_losses[n - steps.min(n)..];
+        let mean = tail.iter().map(|&l| f64::from(l)).sum::<f64>() / tail.len().max(1) as f64;
+        self.epoch_means.push((self.first_step + n, mean));
+    }
+
+    /// The curve as an SVG document of `width_px × height_px` pixels: the per-step loss as a
+    /// thin line, the epoch means as a thick line with markers at each epoch's last step.
+    /// Non-finite losses are left out.
+    ///
+    /// # Errors
+    /// [`PlotError::Empty`] when no loss is finite; [`PlotError::Draw`] if plotters fails.
+    pub fn to_svg(&self, title: &str, width_px: u32, height_px: u32) -> Result<String, PlotError> {
+        let steps: Vec<(f64, f64)> = self
+            .step_losses
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.is_finite())
+            .map(|(i, &l)| ((self.first_step + i + 1) as f64, f64::from(l)))
+            .collect();
+        let epochs: Vec<(f64, f64)> = self
+            .epoch_means
+            .iter()
+            .filter(|(_, m)| m.is_finite())
+            .map(|&(s, m)| (s as f64, m))
+            .collect();
+        let ys = steps.iter().chain(&epochs).map(|&(_, y)| y);
+        let (lo, hi) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), y| {
+            (lo.min(y), hi.max(y))
+        });
+        if !lo.is_finite() {
+            return Err(PlotError::Empty);
+        }
+        let pad = ((hi - lo) * 0.05).max(1e-3);
+        let (y0, y1) = (
+            (lo - pad).max(if lo >= 0.0 { 0.0 } else { f64::MIN }),
+            hi + pad,
+        );
+        let x0 = self.first_step as f64;
+        let x1 = (self.first_step + self.step_losses.len()).max(self.first_step + 1) as f64;
+
+        let mut svg = String::new();
+        {
+            let root = SVGBackend::with_string(&mut svg, (width_px, height_px)).into_drawing_area();
+            let draw = |e: &dyn std::fmt::Display| PlotError::Draw(e.to_string());
+            root.fill(&WHITE).map_err(|e| draw(&e))?;
+            let mut chart = ChartBuilder::on(&root)
+                .caption(title, ("sans-serif", 20))
+                .margin(12)
+                .x_label_area_size(40)
+                .y_label_area_size(56)
+                .build_cartesian_2d(x0..x1, y0..y1)
+                .map_err(|e| draw(&e))?;
+            chart
+                .configure_mesh()
+                .x_desc("training step")
+                .x_label_formatter(&|x| format!("{x:.0}"))
+                .y_desc("loss")
+                .light_line_style(RGBColor(235, 235, 235))
+                .draw()
+                .map_err(|e| draw(&e))?;
+            let step_color = RGBColor(120, 160, 210);
+            chart
+                .draw_series(LineSeries::new(steps, step_color.stroke_width(1)))
+                .map_err(|e| draw(&e))?
+                .label("loss per step")
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], step_color.stroke_width(1))
+                });
+            let epoch_color = RGBColor(200, 60, 40);
+            chart
+                .draw_series(LineSeries::new(epochs, epoch_color.stroke_width(3)).point_size(4))
+                .map_err(|e| draw(&e))?
+                .label("epoch mean")
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], epoch_color.stroke_width(3))
+                });
+            chart
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .position(SeriesLabelPosition::UpperRight)
+                .draw()
+                .map_err(|e| draw(&e))?;
+            root.present().map_err(|e| draw(&e))?;
+        }
+        Ok(svg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draws_steps_and_epoch_means() {
+        let mut c = LossCurve::starting_at(0);
+        for e in 0..3 {
+            for i in 0..10 {
+                c.push_step(2.0 / (1.0 + (e * 10 + i) as f32 * 0.1));
+            }
+            c.end_epoch(10);
+        }
+        assert_eq!(c.epoch_means.len(), 3);
+        assert_eq!(c.epoch_means[2].0, 30);
+        let svg = c.to_svg("test", 640, 400).unwrap();
+        assert!(svg.starts_with("<svg"), "{}", &svg[..40.min(svg.len())]);
+        assert!(svg.contains("polyline"));
+        assert!(svg.contains("epoch mean"));
+        assert!(svg.contains("training step"));
+    }
+
+    #[test]
+    fn non_finite_losses_are_skipped_and_all_non_finite_is_an_error() {
+        let mut c = LossCurve::starting_at(5);
+        c.push_step(f32::NAN);
+        c.end_epoch(1);
+        assert!(matches!(c.to_svg("t", 100, 100), Err(PlotError::Empty)));
+        c.push_step(1.0);
+        c.push_step(f32::INFINITY);
+        c.end_epoch(2);
+        assert!(c.to_svg("t", 320, 240).is_ok());
+    }
+}
