@@ -67,7 +67,7 @@ impl Element for f32 {
         f64::from(self)
     }
     fn is_nan(self) -> bool {
-        self != self
+        f32::is_nan(self)
     }
     fn exp(self) -> f32 {
         libm::expf(self)
@@ -106,7 +106,7 @@ impl Element for f64 {
         self
     }
     fn is_nan(self) -> bool {
-        self != self
+        f64::is_nan(self)
     }
     fn exp(self) -> f64 {
         libm::exp(self)

@@ -11,6 +11,7 @@ pub mod inspect;
 pub mod interp;
 pub mod model;
 pub mod optim;
+pub mod passes;
 pub mod oracle;
 pub mod planner;
 pub mod plot;

@@ -10,6 +10,7 @@ use tapeplan_core::{Compute, NodeId, Recordable, Run, Shape, Tape, TapeError, Te
 
 use crate::model::{self, Loss, Mlp};
 use crate::optim::{Optimizer, StateSpec};
+use crate::passes::{self, Passes, RewriteStats};
 use crate::planner::{self, EntrySpec, Plan, PlanError, Root};
 
 /// A model, its loss and optimizer, recorded and planned.
@@ -30,6 +31,9 @@ pub struct TrainingJob {
     pub state: Vec<NodeId>,
     /// Whether `train_step` commits its updates only when the loss and every update are finite.
     pub guarded: bool,
+    /// What the bit-preserving rewrites did before planning (the plan is made from the rewritten
+    /// tape; `tape` stays as recorded, for the oracle and listings).
+    pub rewrite_stats: RewriteStats,
     /// The batch size of both entries.
     pub batch: usize,
     /// The tape: forward, recorded gradient, recorded update.
@@ -177,7 +181,9 @@ impl TrainingJob {
                 guarded: false,
             });
         }
-        let plan = planner::plan(&tape, &entries)?;
+        let (rewritten, map, rewrite_stats) =
+            passes::rewrite(&tape, options.passes, &passes::update_values(&entries))?;
+        let plan = planner::plan(&rewritten, &passes::remap_entries(&entries, &map))?;
         Ok(TrainingJob {
             mlp,
             loss,
@@ -186,6 +192,7 @@ impl TrainingJob {
             state_specs,
             state,
             guarded,
+            rewrite_stats,
             batch,
             tape,
             inputs,
@@ -216,6 +223,8 @@ pub struct JobOptions {
     pub dropout: f32,
     /// The dropout generator's key (taken modulo 2^24, stored exactly as an `f32`).
     pub seed: u64,
+    /// The bit-preserving rewrites applied before planning (all by default).
+    pub passes: Passes,
 }
 
 /// Advances the model's own state by one training step: dropout's counter `c ← c + 1`. Written

@@ -86,6 +86,7 @@ fn adam_dropout_job() -> TrainingJob {
         guarded: true,
         dropout: 0.25,
         seed: 99,
+        ..Default::default()
     };
     TrainingJob::build_with(
         mlp,

@@ -62,6 +62,7 @@ fn train(seed: u64, steps: usize) -> (Vec<f32>, Vec<f32>) {
         guarded: true,
         dropout: 0.25,
         seed,
+        ..Default::default()
     };
     let job = TrainingJob::build_with(
         mlp,
