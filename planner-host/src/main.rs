@@ -13,8 +13,8 @@ use tapeplan_planner::data;
 use tapeplan_planner::exchange;
 use tapeplan_planner::inspect::PlanInfo;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
-use tapeplan_planner::optim::Sgd;
-use tapeplan_planner::oracle::{first_difference, same_bits, Oracle, TrainingJob};
+use tapeplan_planner::optim::Optimizer;
+use tapeplan_planner::oracle::{first_difference, same_bits, JobOptions, Oracle, TrainingJob};
 use tapeplan_planner::plot::LossCurve;
 use tapeplan_planner::rng::SplitMix64;
 use tapeplan_planner::train::RuntimeModel;
@@ -48,13 +48,21 @@ enum Command {
         /// List the recorded tape of the model given by the model options instead.
         #[arg(long)]
         tape: bool,
+        /// With --tape: run the tape once in f32 and once in f64 (the same kernels over another
+        /// element) on a batch of the digits data (or seeded random inputs for other widths)
+        /// and report every node's rounding error, max absolute and relative.
+        #[arg(long, requires = "tape")]
+        error_report: bool,
         #[command(flatten)]
         model: ModelArgs,
     },
     /// Train from a .plan file through the no_std runtime on a CSV data set.
     Train {
-        /// The plan (from `tapeplan plan`).
-        plan: PathBuf,
+        /// The plan (from `tapeplan plan`). Without one, the model options below are planned
+        /// first and the plan is written to `model.plan` (so checkpoints can be exported later).
+        plan: Option<PathBuf>,
+        #[command(flatten)]
+        model: ModelArgs,
         /// A CSV (optionally gzip) file, one sample per row, the integer label last. Default:
         /// the bundled handwritten digits set.
         #[arg(long)]
@@ -183,9 +191,39 @@ struct ModelArgs {
     /// Batch size of both entries.
     #[arg(long, default_value_t = 32)]
     batch: usize,
-    /// SGD learning rate.
+    /// Learning rate.
     #[arg(long, default_value_t = 0.1)]
     lr: f32,
+    /// Optimizer, recorded into the plan as update nodes (PyTorch's documented rules: SGD,
+    /// SGD with momentum, Nesterov momentum, Adam, AdamW).
+    #[arg(long, value_enum, default_value_t = OptimizerArg::Sgd)]
+    optimizer: OptimizerArg,
+    /// Momentum for `--optimizer momentum|nesterov`.
+    #[arg(long, default_value_t = 0.9)]
+    momentum: f32,
+    /// AdamW's decoupled weight decay.
+    #[arg(long, default_value_t = 0.01)]
+    weight_decay: f32,
+    /// Dropout probability after each hidden activation during training (0: none); inference
+    /// (the `forward` entry) never drops.
+    #[arg(long, default_value_t = 0.0)]
+    dropout: f32,
+    /// The dropout generator's key (stored in the plan's persistent state).
+    #[arg(long, default_value_t = 1)]
+    dropout_seed: u64,
+    /// Write updates in place as they are computed (smallest arena) instead of committing a
+    /// step only when its loss and every update are finite.
+    #[arg(long)]
+    no_guard: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum OptimizerArg {
+    Sgd,
+    Momentum,
+    Nesterov,
+    Adam,
+    Adamw,
 }
 
 impl ModelArgs {
@@ -199,6 +237,16 @@ impl ModelArgs {
         if !self.lr.is_finite() {
             bail!("--lr must be finite");
         }
+        if !(0.0..1.0).contains(&self.dropout) {
+            bail!("--dropout must be in [0, 1)");
+        }
+        let elems: Option<usize> = self
+            .layers
+            .windows(2)
+            .try_fold(0usize, |acc, w| acc.checked_add(w[0].checked_mul(w[1])?));
+        if elems.is_none_or(|e| e > 1 << 26) || self.batch > 1 << 20 {
+            bail!("the model is too large for one plan (over 2^26 weights or a batch over 2^20)");
+        }
         let mlp = Mlp {
             sizes: self.layers.clone(),
             activation: match self.activation {
@@ -210,12 +258,44 @@ impl ModelArgs {
             LossArg::Ce => Loss::SoftmaxCrossEntropy,
             LossArg::Mse => Loss::MeanSquaredError,
         };
-        Ok(TrainingJob::build(
-            mlp,
-            loss,
-            Sgd { lr: self.lr },
-            self.batch,
+        let lr = self.lr;
+        let optimizer = match self.optimizer {
+            OptimizerArg::Sgd => Optimizer::sgd(lr),
+            OptimizerArg::Momentum | OptimizerArg::Nesterov => Optimizer::Momentum {
+                lr,
+                momentum: self.momentum,
+                nesterov: matches!(self.optimizer, OptimizerArg::Nesterov),
+            },
+            OptimizerArg::Adam => Optimizer::adam(lr),
+            OptimizerArg::Adamw => match Optimizer::adamw(lr) {
+                Optimizer::Adam {
+                    beta1, beta2, eps, ..
+                } => Optimizer::Adam {
+                    lr,
+                    beta1,
+                    beta2,
+                    eps,
+                    decoupled_weight_decay: self.weight_decay,
+                },
+                other => other,
+            },
+        };
+        let options = JobOptions {
+            guarded: !self.no_guard,
+            dropout: self.dropout,
+            seed: self.dropout_seed,
+            ..Default::default()
+        };
+        Ok(TrainingJob::build_with(
+            mlp, loss, optimizer, self.batch, options,
         )?)
+    }
+
+    fn activation_name(&self) -> &'static str {
+        match self.activation {
+            ActivationArg::Tanh => "tanh",
+            ActivationArg::Relu => "relu",
+        }
     }
 }
 
@@ -272,7 +352,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
             print_report(&reports(&job));
             Ok(ExitCode::SUCCESS)
         }
-        Command::Describe { plan, tape, model } => {
+        Command::Describe {
+            plan,
+            tape,
+            error_report,
+            model,
+        } => {
+            if tape && error_report {
+                return error_report_of(&model.job()?);
+            }
             if tape {
                 let job = model.job()?;
                 print!(
@@ -283,7 +371,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                             (job.gradient_start, "the gradient, recorded over the loss"),
                             (
                                 job.update_start,
-                                "the SGD update, recorded over the gradient"
+                                "the optimizer update, recorded over the gradient"
                             ),
                         ]
                     )
@@ -302,6 +390,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Train {
             plan,
+            model: model_args,
             data: data_path,
             epochs,
             seed,
@@ -309,6 +398,33 @@ fn run(cli: Cli) -> Result<ExitCode> {
             train_fraction,
             outputs,
         } => {
+            let plan = match plan {
+                Some(p) => p,
+                None => {
+                    let job = model_args.job()?;
+                    let p = PathBuf::from("model.plan");
+                    std::fs::write(&p, job.plan.to_bytes())
+                        .with_context(|| format!("writing {}", p.display()))?;
+                    println!(
+                        "planned {} ({}, {} optimizer{}) into {}",
+                        model_args
+                            .layers
+                            .iter()
+                            .map(|w| w.to_string())
+                            .collect::<Vec<_>>()
+                            .join("-"),
+                        model_args.activation_name(),
+                        job.optimizer.name(),
+                        if job.state_specs.iter().any(|s| s.name == "rng.key") {
+                            ", dropout"
+                        } else {
+                            ""
+                        },
+                        p.display()
+                    );
+                    p
+                }
+            };
             let bytes =
                 std::fs::read(&plan).with_context(|| format!("reading {}", plan.display()))?;
             let mut model =
@@ -508,6 +624,73 @@ fn write_train_outputs(
     Ok(())
 }
 
+/// `tapeplan describe --tape --error-report`: every node's f32 rounding error against f64.
+fn error_report_of(job: &TrainingJob) -> Result<ExitCode> {
+    use tapeplan_core::Tensor;
+    let x_shape = job.tape.shape(job.inputs.x)?;
+    let t_shape = job.tape.shape(job.inputs.target)?;
+    let (batch, d_in) = (x_shape.dim(0).unwrap_or(0), x_shape.dim(1).unwrap_or(0));
+    let mut rng = SplitMix64::new(7);
+    let x: Vec<f32> = if d_in == data::DIGITS_FEATURES {
+        let digits = data::digits()?;
+        (0..batch)
+            .flat_map(|r| digits.row(r % digits.len()).0.to_vec())
+            .collect()
+    } else {
+        (0..x_shape.elems()).map(|_| rng.next_f32()).collect()
+    };
+    let classes = job.mlp.sizes.last().copied().unwrap_or(1);
+    let target: Vec<f32> = match job.loss {
+        Loss::SoftmaxCrossEntropy => (0..batch).map(|r| (r % classes) as f32).collect(),
+        Loss::MeanSquaredError => (0..t_shape.elems()).map(|_| rng.next_f32()).collect(),
+    };
+    let mut leaves = vec![
+        (job.inputs.x, Tensor::new(x_shape, x)?),
+        (job.inputs.target, Tensor::new(t_shape, target)?),
+    ];
+    let shapes = job.parameter_shapes();
+    for ((p, (_, s)), v) in job
+        .params
+        .iter()
+        .zip(&shapes)
+        .zip(glorot_uniform(&shapes, 42))
+    {
+        leaves.push((*p, Tensor::new(*s, v)?));
+    }
+    for (leaf, spec) in job.state.iter().zip(&job.state_specs) {
+        leaves.push((
+            *leaf,
+            Tensor::new(spec.shape, vec![spec.init; spec.shape.elems()])?,
+        ));
+    }
+    let last = job.tape.id(job.tape.len() - 1)?;
+    let errors = tapeplan_planner::precision::rounding_errors(&job.tape, &leaves, last)?;
+    println!("rounding error of every node in f32, against the same tape in f64");
+    println!(
+        "{:>5}  {:<14} {:>12} {:>12}",
+        "node", "opcode", "max abs", "max rel"
+    );
+    let (mut worst_abs, mut worst_rel) = (0.0f64, 0.0f64);
+    for e in &errors {
+        let op = job.tape.nodes()[e.node.index()].op;
+        println!(
+            "{:>5}  {:<14} {:>12.3e} {:>12.3e}",
+            e.node.index(),
+            op.name(),
+            e.max_abs,
+            e.max_rel
+        );
+        worst_abs = worst_abs.max(e.max_abs);
+        worst_rel = worst_rel.max(e.max_rel);
+    }
+    let loss = errors.iter().find(|e| e.node == job.loss_node);
+    if let Some(l) = loss {
+        println!("loss: max abs {:.3e}, max rel {:.3e}", l.max_abs, l.max_rel);
+    }
+    println!("all nodes: max abs {worst_abs:.3e}, max rel {worst_rel:.3e}");
+    Ok(ExitCode::SUCCESS)
+}
+
 /// The shuffle seed of one epoch.
 fn epoch_seed(seed: u64, epoch: usize) -> u64 {
     SplitMix64::new(seed ^ ((epoch as u64 + 1) << 32)).next_u64()
@@ -528,6 +711,12 @@ fn demo(epochs: usize, seed: u64) -> Result<ExitCode> {
         loss: LossArg::Ce,
         batch,
         lr: 0.1,
+        optimizer: OptimizerArg::Sgd,
+        momentum: 0.9,
+        weight_decay: 0.01,
+        dropout: 0.0,
+        dropout_seed: 1,
+        no_guard: false,
     };
     let job = args.job()?;
     let bytes = job.plan.to_bytes();
