@@ -282,6 +282,7 @@ fn step_setup(ctx: &Ctx) -> Result<()> {
         cmd.args(&missing);
         run(cmd)?;
     }
+    setup_python(ctx);
     Ok(())
 }
 
@@ -302,7 +303,51 @@ fn step_clippy(ctx: &Ctx) -> Result<()> {
 }
 
 fn step_test(ctx: &Ctx) -> Result<()> {
-    run(ctx.cargo(["test", "--workspace"]))
+    let mut cmd = ctx.cargo(["test", "--workspace"]);
+    let py = ctx.root.join(PY_VENV).join("bin").join("python");
+    if py.exists() {
+        // planner-host/tests/exchange.rs runs scripts/check_export.py with it.
+        cmd.env("TAPEPLAN_PYTHON", py);
+    }
+    run(cmd)
+}
+
+/// The venv (numpy and safetensors from PyPI) that runs `scripts/check_export.py`, the check
+/// that an exported safetensors file reproduces the runtime's forward pass outside Rust.
+const PY_VENV: &str = "target/py-venv";
+
+/// Best effort: makes [`PY_VENV`] if `python3` and PyPI are there. Without it the exchange
+/// test says it skipped the Python check, and passes.
+fn setup_python(ctx: &Ctx) {
+    let venv = ctx.root.join(PY_VENV);
+    let py = venv.join("bin").join("python");
+    let ready = |py: &Path| {
+        Command::new(py)
+            .args(["-c", "import numpy, safetensors"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !ready(&py) {
+        let made = Command::new("python3")
+            .arg("-m")
+            .arg("venv")
+            .arg(&venv)
+            .status()
+            .is_ok_and(|s| s.success());
+        if made {
+            // A failure shows in `ready` below.
+            let _ = Command::new(&py)
+                .args(["-m", "pip", "install", "--quiet", "numpy", "safetensors"])
+                .status();
+        }
+    }
+    if ready(&py) {
+        eprintln!("python: numpy and safetensors in {PY_VENV}");
+    } else {
+        eprintln!(
+            "python: no venv with numpy and safetensors; scripts/check_export.py will be skipped"
+        );
+    }
 }
 
 fn step_nostd(ctx: &Ctx) -> Result<()> {
