@@ -160,9 +160,10 @@ function timeSteps(assets) {
 // ---- drawing -----------------------------------------------------------------------------
 
 /**
- * The 8×8 optdigits counts of the drawing: the ink's bounding box scaled (aspect kept) to fit a
- * 32×32 bitmap, centred; a bitmap pixel is set when at least 40% of it is inked; each count is
- * the number of set pixels in a non-overlapping 4×4 block (0..16). `null` for an empty pad.
+ * The 8×8 optdigits counts of the drawing, made as NIST's preprocessing made UCI optdigits: the
+ * ink's bounding box scaled (aspect kept) to fit 20×32 pixels, centred in a 32×32 bitmap; a
+ * bitmap pixel is set when at least 40% of it is inked; each count is the number of set pixels
+ * in a non-overlapping 4×4 block (0..16). `null` for an empty pad.
  */
 function downsample(pad) {
   const W = pad.width, H = pad.height;
@@ -178,22 +179,31 @@ function downsample(pad) {
   }
   if (x1 < 0) return null;
   const bw = x1 - x0 + 1, bh = y1 - y0 + 1;
-  const s = 32 / Math.max(bw, bh);
-  const ox = (32 - bw * s) / 2, oy = (32 - bh * s) / 2;
-  const ink = new Float64Array(32 * 32), area = new Float64Array(32 * 32);
-  for (let y = y0; y <= y1; y++) {
-    const ty = Math.min(31, Math.floor(oy + (y - y0 + 0.5) * s));
-    for (let x = x0; x <= x1; x++) {
-      const tx = Math.min(31, Math.floor(ox + (x - x0 + 0.5) * s));
-      ink[ty * 32 + tx] += alpha[4 * (y * W + x) + 3] / 255;
-      area[ty * 32 + tx] += 1;
-    }
-  }
+  const s = Math.min(20 / bw, 32 / bh);
+  const ox = 16 - (bw * s) / 2, oy = 16 - (bh * s) / 2;
   const counts = new Uint8Array(64);
-  for (let i = 0; i < 32 * 32; i++) {
-    if (area[i] > 0 && ink[i] / area[i] >= 0.4) {
-      const bx = (i % 32) >> 2, by = (i >> 5) >> 2;
-      counts[by * 8 + bx] += 1;
+  for (let ty = 0; ty < 32; ty++) {
+    const ya = y0 + (ty - oy) / s, yb = y0 + (ty + 1 - oy) / s;
+    if (yb <= y0 || ya >= y1 + 1) continue;
+    for (let tx = 0; tx < 32; tx++) {
+      const xa = x0 + (tx - ox) / s, xb = x0 + (tx + 1 - ox) / s;
+      if (xb <= x0 || xa >= x1 + 1) continue;
+      // The mean ink of the source pixels whose centres fall in this bitmap pixel; when it is
+      // smaller than a source pixel (an enlarged stroke), the source pixel under its centre.
+      let ink = 0, n = 0;
+      for (let y = Math.max(0, Math.ceil(ya - 0.5)); y < Math.min(H, yb - 0.5); y++) {
+        for (let x = Math.max(0, Math.ceil(xa - 0.5)); x < Math.min(W, xb - 0.5); x++) {
+          ink += alpha[4 * (y * W + x) + 3];
+          n++;
+        }
+      }
+      if (n === 0) {
+        const y = Math.max(0, Math.min(H - 1, Math.floor((ya + yb) / 2)));
+        const x = Math.max(0, Math.min(W - 1, Math.floor((xa + xb) / 2)));
+        ink = alpha[4 * (y * W + x) + 3];
+        n = 1;
+      }
+      if (ink / n >= 0.4 * 255) counts[(ty >> 2) * 8 + (tx >> 2)] += 1;
     }
   }
   return counts;
@@ -241,7 +251,7 @@ function setUpPad(getModel) {
   const g = pad.getContext("2d");
   g.lineCap = g.lineJoin = "round";
   g.strokeStyle = "#1d2330";
-  g.lineWidth = 20;
+  g.lineWidth = 28;
   let last = null;
   const at = (e) => {
     const r = pad.getBoundingClientRect();
