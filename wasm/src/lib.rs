@@ -391,11 +391,11 @@ impl Trainer {
             "y"
         };
         let ctx = |name: &str| binding_context(BindingKind::Input, name, "train_step");
+        self.with_session(|| ctx("x"), |s| s.set_input(e, "x", x))?;
+        self.with_session(|| ctx(target_name), |s| s.set_input(e, target_name, target))?;
         self.with_session(
-            || format!("{} / {}", ctx("x"), ctx(target_name)),
+            || "running train_step".into(),
             |s| {
-                s.set_input(e, "x", x)?;
-                s.set_input(e, target_name, target)?;
                 s.run(e)?;
                 Ok(s.output(e, "loss")?.first().copied().unwrap_or(f32::NAN))
             },

@@ -179,7 +179,16 @@ fn misuse_is_an_error_naming_what_was_wrong() {
         t.run("backward").unwrap_err().to_string(),
         "the plan has no entry named \"backward\""
     );
-    assert!(t.train_step(&[0.0; 5], &[0.0; 32]).is_err());
+    assert_eq!(
+        t.train_step(&[0.0; 5], &[0.0; 32]).unwrap_err().to_string(),
+        "input \"x\" of train_step: 5 elements given where the tensor has 2048"
+    );
+    assert_eq!(
+        t.train_step(&[0.0; 2048], &[0.0; 31])
+            .unwrap_err()
+            .to_string(),
+        "input \"labels\" of train_step: 31 elements given where the tensor has 32"
+    );
     assert!(t.forward(&[0.0; 5]).is_err());
     assert!(t.set_input("forward", "labels", &[0.0; 32]).is_err());
     assert!(t.output("forward", "loss").is_err());
