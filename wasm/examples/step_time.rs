@@ -8,7 +8,7 @@
 //!
 //! Drives the planner's `RuntimeModel` (the `no_std` runtime over a `Vec` arena) with the same
 //! timing loop as the page (`medianStepMs` in `www/demo-run.js`): a warm-up block, then the
-//! median of 31 blocks of 25 steps over the first epoch's batches.
+//! median of 101 blocks of 25 steps over the first epoch's batches.
 
 // The planner is a host-only dev-dependency: on wasm32 (`wasm-pack test` builds examples too)
 // this example is empty.
@@ -79,11 +79,11 @@ mod native {
             t0.elapsed().as_secs_f64() * 1e3 / per_block as f64
         };
         block();
-        let mut times: Vec<f64> = (0..31).map(|_| block()).collect();
+        let mut times: Vec<f64> = (0..101).map(|_| block()).collect();
         times.sort_by(f64::total_cmp);
         let ms = times[times.len() / 2];
         println!(
-        "native scalar runtime: train step median {:.1} us ({:.0} steps/s; median of 31 blocks of {per_block})",
+        "native scalar runtime: train step median {:.1} us ({:.0} steps/s; median of 101 blocks of {per_block})",
         ms * 1e3,
         1e3 / ms
     );

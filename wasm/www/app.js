@@ -141,7 +141,7 @@ async function train(assets) {
 }
 
 /** The median train-step time in ms on a fresh trainer (also `window.tapeplanBench`). */
-function benchStepMs(assets, blocks = 31, perBlock = 25) {
+function benchStepMs(assets, blocks = 101, perBlock = 25) {
   const t = new Trainer(assets.plan);
   t.loadParameters(assets.init);
   const ms = medianStepMs(t, assets, () => performance.now(), blocks, perBlock);
@@ -154,7 +154,7 @@ function timeSteps(assets) {
   window.tapeplanBench = (blocks, perBlock) => benchStepMs(assets, blocks, perBlock);
   result.stepMs = ms;
   $("step-ms").textContent = `${(1000 * ms).toFixed(1)} µs (${Math.round(1000 / ms)} steps/s; ` +
-    `median of 31 blocks of 25 steps${crossOriginIsolated ? "" : ", coarse timer"})`;
+    `median of 101 blocks of 25 steps${crossOriginIsolated ? "" : ", coarse timer"})`;
 }
 
 // ---- drawing -----------------------------------------------------------------------------

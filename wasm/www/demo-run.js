@@ -151,7 +151,7 @@ export function testCorrect(trainer, assets) {
  * The median time of one train step, in milliseconds: `blocks` blocks of `perBlock` steps
  * (after a warm-up block), each timed with `now()`, on a trainer of its own.
  */
-export function medianStepMs(trainer, assets, now, blocks = 31, perBlock = 25) {
+export function medianStepMs(trainer, assets, now, blocks = 101, perBlock = 25) {
   const run = new DemoRun(trainer, assets);
   const batches = [];
   for (let k = 0; k < run.perEpoch; k++) {
