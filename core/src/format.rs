@@ -95,7 +95,7 @@ pub struct Header {
     pub n_entries: u32,
     /// Bytes 36..40: the number of binding records.
     pub n_bindings: u32,
-    /// Bytes 40..44: flags; no flag is defined in version 1, so it must be 0.
+    /// Bytes 40..44: flags; no flag is defined in this version, so it must be 0.
     pub flags: u32,
     /// Bytes 44..48: the plan's identity: a hash the planner derives from the model and its
     /// hyperparameters, so that state saved from one plan is not loaded into another.

@@ -62,12 +62,17 @@ impl Shape {
             rank: dims.len() as u8,
             dims: [0; MAX_RANK],
         };
-        let mut elems: usize = 1;
+        // The element count in u64, a zero extent making it zero whatever the others are, so the
+        // answer is the same on 32- and 64-bit targets and in any extent order.
+        let mut elems: u64 = 1;
+        let zero = dims.contains(&0);
         for (slot, &d) in out.dims.iter_mut().zip(dims) {
-            elems = elems.checked_mul(d).ok_or(ShapeError::TooManyElems)?;
             *slot = u32::try_from(d).map_err(|_| ShapeError::TooManyElems)?;
+            if !zero {
+                elems = elems.saturating_mul(u64::from(*slot));
+            }
         }
-        if elems > MAX_TENSOR_ELEMS {
+        if !zero && elems > MAX_TENSOR_ELEMS as u64 {
             return Err(ShapeError::TooManyElems);
         }
         Ok(out)
@@ -138,6 +143,9 @@ impl Shape {
 
     /// The element count (the product of the extents; 1 for a scalar).
     pub fn elems(&self) -> usize {
+        if self.dims[..self.rank()].contains(&0) {
+            return 0;
+        }
         self.dims[..self.rank()]
             .iter()
             .fold(1usize, |a, &d| a.saturating_mul(d as usize))
@@ -235,5 +243,10 @@ mod tests {
             Err(ShapeError::TooManyElems)
         );
         assert_eq!(Shape::SCALAR.elems(), 1);
+        // A zero extent anywhere: zero elements, whatever the others (on every target).
+        let big = u32::MAX as usize;
+        for dims in [[big, big, big, 0], [0, big, big, big], [2, big, 0, big]] {
+            assert_eq!(Shape::new(&dims).unwrap().elems(), 0);
+        }
     }
 }

@@ -123,7 +123,8 @@ pub fn torch_name(name: &str) -> Option<(String, Role)> {
         return None;
     }
     let k: usize = digits.parse().ok()?;
-    Some((format!("{}.{suffix}", 2 * (k - 1)), role))
+    let index = k.checked_sub(1)?.checked_mul(2)?;
+    Some((format!("{index}.{suffix}"), role))
 }
 
 /// The PyTorch shape of a tapeplan parameter of `shape` in `role`: a weight transposed.

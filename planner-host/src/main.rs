@@ -17,8 +17,9 @@ use tapeplan_planner::optim::Optimizer;
 use tapeplan_planner::oracle::{first_difference, same_bits, JobOptions, Oracle, TrainingJob};
 use tapeplan_planner::plot::LossCurve;
 use tapeplan_planner::rng::SplitMix64;
-use tapeplan_planner::train::RuntimeModel;
+use tapeplan_planner::train::{RuntimeModel, TrainError};
 use tapeplan_planner::MemoryReport;
+use tapeplan_runtime::RunError;
 
 #[derive(Parser)]
 #[command(
@@ -76,9 +77,14 @@ enum Command {
         /// Seed of the train/test split.
         #[arg(long, default_value_t = 0)]
         split_seed: u64,
-        /// Fraction of rows used for training (the rest is the test split).
-        #[arg(long, default_value_t = 0.8)]
-        train_fraction: f64,
+        /// Fraction of rows used for training (the rest is the test split). Default: the
+        /// bundled digits' fixed 1437/360 split (as `tapeplan demo`), else 0.8.
+        #[arg(long)]
+        train_fraction: Option<f64>,
+        /// Multiply every feature of `--data` by this (the bundled digits are already scaled by
+        /// 1/16 = 0.0625, their pixel counts' range; a raw digits CSV needs `--scale 0.0625`).
+        #[arg(long, default_value_t = 1.0)]
+        scale: f32,
         #[command(flatten)]
         outputs: TrainOutputs,
     },
@@ -234,8 +240,8 @@ impl ModelArgs {
         if self.batch == 0 {
             bail!("--batch must be at least 1");
         }
-        if !self.lr.is_finite() {
-            bail!("--lr must be finite");
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            bail!("--lr must be a positive, finite number");
         }
         if !(0.0..1.0).contains(&self.dropout) {
             bail!("--dropout must be in [0, 1)");
@@ -324,7 +330,16 @@ fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // Each cause once: some errors already quote their source in their own message.
+            let mut msg = e.to_string();
+            for cause in e.chain().skip(1) {
+                let c = cause.to_string();
+                if !msg.contains(&c) {
+                    msg.push_str(": ");
+                    msg.push_str(&c);
+                }
+            }
+            eprintln!("error: {msg}");
             ExitCode::FAILURE
         }
     }
@@ -358,6 +373,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             error_report,
             model,
         } => {
+            if tape && plan.is_some() {
+                bail!("give either a .plan file or --tape (which lists the tape of the model options), not both");
+            }
             if tape && error_report {
                 return error_report_of(&model.job()?);
             }
@@ -383,6 +401,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             };
             let bytes =
                 std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            not_a_checkpoint(&path, &bytes)?;
             tapeplan_runtime::Plan::parse(&bytes)
                 .map_err(|e| anyhow::anyhow!("{}: plan rejected: {e}", path.display()))?;
             print!("{}", PlanInfo::decode(&bytes).listing());
@@ -396,6 +415,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             seed,
             split_seed,
             train_fraction,
+            scale,
             outputs,
         } => {
             let plan = match plan {
@@ -427,6 +447,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             };
             let bytes =
                 std::fs::read(&plan).with_context(|| format!("reading {}", plan.display()))?;
+            not_a_checkpoint(&plan, &bytes)?;
             let mut model =
                 RuntimeModel::new(&bytes).with_context(|| format!("loading {}", plan.display()))?;
             let info = PlanInfo::decode(&bytes);
@@ -453,10 +474,41 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     x_shape
                 );
             }
-            if !(0.0..=1.0).contains(&train_fraction) {
-                bail!("--train-fraction must be in [0, 1]");
+            let classes = info
+                .binding_shape("forward", BindingKind::Output, "logits")
+                .and_then(|s| s.dim(1))
+                .unwrap_or(0);
+            if let Some((row, &label)) = dataset
+                .labels
+                .iter()
+                .enumerate()
+                .find(|(_, &l)| usize::from(l) >= classes)
+            {
+                bail!(
+                    "row {} has label {label}, but the plan has {classes} classes (0..{}): plan a model whose last layer is at least {} wide",
+                    row + 1,
+                    classes.saturating_sub(1),
+                    usize::from(label) + 1
+                );
             }
-            let n_train = ((dataset.len() as f64) * train_fraction).round() as usize;
+
+            let mut dataset = dataset;
+            if scale != 1.0 {
+                if !scale.is_finite() {
+                    bail!("--scale must be finite");
+                }
+                for v in &mut dataset.features {
+                    *v *= scale;
+                }
+            }
+            let n_train = match (train_fraction, &data_path) {
+                (Some(f), _) if !(0.0..=1.0).contains(&f) => {
+                    bail!("--train-fraction must be in [0, 1]")
+                }
+                (Some(f), _) => ((dataset.len() as f64) * f).round() as usize,
+                (None, None) => data::DIGITS_TRAIN_ROWS,
+                (None, Some(_)) => ((dataset.len() as f64) * 0.8).round() as usize,
+            };
             let (train, test) = dataset.split_seeded(split_seed, n_train);
             if train.len() < batch {
                 bail!(
@@ -474,14 +526,41 @@ fn run(cli: Cli) -> Result<ExitCode> {
             for ((name, _), v) in shapes.iter().zip(glorot_uniform(&shapes, seed)) {
                 model.load_parameter(name, &v)?;
             }
+            for out in [
+                &outputs.checkpoint,
+                &outputs.save_params,
+                &outputs.save_test_logits,
+                &outputs.plot,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                let dir = out.parent().filter(|d| !d.as_os_str().is_empty());
+                if let Some(dir) = dir.filter(|d| !d.is_dir()) {
+                    bail!(
+                        "{}: the folder {} does not exist (checked before training, so no work is lost)",
+                        out.display(),
+                        dir.display()
+                    );
+                }
+            }
+            if epochs == 0 {
+                bail!("--epochs must be at least 1");
+            }
             let start_epoch = match &outputs.resume {
                 Some(path) => resume(&mut model, path, &plan)?,
                 None => 0,
             };
+            if start_epoch >= epochs {
+                println!(
+                    "the checkpoint has completed {start_epoch} epochs; --epochs {epochs} is the total, so nothing is left to train"
+                );
+            }
             let mut curve = LossCurve::starting_at(start_epoch * (train.len() / batch));
             println!(
-                "training {} for {epochs} epochs: {} train rows, {} test rows, batch {batch}, arena {} bytes",
+                "training {} for {epochs} epoch{}: {} train rows, {} test rows, batch {batch}, arena {} bytes",
                 plan.display(),
+                if epochs == 1 { "" } else { "s" },
                 train.len(),
                 test.len(),
                 model.arena_bytes()
@@ -496,14 +575,42 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 bar.set_prefix(format!("{}", epoch + 1));
                 let mut total = 0.0f64;
                 let mut steps = 0usize;
+                let mut skipped = 0usize;
                 for (x, labels) in batches {
-                    let loss = model.train_step(x, &labels)?;
+                    let loss = match model.train_step(x, &labels) {
+                        Ok(loss) if loss.is_finite() => loss,
+                        // A guarded plan refused to commit a diverging step: nothing changed;
+                        // skip the batch.
+                        Err(TrainError::Run(RunError::NonFinite { .. })) => {
+                            skipped += 1;
+                            bar.inc(1);
+                            continue;
+                        }
+                        Ok(loss) => {
+                            bar.finish_and_clear();
+                            bail!(
+                                "epoch {}: the loss is {loss}; this plan writes updates in place \
+                                 (--no-guard), so the parameters are no longer finite and nothing \
+                                 more is saved. Plan without --no-guard to skip such steps, or \
+                                 lower the learning rate",
+                                epoch + 1
+                            );
+                        }
+                        Err(e) => return Err(e.into()),
+                    };
                     total += loss as f64;
                     steps += 1;
                     curve.push_step(loss);
                     bar.set_message(format!("loss {loss:.4}"));
                     bar.inc(1);
                 }
+                if skipped > 0 {
+                    println!(
+                        "epoch {:>3}: skipped {skipped} non-finite step(s) (guarded: nothing committed)",
+                        epoch + 1
+                    );
+                }
+
                 bar.finish_and_clear();
                 curve.end_epoch(steps);
                 println!(
@@ -554,7 +661,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             println!("wrote {} ({} bytes)", output.display(), ckpt.len());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Demo { epochs, seed } => demo(epochs, seed),
+        Command::Demo { epochs, seed } => {
+            if epochs == 0 {
+                bail!("--epochs must be at least 1");
+            }
+            demo(epochs, seed)
+        }
         Command::Verify { transcript, config } => Ok(tapeplan_planner::verify::run_cli(
             &transcript,
             config.as_deref(),
@@ -689,6 +801,17 @@ fn error_report_of(job: &TrainingJob) -> Result<ExitCode> {
     }
     println!("all nodes: max abs {worst_abs:.3e}, max rel {worst_rel:.3e}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// A clear error for the common mix-up of passing a checkpoint where a plan goes.
+fn not_a_checkpoint(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
+    if bytes.starts_with(&tapeplan_runtime::CHECKPOINT_MAGIC) {
+        bail!(
+            "{} is a checkpoint (magic TPCK), not a plan: give the .plan it was saved from, and the checkpoint with --resume or --checkpoint",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 /// The shuffle seed of one epoch.

@@ -66,7 +66,24 @@ pub struct Dense<V> {
 }
 
 impl Mlp {
+    /// Checks that every tensor of this model at batch size `batch` has a representable shape
+    /// (at most 2^28 elements), so building it cannot fail half way.
+    ///
+    /// # Errors
+    /// [`ShapeError`] naming what is too large.
+    pub fn check(&self, batch: usize) -> Result<(), tapeplan_core::ShapeError> {
+        for pair in self.sizes.windows(2) {
+            Shape::new(&[pair[0], pair[1]])?;
+            Shape::new(&[batch, pair[0]])?;
+            Shape::new(&[batch, pair[1]])?;
+        }
+        Ok(())
+    }
+
     /// The parameter names and shapes in order: `w1, b1, w2, b2, …`.
+    ///
+    /// # Panics
+    /// When a weight has more than 2^28 elements; [`Mlp::check`] first.
     pub fn parameter_shapes(&self) -> Vec<(String, Shape)> {
         let mut out = Vec::new();
         for (l, pair) in self.sizes.windows(2).enumerate() {

@@ -85,6 +85,8 @@ impl TrainingJob {
         options: JobOptions,
     ) -> Result<TrainingJob, PlanError> {
         let guarded = options.guarded;
+        mlp.check(batch)
+            .map_err(|e| TapeError::Op(tapeplan_core::OpError::Shape(e)))?;
         let mut tape = Tape::new();
         let inputs = model::record_inputs(&mut tape, &mlp, loss, batch);
         let params = mlp.record_parameters(&mut tape);

@@ -39,6 +39,9 @@ impl Passes {
     };
 }
 
+/// What identifies a node's value: opcode byte, attribute word, target extents, arguments.
+type NodeKey = (u8, u32, Option<[u32; 4]>, Vec<usize>);
+
 /// What a rewrite did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RewriteStats {
@@ -62,7 +65,7 @@ pub fn rewrite(
     let keep: std::collections::HashSet<usize> = keep_distinct.iter().map(|n| n.index()).collect();
     let mut out = Tape::new();
     let mut map: Vec<NodeId> = Vec::with_capacity(tape.len());
-    let mut seen: HashMap<(u8, u32, Option<[u32; 4]>, Vec<usize>), NodeId> = HashMap::new();
+    let mut seen: HashMap<NodeKey, NodeId> = HashMap::new();
     // The constant value of new nodes that are fills.
     let mut constant: HashMap<usize, Tensor> = HashMap::new();
     let mut stats = RewriteStats::default();

@@ -67,6 +67,13 @@ impl<'b> RuntimeModel<'b> {
         })
     }
 
+    /// True when the plan's `train_step` is guarded (commits only finite steps).
+    pub fn is_guarded(&self) -> bool {
+        self.plan
+            .updates(self.train)
+            .any(|u| u.tensor_kind == tapeplan_runtime::TensorKind::Scratch)
+    }
+
     /// The validated plan.
     pub fn plan(&self) -> &RtPlan<'b> {
         &self.plan

@@ -222,6 +222,22 @@ impl RunConfig {
         if self.layers.len() < 2 || self.layers.contains(&0) {
             return Err(config_err("model needs at least two non-zero widths"));
         }
+        // A device transcript is untrusted input: bound the run so counts cannot overflow.
+        let steps = self
+            .samples
+            .checked_div(self.batch.max(1))
+            .and_then(|s| s.checked_mul(self.epochs));
+        if steps.is_none_or(|s| s > 1 << 32) || self.epochs > 1 << 24 {
+            return Err(config_err(
+                "the run is implausibly long (epochs · samples / batch)",
+            ));
+        }
+        crate::model::Mlp {
+            sizes: self.layers.clone(),
+            activation: crate::model::Activation::Tanh,
+        }
+        .check(self.batch)
+        .map_err(|e| config_err(format!("model: {e}")))?;
         if self.layers[0] != data::DIGITS_FEATURES {
             return Err(config_err(format!(
                 "model's input width is {}, digits rows have {}",

@@ -109,6 +109,8 @@ pub struct Binding<'a> {
     pub offset_elems: usize,
     /// The tensor's element count (`shape.elems()`).
     pub elems: usize,
+    /// The tensor's region. An update in the scratch region is a guarded update.
+    pub tensor_kind: TensorKind,
 }
 
 impl Binding<'_> {
@@ -365,6 +367,7 @@ impl<'a> Plan<'a> {
             shape: t.shape,
             offset_elems: t.offset,
             elems: t.elems,
+            tensor_kind: t.kind,
         })
     }
 

@@ -1,6 +1,6 @@
 //! Binding a plan to the caller's arena and running its entries.
 
-use tapeplan_core::format::BindingKind;
+use tapeplan_core::format::{BindingKind, TensorKind};
 use tapeplan_core::ops::elementwise::{binary_in_place, unary_in_place, InPlace};
 use tapeplan_core::ops::{binary_fn, eval, unary_fn, Attr};
 use tapeplan_core::{OpClass, Opcode, Shape, MAX_ARITY};
@@ -214,9 +214,10 @@ impl<'p, 'a> Session<'p, 'a> {
 /// is finite, copy each update over its parameter; otherwise write nothing and say which value
 /// was not finite. An entry with in-place updates (or none) has nothing to commit.
 fn commit(plan: &Plan<'_>, arena: &mut [f32], entry: EntryId) -> Result<(), RunError> {
+    // The validator's test: an update in the scratch region is guarded (and then all are).
     let guarded = plan
         .updates(entry)
-        .any(|u| u.offset_elems >= plan.persistent_elems());
+        .any(|u| u.tensor_kind == TensorKind::Scratch);
     if !guarded {
         return Ok(());
     }

@@ -126,7 +126,7 @@ proptest! {
         let mut b = bytes;
         if b.len() >= 48 {
             b[..4].copy_from_slice(b"TPLN");
-            b[4..6].copy_from_slice(&1u16.to_le_bytes());
+            b[4..6].copy_from_slice(&tapeplan_core::format::VERSION.to_le_bytes());
             b[6..8].copy_from_slice(&48u16.to_le_bytes());
             let n = b.len() as u32;
             b[8..12].copy_from_slice(&n.to_le_bytes());

@@ -155,6 +155,7 @@ fn firmware(ctx: &Ctx, cores: &[&Core], bless: bool) -> Result<()> {
             .args(["clippy", "--release", "--target", "thumbv7em-none-eabihf"])
             .args(features)
             .args(["--", "-D", "warnings"])
+            .env_remove("CARGO_TARGET_DIR")
             .current_dir(&dir);
         run(clippy)?;
     }
@@ -332,8 +333,11 @@ fn build(
     name: &str,
 ) -> Result<PathBuf> {
     let mut cmd = Command::new(&ctx.cargo);
+    // The firmware is its own workspace with its own `target/`: a CARGO_TARGET_DIR meant for the
+    // root workspace must not move its output.
     cmd.args(["build", "--release", "--target", target])
         .args(extra)
+        .env_remove("CARGO_TARGET_DIR")
         .current_dir(dir);
     run(cmd).with_context(|| format!("building the firmware for {name}"))?;
     let built = dir

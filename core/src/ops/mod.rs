@@ -111,6 +111,27 @@ pub fn needs_target(op: Opcode) -> bool {
     )
 }
 
+/// True for the opcodes this build dispatches: every opcode with the `all-ops` feature; without
+/// it, the core set an MLP, its losses, SGD, momentum, Adam and dropout speak.
+pub fn in_vocabulary(op: Opcode) -> bool {
+    cfg!(feature = "all-ops")
+        || !matches!(
+            op,
+            Opcode::Sigmoid
+                | Opcode::Softplus
+                | Opcode::Abs
+                | Opcode::Sign
+                | Opcode::Pow
+                | Opcode::Maximum
+                | Opcode::Minimum
+                | Opcode::Greater
+                | Opcode::Select
+                | Opcode::Slice
+                | Opcode::Pad
+                | Opcode::Concat
+        )
+}
+
 /// True for the opcodes whose attribute word carries meaning (see [`Attr::bits`]); every other
 /// opcode's attribute is 0.
 pub fn uses_attr(op: Opcode) -> bool {
@@ -178,6 +199,11 @@ pub enum OpError {
     },
     /// A shape could not be built.
     Shape(ShapeError),
+    /// An opcode this build leaves out (built without the `all-ops` feature).
+    Unsupported {
+        /// The instruction.
+        op: Opcode,
+    },
 }
 
 impl fmt::Display for OpError {
@@ -210,6 +236,12 @@ impl fmt::Display for OpError {
                 "{op}: buffer of {found_elems} elements where the shape needs {expected_elems}"
             ),
             OpError::Shape(e) => write!(f, "{e}"),
+            OpError::Unsupported { op } => {
+                write!(
+                    f,
+                    "{op} is not in this build's vocabulary (feature `all-ops`)"
+                )
+            }
         }
     }
 }
@@ -232,6 +264,9 @@ fn target_of(op: Opcode, attr: Attr) -> Result<Shape, OpError> {
 /// # Errors
 /// [`OpError`] naming what does not fit.
 pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
+    if !in_vocabulary(op) {
+        return Err(OpError::Unsupported { op });
+    }
     if args.len() != op.arity() {
         return Err(OpError::Arity {
             op,
@@ -339,9 +374,13 @@ pub fn unary_fn_of<E: Element>(op: Opcode) -> Option<fn(E) -> E> {
         Opcode::Log => log::scalar::<E>,
         Opcode::Detach => detach::scalar::<E>,
         Opcode::Sqrt => sqrt::scalar::<E>,
+        #[cfg(feature = "all-ops")]
         Opcode::Sigmoid => sigmoid::scalar::<E>,
+        #[cfg(feature = "all-ops")]
         Opcode::Softplus => softplus::scalar::<E>,
+        #[cfg(feature = "all-ops")]
         Opcode::Abs => abs::scalar::<E>,
+        #[cfg(feature = "all-ops")]
         Opcode::Sign => sign::scalar::<E>,
         _ => return None,
     })
@@ -360,8 +399,11 @@ pub fn binary_fn_of<E: Element>(op: Opcode) -> Option<fn(E, E) -> E> {
         Opcode::Mul => mul::scalar::<E>,
         Opcode::Div => div::scalar::<E>,
         Opcode::Equal => equal::scalar::<E>,
+        #[cfg(feature = "all-ops")]
         Opcode::Maximum => maximum::scalar::<E>,
+        #[cfg(feature = "all-ops")]
         Opcode::Minimum => minimum::scalar::<E>,
+        #[cfg(feature = "all-ops")]
         Opcode::Greater => greater::scalar::<E>,
         Opcode::GreaterEqual => greater_equal::scalar::<E>,
         _ => return None,
@@ -417,16 +459,21 @@ pub fn eval<E: Element>(
     match op {
         Opcode::Input | Opcode::Parameter => return Err(OpError::Leaf { op }),
         Opcode::Fill => fill::kernel(f32::from_bits(attr.bits), out),
+        #[cfg(feature = "all-ops")]
         Opcode::Pow => {
             let p = E::from_f32(f32::from_bits(attr.bits));
             for (o, &x) in out.iter_mut().zip(args[0]) {
                 *o = pow::scalar(x, p);
             }
         }
+        #[cfg(feature = "all-ops")]
         Opcode::Select => select::kernel(args[0], args[1], args[2], out),
         Opcode::Uniform => uniform::kernel(args[0], args[1], out),
+        #[cfg(feature = "all-ops")]
         Opcode::Slice => slice::kernel(args[0], arg_shapes[0], out, out_shape, attr.bits),
+        #[cfg(feature = "all-ops")]
         Opcode::Pad => pad::kernel(args[0], arg_shapes[0], out, out_shape, attr.bits),
+        #[cfg(feature = "all-ops")]
         Opcode::Concat => concat::kernel(
             args[0],
             arg_shapes[0],
@@ -464,7 +511,7 @@ pub fn eval_in_place_unary(op: Opcode, attr: Attr, buf: &mut [f32]) -> Result<()
         elementwise::unary_in_place(f, buf);
         return Ok(());
     }
-    if op == Opcode::Pow {
+    if cfg!(feature = "all-ops") && op == Opcode::Pow {
         let p = f32::from_bits(attr.bits);
         for o in buf.iter_mut() {
             *o = pow::scalar(*o, p);

@@ -8,12 +8,17 @@
 use super::{Contributions, OpError, VjpArgs};
 use crate::{Element, Opcode, Recordable, Shape};
 
-/// The shape rule: `[batch] -> [batch, classes]`.
+/// The shape rule: `[batch] -> [batch, classes]`, at most 2^24 classes.
 ///
 /// # Errors
 /// [`OpError::BadTarget`] when the target is not `[batch, _]`.
 pub fn infer(x: Shape, target: Shape) -> Result<Shape, OpError> {
-    if x.rank() != 1 || target.rank() != 2 || target.dim(0) != x.dim(0) {
+    // Class indices are compared as f32: every index up to 2^24 is exact.
+    if x.rank() != 1
+        || target.rank() != 2
+        || target.dim(0) != x.dim(0)
+        || target.dim(1).unwrap_or(0) > 1 << 24
+    {
         return Err(OpError::BadTarget {
             op: Opcode::OneHot,
             from: x,
