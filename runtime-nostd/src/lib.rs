@@ -10,6 +10,7 @@
     clippy::arithmetic_side_effects
 )]
 
+pub mod catalog;
 mod checkpoint;
 mod error;
 mod limits;

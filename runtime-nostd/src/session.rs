@@ -5,8 +5,12 @@ use tapeplan_core::ops::elementwise::{binary_in_place, unary_in_place, InPlace};
 use tapeplan_core::ops::{binary_fn, eval, unary_fn, Attr};
 use tapeplan_core::{OpClass, Opcode, Shape, MAX_ARITY};
 
+use tapeplan_core::format::{HEADER_BYTES, INSTR_RECORD_BYTES, TENSOR_RECORD_BYTES};
+use tapeplan_core::MAX_RANK;
+
+use crate::catalog::{self, Dims, Src};
 use crate::error::RunError;
-use crate::plan::{Binding, EntryId, Plan, TensorView};
+use crate::plan::{us, Binding, EntryId, Plan, TensorView};
 
 /// A plan bound to an arena the caller owns: load parameters, set inputs, run entries, read
 /// outputs. Nothing is allocated; every read and write stays inside `arena[..arena_elems]`.
@@ -181,10 +185,11 @@ impl<'p, 'a> Session<'p, 'a> {
         Ok(self.slice(&b))
     }
 
-    /// Runs an entry's instructions in order, each with its reference kernel from
-    /// `tapeplan_core::ops` (so the bits are the oracle's). In-place updates are written over
-    /// their parameters as they run; a guarded entry's updates are committed at the end, and
-    /// only when every output and update is finite.
+    /// Runs an entry's instructions in order, each with the kernel catalog's entry for it
+    /// ([`crate::catalog`]: scalar, or vectorized with feature `simd`) or, where the catalog
+    /// has none, its reference kernel from `tapeplan_core::ops`; either way the bits are the
+    /// reference kernels' (so the oracle's). Updates are written in place over their
+    /// parameters.
     ///
     /// # Errors
     /// [`RunError::UnknownEntry`]; [`RunError::Inconsistent`] or [`RunError::Kernel`] only if
@@ -270,8 +275,157 @@ fn pick<'s>(
     }
 }
 
-/// Runs instruction `k` over `arena`.
+/// A tensor record decoded for execution: where it lives and its extents. Only for a plan that
+/// passed validation (every field was checked there), so decoding here checks nothing but the
+/// bounds of the bytes.
+#[derive(Clone, Copy, Debug)]
+struct Fast {
+    offset: usize,
+    end: usize,
+    dims: Dims,
+}
+
+/// Reads tensor `t`'s record straight from the plan's bytes (the validated fields: offset,
+/// rank, dims); `None` past the tensor section.
+#[inline]
+fn fast_tensor(plan: &Plan<'_>, t: u32) -> Option<Fast> {
+    let i = usize::try_from(t).ok()?;
+    if i >= plan.layout.n_tensors {
+        return None;
+    }
+    let at = HEADER_BYTES.checked_add(i.checked_mul(TENSOR_RECORD_BYTES)?)?;
+    let rec: &[u8; TENSOR_RECORD_BYTES] = plan
+        .bytes
+        .get(at..at.checked_add(TENSOR_RECORD_BYTES)?)?
+        .try_into()
+        .ok()?;
+    let word = |w: [u8; 4]| us(u32::from_le_bytes(w));
+    let offset = word([rec[0], rec[1], rec[2], rec[3]]);
+    let rank = usize::from(rec[4]).min(MAX_RANK);
+    let all = [
+        word([rec[8], rec[9], rec[10], rec[11]]),
+        word([rec[12], rec[13], rec[14], rec[15]]),
+        word([rec[16], rec[17], rec[18], rec[19]]),
+        word([rec[20], rec[21], rec[22], rec[23]]),
+    ];
+    let mut dims = [0usize; MAX_RANK];
+    let mut elems = 1usize;
+    for (d, &x) in dims.iter_mut().zip(&all).take(rank) {
+        *d = x;
+        elems = elems.saturating_mul(x);
+    }
+    Some(Fast {
+        offset,
+        end: offset.checked_add(elems)?,
+        dims: Dims { rank, dims, elems },
+    })
+}
+
+/// Runs instruction `k` over `arena`: with the catalog's kernel when it has one for the
+/// instruction (the same bits as the reference kernel), else through [`step_reference`].
 fn step(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), RunError> {
+    let instr = u32::try_from(k).unwrap_or(u32::MAX);
+    let bad = RunError::Inconsistent { instr };
+    let at = k
+        .checked_mul(INSTR_RECORD_BYTES)
+        .and_then(|x| x.checked_add(plan.layout.instrs_at))
+        .ok_or(bad)?;
+    if k >= plan.layout.n_instrs {
+        return Err(bad);
+    }
+    let rec: &[u8; INSTR_RECORD_BYTES] = plan
+        .bytes
+        .get(at..at.checked_add(INSTR_RECORD_BYTES).ok_or(bad)?)
+        .and_then(|r| r.try_into().ok())
+        .ok_or(bad)?;
+    let word = |w: [u8; 4]| u32::from_le_bytes(w);
+    let op = Opcode::from_u8(rec[0]).ok_or(bad)?;
+    let out = fast_tensor(plan, word([rec[4], rec[5], rec[6], rec[7]])).ok_or(bad)?;
+    if out.dims.elems == 0 {
+        // Nothing to write; skipping also spares loops over empty extents.
+        return Ok(());
+    }
+    let attr = word([rec[20], rec[21], rec[22], rec[23]]);
+    let arity = op.arity();
+    let mut args = [None::<Fast>; MAX_ARITY];
+    for (slot, a) in args
+        .iter_mut()
+        .zip([
+            word([rec[8], rec[9], rec[10], rec[11]]),
+            word([rec[12], rec[13], rec[14], rec[15]]),
+            word([rec[16], rec[17], rec[18], rec[19]]),
+        ])
+        .take(arity)
+    {
+        *slot = Some(fast_tensor(plan, a).ok_or(bad)?);
+    }
+    let (left, rest) = arena.split_at_mut_checked(out.offset).ok_or(bad)?;
+    let (buf, right) = rest.split_at_mut_checked(out.dims.elems).ok_or(bad)?;
+    // An argument: the output buffer itself (in place), or a disjoint range left or right of
+    // it; `None` when it straddles the output (validation rules that out).
+    let src = |a: &Option<Fast>| -> Option<Src<'_>> {
+        let a = a.as_ref()?;
+        if a.offset == out.offset && a.end == out.end {
+            return Some(Src::Out);
+        }
+        if a.dims.elems == 0 {
+            return Some(Src::Buf(&[]));
+        }
+        if a.end <= left.len() {
+            left.get(a.offset..a.end).map(Src::Buf)
+        } else if a.offset >= out.end {
+            right
+                .get(a.offset.checked_sub(out.end)?..a.end.checked_sub(out.end)?)
+                .map(Src::Buf)
+        } else {
+            None
+        }
+    };
+    if op.class() == OpClass::Elementwise {
+        let a = src(&args[0]).ok_or(bad)?;
+        let b = if arity == 2 {
+            src(&args[1]).ok_or(bad)?
+        } else {
+            Src::Out
+        };
+        let lengths_ok = [a, b].iter().take(arity).all(|s| match s {
+            Src::Out => true,
+            Src::Buf(x) => x.len() == buf.len(),
+        });
+        if lengths_ok && catalog::elementwise(op, attr, a, b, buf) {
+            return Ok(());
+        }
+    } else {
+        let mut slices: [&[f32]; MAX_ARITY] = [&[]; MAX_ARITY];
+        let mut dims = [out.dims; MAX_ARITY];
+        let mut disjoint = true;
+        for ((slot, d), a) in slices.iter_mut().zip(&mut dims).zip(&args).take(arity) {
+            match src(a) {
+                Some(Src::Buf(x)) => *slot = x,
+                _ => disjoint = false,
+            }
+            if let Some(a) = a {
+                *d = a.dims;
+            }
+        }
+        if disjoint
+            && catalog::structural(
+                op,
+                attr,
+                slices.get(..arity).ok_or(bad)?,
+                dims.get(..arity).ok_or(bad)?,
+                &out.dims,
+                buf,
+            )
+        {
+            return Ok(());
+        }
+    }
+    step_reference(plan, arena, k)
+}
+
+/// Runs instruction `k` over `arena` with its reference kernel from `tapeplan_core::ops`.
+fn step_reference(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), RunError> {
     let instr = u32::try_from(k).unwrap_or(u32::MAX);
     let bad = RunError::Inconsistent { instr };
     let rec = plan.instr_record(k).ok_or(bad)?;

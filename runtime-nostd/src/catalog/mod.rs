@@ -1,0 +1,557 @@
+//! The kernel catalog: faster kernels that reproduce the reference kernels' bits exactly.
+//!
+//! The reference kernels in `tapeplan_core::ops` define every instruction's result (their doc
+//! comments state the arithmetic order). A catalog entry is a faster way to the same bits:
+//!
+//! - **Elementwise** instructions run as monomorphic loops (the reference dispatches through a
+//!   function pointer per element); with feature `simd`, the lane-wise ones (`add`, `sub`,
+//!   `mul`, `div`, `neg`, `abs`, `relu`, `heaviside`, `sign`, `detach`, `sqrt`, the masks, `maximum`,
+//!   `minimum`, `select`) run on vectors of `f32` lanes. Each output element is computed from the
+//!   same-index argument elements alone, so the lane width cannot change a bit. The
+//!   transcendentals (`tanh`, `exp`, `log`, `sigmoid`, `softplus`, `pow`) call the same `libm`
+//!   functions as the reference, element by element.
+//! - **`matmul`**: each output `out[i, j]` starts at `+0.0` and accumulates
+//!   `acc = acc + a[i, p] * b[p, j]` (a rounded product, then a rounded sum; never fused) over
+//!   `p = 0, 1, …, k-1` in increasing order, exactly the reference's per-element order. With
+//!   `simd`, a register tile of `MR` rows by `NR` vectors of columns keeps its accumulators in
+//!   registers across the whole `p` loop: vectorized across independent outputs (`j`), never
+//!   across `p`.
+//! - **`broadcast`**, **`sum_to`**, **`max_to`** over the common shapes (see [`Pattern`]): a row
+//!   vector repeated down a matrix, a column repeated across it, a matrix summed to its row or its
+//!   column, everything to a scalar. Sums keep the reference's order: every output starts at
+//!   `+0.0` and adds its inputs in increasing flat-index order; column sums vectorize across the
+//!   columns (independent outputs), row sums interleave rows.
+//! - **`transpose`** (a permutation, exact whatever the order) in cache-sized blocks, and
+//!   **`fill`**.
+//!
+//! Anything else, or any other shape, runs the reference kernel. [`eval`] has the same contract
+//! as `tapeplan_core::ops::eval`, so tests compare the two bit for bit.
+//!
+//! Index arithmetic in this module is bounded by the lengths of slices checked on entry (an
+//! index never exceeds a buffer's length, which fits in `usize`), so it cannot overflow.
+#![allow(clippy::arithmetic_side_effects)]
+
+use tapeplan_core::ops::{exp, log, pow, sigmoid, softplus, tanh, Attr, OpError};
+use tapeplan_core::{Opcode, Shape, MAX_RANK};
+
+mod lanes;
+use lanes::UnOp;
+
+/// Which catalog this build carries: `"scalar"`, or `"simd-avx512"`, `"simd-avx2"`,
+/// `"simd-sse2"`, `"simd128"`, `"simd-portable"` (the `simd` feature on a target without vector
+/// units: `wide`'s array fallback). Chosen at compile time by the target features.
+pub const CATALOG: &str = lanes::CATALOG;
+
+/// The `f32` lanes of one vector in this build's catalog (1 for the scalar catalog).
+pub const LANES: usize = lanes::LANES;
+
+/// An argument of an elementwise kernel: its own buffer, or the output buffer itself (the
+/// in-place case, when the plan lets the output overwrite an argument that dies there).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Src<'s> {
+    /// The output buffer (read before each element is written).
+    Out,
+    /// A buffer disjoint from the output, of the output's length.
+    Buf(&'s [f32]),
+}
+
+/// A tensor's extents as the executor decodes them: rank, dims (zero past the rank) and
+/// element count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Dims {
+    pub rank: usize,
+    pub dims: [usize; MAX_RANK],
+    pub elems: usize,
+}
+
+impl Dims {
+    pub(crate) fn of(s: Shape) -> Dims {
+        Dims {
+            rank: s.rank(),
+            dims: s.dims(),
+            elems: s.elems(),
+        }
+    }
+
+    /// The extent of `axis` counted from the right once `self` is padded to `rank` with
+    /// leading 1s (`None` past `rank`).
+    fn aligned(&self, rank: usize, axis: usize) -> Option<usize> {
+        if axis >= rank {
+            return None;
+        }
+        let off = rank.checked_sub(self.rank)?;
+        if axis < off {
+            Some(1)
+        } else {
+            self.dims.get(axis - off).copied()
+        }
+    }
+}
+
+/// How a `small` shape relates to a `big` one it broadcasts to, flattened to two dimensions:
+/// the shapes the fast paths of `broadcast`, `sum_to` and `max_to` cover.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pattern {
+    /// The same elements (only extents of 1 differ).
+    Same,
+    /// `big` is `[rows, cols]` and `small` is its row `[cols]`: the leading axes broadcast.
+    Rows { rows: usize, cols: usize },
+    /// `big` is `[rows, cols]` and `small` is its column `[rows, 1]`: the trailing axes
+    /// broadcast.
+    Cols { rows: usize, cols: usize },
+    /// Neither: the reference kernel handles it.
+    Other,
+}
+
+/// Classifies `small` against `big` (the caller has checked `small.broadcasts_to(big)`): align
+/// the extents from the right, drop the extents of 1 in `big`, and mark each remaining axis as
+/// broadcast (`small` has 1) or kept. Broadcast axes all before kept ones: [`Pattern::Rows`];
+/// all after: [`Pattern::Cols`]; none: [`Pattern::Same`].
+pub(crate) fn pattern(small: &Dims, big: &Dims) -> Pattern {
+    let rank = big.rank;
+    if small.rank > rank {
+        return Pattern::Other;
+    }
+    let (mut lead, mut kept, mut trail) = (1usize, 1usize, 1usize);
+    let (mut has_lead, mut has_kept, mut has_trail) = (false, false, false);
+    for axis in 0..rank {
+        let (Some(b), Some(s)) = (big.aligned(rank, axis), small.aligned(rank, axis)) else {
+            return Pattern::Other;
+        };
+        if b == 1 {
+            continue;
+        }
+        if s == b {
+            if has_trail {
+                return Pattern::Other;
+            }
+            has_kept = true;
+            kept *= b;
+        } else if s != 1 {
+            return Pattern::Other;
+        } else if has_kept {
+            has_trail = true;
+            trail *= b;
+        } else {
+            has_lead = true;
+            lead *= b;
+        }
+    }
+    match (has_lead, has_trail) {
+        (false, false) => Pattern::Same,
+        (true, false) => Pattern::Rows {
+            rows: lead,
+            cols: kept,
+        },
+        (false, true) => Pattern::Cols {
+            rows: kept,
+            cols: trail,
+        },
+        (true, true) => Pattern::Other,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise.
+
+macro_rules! unary_ops {
+    ($($name:ident => $f:path;)*) => {$(
+        #[derive(Clone, Copy)]
+        struct $name;
+        impl UnOp for $name {
+            #[inline(always)]
+            fn s(self, x: f32) -> f32 {
+                $f(x)
+            }
+        }
+    )*};
+}
+
+unary_ops! {
+    Tanh => tanh::scalar;
+    Exp => exp::scalar;
+    Log => log::scalar;
+    Sigmoid => sigmoid::scalar;
+    Softplus => softplus::scalar;
+}
+
+/// `pow` with its exponent.
+#[derive(Clone, Copy)]
+struct Pow(f32);
+impl UnOp for Pow {
+    #[inline(always)]
+    fn s(self, x: f32) -> f32 {
+        pow::scalar(x, self.0)
+    }
+}
+
+/// Runs an elementwise instruction (`op`'s class is elementwise) over `out`, its arguments
+/// given as [`Src`]s. Answers `false` (having written nothing) for an opcode it does not know.
+pub(crate) fn elementwise(
+    op: Opcode,
+    attr_bits: u32,
+    a: Src<'_>,
+    b: Src<'_>,
+    out: &mut [f32],
+) -> bool {
+    use lanes::ops::*;
+    match op {
+        Opcode::Add => lanes::binary(Add, a, b, out),
+        Opcode::Sub => lanes::binary(Sub, a, b, out),
+        Opcode::Mul => lanes::binary(Mul, a, b, out),
+        Opcode::Div => lanes::binary(Div, a, b, out),
+        Opcode::Equal => lanes::binary(Equal, a, b, out),
+        Opcode::Greater => lanes::binary(Greater, a, b, out),
+        Opcode::GreaterEqual => lanes::binary(GreaterEqual, a, b, out),
+        Opcode::Maximum => lanes::binary(Maximum, a, b, out),
+        Opcode::Minimum => lanes::binary(Minimum, a, b, out),
+        Opcode::Neg => lanes::unary(Neg, a, out),
+        Opcode::Abs => lanes::unary(Abs, a, out),
+        Opcode::Relu => lanes::unary(Relu, a, out),
+        Opcode::Heaviside => lanes::unary(Heaviside, a, out),
+        Opcode::Sign => lanes::unary(Sign, a, out),
+        Opcode::Detach => lanes::unary(Detach, a, out),
+        Opcode::Sqrt => lanes::unary(Sqrt, a, out),
+        Opcode::Tanh => lanes::unary(Tanh, a, out),
+        Opcode::Exp => lanes::unary(Exp, a, out),
+        Opcode::Log => lanes::unary(Log, a, out),
+        Opcode::Sigmoid => lanes::unary(Sigmoid, a, out),
+        Opcode::Softplus => lanes::unary(Softplus, a, out),
+        Opcode::Pow => lanes::unary(Pow(f32::from_bits(attr_bits)), a, out),
+        _ => return false,
+    }
+    true
+}
+
+// ---------------------------------------------------------------------------------------------
+// Structural.
+
+/// Runs a structural instruction or `fill` from the catalog when it has a kernel for `op` at
+/// these shapes, and answers `true`; otherwise answers `false` having written nothing. `args`
+/// are disjoint from `out`; lengths equal the dims' element counts (the caller checked).
+pub(crate) fn structural(
+    op: Opcode,
+    attr_bits: u32,
+    args: &[&[f32]],
+    arg_dims: &[Dims],
+    out_dims: &Dims,
+    out: &mut [f32],
+) -> bool {
+    match (op, args, arg_dims) {
+        (Opcode::Fill, _, _) => {
+            out.fill(f32::from_bits(attr_bits));
+            true
+        }
+        (Opcode::MatMul, [a, b], [da, db]) => {
+            if da.rank != 2 || db.rank != 2 {
+                return false;
+            }
+            let [m, k, _, _] = da.dims;
+            let n = db.dims[1];
+            if db.dims[0] != k || a.len() != m * k || b.len() != k * n || out.len() != m * n {
+                return false;
+            }
+            lanes::matmul(a, b, out, m, k, n);
+            true
+        }
+        (Opcode::Transpose, [x], [dx]) => {
+            if dx.rank != 2 || x.len() != out.len() {
+                return false;
+            }
+            transpose(x, out, dx.dims[0], dx.dims[1]);
+            true
+        }
+        (Opcode::Reshape, [x], _) => {
+            if x.len() != out.len() {
+                return false;
+            }
+            out.copy_from_slice(x);
+            true
+        }
+        (Opcode::Select, [c, a, b], _) => {
+            if c.len() != out.len() || a.len() != out.len() || b.len() != out.len() {
+                return false;
+            }
+            lanes::select(c, a, b, out);
+            true
+        }
+        (Opcode::Broadcast, [x], [dx]) => broadcast(x, dx, out, out_dims),
+        (Opcode::SumTo, [x], [dx]) => sum_to(x, dx, out, out_dims),
+        (Opcode::MaxTo, [x], [dx]) => max_to(x, dx, out, out_dims),
+        _ => false,
+    }
+}
+
+/// `out[j, i] = x[i, j]` for `x: [m, n]`, in square blocks so both sides stay in cache.
+fn transpose(x: &[f32], out: &mut [f32], m: usize, n: usize) {
+    const B: usize = 16;
+    if m == 1 || n == 1 {
+        out.copy_from_slice(x);
+        return;
+    }
+    let mut i0 = 0;
+    while i0 < m {
+        let i1 = (i0 + B).min(m);
+        let mut j0 = 0;
+        while j0 < n {
+            let j1 = (j0 + B).min(n);
+            for i in i0..i1 {
+                let Some(row) = x.get(i * n + j0..i * n + j1) else {
+                    return;
+                };
+                for (j, &v) in (j0..j1).zip(row) {
+                    if let Some(o) = out.get_mut(j * m + i) {
+                        *o = v;
+                    }
+                }
+            }
+            j0 = j1;
+        }
+        i0 = i1;
+    }
+}
+
+fn broadcast(x: &[f32], dx: &Dims, out: &mut [f32], dout: &Dims) -> bool {
+    match pattern(dx, dout) {
+        Pattern::Same if x.len() == out.len() => out.copy_from_slice(x),
+        Pattern::Rows { rows, cols } if x.len() == cols && out.len() == rows * cols => {
+            for row in out.chunks_exact_mut(cols) {
+                row.copy_from_slice(x);
+            }
+        }
+        Pattern::Cols { rows, cols } if x.len() == rows && out.len() == rows * cols => {
+            for (row, &v) in out.chunks_exact_mut(cols).zip(x) {
+                row.fill(v);
+            }
+        }
+        _ => return false,
+    }
+    true
+}
+
+fn sum_to(x: &[f32], dx: &Dims, out: &mut [f32], dout: &Dims) -> bool {
+    match pattern(dout, dx) {
+        Pattern::Same if x.len() == out.len() => {
+            // Each output has one input: `+0.0 + x` (which turns `-0.0` into `+0.0`).
+            lanes::binary(lanes::ops::Add, Src::Buf(x), Src::Out, zeroed(out));
+        }
+        Pattern::Rows { rows, cols: 1 } if out.len() == 1 && x.len() == rows => {
+            // Everything to one output: one sequential chain from `+0.0`.
+            if let Some(o) = out.first_mut() {
+                *o = x.iter().fold(0.0, |acc, &v| acc + v);
+            }
+        }
+        Pattern::Rows { rows, cols } if out.len() == cols && x.len() == rows * cols => {
+            // Column sums: every output adds its rows in increasing order; vectorized across
+            // the columns.
+            let out = zeroed(out);
+            for row in x.chunks_exact(cols) {
+                lanes::binary(lanes::ops::Add, Src::Out, Src::Buf(row), out);
+            }
+        }
+        Pattern::Cols { rows, cols } if out.len() == rows && x.len() == rows * cols => {
+            row_reduce(x, out, cols, 0.0, |acc, v| acc + v);
+        }
+        _ => return false,
+    }
+    true
+}
+
+/// `max_to`'s update: the output takes `v` when `v` is NaN or greater than what it holds,
+/// unless it already holds NaN (the reference's rule).
+#[inline(always)]
+fn max_step(o: f32, v: f32) -> f32 {
+    if !o.is_nan() && (v.is_nan() || v > o) {
+        v
+    } else {
+        o
+    }
+}
+
+fn max_to(x: &[f32], dx: &Dims, out: &mut [f32], dout: &Dims) -> bool {
+    match pattern(dout, dx) {
+        Pattern::Same if x.len() == out.len() => {
+            for (o, &v) in out.iter_mut().zip(x) {
+                *o = max_step(f32::NEG_INFINITY, v);
+            }
+        }
+        Pattern::Rows { rows, cols } if out.len() == cols && x.len() == rows * cols => {
+            out.fill(f32::NEG_INFINITY);
+            for row in x.chunks_exact(cols) {
+                for (o, &v) in out.iter_mut().zip(row) {
+                    *o = max_step(*o, v);
+                }
+            }
+        }
+        Pattern::Cols { rows, cols } if out.len() == rows && x.len() == rows * cols => {
+            row_reduce(x, out, cols, f32::NEG_INFINITY, max_step);
+        }
+        _ => return false,
+    }
+    true
+}
+
+fn zeroed(out: &mut [f32]) -> &mut [f32] {
+    out.fill(0.0);
+    out
+}
+
+/// `out[r] = fold(init, x[r, 0], x[r, 1], …)` in increasing column order for `x: [rows, cols]`,
+/// eight rows at a time so the eight independent chains overlap.
+#[inline(always)]
+fn row_reduce(x: &[f32], out: &mut [f32], cols: usize, init: f32, f: impl Fn(f32, f32) -> f32) {
+    const R: usize = 8;
+    if cols == 0 {
+        out.fill(init);
+        return;
+    }
+    let mut blocks = out.chunks_exact_mut(R);
+    let mut xs = x.chunks_exact(R * cols);
+    for (o, xb) in (&mut blocks).zip(&mut xs) {
+        let mut acc = [init; R];
+        for c in 0..cols {
+            for (r, a) in acc.iter_mut().enumerate() {
+                if let Some(&v) = xb.get(r * cols + c) {
+                    *a = f(*a, v);
+                }
+            }
+        }
+        o.copy_from_slice(&acc);
+    }
+    for (o, row) in blocks
+        .into_remainder()
+        .iter_mut()
+        .zip(xs.remainder().chunks_exact(cols))
+    {
+        *o = row.iter().fold(init, |a, &v| f(a, v));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The checked entry point.
+
+/// Runs `op` with the catalog's kernel where it has one, else with the reference kernel: the
+/// same contract, shapes and bits as `tapeplan_core::ops::eval`.
+///
+/// # Shapes
+/// `args[i].len() == arg_shapes[i].elems()`, `out.len() == infer(op, attr, arg_shapes).elems()`.
+///
+/// # Errors
+/// As `tapeplan_core::ops::eval`: [`OpError`] when the shapes do not satisfy the shape rule or a
+/// buffer's length does not match its shape.
+pub fn eval(
+    op: Opcode,
+    attr: Attr,
+    args: &[&[f32]],
+    arg_shapes: &[Shape],
+    out: &mut [f32],
+) -> Result<(), OpError> {
+    if args.len() != arg_shapes.len() {
+        return Err(OpError::Arity {
+            op,
+            expected: op.arity(),
+            found: args.len(),
+        });
+    }
+    let out_shape = tapeplan_core::ops::infer(op, attr, arg_shapes)?;
+    let lengths_ok = args
+        .iter()
+        .zip(arg_shapes)
+        .all(|(a, s)| a.len() == s.elems())
+        && out.len() == out_shape.elems();
+    if !lengths_ok || out.is_empty() {
+        // The reference reports the error (or does nothing for an empty output).
+        return tapeplan_core::ops::eval(op, attr, args, arg_shapes, out);
+    }
+    if op.class() == tapeplan_core::OpClass::Elementwise {
+        let a = args.first().map_or(Src::Out, |a| Src::Buf(a));
+        let b = args.get(1).map_or(Src::Out, |b| Src::Buf(b));
+        if elementwise(op, attr.bits, a, b, out) {
+            return Ok(());
+        }
+    } else {
+        let mut dims = [Dims::of(Shape::SCALAR); tapeplan_core::MAX_ARITY];
+        for (d, s) in dims.iter_mut().zip(arg_shapes) {
+            *d = Dims::of(*s);
+        }
+        let n = arg_shapes.len().min(dims.len());
+        if structural(
+            op,
+            attr.bits,
+            args,
+            dims.get(..n).unwrap_or(&[]),
+            &Dims::of(out_shape),
+            out,
+        ) {
+            return Ok(());
+        }
+    }
+    tapeplan_core::ops::eval(op, attr, args, arg_shapes, out)
+}
+
+/// True when the catalog has its own kernel for `op` over arguments of `arg_shapes` (else
+/// [`eval`] runs the reference kernel). For tests and benchmarks.
+pub fn has_kernel(op: Opcode, attr: Attr, arg_shapes: &[Shape]) -> bool {
+    let Ok(out) = tapeplan_core::ops::infer(op, attr, arg_shapes) else {
+        return false;
+    };
+    let d = |s: &Shape| Dims::of(*s);
+    match op {
+        Opcode::Broadcast => arg_shapes
+            .first()
+            .is_some_and(|x| pattern(&d(x), &d(&out)) != Pattern::Other),
+        Opcode::SumTo | Opcode::MaxTo => arg_shapes
+            .first()
+            .is_some_and(|x| pattern(&d(&out), &d(x)) != Pattern::Other),
+        Opcode::OneHot | Opcode::Slice | Opcode::Pad | Opcode::Concat => false,
+        Opcode::Input | Opcode::Parameter => false,
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn d(s: &[usize]) -> Dims {
+        Dims::of(Shape::new(s).unwrap())
+    }
+
+    #[test]
+    fn patterns() {
+        assert_eq!(
+            pattern(&d(&[3]), &d(&[2, 3])),
+            Pattern::Rows { rows: 2, cols: 3 }
+        );
+        assert_eq!(
+            pattern(&d(&[1, 3]), &d(&[2, 3])),
+            Pattern::Rows { rows: 2, cols: 3 }
+        );
+        assert_eq!(
+            pattern(&d(&[2, 1]), &d(&[2, 3])),
+            Pattern::Cols { rows: 2, cols: 3 }
+        );
+        assert_eq!(
+            pattern(&d(&[]), &d(&[2, 3])),
+            Pattern::Rows { rows: 6, cols: 1 }
+        );
+        assert_eq!(pattern(&d(&[2, 3]), &d(&[2, 3])), Pattern::Same);
+        assert_eq!(pattern(&d(&[1, 1]), &d(&[1])), Pattern::Other);
+        assert_eq!(pattern(&d(&[1]), &d(&[1, 1])), Pattern::Same);
+        assert_eq!(pattern(&d(&[2, 1, 4]), &d(&[2, 3, 4])), Pattern::Other);
+        assert_eq!(pattern(&d(&[1, 3, 1]), &d(&[2, 3, 4])), Pattern::Other);
+        assert_eq!(
+            pattern(&d(&[2, 3, 1]), &d(&[2, 3, 4])),
+            Pattern::Cols { rows: 6, cols: 4 }
+        );
+        assert_eq!(
+            pattern(&d(&[1, 3, 4]), &d(&[2, 3, 4])),
+            Pattern::Rows { rows: 2, cols: 12 }
+        );
+        assert_eq!(
+            pattern(&d(&[1, 1, 4]), &d(&[2, 3, 4])),
+            Pattern::Rows { rows: 6, cols: 4 }
+        );
+    }
+}

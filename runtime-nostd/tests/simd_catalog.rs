@@ -1,0 +1,347 @@
+//! Every catalog kernel against its reference kernel, bit for bit (NaNs compared as one class),
+//! over random shapes (empty, scalar, lengths that are not multiples of the lane count) and
+//! special values (signed zeros, subnormals, infinities, NaNs, rounding ties, equal pairs).
+//!
+//! Runs against whichever catalog the build carries: `cargo test -p tapeplan-runtime` tests the
+//! scalar catalog, `--features simd` the vectorized one (with `RUSTFLAGS="-C target-cpu=native"`
+//! its AVX-512 or AVX2 form).
+
+mod common;
+
+use common::{bits, Builder};
+use proptest::prelude::*;
+use tapeplan_core::format::{BindingKind, TensorKind};
+use tapeplan_core::ops::{eval as reference, Attr};
+use tapeplan_core::{Opcode, Shape};
+use tapeplan_runtime::catalog;
+use tapeplan_runtime::{Plan, Session};
+
+/// One awkward float: mostly special values, some ordinary ones.
+fn special() -> impl Strategy<Value = f32> {
+    prop_oneof![
+        3 => Just(0.0f32),
+        3 => Just(-0.0f32),
+        2 => Just(f32::MIN_POSITIVE / 8.0),
+        2 => Just(-f32::MIN_POSITIVE / 3.0),
+        1 => Just(f32::from_bits(1)),
+        1 => Just(f32::MIN_POSITIVE),
+        2 => Just(f32::INFINITY),
+        2 => Just(f32::NEG_INFINITY),
+        2 => Just(f32::NAN),
+        1 => Just(-f32::NAN),
+        // ties: 1 + 2^-24 and friends round to even
+        2 => Just(1.0f32),
+        2 => Just(f32::EPSILON / 2.0),
+        1 => Just(-1.0f32),
+        1 => Just(3.0f32 * f32::EPSILON / 2.0),
+        1 => Just(f32::MAX),
+        1 => Just(16_777_216.0f32),
+        12 => -4.0f32..4.0f32,
+        2 => any::<f32>(),
+    ]
+}
+
+fn values(n: usize) -> impl Strategy<Value = Vec<f32>> {
+    prop::collection::vec(special(), n)
+}
+
+/// A shape of rank 0..=3 (scalar and empty included), at most a few hundred elements, the
+/// last extent often not a multiple of any lane count.
+fn shape() -> impl Strategy<Value = Vec<usize>> {
+    prop_oneof![
+        Just(vec![]),
+        (0usize..=70).prop_map(|a| vec![a]),
+        (0usize..=9, 0usize..=40).prop_map(|(a, b)| vec![a, b]),
+        (0usize..=3, 0usize..=4, 0usize..=19).prop_map(|(a, b, c)| vec![a, b, c]),
+    ]
+}
+
+fn shp(d: &[usize]) -> Shape {
+    Shape::new(d).unwrap()
+}
+
+/// Runs `op` through the catalog and the reference, over fresh output buffers prefilled with a
+/// sentinel, and compares the bits.
+fn check(op: Opcode, attr: Attr, args: &[&[f32]], shapes: &[Shape]) -> Result<(), TestCaseError> {
+    let out_shape = tapeplan_core::ops::infer(op, attr, shapes).unwrap();
+    let n = out_shape.elems();
+    let mut want = vec![f32::from_bits(0x7f80_0001); n];
+    let mut got = vec![f32::from_bits(0x7f80_0001); n];
+    let r = reference(op, attr, args, shapes, &mut want);
+    let c = catalog::eval(op, attr, args, shapes, &mut got);
+    prop_assert_eq!(r, c);
+    prop_assert_eq!(
+        bits(&got),
+        bits(&want),
+        "{} over {:?} ({})",
+        op,
+        shapes,
+        catalog::CATALOG
+    );
+    Ok(())
+}
+
+const UNARY: &[Opcode] = &[
+    Opcode::Neg,
+    Opcode::Abs,
+    Opcode::Relu,
+    Opcode::Heaviside,
+    Opcode::Sign,
+    Opcode::Detach,
+    Opcode::Sqrt,
+    Opcode::Tanh,
+    Opcode::Exp,
+    Opcode::Log,
+    Opcode::Sigmoid,
+    Opcode::Softplus,
+    Opcode::Pow,
+];
+
+const BINARY: &[Opcode] = &[
+    Opcode::Add,
+    Opcode::Sub,
+    Opcode::Mul,
+    Opcode::Div,
+    Opcode::Equal,
+    Opcode::Greater,
+    Opcode::GreaterEqual,
+    Opcode::Maximum,
+    Opcode::Minimum,
+];
+
+#[test]
+fn every_elementwise_opcode_is_covered() {
+    for &op in Opcode::ALL {
+        if op.class() == tapeplan_core::OpClass::Elementwise {
+            assert!(
+                UNARY.contains(&op) || BINARY.contains(&op),
+                "{op} has no catalog property test"
+            );
+        }
+    }
+}
+
+/// Pairs with many ties (`b` a copy of `a` in places) for the comparisons and min/max.
+fn pair(n: usize) -> impl Strategy<Value = (Vec<f32>, Vec<f32>)> {
+    (
+        values(n),
+        values(n),
+        prop::collection::vec(any::<bool>(), n),
+    )
+        .prop_map(|(a, b, tie)| {
+            let b = b
+                .iter()
+                .zip(&a)
+                .zip(&tie)
+                .map(|((&b, &a), &t)| if t { a } else { b })
+                .collect();
+            (a, b)
+        })
+}
+
+fn unary_case() -> impl Strategy<Value = (Opcode, Vec<usize>, Vec<f32>, f32)> {
+    (0..UNARY.len(), shape(), special()).prop_flat_map(|(i, d, p)| {
+        let n: usize = d.iter().product();
+        (Just(UNARY[i]), Just(d), values(n), Just(p))
+    })
+}
+
+fn binary_case() -> impl Strategy<Value = (Opcode, Vec<usize>, (Vec<f32>, Vec<f32>))> {
+    (0..BINARY.len(), shape()).prop_flat_map(|(i, d)| {
+        let n: usize = d.iter().product();
+        (Just(BINARY[i]), Just(d), pair(n))
+    })
+}
+
+/// A big shape and a small one that broadcasts to it: a suffix of the big extents, each
+/// independently replaced by 1 (so every pattern appears: rows, columns, scalar, identity and
+/// the irregular ones the reference handles).
+fn broadcast_pair() -> impl Strategy<Value = (Vec<usize>, Vec<usize>)> {
+    prop::collection::vec(0usize..=9, 0..=4).prop_flat_map(|big| {
+        let r = big.len();
+        (Just(big), 0..=r, prop::collection::vec(any::<bool>(), r)).prop_map(|(big, keep, ones)| {
+            let small: Vec<usize> = big[big.len() - keep..]
+                .iter()
+                .zip(&ones)
+                .map(|(&d, &one)| if one { 1 } else { d })
+                .collect();
+            (big, small)
+        })
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn unary_matches_reference((op, d, x, p) in unary_case()) {
+        let attr = if op == Opcode::Pow { Attr { bits: p.to_bits(), target: None } } else { Attr::NONE };
+        check(op, attr, &[&x], &[shp(&d)])?;
+    }
+
+    #[test]
+    fn binary_matches_reference((op, d, (a, b)) in binary_case()) {
+        let s = shp(&d);
+        check(op, Attr::NONE, &[&a, &b], &[s, s])?;
+        check(op, Attr::NONE, &[&a, &a], &[s, s])?;
+    }
+
+    #[test]
+    fn select_matches_reference(
+        (d, c, (a, b)) in shape().prop_flat_map(|d| {
+            let n: usize = d.iter().product();
+            (Just(d), values(n), pair(n))
+        })
+    ) {
+        let s = shp(&d);
+        check(Opcode::Select, Attr::NONE, &[&c, &a, &b], &[s, s, s])?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    #[test]
+    fn matmul_matches_reference(
+        (m, k, n, a, b) in (0usize..=21, 0usize..=37, 0usize..=70).prop_flat_map(|(m, k, n)| {
+            (Just(m), Just(k), Just(n), values(m * k), values(k * n))
+        })
+    ) {
+        check(Opcode::MatMul, Attr::NONE, &[&a, &b], &[shp(&[m, k]), shp(&[k, n])])?;
+    }
+
+    #[test]
+    fn matmul_ordinary_values_match_reference(
+        (m, k, n, a, b) in (1usize..=13, 1usize..=200, 1usize..=140).prop_flat_map(|(m, k, n)| {
+            (Just(m), Just(k), Just(n),
+             prop::collection::vec(-2.0f32..2.0, m * k), prop::collection::vec(-2.0f32..2.0, k * n))
+        })
+    ) {
+        // Long sums of ordinary values: any change of order or a fused multiply-add shows.
+        check(Opcode::MatMul, Attr::NONE, &[&a, &b], &[shp(&[m, k]), shp(&[k, n])])?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn transpose_matches_reference(
+        (m, n, x) in (0usize..=40, 0usize..=40).prop_flat_map(|(m, n)| (Just(m), Just(n), values(m * n)))
+    ) {
+        check(Opcode::Transpose, Attr::NONE, &[&x], &[shp(&[m, n])])?;
+    }
+
+    #[test]
+    fn broadcast_matches_reference(
+        ((big, small), x) in broadcast_pair().prop_flat_map(|(big, small)| {
+            let n: usize = small.iter().product();
+            (Just((big, small)), values(n))
+        })
+    ) {
+        check(Opcode::Broadcast, Attr::target(shp(&big)), &[&x], &[shp(&small)])?;
+    }
+
+    #[test]
+    fn sum_to_and_max_to_match_reference(
+        ((big, small), x) in broadcast_pair().prop_flat_map(|(big, small)| {
+            let n: usize = big.iter().product();
+            (Just((big, small)), values(n))
+        })
+    ) {
+        check(Opcode::SumTo, Attr::target(shp(&small)), &[&x], &[shp(&big)])?;
+        check(Opcode::MaxTo, Attr::target(shp(&small)), &[&x], &[shp(&big)])?;
+    }
+
+    #[test]
+    fn reshape_and_fill_match_reference(d in shape(), v in special()) {
+        let n: usize = d.iter().product();
+        let x: Vec<f32> = (0..n).map(|i| i as f32 - 3.5).collect();
+        check(Opcode::Reshape, Attr::target(shp(&[n])), &[&x], &[shp(&d)])?;
+        check(Opcode::Fill, Attr::fill(v, shp(&d)), &[], &[])?;
+    }
+}
+
+/// The executor's in-place paths: an elementwise instruction whose output overwrites its first,
+/// second or both arguments, run through a `Session`, against the reference out of place.
+fn in_place(op: Opcode, attr: u32, a: &[f32], b: &[f32]) -> Result<(), TestCaseError> {
+    let n = a.len() as u32;
+    let binary = op.arity() == 2;
+    let arena = 2 * n.max(1) + 4;
+    for which in 0..if binary { 3 } else { 1 } {
+        let mut bl = Builder::new(arena, 0);
+        let ta = bl.tensor(0, &[n], TensorKind::Scratch);
+        let tb = bl.tensor(n.max(1) + 4 - (n.max(1) + 4) % 4, &[n], TensorKind::Scratch);
+        let (args, over): (Vec<u32>, u32) = match (binary, which) {
+            (false, _) => (vec![ta], ta),
+            (true, 0) => (vec![ta, tb], ta),
+            (true, 1) => (vec![tb, ta], ta),
+            _ => (vec![ta, ta], ta),
+        };
+        let offset = if over == ta { 0 } else { n };
+        let out = bl.tensor(offset, &[n], TensorKind::Scratch);
+        bl.instr(op, out, &args, attr);
+        let e = bl.entry("run", 0, 1);
+        bl.bind("a", BindingKind::Input, e, ta);
+        if binary && which < 2 {
+            bl.bind("b", BindingKind::Input, e, tb);
+        }
+        bl.bind("out", BindingKind::Output, e, out);
+        let bytes = bl.build();
+        let plan = Plan::parse(&bytes).expect("valid in-place plan");
+        let mut mem = vec![0.0f32; plan.arena_elems()];
+        let mut s = Session::bind(&plan, &mut mem).unwrap();
+        let e = plan.entry("run").unwrap();
+        s.set_input(e, "a", a).unwrap();
+        if binary && which < 2 {
+            s.set_input(e, "b", b).unwrap();
+        }
+        s.run(e).unwrap();
+        let sh = shp(&[a.len()]);
+        let ref_args: Vec<&[f32]> = args.iter().map(|&t| if t == ta { a } else { b }).collect();
+        let shapes = vec![sh; ref_args.len()];
+        let mut want = vec![0.0; a.len()];
+        reference(
+            op,
+            Attr::from_parts(op, attr, sh),
+            &ref_args,
+            &shapes,
+            &mut want,
+        )
+        .unwrap();
+        prop_assert_eq!(
+            bits(s.output(e, "out").unwrap()),
+            bits(&want),
+            "{} in place, case {}",
+            op,
+            which
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn in_place_elementwise_matches_reference(
+        (i, (a, b), p) in (0..UNARY.len() + BINARY.len(), 0usize..=70)
+            .prop_flat_map(|(i, n)| (Just(i), pair(n), special()))
+    ) {
+        let op = UNARY.get(i).copied().unwrap_or_else(|| BINARY[i - UNARY.len()]);
+        let attr = if op == Opcode::Pow { p.to_bits() } else { 0 };
+        in_place(op, attr, &a, &b)?;
+    }
+}
+
+#[test]
+fn catalog_names_itself() {
+    let (c, lanes) = (catalog::CATALOG, std::hint::black_box(catalog::LANES));
+    if cfg!(feature = "simd") {
+        assert!(c.starts_with("simd"), "{c}");
+        assert!(lanes >= 4, "{lanes}");
+    } else {
+        assert_eq!(c, "scalar");
+        assert_eq!(lanes, 1);
+    }
+}
