@@ -70,7 +70,7 @@ impl Mlp {
     /// (at most 2^28 elements), so building it cannot fail half way.
     ///
     /// # Errors
-    /// [`ShapeError`] naming what is too large.
+    /// [`tapeplan_core::ShapeError`] naming what is too large.
     pub fn check(&self, batch: usize) -> Result<(), tapeplan_core::ShapeError> {
         for pair in self.sizes.windows(2) {
             Shape::new(&[pair[0], pair[1]])?;
