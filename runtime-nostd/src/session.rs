@@ -392,7 +392,9 @@ fn step(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), RunError> {
             Src::Out => true,
             Src::Buf(x) => x.len() == buf.len(),
         });
-        if lengths_ok && catalog::elementwise(op, attr, a, b, buf) {
+        // Without the `catalog` feature (firmware short of flash) everything runs the
+        // reference kernels: the same bits, less code.
+        if cfg!(feature = "catalog") && lengths_ok && catalog::elementwise(op, attr, a, b, buf) {
             return Ok(());
         }
     } else {
@@ -408,7 +410,8 @@ fn step(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), RunError> {
                 *d = a.dims;
             }
         }
-        if disjoint
+        if cfg!(feature = "catalog")
+            && disjoint
             && catalog::structural(
                 op,
                 attr,

@@ -296,17 +296,21 @@ pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
             Opcode::SumTo => sum_to::infer(op, args[0], target_of(op, attr)?),
             Opcode::MaxTo => sum_to::infer(op, args[0], target_of(op, attr)?),
             Opcode::OneHot => one_hot::infer(args[0], target_of(op, attr)?),
+            #[cfg(feature = "all-ops")]
             Opcode::Select => same_shapes(op, args),
+            #[cfg(feature = "all-ops")]
             Opcode::Slice => {
                 let t = target_of(op, attr)?;
                 slice::check_window(op, args[0], t, attr.bits)?;
                 Ok(t)
             }
+            #[cfg(feature = "all-ops")]
             Opcode::Pad => {
                 let t = target_of(op, attr)?;
                 slice::check_window(op, t, args[0], attr.bits)?;
                 Ok(t)
             }
+            #[cfg(feature = "all-ops")]
             Opcode::Concat => concat::infer(args[0], args[1], attr.bits as usize),
             Opcode::Uniform => {
                 for a in args {
@@ -343,6 +347,7 @@ pub fn zero_derivative(op: Opcode) -> bool {
     )
 }
 
+#[cfg(feature = "all-ops")]
 fn same_shapes(op: Opcode, args: &[Shape]) -> Result<Shape, OpError> {
     let first = args[0];
     for a in &args[1..] {

@@ -16,7 +16,7 @@
 //!   `simd`, a register tile of `MR` rows by `NR` vectors of columns keeps its accumulators in
 //!   registers across the whole `p` loop: vectorized across independent outputs (`j`), never
 //!   across `p`.
-//! - **`broadcast`**, **`sum_to`**, **`max_to`** over the common shapes (see [`Pattern`]): a row
+//! - **`broadcast`**, **`sum_to`**, **`max_to`** over the common shapes (see `Pattern`): a row
 //!   vector repeated down a matrix, a column repeated across it, a matrix summed to its row or its
 //!   column, everything to a scalar. Sums keep the reference's order: every output starts at
 //!   `+0.0` and adds its inputs in increasing flat-index order; column sums vectorize across the
