@@ -4,18 +4,57 @@
 //! - W2: MLP 784-128-10, relu, softmax cross-entropy, SGD, batch 64.
 //! - W3: MLP 2-16-16-1, tanh, mean squared error, SGD, batch 1 (online learning).
 //!
-//! Run with `cargo bench -p tapeplan-planner --bench train_step`.
+//! Each is a criterion benchmark `train_step/W<n>/<catalog>`, the catalog being the runtime's
+//! (`scalar`, or `simd-avx512` / `simd-avx2` / `simd-sse2` with `--features simd`). One iteration
+//! sets the step's inputs, runs the `train_step` entry and reads the loss: the bindings are
+//! looked up once, outside the loop, as a training loop would.
+//!
+//! Run with `cargo bench -p tapeplan-planner --bench train_step [--features simd]`, best with
+//! `RUSTFLAGS="-C target-cpu=native"` (the runtime picks its vector width at compile time);
+//! `cargo xtask bench` runs both catalogs and prints the table of docs/benchmarks.md.
+//!
+//! With `TAPEPLAN_BENCH_REPORT=FILE` set, one tab-separated line per workload is appended to
+//! FILE: `id  catalog  flops_per_step  arena_bytes  lower_bound_bytes  retain_everything_bytes`.
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use std::io::Write;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use tapeplan_core::Opcode;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
 use tapeplan_planner::optim::Sgd;
 use tapeplan_planner::oracle::TrainingJob;
 use tapeplan_planner::rng::SplitMix64;
+use tapeplan_runtime::catalog::CATALOG;
 use tapeplan_runtime::{Plan, Session};
+
+/// Floating-point operations of one run of `entry`: `2·m·k·n` per `matmul`, one per output
+/// element of every elementwise instruction (transcendentals included) and of `select`, one
+/// per input element of `sum_to` and `max_to`; copies (`broadcast`, `transpose`, `reshape`,
+/// `fill`, `one_hot`) count nothing.
+fn flops(job: &TrainingJob, entry: &str) -> u64 {
+    let plan = &job.plan;
+    let e = plan.entry(entry).expect("entry");
+    let elems = |t: u32| plan.tensors[t as usize].shape.elems() as u64;
+    e.instrs
+        .iter()
+        .map(|i| match i.op {
+            Opcode::MatMul => {
+                let a = plan.tensors[i.args[0] as usize].shape.dims();
+                let b = plan.tensors[i.args[1] as usize].shape.dims();
+                2 * (a[0] * a[1] * b[1]) as u64
+            }
+            Opcode::SumTo | Opcode::MaxTo => elems(i.args[0]),
+            op if op.class() == tapeplan_core::OpClass::Elementwise || op == Opcode::Select => {
+                elems(i.out)
+            }
+            _ => 0,
+        })
+        .sum()
+}
 
 fn workload(
     c: &mut Criterion,
-    name: &str,
+    id: &str,
     sizes: &[usize],
     act: Activation,
     loss: Loss,
@@ -51,27 +90,46 @@ fn workload(
         Loss::MeanSquaredError => ("y", (0..batch * d_out).map(|_| rng.next_f32()).collect()),
     };
     let r = job.plan.entry("train_step").expect("entry").report;
+    let fl = flops(&job, "train_step");
     eprintln!(
-        "{name}: arena {} B, liveness lower bound {} B ({:.3}x), retain-everything {} B",
+        "{id} [{CATALOG}]: {fl} flop/step, arena {} B, liveness lower bound {} B ({:.3}x), retain-everything {} B",
         r.arena_bytes,
         r.lower_bound_bytes,
         r.arena_bytes as f64 / r.lower_bound_bytes as f64,
         r.retain_everything_bytes
     );
-    c.bench_function(name, |b| {
+    if let Some(path) = std::env::var_os("TAPEPLAN_BENCH_REPORT") {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .expect("report file");
+        writeln!(
+            f,
+            "{id}\t{CATALOG}\t{fl}\t{}\t{}\t{}",
+            r.arena_bytes, r.lower_bound_bytes, r.retain_everything_bytes
+        )
+        .expect("report line");
+    }
+    let bx = plan.input(e, "x").expect("x");
+    let bt = plan.input(e, tname).expect("target");
+    let bl = plan.output(e, "loss").expect("loss");
+    let mut g = c.benchmark_group("train_step");
+    g.bench_function(BenchmarkId::new(id, CATALOG), |b| {
         b.iter(|| {
-            s.set_input(e, "x", &x).expect("x");
-            s.set_input(e, tname, &target).expect("target");
+            s.write_binding(&bx, &x).expect("x");
+            s.write_binding(&bt, &target).expect("target");
             s.run(e).expect("run");
-            s.output(e, "loss").expect("loss")[0]
+            s.read_binding(&bl)[0]
         })
     });
+    g.finish();
 }
 
 fn benches(c: &mut Criterion) {
     workload(
         c,
-        "W1 64-32-10 tanh ce b32",
+        "W1",
         &[64, 32, 10],
         Activation::Tanh,
         Loss::SoftmaxCrossEntropy,
@@ -79,7 +137,7 @@ fn benches(c: &mut Criterion) {
     );
     workload(
         c,
-        "W2 784-128-10 relu ce b64",
+        "W2",
         &[784, 128, 10],
         Activation::Relu,
         Loss::SoftmaxCrossEntropy,
@@ -87,7 +145,7 @@ fn benches(c: &mut Criterion) {
     );
     workload(
         c,
-        "W3 2-16-16-1 tanh mse b1",
+        "W3",
         &[2, 16, 16, 1],
         Activation::Tanh,
         Loss::MeanSquaredError,

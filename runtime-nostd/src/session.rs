@@ -185,6 +185,24 @@ impl<'p, 'a> Session<'p, 'a> {
         Ok(self.slice(&b))
     }
 
+    /// Copies `values` into the tensor of `binding` (an input or parameter of this session's
+    /// plan, found once with [`Plan::input`] or [`Plan::parameter`]): [`Session::set_input`]
+    /// without the lookup by name, for loops that run an entry many times.
+    ///
+    /// # Errors
+    /// [`RunError::LengthMismatch`] when `values.len()` is not the binding's element count (or
+    /// the binding does not lie in this session's arena).
+    pub fn write_binding(&mut self, binding: &Binding<'_>, values: &[f32]) -> Result<(), RunError> {
+        Self::copy_in(self.slice_mut(binding), values)
+    }
+
+    /// The values of `binding`'s tensor (an output, update, input or parameter of this
+    /// session's plan): [`Session::output`] without the lookup by name. Empty when the binding
+    /// does not lie in this session's arena.
+    pub fn read_binding(&self, binding: &Binding<'_>) -> &[f32] {
+        self.slice(binding)
+    }
+
     /// Runs an entry's instructions in order, each with the kernel catalog's entry for it
     /// ([`crate::catalog`]: scalar, or vectorized with feature `simd`) or, where the catalog
     /// has none, its reference kernel from `tapeplan_core::ops`; either way the bits are the
@@ -218,12 +236,22 @@ impl<'p, 'a> Session<'p, 'a> {
 /// The end of a guarded entry (one whose updates live in scratch): when every output and update
 /// is finite, copy each update over its parameter; otherwise write nothing and say which value
 /// was not finite. An entry with in-place updates (or none) has nothing to commit.
+/// The validator's test: an update in the scratch region is guarded (and then all are). Read
+/// from the raw records (no names, no shapes): it runs after every entry.
+fn guarded(plan: &Plan<'_>, entry: EntryId) -> bool {
+    (0..plan.n_bindings()).any(|b| {
+        plan.binding_record(b).is_some_and(|r| {
+            BindingKind::from_u8(r.kind) == Some(BindingKind::Update)
+                && r.entry == entry.0
+                && plan
+                    .tensor_record(us(r.tensor))
+                    .is_some_and(|t| TensorKind::from_u8(t.kind) == Some(TensorKind::Scratch))
+        })
+    })
+}
+
 fn commit(plan: &Plan<'_>, arena: &mut [f32], entry: EntryId) -> Result<(), RunError> {
-    // The validator's test: an update in the scratch region is guarded (and then all are).
-    let guarded = plan
-        .updates(entry)
-        .any(|u| u.tensor_kind == TensorKind::Scratch);
-    if !guarded {
+    if !guarded(plan, entry) {
         return Ok(());
     }
     let bad = RunError::Inconsistent { instr: u32::MAX };

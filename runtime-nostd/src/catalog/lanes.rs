@@ -68,8 +68,12 @@ pub const LANES: usize = 1;
 
 /// A one-argument elementwise operation: its scalar (the reference's function) and, with
 /// `simd`, its lane-wise form, which must give the same bits lane by lane. The default lane
-/// form applies the scalar to each lane.
+/// form applies the scalar to each lane; operations without a lane form of their own
+/// (`VECTOR = false`: the `libm` transcendentals) run the scalar loop instead.
 pub(crate) trait UnOp: Copy {
+    /// True when [`UnOp::v`] is a real lane-wise form.
+    #[cfg(feature = "simd")]
+    const VECTOR: bool = false;
     fn s(self, x: f32) -> f32;
     #[cfg(feature = "simd")]
     #[inline(always)]
@@ -112,6 +116,8 @@ pub(crate) mod ops {
             #[derive(Clone, Copy)]
             pub(crate) struct $name;
             impl UnOp for $name {
+                #[cfg(feature = "simd")]
+                const VECTOR: bool = true;
                 #[inline(always)]
                 fn s(self, x: f32) -> f32 {
                     $f(x)
@@ -241,6 +247,12 @@ mod loops {
     }
 
     pub(super) fn un_buf<O: UnOp>(op: O, x: &[f32], out: &mut [f32]) {
+        if !O::VECTOR {
+            for (o, &v) in out.iter_mut().zip(x) {
+                *o = op.s(v);
+            }
+            return;
+        }
         let (oc, ot) = out.as_chunks_mut::<L>();
         let (xc, xt) = x.as_chunks::<L>();
         for (o, a) in oc.iter_mut().zip(xc) {
@@ -251,6 +263,12 @@ mod loops {
         }
     }
     pub(super) fn un_out<O: UnOp>(op: O, out: &mut [f32]) {
+        if !O::VECTOR {
+            for o in out.iter_mut() {
+                *o = op.s(*o);
+            }
+            return;
+        }
         let (oc, ot) = out.as_chunks_mut::<L>();
         for o in oc.iter_mut() {
             *o = op.v(ld(o)).to_array();
