@@ -1,0 +1,123 @@
+//! Whole training runs through the runtime's kernel catalog against the oracle, bit for bit:
+//! the loss after every step and every parameter after every step.
+//!
+//! `cargo test -p tapeplan-tests --test simd_training` checks the scalar catalog;
+//! `--features simd` the vectorized one (SSE2 by default on x86_64; with
+//! `RUSTFLAGS="-C target-cpu=native"` AVX2 or AVX-512). Both equal the oracle, so the SIMD run
+//! equals the scalar run bit for bit.
+
+use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
+use tapeplan_planner::optim::Sgd;
+use tapeplan_planner::oracle::{first_difference, Oracle, TrainingJob};
+use tapeplan_planner::rng::SplitMix64;
+use tapeplan_planner::train::RuntimeModel;
+use tapeplan_runtime::catalog;
+
+fn run(sizes: &[usize], activation: Activation, loss: Loss, batch: usize, steps: usize) {
+    let mlp = Mlp {
+        sizes: sizes.to_vec(),
+        activation,
+    };
+    let job = TrainingJob::build(mlp, loss, Sgd { lr: 0.05 }, batch).unwrap();
+    let bytes = job.plan.to_bytes();
+    let mut model = RuntimeModel::new(&bytes).unwrap();
+    let shapes = job.parameter_shapes();
+    let init = glorot_uniform(&shapes, 11);
+    for ((n, _), v) in shapes.iter().zip(&init) {
+        model.load_parameter(n, v).unwrap();
+    }
+    let mut oracle = Oracle::new(&job, &init).unwrap();
+    let names: Vec<&str> = shapes.iter().map(|(n, _)| n.as_str()).collect();
+    let (d_in, d_out) = (sizes[0], *sizes.last().unwrap());
+    let mut rng = SplitMix64::new(2024);
+    for step in 0..steps {
+        let x: Vec<f32> = (0..batch * d_in)
+            .map(|i| match (i + 7 * step) % 97 {
+                // a few awkward inputs among the ordinary ones
+                0 => -0.0,
+                1 => f32::MIN_POSITIVE / 4.0,
+                _ => rng.next_f32() * 4.0 - 2.0,
+            })
+            .collect();
+        let target: Vec<f32> = match loss {
+            Loss::SoftmaxCrossEntropy => (0..batch).map(|_| rng.below(d_out) as f32).collect(),
+            Loss::MeanSquaredError => (0..batch * d_out).map(|_| rng.next_f32()).collect(),
+        };
+        let l_rt = model.train_step(&x, &target).unwrap();
+        let l_or = oracle.step(&x, &target).unwrap();
+        assert_eq!(
+            l_rt.to_bits(),
+            l_or.to_bits(),
+            "{sizes:?} step {step}: loss, catalog {} vs oracle",
+            catalog::CATALOG
+        );
+        let rt: Vec<Vec<f32>> = names.iter().map(|n| model.parameter(n).unwrap()).collect();
+        let left: Vec<&[f32]> = rt.iter().map(Vec::as_slice).collect();
+        let right: Vec<&[f32]> = oracle.params.iter().map(|t| t.data.as_slice()).collect();
+        if let Some(d) = first_difference(names.iter().copied(), &left, &right) {
+            panic!(
+                "{sizes:?} step {step}: catalog {} vs oracle: {d}",
+                catalog::CATALOG
+            );
+        }
+    }
+    assert_ne!(oracle.params[0].data, init[0], "training moved nothing");
+}
+
+#[test]
+fn catalog_is_the_one_asked_for() {
+    if cfg!(feature = "simd") {
+        assert!(catalog::CATALOG.starts_with("simd"), "{}", catalog::CATALOG);
+    } else {
+        assert_eq!(catalog::CATALOG, "scalar");
+    }
+}
+
+/// W1's shape: the digits MLP.
+#[test]
+fn w1_digits_mlp_tanh_cross_entropy() {
+    run(
+        &[64, 32, 10],
+        Activation::Tanh,
+        Loss::SoftmaxCrossEntropy,
+        32,
+        6,
+    );
+}
+
+/// W2's kind (relu, cross-entropy), narrower so the oracle stays quick in debug builds.
+#[test]
+fn w2_like_relu_cross_entropy() {
+    run(
+        &[196, 64, 10],
+        Activation::Relu,
+        Loss::SoftmaxCrossEntropy,
+        16,
+        4,
+    );
+}
+
+/// W3: online learning, batch 1.
+#[test]
+fn w3_online_tanh_mse() {
+    run(
+        &[2, 16, 16, 1],
+        Activation::Tanh,
+        Loss::MeanSquaredError,
+        1,
+        20,
+    );
+}
+
+/// Widths that are no multiple of any lane count: every kernel's tail paths.
+#[test]
+fn odd_widths_take_the_tail_paths() {
+    run(
+        &[37, 19, 7],
+        Activation::Relu,
+        Loss::SoftmaxCrossEntropy,
+        13,
+        5,
+    );
+    run(&[5, 33, 3], Activation::Tanh, Loss::MeanSquaredError, 3, 5);
+}
