@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 
+mod bench;
 mod browser;
 
 mod firmware;
@@ -75,6 +76,11 @@ const STEPS: &[Step] = &[
         run: step_nostd,
     },
     Step {
+        name: "simd",
+        about: "the runtime's simd catalog: clippy, catalog and training tests (SSE2, then -C target-cpu=native), wasm32 simd128 build",
+        run: step_simd,
+    },
+    Step {
         name: "doc",
         about: "cargo doc --workspace --no-deps with RUSTDOCFLAGS=\"-D warnings\"",
         run: step_doc,
@@ -118,6 +124,7 @@ const CI_STEPS: &[&str] = &[
     "clippy",
     "test",
     "nostd",
+    "simd",
     "doc",
     "demo",
     "qemu",
@@ -153,6 +160,12 @@ const VERBS: &[Verb] = &[
         usage: "firmware [--core m4f|m3|m0|all] [--bless]",
         about: "build the Cortex-M firmware, train it under QEMU, verify it bitwise against the oracle, check its sizes (--bless: rewrite the size snapshot)",
         run: firmware::verb_firmware,
+    },
+    Verb {
+        name: "bench",
+        usage: "bench [--quick]",
+        about: "train-step benchmarks W1-W3, scalar and simd catalogs (-C target-cpu=native): the table of docs/benchmarks.md",
+        run: bench::verb_bench,
     },
     Verb {
         name: "help",
@@ -356,6 +369,57 @@ fn step_nostd(ctx: &Ctx) -> Result<()> {
             .with_context(|| format!("tapeplan-runtime does not build for {target}"))?;
     }
     Ok(())
+}
+
+/// The `simd` feature: linted, its catalog tested against the reference kernels and a whole
+/// training run against the oracle, first at x86_64's baseline (SSE2), then built for this CPU
+/// (AVX2 / AVX-512 where present) in a target directory of its own; and built for wasm32 with
+/// `simd128`.
+fn step_simd(ctx: &Ctx) -> Result<()> {
+    run(ctx.cargo([
+        "clippy",
+        "-p",
+        "tapeplan-runtime",
+        "--all-targets",
+        "--features",
+        "simd",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    let native = ctx.root.join("target").join("simd-native");
+    for target_dir in [None, Some(&native)] {
+        let mut runtime = ctx.cargo(["test", "-p", "tapeplan-runtime", "--features", "simd"]);
+        let mut training = ctx.cargo([
+            "test",
+            "-p",
+            "tapeplan-tests",
+            "--features",
+            "simd",
+            "--test",
+            "simd_training",
+        ]);
+        if let Some(dir) = target_dir {
+            for cmd in [&mut runtime, &mut training] {
+                cmd.env("RUSTFLAGS", "-C target-cpu=native")
+                    .env("CARGO_TARGET_DIR", dir);
+            }
+        }
+        run(runtime)?;
+        run(training)?;
+    }
+    let mut wasm = ctx.cargo([
+        "build",
+        "-p",
+        "tapeplan-runtime",
+        "--features",
+        "simd",
+        "--target",
+        "wasm32-unknown-unknown",
+    ]);
+    wasm.env("RUSTFLAGS", "-C target-feature=+simd128")
+        .env("CARGO_TARGET_DIR", ctx.root.join("target").join("simd128"));
+    run(wasm).context("tapeplan-runtime --features simd does not build for wasm32 simd128")
 }
 
 fn step_doc(ctx: &Ctx) -> Result<()> {
