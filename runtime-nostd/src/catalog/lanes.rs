@@ -356,8 +356,10 @@ pub(crate) fn matmul(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, 
     tapeplan_core::ops::matmul::kernel(a, b, out, m, k, n);
 }
 
-/// Rows per matrix-product tile.
-#[cfg(feature = "simd")]
+/// Rows per matrix-product tile: 6 with AVX-512's 32 registers (24 accumulators), else 4.
+#[cfg(all(feature = "simd", target_feature = "avx512f"))]
+const MR: usize = 6;
+#[cfg(all(feature = "simd", not(target_feature = "avx512f")))]
 const MR: usize = 4;
 
 /// `out = a · b` for row-major `a: [m, k]`, `b: [k, n]`, `out: [m, n]` (lengths checked by
@@ -367,7 +369,8 @@ const MR: usize = 4;
 /// Each `out[i, j]` starts at `+0.0` and accumulates `acc = acc + a[i, p] * b[p, j]` (product
 /// rounded, then sum rounded) over `p = 0, 1, …, k-1`, exactly the reference's order. The
 /// kernel keeps a tile of `MR` rows by `NR` vectors of columns in registers over the whole `p`
-/// loop: lanes are distinct `j`s, never distinct `p`s.
+/// loop: lanes are distinct `j`s, never distinct `p`s. Rows left over run in tiles of 4, 2
+/// and 1 rows.
 #[cfg(feature = "simd")]
 pub(crate) fn matmul(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, n: usize) {
     if n == 0 || m == 0 {
@@ -377,19 +380,31 @@ pub(crate) fn matmul(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, 
         out.fill(0.0);
         return;
     }
-    let _ = m;
-    let mut a_rows = a.chunks_exact(MR * k);
-    let mut o_rows = out.chunks_exact_mut(MR * n);
-    for (ab, ob) in (&mut a_rows).zip(&mut o_rows) {
-        row_block::<MR>(ab, b, ob, k, n);
+    let mut done = rows::<MR>(a, b, out, k, n);
+    for step in [4usize, 2, 1] {
+        if done >= m {
+            break;
+        }
+        let (Some(ar), Some(or)) = (a.get(done * k..), out.get_mut(done * n..)) else {
+            return;
+        };
+        done += match step {
+            4 => rows::<4>(ar, b, or, k, n),
+            2 => rows::<2>(ar, b, or, k, n),
+            _ => rows::<1>(ar, b, or, k, n),
+        };
     }
-    for (ab, ob) in a_rows
-        .remainder()
-        .chunks_exact(k)
-        .zip(o_rows.into_remainder().chunks_exact_mut(n))
-    {
-        row_block::<1>(ab, b, ob, k, n);
+}
+
+/// Runs as many whole blocks of `R` rows as fit; answers the rows done.
+#[cfg(feature = "simd")]
+fn rows<const R: usize>(a: &[f32], b: &[f32], out: &mut [f32], k: usize, n: usize) -> usize {
+    let mut done = 0;
+    for (ab, ob) in a.chunks_exact(R * k).zip(out.chunks_exact_mut(R * n)) {
+        row_block::<R>(ab, b, ob, k, n);
+        done += R;
     }
+    done
 }
 
 #[cfg(feature = "simd")]

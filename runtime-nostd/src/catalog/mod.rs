@@ -282,32 +282,50 @@ pub(crate) fn structural(
     }
 }
 
-/// `out[j, i] = x[i, j]` for `x: [m, n]`, in square blocks so both sides stay in cache.
+/// `out[j, i] = x[i, j]` for `x: [m, n]`: 8×8 tiles through a local block (whole rows read,
+/// whole rows written), the ragged edges element by element.
 fn transpose(x: &[f32], out: &mut [f32], m: usize, n: usize) {
-    const B: usize = 16;
+    const T: usize = 8;
     if m == 1 || n == 1 {
         out.copy_from_slice(x);
         return;
     }
-    let mut i0 = 0;
-    while i0 < m {
-        let i1 = (i0 + B).min(m);
-        let mut j0 = 0;
-        while j0 < n {
-            let j1 = (j0 + B).min(n);
-            for i in i0..i1 {
-                let Some(row) = x.get(i * n + j0..i * n + j1) else {
+    let (mt, nt) = (m - m % T, n - n % T);
+    for i0 in (0..mt).step_by(T) {
+        for j0 in (0..nt).step_by(T) {
+            let mut t = [[0.0f32; T]; T];
+            for (r, tr) in (i0..i0 + T).zip(0..T) {
+                let Some(row) = x.get(r * n + j0..r * n + j0 + T) else {
                     return;
                 };
-                for (j, &v) in (j0..j1).zip(row) {
-                    if let Some(o) = out.get_mut(j * m + i) {
-                        *o = v;
+                for (c, &v) in row.iter().enumerate() {
+                    if let Some(slot) = t.get_mut(c).and_then(|tc| tc.get_mut(tr)) {
+                        *slot = v;
                     }
                 }
             }
-            j0 = j1;
+            for (c, tc) in (j0..j0 + T).zip(&t) {
+                if let Some(dst) = out.get_mut(c * m + i0..c * m + i0 + T) {
+                    dst.copy_from_slice(tc);
+                }
+            }
         }
-        i0 = i1;
+    }
+    // The ragged edges: rows past `mt` (all columns), then columns past `nt` (rows below `mt`).
+    let mut edge = |i: usize, j: usize| {
+        if let (Some(&v), Some(o)) = (x.get(i * n + j), out.get_mut(j * m + i)) {
+            *o = v;
+        }
+    };
+    for i in mt..m {
+        for j in 0..n {
+            edge(i, j);
+        }
+    }
+    for i in 0..mt {
+        for j in nt..n {
+            edge(i, j);
+        }
     }
 }
 
