@@ -135,7 +135,12 @@ impl PlanInfo {
             h.n_instrs
         );
         for e in &self.entries {
-            let _ = writeln!(out, "entry {} ({} instructions)", e.name, e.instrs.len());
+            let _ = writeln!(
+                out,
+                "entry {} ({} instructions; `@N` is the output's arena offset in f32 elements)",
+                e.name,
+                e.instrs.len()
+            );
             for (k, i) in e.instrs.iter().enumerate() {
                 let op = Opcode::from_u8(i.opcode).map(Opcode::name).unwrap_or("?");
                 let args: Vec<String> = i
