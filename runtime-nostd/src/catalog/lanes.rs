@@ -345,6 +345,28 @@ pub(crate) fn select(c: &[f32], a: &[f32], b: &[f32], out: &mut [f32]) {
     }
 }
 
+/// The transpose of an 8×8 block (a permutation: exact whatever the method). With `simd`,
+/// `wide`'s `f32x8::transpose` (AVX shuffles where present).
+#[inline(always)]
+pub(crate) fn transpose8(rows: [[f32; 8]; 8]) -> [[f32; 8]; 8] {
+    #[cfg(feature = "simd")]
+    {
+        wide::f32x8::transpose(rows.map(wide::f32x8::new)).map(wide::f32x8::to_array)
+    }
+    #[cfg(not(feature = "simd"))]
+    {
+        let mut t = [[0.0f32; 8]; 8];
+        for (r, row) in rows.iter().enumerate() {
+            for (c, &v) in row.iter().enumerate() {
+                if let Some(slot) = t.get_mut(c).and_then(|tc| tc.get_mut(r)) {
+                    *slot = v;
+                }
+            }
+        }
+        t
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The matrix product.
 
@@ -378,6 +400,12 @@ pub(crate) fn matmul(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, 
     }
     if k == 0 {
         out.fill(0.0);
+        return;
+    }
+    if m * n * k < 1024 {
+        // Tiny products (batch-1 steps) and outputs narrower than a vector: the plain loop
+        // (the same order) costs less than setting tiles up.
+        tapeplan_core::ops::matmul::kernel(a, b, out, m, k, n);
         return;
     }
     let mut done = rows::<MR>(a, b, out, k, n);
@@ -416,6 +444,10 @@ fn row_block<const R: usize>(a: &[f32], b: &[f32], out: &mut [f32], k: usize, n:
         tile::<R, NR>(a, b, out, j, k, n);
         j += NR * L;
     }
+    if NR > 2 && j + 2 * L <= n {
+        tile::<R, 2>(a, b, out, j, k, n);
+        j += 2 * L;
+    }
     while j + L <= n {
         tile::<R, 1>(a, b, out, j, k, n);
         j += L;
@@ -438,15 +470,17 @@ fn tile<const R: usize, const C: usize>(
 ) {
     let mut acc = [[V::splat(0.0); C]; R];
     let a_rows: [&[f32]; R] = core::array::from_fn(|r| a.get(r * k..(r + 1) * k).unwrap_or(&[]));
-    for (p, brow) in b.chunks_exact(n).enumerate() {
-        let Some(bs) = brow.get(j..j + C * L) else {
+    // Checked once, so the loop's own checks fold away.
+    if a_rows.iter().any(|r| r.len() != k) || j + C * L > n || b.len() < k * n {
+        return;
+    }
+    for p in 0..k {
+        let at = p * n + j;
+        let Some(bs) = b.get(at..at + C * L) else {
             return;
         };
         let (bc, _) = bs.as_chunks::<L>();
-        let mut bv = [V::splat(0.0); C];
-        for (v, c) in bv.iter_mut().zip(bc) {
-            *v = V::new(*c);
-        }
+        let bv: [V; C] = core::array::from_fn(|c| bc.get(c).map_or(V::splat(0.0), |x| V::new(*x)));
         for (acc_r, a_r) in acc.iter_mut().zip(&a_rows) {
             let x = V::splat(a_r.get(p).copied().unwrap_or(0.0));
             for (s, &y) in acc_r.iter_mut().zip(&bv) {
@@ -482,11 +516,23 @@ fn tile_partial<const R: usize>(
     let mut acc = [V::splat(0.0); R];
     let a_rows: [&[f32]; R] = core::array::from_fn(|r| a.get(r * k..(r + 1) * k).unwrap_or(&[]));
     for (p, brow) in b.chunks_exact(n).enumerate() {
-        let mut lanes = [0.0f32; L];
-        if let (Some(dst), Some(src)) = (lanes.get_mut(..w), brow.get(j..j + w)) {
-            dst.copy_from_slice(src);
-        }
-        let y = V::new(lanes);
+        // A whole vector from `b[p, j..]`: lanes past `w` read the next row's values (any
+        // values: lanes are independent and those are never stored); only near the end of
+        // `b` is the row copied into zeros.
+        let at = p * n + j;
+        let y = match b
+            .get(at..at + L)
+            .and_then(|s| <&[f32; L]>::try_from(s).ok())
+        {
+            Some(v) => V::new(*v),
+            None => {
+                let mut lanes = [0.0f32; L];
+                if let (Some(dst), Some(src)) = (lanes.get_mut(..w), brow.get(j..j + w)) {
+                    dst.copy_from_slice(src);
+                }
+                V::new(lanes)
+            }
+        };
         for (s, a_r) in acc.iter_mut().zip(&a_rows) {
             let x = V::splat(a_r.get(p).copied().unwrap_or(0.0));
             *s += x * y;

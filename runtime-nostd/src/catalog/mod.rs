@@ -293,17 +293,14 @@ fn transpose(x: &[f32], out: &mut [f32], m: usize, n: usize) {
     let (mt, nt) = (m - m % T, n - n % T);
     for i0 in (0..mt).step_by(T) {
         for j0 in (0..nt).step_by(T) {
-            let mut t = [[0.0f32; T]; T];
-            for (r, tr) in (i0..i0 + T).zip(0..T) {
+            let mut rows = [[0.0f32; T]; T];
+            for (r, dst) in (i0..i0 + T).zip(&mut rows) {
                 let Some(row) = x.get(r * n + j0..r * n + j0 + T) else {
                     return;
                 };
-                for (c, &v) in row.iter().enumerate() {
-                    if let Some(slot) = t.get_mut(c).and_then(|tc| tc.get_mut(tr)) {
-                        *slot = v;
-                    }
-                }
+                dst.copy_from_slice(row);
             }
+            let t = lanes::transpose8(rows);
             for (c, tc) in (j0..j0 + T).zip(&t) {
                 if let Some(dst) = out.get_mut(c * m + i0..c * m + i0 + T) {
                     dst.copy_from_slice(tc);
