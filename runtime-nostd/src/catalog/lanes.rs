@@ -401,12 +401,6 @@ pub(crate) fn matmul(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, 
         out.fill(0.0);
         return;
     }
-    if m * n * k < 1024 {
-        // Tiny products (batch-1 steps) and outputs narrower than a vector: the plain loop
-        // (the same order) costs less than setting tiles up.
-        tapeplan_core::ops::matmul::kernel(a, b, out, m, k, n);
-        return;
-    }
     let mut done = rows::<MR>(a, b, out, k, n);
     for step in [2usize, 1] {
         if done >= m {
