@@ -325,6 +325,15 @@ pub enum PlanError {
         /// The update binding's index.
         binding: u32,
     },
+    /// An entry does more work than [`crate::Limits::max_work_per_entry`] allows.
+    TooMuchWork {
+        /// The entry's index.
+        entry: u32,
+        /// Its work, in element operations.
+        work: u64,
+        /// The cap.
+        limit: u64,
+    },
     /// An entry with both in-place and guarded (scratch) updates.
     MixedUpdates {
         /// The entry's index.
@@ -562,6 +571,10 @@ impl fmt::Display for PlanError {
             E::UpdateWithoutParameter { binding } => {
                 write!(f, "binding {binding}: update of no parameter")
             }
+            E::TooMuchWork { entry, work, limit } => write!(
+                f,
+                "entry {entry} does {work} element operations, over the cap of {limit}"
+            ),
             E::MixedUpdates { entry } => {
                 write!(f, "entry {entry}: mixes in-place and guarded updates")
             }

@@ -13,6 +13,11 @@ pub struct Limits {
     pub max_entries: u32,
     /// The most binding records.
     pub max_bindings: u32,
+    /// The most work one entry may do, in element operations ([`crate::Plan::entry_work`]:
+    /// a matrix product `[m, k] x [k, n]` counts `m·k·n`, every other instruction the elements
+    /// it reads and writes). A device with a watchdog sets this so a plan that would run too
+    /// long is refused before it runs. `u64::MAX` (the default) is no cap.
+    pub max_work_per_entry: u64,
 }
 
 impl Limits {
@@ -23,6 +28,7 @@ impl Limits {
         max_instrs: 8192,
         max_entries: 16,
         max_bindings: 512,
+        max_work_per_entry: u64::MAX,
     };
 }
 

@@ -275,6 +275,38 @@ impl<'a> Plan<'a> {
         TensorView::new(&self.tensor_record(us(index))?, index).ok()
     }
 
+    /// The work entry `entry` does, in element operations: a matrix product `[m, k] x [k, n]`
+    /// counts `m·k·n`; every other instruction the elements of its arguments and output
+    /// (saturating at `u64::MAX`). A measure for watchdog budgets, see
+    /// [`crate::Limits::max_work_per_entry`].
+    pub fn entry_work(&self, entry: EntryId) -> u64 {
+        let Some(range) = self.entry_range(entry) else {
+            return 0;
+        };
+        let elems = |t: u32| self.tensor_view(t).map_or(0, |v| v.elems as u64);
+        let mut work = 0u64;
+        for k in range {
+            let Some(rec) = self.instr_record(k) else {
+                continue;
+            };
+            let arity = usize::from(rec.n_args).min(rec.args.len());
+            let cost = if rec.opcode == tapeplan_core::Opcode::MatMul.to_u8() {
+                let k_dim = self
+                    .tensor_view(rec.args[0])
+                    .and_then(|a| a.shape.dim(1))
+                    .unwrap_or(0) as u64;
+                elems(rec.out).saturating_mul(k_dim.max(1))
+            } else {
+                rec.args
+                    .iter()
+                    .take(arity)
+                    .fold(elems(rec.out), |acc, &a| acc.saturating_add(elems(a)))
+            };
+            work = work.saturating_add(cost);
+        }
+        work
+    }
+
     pub(crate) fn instr_record(&self, index: usize) -> Option<InstrRecord> {
         if index >= self.layout.n_instrs {
             return None;

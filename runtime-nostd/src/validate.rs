@@ -822,5 +822,17 @@ pub(crate) fn validate<'a, const N: usize>(
         check_entry(&plan, e, scratch)?;
     }
     check_no_parameter_writes(&plan, scratch)?;
+    if limits.max_work_per_entry < u64::MAX {
+        for e in plan.entries() {
+            let work = plan.entry_work(e);
+            if work > limits.max_work_per_entry {
+                return Err(PlanError::TooMuchWork {
+                    entry: idx32(e.index()),
+                    work,
+                    limit: limits.max_work_per_entry,
+                });
+            }
+        }
+    }
     Ok(plan)
 }

@@ -147,6 +147,23 @@ fn limits() {
             ..
         })
     ));
+    // A work cap: the example's entries do a few hundred element operations.
+    let plan = Plan::parse(&b).unwrap();
+    let worst = plan.entries().map(|e| plan.entry_work(e)).max().unwrap();
+    assert!(worst > 0);
+    let capped = Limits {
+        max_work_per_entry: worst - 1,
+        ..Limits::DEFAULT
+    };
+    assert!(matches!(
+        Plan::parse_with_limits(&b, &capped),
+        Err(PlanError::TooMuchWork { work, .. }) if work == worst
+    ));
+    let enough = Limits {
+        max_work_per_entry: worst,
+        ..Limits::DEFAULT
+    };
+    assert!(Plan::parse_with_limits(&b, &enough).is_ok());
     // Caps above the spec's count as the spec's.
     let loose = Limits {
         max_entries: 1000,
