@@ -345,3 +345,48 @@ fn catalog_names_itself() {
         assert_eq!(lanes, 1);
     }
 }
+
+/// The shapes an MLP's training step uses have catalog kernels (a regression that silently
+/// sends them to the reference kernels shows here, not only in the benchmarks).
+#[test]
+fn training_shapes_have_catalog_kernels() {
+    let (b, n) = (32, 10);
+    let m = shp(&[b, n]);
+    let t = Attr::target;
+    let cases: &[(Opcode, Attr, &[Shape])] = &[
+        (Opcode::Broadcast, t(m), &[shp(&[n])]),
+        (Opcode::Broadcast, t(m), &[shp(&[b, 1])]),
+        (Opcode::Broadcast, t(m), &[shp(&[])]),
+        (Opcode::SumTo, t(shp(&[n])), &[m]),
+        (Opcode::SumTo, t(shp(&[b, 1])), &[m]),
+        (Opcode::SumTo, t(shp(&[])), &[m]),
+        (Opcode::MaxTo, t(shp(&[b, 1])), &[m]),
+        (Opcode::MatMul, Attr::NONE, &[shp(&[b, 64]), shp(&[64, n])]),
+        (Opcode::Transpose, Attr::NONE, &[m]),
+        (Opcode::Fill, Attr::NONE, &[]),
+        (Opcode::Select, Attr::NONE, &[m, m, m]),
+    ];
+    for (op, attr, shapes) in cases {
+        let attr = if *op == Opcode::Fill {
+            Attr::fill(0.5, m)
+        } else {
+            *attr
+        };
+        assert!(
+            catalog::has_kernel(*op, attr, shapes),
+            "{op} over {shapes:?} has no catalog kernel"
+        );
+    }
+    for &op in UNARY.iter().chain(BINARY) {
+        let shapes = vec![m; op.arity()];
+        let attr = if op == Opcode::Pow {
+            Attr {
+                bits: 2.0f32.to_bits(),
+                target: None,
+            }
+        } else {
+            Attr::NONE
+        };
+        assert!(catalog::has_kernel(op, attr, &shapes), "{op}");
+    }
+}
