@@ -111,6 +111,11 @@ const STEPS: &[Step] = &[
         run: browser::step_wasm_test,
     },
     Step {
+        name: "wasm-simd",
+        about: "the wasm-bindgen-test suite in Node with the runtime's simd catalog under simd128 (a whole training run against the host oracle)",
+        run: step_wasm_simd,
+    },
+    Step {
         name: "browser",
         about: "the demo page in headless Chromium: train, check the digest against the host oracle, screenshot",
         run: browser::step_browser,
@@ -130,6 +135,7 @@ const CI_STEPS: &[&str] = &[
     "qemu",
     "wasm-setup",
     "wasm-test",
+    "wasm-simd",
     "browser",
 ];
 
@@ -420,6 +426,55 @@ fn step_simd(ctx: &Ctx) -> Result<()> {
     wasm.env("RUSTFLAGS", "-C target-feature=+simd128")
         .env("CARGO_TARGET_DIR", ctx.root.join("target").join("simd128"));
     run(wasm).context("tapeplan-runtime --features simd does not build for wasm32 simd128")
+}
+
+/// The wasm crate's wasm-bindgen-test suite (its fixed training run equals the host oracle's
+/// digests bit for bit) in Node, built with `simd128` and the runtime's `simd` catalog, in a
+/// target directory of its own. Needs what `wasm-setup` installs.
+fn step_wasm_simd(ctx: &Ctx) -> Result<()> {
+    browser::step_web_assets(ctx)?;
+    let mut cmd = ctx.tool(
+        "wasm-pack",
+        [
+            "test",
+            "--node",
+            "--",
+            "--features",
+            "tapeplan-runtime/simd",
+        ],
+    );
+    cmd.current_dir(ctx.root.join("wasm"))
+        .env("RUSTFLAGS", "-C target-feature=+simd128")
+        .env(
+            "CARGO_TARGET_DIR",
+            ctx.root.join("target").join("wasm-simd128"),
+        );
+    let shown = show(&cmd);
+    eprintln!("$ {shown}");
+    let out = cmd
+        .output()
+        .with_context(|| format!("could not start `{shown}`"))?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprint!("{text}");
+    if !out.status.success() {
+        bail!("`{shown}` failed ({})", out.status);
+    }
+    // The suite must really have run in Node (not been skipped).
+    let ran = text.lines().any(|l| {
+        l.trim_start()
+            .strip_prefix("test result: ok. ")
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|n| n.parse::<usize>().ok())
+            .is_some_and(|n| n > 0)
+    });
+    if !ran {
+        bail!("`{shown}` ran no test");
+    }
+    Ok(())
 }
 
 fn step_doc(ctx: &Ctx) -> Result<()> {
