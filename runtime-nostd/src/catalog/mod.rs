@@ -348,7 +348,7 @@ fn sum_to(x: &[f32], dx: &Dims, out: &mut [f32], dout: &Dims) -> bool {
     match pattern(dout, dx) {
         Pattern::Same if x.len() == out.len() => {
             // Each output has one input: `+0.0 + x` (which turns `-0.0` into `+0.0`).
-            lanes::binary(lanes::ops::Add, Src::Buf(x), Src::Out, zeroed(out));
+            lanes::binary(lanes::ops::Add, Src::Out, Src::Buf(x), zeroed(out));
         }
         Pattern::Rows { rows, cols: 1 } if out.len() == 1 && x.len() == rows => {
             // Everything to one output: one sequential chain from `+0.0`.
