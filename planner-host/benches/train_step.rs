@@ -7,7 +7,8 @@
 //! Each is a criterion benchmark `train_step/W<n>/<catalog>`, the catalog being the runtime's
 //! (`scalar`, or `simd-avx512` / `simd-avx2` / `simd-sse2` with `--features simd`). One iteration
 //! sets the step's inputs, runs the `train_step` entry and reads the loss: the bindings are
-//! looked up once, outside the loop, as a training loop would.
+//! looked up and the entry decoded (`Session::decode`) once, outside the loop, as a training loop
+//! would; `W3-run` is W3 through `Session::run`, which reads the plan's records on every step.
 //!
 //! Run with `cargo bench -p tapeplan-planner --bench train_step [--features simd]`, best with
 //! `RUSTFLAGS="-C target-cpu=native"` (the runtime picks its vector width at compile time);
@@ -25,7 +26,7 @@ use tapeplan_planner::optim::Sgd;
 use tapeplan_planner::oracle::TrainingJob;
 use tapeplan_planner::rng::SplitMix64;
 use tapeplan_runtime::catalog::CATALOG;
-use tapeplan_runtime::{Plan, Session};
+use tapeplan_runtime::{Decoded, Plan, Session};
 
 /// Floating-point operations of one run of `entry`: `2·m·k·n` per `matmul`, one per output
 /// element of every elementwise instruction (transcendentals included) and of `select`, one
@@ -55,6 +56,7 @@ fn flops(job: &TrainingJob, entry: &str) -> u64 {
 fn workload(
     c: &mut Criterion,
     id: &str,
+    decoded: bool,
     sizes: &[usize],
     act: Activation,
     loss: Loss,
@@ -114,12 +116,18 @@ fn workload(
     let bx = plan.input(e, "x").expect("x");
     let bt = plan.input(e, tname).expect("target");
     let bl = plan.output(e, "loss").expect("loss");
+    let mut buf = vec![Decoded::EMPTY; plan.n_instrs()];
+    let program = s.decode(e, &mut buf).expect("decode");
     let mut g = c.benchmark_group("train_step");
     g.bench_function(BenchmarkId::new(id, CATALOG), |b| {
         b.iter(|| {
             s.write_binding(&bx, &x).expect("x");
             s.write_binding(&bt, &target).expect("target");
-            s.run(e).expect("run");
+            if decoded {
+                s.run_program(&program).expect("run");
+            } else {
+                s.run(e).expect("run");
+            }
             s.read_binding(&bl)[0]
         })
     });
@@ -130,6 +138,7 @@ fn benches(c: &mut Criterion) {
     workload(
         c,
         "W1",
+        true,
         &[64, 32, 10],
         Activation::Tanh,
         Loss::SoftmaxCrossEntropy,
@@ -138,19 +147,23 @@ fn benches(c: &mut Criterion) {
     workload(
         c,
         "W2",
+        true,
         &[784, 128, 10],
         Activation::Relu,
         Loss::SoftmaxCrossEntropy,
         64,
     );
-    workload(
-        c,
-        "W3",
-        &[2, 16, 16, 1],
-        Activation::Tanh,
-        Loss::MeanSquaredError,
-        1,
-    );
+    for (id, decoded) in [("W3", true), ("W3-run", false)] {
+        workload(
+            c,
+            id,
+            decoded,
+            &[2, 16, 16, 1],
+            Activation::Tanh,
+            Loss::MeanSquaredError,
+            1,
+        );
+    }
 }
 
 criterion_group!(train_step, benches);

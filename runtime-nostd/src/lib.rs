@@ -26,7 +26,7 @@ pub use checkpoint::{
 pub use error::{Operand, PlanError, RunError, Section};
 pub use limits::Limits;
 pub use plan::{Binding, EntryId, Plan};
-pub use session::Session;
+pub use session::{Decoded, Program, Session};
 pub use validate::{Scratch, DEFAULT_SCRATCH_TENSORS};
 
 pub use tapeplan_core::format::{BindingKind, TensorKind};

@@ -203,6 +203,66 @@ impl<'p, 'a> Session<'p, 'a> {
         self.slice(binding)
     }
 
+    /// Decodes `entry`'s instructions into `buf` once (the opcode, attribute and tensor
+    /// records of each), for [`Session::run_program`] to run many times without reading the
+    /// plan's records again: what a step loop over a small model saves per instruction.
+    ///
+    /// # Errors
+    /// [`RunError::UnknownEntry`]; [`RunError::LengthMismatch`] when `buf` holds fewer than
+    /// the entry's instructions (`expected_elems` is the count needed).
+    pub fn decode<'b>(
+        &self,
+        entry: EntryId,
+        buf: &'b mut [Decoded],
+    ) -> Result<Program<'b>, RunError> {
+        self.check_entry(entry)?;
+        let range = self
+            .plan
+            .entry_range(entry)
+            .ok_or(RunError::UnknownEntry { entry: entry.0 })?;
+        let (n, found_elems) = (range.len(), buf.len());
+        let slots = buf.get_mut(..n).ok_or(RunError::LengthMismatch {
+            expected_elems: n,
+            found_elems,
+        })?;
+        for (slot, k) in slots.iter_mut().zip(range) {
+            *slot = decode_instr(self.plan, k)?;
+        }
+        Ok(Program {
+            entry,
+            plan_addr: self.plan.bytes.as_ptr() as usize,
+            plan_len: self.plan.bytes.len(),
+            instrs: slots,
+        })
+    }
+
+    /// Runs a decoded entry: the same as [`Session::run`] of its entry, with the same bits.
+    ///
+    /// # Errors
+    /// As [`Session::run`]; [`RunError::UnknownEntry`] when `program` was decoded from another
+    /// plan.
+    pub fn run_program(&mut self, program: &Program<'_>) -> Result<(), RunError> {
+        let plan = self.plan;
+        if program.plan_addr != plan.bytes.as_ptr() as usize || program.plan_len != plan.bytes.len()
+        {
+            return Err(RunError::UnknownEntry {
+                entry: program.entry.0,
+            });
+        }
+        self.check_entry(program.entry)?;
+        let arena = self
+            .arena
+            .get_mut(..plan.arena_elems())
+            .ok_or(RunError::ArenaTooSmall {
+                needed_elems: plan.arena_elems(),
+                found_elems: 0,
+            })?;
+        for d in program.instrs {
+            execute(plan, arena, d)?;
+        }
+        commit(plan, arena, program.entry)
+    }
+
     /// Runs an entry's instructions in order, each with the kernel catalog's entry for it
     /// ([`crate::catalog`]: scalar, or vectorized with feature `simd`) or, where the catalog
     /// has none, its reference kernel from `tapeplan_core::ops`; either way the bits are the
@@ -364,9 +424,71 @@ const DECODE: [Option<(Opcode, usize, bool)>; 256] = {
     t
 };
 
-/// Runs instruction `k` over `arena`: with the catalog's kernel when it has one for the
-/// instruction (the same bits as the reference kernel), else through [`step_reference`].
-fn step(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), RunError> {
+/// One instruction of an entry decoded for execution: its opcode, attribute word and where its
+/// tensors live, read from the plan's records once by [`Session::decode`] so that
+/// [`Session::run_program`] does not read them again on every step. About 300 bytes each.
+#[derive(Clone, Copy, Debug)]
+pub struct Decoded {
+    k: usize,
+    op: Opcode,
+    arity: usize,
+    elementwise: bool,
+    attr: u32,
+    out: Fast,
+    args: [Option<Fast>; MAX_ARITY],
+}
+
+impl Decoded {
+    /// A placeholder to fill a buffer with before [`Session::decode`]: `[Decoded::EMPTY; N]`.
+    pub const EMPTY: Decoded = Decoded {
+        k: 0,
+        op: Opcode::Input,
+        arity: 0,
+        elementwise: false,
+        attr: 0,
+        out: Fast {
+            offset: 0,
+            end: 0,
+            dims: Dims {
+                rank: 0,
+                dims: [0; MAX_RANK],
+                elems: 0,
+            },
+        },
+        args: [None; MAX_ARITY],
+    };
+}
+
+/// An entry of a plan decoded once for repeated runs (see [`Session::decode`]): it borrows the
+/// caller's buffer of [`Decoded`] instructions and remembers which plan it was decoded from.
+#[derive(Clone, Copy, Debug)]
+pub struct Program<'b> {
+    entry: EntryId,
+    plan_addr: usize,
+    plan_len: usize,
+    instrs: &'b [Decoded],
+}
+
+impl Program<'_> {
+    /// The entry it runs.
+    pub fn entry(&self) -> EntryId {
+        self.entry
+    }
+
+    /// Its number of instructions.
+    pub fn len(&self) -> usize {
+        self.instrs.len()
+    }
+
+    /// True for an entry without instructions.
+    pub fn is_empty(&self) -> bool {
+        self.instrs.is_empty()
+    }
+}
+
+/// Decodes instruction `k`'s record and its tensors' records (see [`Decoded`]).
+#[inline(always)]
+fn decode_instr(plan: &Plan<'_>, k: usize) -> Result<Decoded, RunError> {
     let instr = u32::try_from(k).unwrap_or(u32::MAX);
     let bad = RunError::Inconsistent { instr };
     let at = k
@@ -387,13 +509,20 @@ fn step(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), RunError> {
         .and_then(Option::as_ref)
         .ok_or(bad)?;
     let out = fast_tensor(plan, word([rec[4], rec[5], rec[6], rec[7]])).ok_or(bad)?;
+    let mut d = Decoded {
+        k,
+        op,
+        arity,
+        elementwise,
+        attr: word([rec[20], rec[21], rec[22], rec[23]]),
+        out,
+        args: [None; MAX_ARITY],
+    };
     if out.dims.elems == 0 {
-        // Nothing to write; skipping also spares loops over empty extents.
-        return Ok(());
+        return Ok(d);
     }
-    let attr = word([rec[20], rec[21], rec[22], rec[23]]);
-    let mut args = [None::<Fast>; MAX_ARITY];
-    for (slot, a) in args
+    for (slot, a) in d
+        .args
         .iter_mut()
         .zip([
             word([rec[8], rec[9], rec[10], rec[11]]),
@@ -403,6 +532,27 @@ fn step(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), RunError> {
         .take(arity)
     {
         *slot = Some(fast_tensor(plan, a).ok_or(bad)?);
+    }
+    Ok(d)
+}
+
+/// Runs instruction `k` over `arena`: with the catalog's kernel when it has one for the
+/// instruction (the same bits as the reference kernel), else through [`step_reference`].
+fn step(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), RunError> {
+    execute(plan, arena, &decode_instr(plan, k)?)
+}
+
+/// Runs a decoded instruction over `arena` (see [`step`]).
+#[inline(always)]
+fn execute(plan: &Plan<'_>, arena: &mut [f32], d: &Decoded) -> Result<(), RunError> {
+    let (k, op, arity, elementwise, attr, out, args) =
+        (d.k, d.op, d.arity, d.elementwise, d.attr, &d.out, &d.args);
+    let bad = RunError::Inconsistent {
+        instr: u32::try_from(k).unwrap_or(u32::MAX),
+    };
+    if out.dims.elems == 0 {
+        // Nothing to write; skipping also spares loops over empty extents.
+        return Ok(());
     }
     let (left, rest) = arena.split_at_mut_checked(out.offset).ok_or(bad)?;
     let (buf, right) = rest.split_at_mut_checked(out.dims.elems).ok_or(bad)?;
@@ -446,7 +596,7 @@ fn step(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), RunError> {
         let mut slices: [&[f32]; MAX_ARITY] = [&[]; MAX_ARITY];
         let mut dims = [out.dims; MAX_ARITY];
         let mut disjoint = true;
-        for ((slot, d), a) in slices.iter_mut().zip(&mut dims).zip(&args).take(arity) {
+        for ((slot, d), a) in slices.iter_mut().zip(&mut dims).zip(args).take(arity) {
             match src(a) {
                 Some(Src::Buf(x)) => *slot = x,
                 _ => disjoint = false,

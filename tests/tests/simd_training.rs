@@ -121,3 +121,84 @@ fn odd_widths_take_the_tail_paths() {
     );
     run(&[5, 33, 3], Activation::Tanh, Loss::MeanSquaredError, 3, 5);
 }
+
+/// `Session::run_program` (records decoded once) gives `Session::run`'s bits, step after step.
+#[test]
+fn decoded_program_equals_run() {
+    use tapeplan_runtime::{Decoded, Plan, Session};
+    for (sizes, activation, loss, batch) in [
+        (
+            vec![64, 32, 10],
+            Activation::Tanh,
+            Loss::SoftmaxCrossEntropy,
+            32,
+        ),
+        (
+            vec![2, 16, 16, 1],
+            Activation::Tanh,
+            Loss::MeanSquaredError,
+            1,
+        ),
+    ] {
+        let mlp = Mlp {
+            sizes: sizes.clone(),
+            activation,
+        };
+        let job = TrainingJob::build(mlp, loss, Sgd { lr: 0.05 }, batch).unwrap();
+        let bytes = job.plan.to_bytes();
+        let plan = Plan::parse(&bytes).unwrap();
+        let e = plan.entry("train_step").unwrap();
+        let shapes = job.parameter_shapes();
+        let init = glorot_uniform(&shapes, 3);
+        let mut arena_a = vec![0.0f32; plan.arena_elems()];
+        let mut arena_b = vec![0.0f32; plan.arena_elems()];
+        let mut a = Session::bind(&plan, &mut arena_a).unwrap();
+        let mut b = Session::bind(&plan, &mut arena_b).unwrap();
+        for ((n, _), v) in shapes.iter().zip(&init) {
+            a.load_parameter(n, v).unwrap();
+            b.load_parameter(n, v).unwrap();
+        }
+        let mut buf = vec![Decoded::EMPTY; plan.n_instrs()];
+        let program = b.decode(e, &mut buf).unwrap();
+        assert_eq!(program.len(), plan.entry_instrs(e).unwrap());
+        let target_name = match loss {
+            Loss::SoftmaxCrossEntropy => "labels",
+            Loss::MeanSquaredError => "y",
+        };
+        let mut rng = SplitMix64::new(77);
+        let (d_in, d_out) = (sizes[0], *sizes.last().unwrap());
+        for step in 0..10 {
+            let x: Vec<f32> = (0..batch * d_in).map(|_| rng.next_f32() - 0.5).collect();
+            let t: Vec<f32> = match loss {
+                Loss::SoftmaxCrossEntropy => (0..batch).map(|_| rng.below(d_out) as f32).collect(),
+                Loss::MeanSquaredError => (0..batch * d_out).map(|_| rng.next_f32()).collect(),
+            };
+            for s in [&mut a, &mut b] {
+                s.set_input(e, "x", &x).unwrap();
+                s.set_input(e, target_name, &t).unwrap();
+            }
+            a.run(e).unwrap();
+            b.run_program(&program).unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(a.output(e, "loss").unwrap()),
+                bits(b.output(e, "loss").unwrap()),
+                "{sizes:?} step {step}: loss"
+            );
+            assert_eq!(
+                bits(a.persistent()),
+                bits(b.persistent()),
+                "{sizes:?} step {step}: parameters"
+            );
+        }
+        // A program decoded from another plan's bytes is refused.
+        let other = bytes.clone();
+        let other_plan = Plan::parse(&other).unwrap();
+        let mut arena_c = vec![0.0f32; other_plan.arena_elems()];
+        let mut c = Session::bind(&other_plan, &mut arena_c).unwrap();
+        assert!(c.run_program(&program).is_err());
+        // A buffer too small for the entry is an error, not a panic.
+        let mut small = vec![Decoded::EMPTY; 1];
+        assert!(a.decode(e, &mut small).is_err());
+    }
+}

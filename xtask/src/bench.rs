@@ -22,6 +22,7 @@ const WORKLOADS: &[(&str, &str)] = &[
     ("W1", "MLP 64-32-10 tanh, softmax CE, SGD, batch 32"),
     ("W2", "MLP 784-128-10 relu, softmax CE, SGD, batch 64"),
     ("W3", "MLP 2-16-16-1 tanh, MSE, SGD, batch 1"),
+    ("W3-run", "W3 through Session::run: records read every step"),
 ];
 
 /// One benchmark's figures.
