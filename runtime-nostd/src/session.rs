@@ -409,20 +409,29 @@ fn fast_tensor(plan: &Plan<'_>, t: u32) -> Option<Fast> {
     })
 }
 
-/// Every opcode byte's opcode, arity and whether it is elementwise, computed at compile time
-/// from the vocabulary's table (one lookup per instruction instead of three calls).
+/// Every opcode byte's arity and class, computed at compile time from the vocabulary's table:
+/// `VALID | arity` plus `ELEMENTWISE` for elementwise opcodes, 0 for bytes that are no opcode.
+/// One byte each (256 bytes of flash), one lookup per instruction instead of two calls.
+#[cfg(feature = "catalog")]
 #[allow(clippy::indexing_slicing)] // constant evaluation: an out-of-bounds index is a build error
-const DECODE: [Option<(Opcode, usize, bool)>; 256] = {
-    let mut t = [None; 256];
+const DECODE: [u8; 256] = {
+    let mut t = [0u8; 256];
     let mut i = 0;
     while i < 256 {
         if let Some(op) = Opcode::from_u8(i as u8) {
-            t[i] = Some((op, op.arity(), matches!(op.class(), OpClass::Elementwise)));
+            let elementwise = matches!(op.class(), OpClass::Elementwise);
+            t[i] = VALID | op.arity() as u8 | if elementwise { ELEMENTWISE } else { 0 };
         }
         i += 1;
     }
     t
 };
+#[cfg(feature = "catalog")]
+const VALID: u8 = 0x80;
+#[cfg(feature = "catalog")]
+const ELEMENTWISE: u8 = 0x40;
+#[cfg(feature = "catalog")]
+const ARITY: u8 = 0x0f;
 
 /// One instruction of an entry decoded for execution: its opcode, attribute word and where its
 /// tensors live, read from the plan's records once by [`Session::decode`] so that
@@ -504,10 +513,16 @@ fn decode_instr(plan: &Plan<'_>, k: usize) -> Result<Decoded, RunError> {
         .and_then(|r| r.try_into().ok())
         .ok_or(bad)?;
     let word = |w: [u8; 4]| u32::from_le_bytes(w);
-    let &(op, arity, elementwise) = DECODE
-        .get(usize::from(rec[0]))
-        .and_then(Option::as_ref)
-        .ok_or(bad)?;
+    let op = Opcode::from_u8(rec[0]).ok_or(bad)?;
+    // With the catalog (hosts), a table lookup; without (flash-bound firmware), two calls and
+    // 256 bytes less.
+    #[cfg(feature = "catalog")]
+    let (arity, elementwise) = {
+        let flags = DECODE.get(usize::from(rec[0])).copied().unwrap_or(0);
+        (usize::from(flags & ARITY), flags & ELEMENTWISE != 0)
+    };
+    #[cfg(not(feature = "catalog"))]
+    let (arity, elementwise) = (op.arity(), op.class() == OpClass::Elementwise);
     let out = fast_tensor(plan, word([rec[4], rec[5], rec[6], rec[7]])).ok_or(bad)?;
     let mut d = Decoded {
         k,
@@ -538,8 +553,15 @@ fn decode_instr(plan: &Plan<'_>, k: usize) -> Result<Decoded, RunError> {
 
 /// Runs instruction `k` over `arena`: with the catalog's kernel when it has one for the
 /// instruction (the same bits as the reference kernel), else through [`step_reference`].
+///
+/// Without the `catalog` feature (flash-bound firmware) every instruction takes
+/// [`step_reference`]'s path: the least code, the same bits.
 fn step(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), RunError> {
-    execute(plan, arena, &decode_instr(plan, k)?)
+    if cfg!(feature = "catalog") {
+        execute(plan, arena, &decode_instr(plan, k)?)
+    } else {
+        step_reference(plan, arena, k)
+    }
 }
 
 /// Runs a decoded instruction over `arena` (see [`step`]).
