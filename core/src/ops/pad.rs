@@ -3,7 +3,7 @@
 //!
 //! Rule: `x̄ += slice(ḡ, axis, start, len(x))`.
 
-use super::slice::{outer_inner, unpack};
+use super::slice::{copy_window, outer_inner, unpack, Window};
 use super::{want, Contributions, VjpArgs};
 use crate::{Element, Recordable, Shape};
 
@@ -18,14 +18,14 @@ pub fn kernel<E: Element>(x: &[E], x_shape: Shape, out: &mut [E], out_shape: Sha
         x_shape.dim(axis).unwrap_or(0),
         out_shape.dim(axis).unwrap_or(0),
     );
-    for o in 0..outer {
-        let dst = (o * no + start) * inner;
-        let src = o * nx * inner;
-        let n = nx * inner;
-        if let (Some(s), Some(d)) = (x.get(src..src + n), out.get_mut(dst..dst + n)) {
-            d.copy_from_slice(s);
-        }
-    }
+    let w = Window {
+        outer,
+        inner,
+        start,
+        n_big: no,
+        n_small: nx,
+    };
+    copy_window(w, x, out, false);
 }
 
 pub(crate) fn vjp<R: Recordable>(

@@ -54,6 +54,35 @@ pub(crate) fn outer_inner(s: Shape, axis: usize) -> (usize, usize) {
     (outer, inner)
 }
 
+/// A window along one axis: both tensors are `[outer, n, inner]` around it, `n_big` for the
+/// whole and `n_small` for the window, which starts at `start`.
+#[derive(Clone, Copy)]
+pub(crate) struct Window {
+    pub(crate) outer: usize,
+    pub(crate) inner: usize,
+    pub(crate) start: usize,
+    pub(crate) n_big: usize,
+    pub(crate) n_small: usize,
+}
+
+/// The window copy `slice` and `pad` share: `big[o, start + j, i]` ↔ `small[o, j, i]`, towards
+/// the window when `small_is_dst`, out of it otherwise. Exact: a copy.
+pub(crate) fn copy_window<E: Copy>(w: Window, src: &[E], dst: &mut [E], small_is_dst: bool) {
+    let n = w.n_small * w.inner;
+    for o in 0..w.outer {
+        let at_big = (o * w.n_big + w.start) * w.inner;
+        let at_small = o * w.n_small * w.inner;
+        let (from, to) = if small_is_dst {
+            (at_big, at_small)
+        } else {
+            (at_small, at_big)
+        };
+        if let (Some(s), Some(d)) = (src.get(from..from + n), dst.get_mut(to..to + n)) {
+            d.copy_from_slice(s);
+        }
+    }
+}
+
 /// Copies the window: `out[o, j, i] = x[o, start + j, i]` over `x: [outer, n_x, inner]`.
 pub fn kernel<E: Element>(x: &[E], x_shape: Shape, out: &mut [E], out_shape: Shape, bits: u32) {
     let (axis, start) = unpack(bits);
@@ -62,14 +91,14 @@ pub fn kernel<E: Element>(x: &[E], x_shape: Shape, out: &mut [E], out_shape: Sha
         x_shape.dim(axis).unwrap_or(0),
         out_shape.dim(axis).unwrap_or(0),
     );
-    for o in 0..outer {
-        let src = (o * nx + start) * inner;
-        let dst = o * no * inner;
-        let n = no * inner;
-        if let (Some(s), Some(d)) = (x.get(src..src + n), out.get_mut(dst..dst + n)) {
-            d.copy_from_slice(s);
-        }
-    }
+    let w = Window {
+        outer,
+        inner,
+        start,
+        n_big: nx,
+        n_small: no,
+    };
+    copy_window(w, x, out, true);
 }
 
 pub(crate) fn vjp<R: Recordable>(
