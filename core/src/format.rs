@@ -33,6 +33,14 @@ pub const CRC_OFFSET: usize = 12;
 pub const ALL_ENTRIES: u32 = u32::MAX;
 /// The `args` slot value for an unused argument position.
 pub const NO_ARG: u32 = u32::MAX;
+/// Instruction flag (bit 0 of an instruction record's `flags`): this instruction and the next
+/// belong to one fused chain. See [`TensorKind::Register`] and the spec's "Fused chains".
+pub const FUSE_NEXT: u16 = 1;
+/// The register slots a fused chain may use: a register tensor's `offset_elems` is its slot,
+/// below this.
+pub const MAX_REGISTERS: usize = 4;
+/// The most instructions one fused chain may hold.
+pub const MAX_CHAIN_INSTRS: usize = 16;
 
 /// The CRC used by the format: CRC-32/ISO-HDLC (the zlib / PNG / Ethernet CRC-32).
 pub const CRC32: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC);
@@ -156,6 +164,9 @@ pub enum TensorKind {
     Scratch = 0,
     /// In the persistent region `[0, persistent_elems)`: parameters and their updated values.
     Persistent = 1,
+    /// Not in the arena: a value a fused chain passes from one of its instructions to a later
+    /// one, a tile at a time, in register slot `offset_elems` (below [`MAX_REGISTERS`]).
+    Register = 2,
 }
 
 impl TensorKind {
@@ -164,6 +175,7 @@ impl TensorKind {
         match b {
             0 => Some(TensorKind::Scratch),
             1 => Some(TensorKind::Persistent),
+            2 => Some(TensorKind::Register),
             _ => None,
         }
     }
@@ -214,8 +226,8 @@ pub struct InstrRecord {
     pub opcode: u8,
     /// Byte 1: the number of arguments; must equal the opcode's arity.
     pub n_args: u8,
-    /// Bytes 2..4: reserved, 0.
-    pub reserved: u16,
+    /// Bytes 2..4: flags; bit 0 is [`FUSE_NEXT`], the other bits must be 0.
+    pub flags: u16,
     /// Bytes 4..8: the output tensor's index.
     pub out: u32,
     /// Bytes 8..20: argument tensor indices; unused slots hold [`NO_ARG`].
@@ -230,7 +242,7 @@ impl InstrRecord {
         InstrRecord {
             opcode: b.first().copied().unwrap_or(0),
             n_args: b.get(1).copied().unwrap_or(0),
-            reserved: u16_at(b, 2),
+            flags: u16_at(b, 2),
             out: u32_at(b, 4),
             args: [u32_at(b, 8), u32_at(b, 12), u32_at(b, 16)],
             attr: u32_at(b, 20),
@@ -240,7 +252,7 @@ impl InstrRecord {
     /// Writes a record.
     pub fn encode(&self, b: &mut [u8]) {
         put(b, 0, &[self.opcode, self.n_args]);
-        put(b, 2, &self.reserved.to_le_bytes());
+        put(b, 2, &self.flags.to_le_bytes());
         put(b, 4, &self.out.to_le_bytes());
         put(b, 8, &self.args[0].to_le_bytes());
         put(b, 12, &self.args[1].to_le_bytes());
@@ -403,7 +415,7 @@ mod tests {
         let i = InstrRecord {
             opcode: 0x12,
             n_args: 2,
-            reserved: 0,
+            flags: 0,
             out: 9,
             args: [1, 2, NO_ARG],
             attr: 1.5f32.to_bits(),

@@ -137,11 +137,20 @@ impl PlanInfo {
         for e in &self.entries {
             let _ = writeln!(
                 out,
-                "entry {} ({} instructions; `@N` is the output's arena offset in f32 elements)",
+                "entry {} ({} instructions; `@N` is the output's arena offset in f32 elements, `rN` a register slot, `┬ │ └` a fused chain)",
                 e.name,
                 e.instrs.len()
             );
+            let mut in_chain = false;
             for (k, i) in e.instrs.iter().enumerate() {
+                let fused = i.flags & tapeplan_core::format::FUSE_NEXT != 0;
+                let mark = match (in_chain, fused) {
+                    (false, true) => '┬',
+                    (true, true) => '│',
+                    (true, false) => '└',
+                    (false, false) => ' ',
+                };
+                in_chain = fused;
                 let op = Opcode::from_u8(i.opcode).map(Opcode::name).unwrap_or("?");
                 let args: Vec<String> = i
                     .args
@@ -157,17 +166,20 @@ impl PlanInfo {
                     Some(op) if tapeplan_core::ops::uses_attr(op) => format!("attr={:#x}", i.attr),
                     _ => String::new(),
                 };
+                let at = match t {
+                    Some(t) if t.kind == TensorKind::Register as u8 => {
+                        format!("r{}", t.offset_elems)
+                    }
+                    Some(t) if t.kind == TensorKind::Persistent as u8 => {
+                        format!("@{} (persistent)", t.offset_elems)
+                    }
+                    t => format!("@{}", t.map(|t| t.offset_elems).unwrap_or(0)),
+                };
                 let _ = writeln!(
                     out,
-                    "{k:>5}  {op:<10} t{:<4} <- {:<12} {attr:<16} {shape:<10} @{}{}",
+                    "{k:>5} {mark} {op:<10} t{:<4} <- {:<12} {attr:<16} {shape:<10} {at}",
                     i.out,
                     args.join(", "),
-                    t.map(|t| t.offset_elems).unwrap_or(0),
-                    if t.map(|t| t.kind) == Some(TensorKind::Persistent as u8) {
-                        " (persistent)"
-                    } else {
-                        ""
-                    }
                 );
             }
         }

@@ -3,6 +3,9 @@
 //! Slow and simple on purpose: it is the check that serialization, decoding and the runtime's
 //! executor (in-place paths, slicing) change nothing.
 
+use std::collections::BTreeMap;
+
+use tapeplan_core::format::TensorKind;
 use tapeplan_core::{ops, Attr};
 
 use crate::planner::Plan;
@@ -17,6 +20,9 @@ impl Plan {
         let e = self.entry(entry).ok_or(ops::OpError::Leaf {
             op: tapeplan_core::Opcode::Input,
         })?;
+        // Registers (values of fused chains) live beside the arena, whole, by tensor index:
+        // this interpreter runs chains one instruction at a time, the runtime a tile at a time.
+        let mut registers: BTreeMap<u32, Vec<f32>> = BTreeMap::new();
         for i in &e.instrs {
             let n = i.op.arity();
             let mut shapes = Vec::with_capacity(n);
@@ -24,18 +30,27 @@ impl Plan {
             for &a in &i.args[..n] {
                 let t = self.tensors[a as usize];
                 shapes.push(t.shape);
-                args.push(arena[t.offset_elems..t.offset_elems + t.shape.elems()].to_vec());
+                args.push(if t.kind == TensorKind::Register {
+                    registers.get(&a).cloned().unwrap_or_default()
+                } else {
+                    arena[t.offset_elems..t.offset_elems + t.shape.elems()].to_vec()
+                });
             }
             let out = self.tensors[i.out as usize];
             let arg_refs: Vec<&[f32]> = args.iter().map(Vec::as_slice).collect();
             let len = out.shape.elems();
-            let dst = arena
-                .get_mut(out.offset_elems..out.offset_elems + len)
-                .ok_or(ops::OpError::BufferLength {
-                    op: i.op,
-                    expected_elems: out.offset_elems + len,
-                    found_elems: 0,
-                })?;
+            let mut register = vec![0.0; len];
+            let dst = if out.kind == TensorKind::Register {
+                &mut register[..]
+            } else {
+                arena
+                    .get_mut(out.offset_elems..out.offset_elems + len)
+                    .ok_or(ops::OpError::BufferLength {
+                        op: i.op,
+                        expected_elems: out.offset_elems + len,
+                        found_elems: 0,
+                    })?
+            };
             ops::eval(
                 i.op,
                 Attr::from_parts(i.op, i.attr, out.shape),
@@ -43,6 +58,9 @@ impl Plan {
                 &shapes,
                 dst,
             )?;
+            if out.kind == TensorKind::Register {
+                registers.insert(i.out, register);
+            }
         }
         Ok(())
     }

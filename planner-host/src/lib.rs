@@ -21,4 +21,4 @@ pub mod train;
 pub mod verify;
 pub mod writer;
 
-pub use planner::{plan, EntrySpec, MemoryReport, Plan, PlanError, Root};
+pub use planner::{plan, plan_with, EntrySpec, MemoryReport, Plan, PlanError, PlanOptions, Root};

@@ -15,6 +15,7 @@ use tapeplan_planner::inspect::PlanInfo;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
 use tapeplan_planner::optim::Optimizer;
 use tapeplan_planner::oracle::{first_difference, same_bits, JobOptions, Oracle, TrainingJob};
+use tapeplan_planner::planner::PlanOptions;
 use tapeplan_planner::plot::LossCurve;
 use tapeplan_planner::rng::SplitMix64;
 use tapeplan_planner::train::{RuntimeModel, TrainError};
@@ -221,6 +222,9 @@ struct ModelArgs {
     /// step only when its loss and every update are finite.
     #[arg(long)]
     no_guard: bool,
+    /// Plan without fusing elementwise chains (every value in the arena; same bits).
+    #[arg(long)]
+    no_fusion: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -290,6 +294,9 @@ impl ModelArgs {
             guarded: !self.no_guard,
             dropout: self.dropout,
             seed: self.dropout_seed,
+            planning: PlanOptions {
+                fuse: !self.no_fusion,
+            },
             ..Default::default()
         };
         Ok(TrainingJob::build_with(
@@ -840,6 +847,7 @@ fn demo(epochs: usize, seed: u64) -> Result<ExitCode> {
         dropout: 0.0,
         dropout_seed: 1,
         no_guard: false,
+        no_fusion: false,
     };
     let job = args.job()?;
     let bytes = job.plan.to_bytes();

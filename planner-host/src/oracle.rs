@@ -11,7 +11,7 @@ use tapeplan_core::{Compute, NodeId, Recordable, Run, Shape, Tape, TapeError, Te
 use crate::model::{self, Loss, Mlp};
 use crate::optim::{Optimizer, StateSpec};
 use crate::passes::{self, Passes, RewriteStats};
-use crate::planner::{self, EntrySpec, Plan, PlanError, Root};
+use crate::planner::{self, EntrySpec, Plan, PlanError, PlanOptions, Root};
 
 /// A model, its loss and optimizer, recorded and planned.
 #[derive(Clone, Debug)]
@@ -185,7 +185,11 @@ impl TrainingJob {
         }
         let (rewritten, map, rewrite_stats) =
             passes::rewrite(&tape, options.passes, &passes::update_values(&entries))?;
-        let plan = planner::plan(&rewritten, &passes::remap_entries(&entries, &map))?;
+        let plan = planner::plan_with(
+            &rewritten,
+            &passes::remap_entries(&entries, &map),
+            options.planning,
+        )?;
         Ok(TrainingJob {
             mlp,
             loss,
@@ -227,6 +231,8 @@ pub struct JobOptions {
     pub seed: u64,
     /// The bit-preserving rewrites applied before planning (all by default).
     pub passes: Passes,
+    /// How to plan (fusion on by default).
+    pub planning: PlanOptions,
 }
 
 /// Advances the model's own state by one training step: dropout's counter `c ← c + 1`. Written

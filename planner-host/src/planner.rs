@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use tapeplan_core::format::{TensorKind, ALIGN_ELEMS};
+use tapeplan_core::format::{TensorKind, ALIGN_ELEMS, MAX_CHAIN_INSTRS, MAX_REGISTERS};
 use tapeplan_core::{NodeId, OpClass, Opcode, Shape, Tape, TapeError};
 
 /// What an entry must produce.
@@ -96,6 +96,23 @@ pub struct Instr {
     pub attr: u32,
     /// The tape node this instruction computes.
     pub node: usize,
+    /// This instruction and the next are one fused chain (the format's `FUSE_NEXT`).
+    pub fuse_next: bool,
+}
+
+/// How to plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanOptions {
+    /// Fuse elementwise chains (see [`fuse`]): values that live only between neighbouring
+    /// elementwise instructions of one shape become registers, out of the arena. On by default;
+    /// the bits are the same either way (a test checks), the arena smaller or equal.
+    pub fuse: bool,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions { fuse: true }
+    }
 }
 
 /// What an entry needs in memory, in bytes.
@@ -220,6 +237,91 @@ pub fn liveness(
     iv
 }
 
+/// Fused chains of one entry: which schedule positions run as one chain, and which values
+/// live only in register slots.
+#[derive(Clone, Debug, Default)]
+pub struct Fusion {
+    /// Per schedule position, the position of the first instruction of its chain (itself when
+    /// it is in none): the step at which liveness sees the whole chain.
+    pub step: Vec<usize>,
+    /// Per schedule position, whether the next position belongs to the same chain.
+    pub fuse_next: Vec<bool>,
+    /// Values held in register slots (node → slot), never in the arena.
+    pub registers: BTreeMap<usize, usize>,
+}
+
+/// Pass 3b: fusion. A value becomes a register when it is neither an output nor an update, and
+/// every position from its definition to its last read holds an elementwise instruction (or a
+/// `fill`) of its shape: then those positions run as one chain, a tile at a time, and the value
+/// never needs arena memory. Overlapping intervals merge into one chain (at most
+/// `MAX_CHAIN_INSTRS` long); registers get slots greedily in definition order (a slot is free
+/// once its value's last read is at or before the new value's definition); a value that finds
+/// no free slot stays in the arena. Liveness then sees each chain as one step (`step`), which
+/// keeps the arena ranges of a chain disjoint or identical, as the format requires.
+pub fn fuse(
+    tape: &Tape,
+    order: &[usize],
+    iv: &BTreeMap<usize, (isize, isize)>,
+    roots: &[usize],
+) -> Fusion {
+    let nodes = tape.nodes();
+    let n = order.len();
+    let fusable = |pos: usize| {
+        let op = nodes[order[pos]].op;
+        op.class() == OpClass::Elementwise || op == Opcode::Fill
+    };
+    // Candidate intervals, in definition order, merged into chains.
+    let mut chains: Vec<(usize, usize)> = Vec::new();
+    let mut candidates: Vec<(usize, usize, usize)> = Vec::new(); // (def, last read, node)
+    for (pos, &v) in order.iter().enumerate() {
+        if roots.contains(&v) || !fusable(pos) {
+            continue;
+        }
+        let end = iv[&v].1;
+        if end <= pos as isize || end >= n as isize {
+            continue;
+        }
+        let end = end as usize;
+        let shape = nodes[v].shape;
+        if !(pos..=end).all(|p| fusable(p) && nodes[order[p]].shape == shape) {
+            continue;
+        }
+        let (lo, hi) = match chains.last() {
+            Some(&(a, b)) if pos <= b => (a, b.max(end)),
+            _ => (pos, end),
+        };
+        if hi - lo + 1 > MAX_CHAIN_INSTRS {
+            continue;
+        }
+        match chains.last_mut() {
+            Some(c) if pos <= c.1 => *c = (lo, hi),
+            _ => chains.push((lo, hi)),
+        }
+        candidates.push((pos, end, v));
+    }
+    let mut fusion = Fusion {
+        step: (0..n).collect(),
+        fuse_next: vec![false; n],
+        registers: BTreeMap::new(),
+    };
+    for &(lo, hi) in &chains {
+        for p in lo..=hi {
+            fusion.step[p] = lo;
+            fusion.fuse_next[p] = p < hi;
+        }
+        // Slots: (last read, node) of each slot's current holder.
+        let mut slots: Vec<Option<usize>> = vec![None; MAX_REGISTERS];
+        for &(def, end, v) in candidates.iter().filter(|c| lo <= c.0 && c.0 <= hi) {
+            let free = slots.iter().position(|s| s.is_none_or(|last| last <= def));
+            if let Some(k) = free {
+                slots[k] = Some(end);
+                fusion.registers.insert(v, k);
+            }
+        }
+    }
+    fusion
+}
+
 /// Pass 5: offsets for buffers, greedy by size (largest first, each at the lowest aligned offset
 /// that does not collide with an already placed buffer live at the same time). Answers offsets
 /// relative to the scratch base and the high-water mark, in elements.
@@ -264,6 +366,18 @@ fn assign_offsets(groups: &[Group]) -> (Vec<usize>, usize) {
 /// # Errors
 /// [`PlanError`] for bad roots or names, or an update that cannot be written in place.
 pub fn plan(tape: &Tape, entries: &[EntrySpec]) -> Result<Plan, PlanError> {
+    plan_with(tape, entries, PlanOptions::default())
+}
+
+/// [`plan`] with explicit [`PlanOptions`].
+///
+/// # Errors
+/// As [`plan`].
+pub fn plan_with(
+    tape: &Tape,
+    entries: &[EntrySpec],
+    options: PlanOptions,
+) -> Result<Plan, PlanError> {
     let nodes = tape.nodes();
     // The persistent region: every parameter any entry reaches, in tape order.
     let mut all_roots = Vec::new();
@@ -306,6 +420,7 @@ pub fn plan(tape: &Tape, entries: &[EntrySpec]) -> Result<Plan, PlanError> {
             &param_tensor,
             &parameters,
             persistent_elems,
+            options,
         )?);
     }
     let scratch_high = planned.iter().map(|(_, h)| *h).max().unwrap_or(0);
@@ -336,6 +451,7 @@ fn plan_entry(
     param_tensor: &BTreeMap<usize, u32>,
     parameters: &[(String, u32, NodeId)],
     persistent_elems: usize,
+    options: PlanOptions,
 ) -> Result<(PlannedEntry, usize), PlanError> {
     let nodes = tape.nodes();
     check_name(&spec.name)?;
@@ -378,6 +494,22 @@ fn plan_entry(
         .filter(|&i| live[i] && matches!(nodes[i].op, Opcode::Input | Opcode::Parameter))
         .collect();
     let iv = liveness(tape, &order, &leaves, &roots);
+    let fusion = if options.fuse {
+        fuse(tape, &order, &iv, &roots)
+    } else {
+        Fusion {
+            step: (0..order.len()).collect(),
+            fuse_next: vec![false; order.len()],
+            registers: BTreeMap::new(),
+        }
+    };
+    // A position as liveness sees it: a chain is one step.
+    let step = |p: isize| {
+        usize::try_from(p)
+            .ok()
+            .and_then(|p| fusion.step.get(p))
+            .map_or(p, |&s| s as isize)
+    };
     let param_name = |p: usize| {
         parameters
             .iter()
@@ -390,6 +522,8 @@ fn plan_entry(
     // joins the buffer of an argument that dies at it and has its size.
     let mut groups: Vec<Group> = Vec::new();
     let mut group_of: BTreeMap<usize, usize> = BTreeMap::new();
+    // Per buffer, the value that last took it.
+    let mut tail: Vec<usize> = Vec::new();
     let mut inputs = Vec::new();
     for &l in &leaves {
         if nodes[l].op == Opcode::Input {
@@ -397,9 +531,10 @@ fn plan_entry(
             check_name(&name)?;
             inputs.push((name, l));
             group_of.insert(l, groups.len());
+            tail.push(l);
             groups.push(Group {
                 start: -1,
-                end: iv[&l].1,
+                end: step(iv[&l].1),
                 elems: nodes[l].shape.elems(),
             });
         }
@@ -431,13 +566,29 @@ fn plan_entry(
             }
             continue;
         }
+        if fusion.registers.contains_key(&n) {
+            continue;
+        }
+        // Join the buffer of an argument that dies here; in a chain, of an argument of any
+        // member from the chain's start up to here that died by now (the chain's arena ranges
+        // may coincide: a tile at a time, each element is read before it is written).
+        let lo = step(pos);
         let mut joined = None;
-        if node.op.class() == OpClass::Elementwise {
-            for &a in node.arg_indices() {
-                let a = a as usize;
+        if node.op.class() == OpClass::Elementwise || lo < pos {
+            let mut args = Vec::new();
+            for p in (lo..=pos).rev() {
+                args.extend(
+                    nodes[order[p as usize]]
+                        .arg_indices()
+                        .iter()
+                        .map(|&a| a as usize),
+                );
+            }
+            for a in args {
                 if let Some(&g) = group_of.get(&a) {
                     let is_input = nodes[a].op == Opcode::Input;
-                    if !is_input && groups[g].end == pos && groups[g].elems == node.shape.elems() {
+                    let died = (lo..=pos).contains(&iv[&a].1);
+                    if !is_input && died && tail[g] == a && groups[g].elems == node.shape.elems() {
                         joined = Some(g);
                         break;
                     }
@@ -446,14 +597,16 @@ fn plan_entry(
         }
         match joined {
             Some(g) => {
-                groups[g].end = end;
+                groups[g].end = step(end);
                 group_of.insert(n, g);
+                tail[g] = n;
             }
             None => {
                 group_of.insert(n, groups.len());
+                tail.push(n);
                 groups.push(Group {
-                    start: def,
-                    end,
+                    start: step(def),
+                    end: step(end),
                     elems: node.shape.elems(),
                 });
             }
@@ -472,7 +625,11 @@ fn plan_entry(
         })
         .max()
         .unwrap_or(0);
-    let all_values: usize = group_of.keys().map(|&n| nodes[n].shape.elems()).sum();
+    let all_values: usize = group_of
+        .keys()
+        .chain(fusion.registers.keys())
+        .map(|&n| nodes[n].shape.elems())
+        .sum();
 
     let (offsets, high) = assign_offsets(&groups);
 
@@ -484,6 +641,14 @@ fn plan_entry(
             offset_elems: persistent_elems + offsets[g],
             shape: nodes[n].shape,
             kind: TensorKind::Scratch,
+        });
+    }
+    for (&n, &slot) in &fusion.registers {
+        tensor_of.insert(n, tensors.len() as u32);
+        tensors.push(TensorInfo {
+            offset_elems: slot,
+            shape: nodes[n].shape,
+            kind: TensorKind::Register,
         });
     }
     let mut updates = Vec::new();
@@ -506,7 +671,7 @@ fn plan_entry(
         }
     }
     let mut instrs = Vec::with_capacity(order.len());
-    for &n in &order {
+    for (pos, &n) in order.iter().enumerate() {
         let node = &nodes[n];
         let mut args = [tapeplan_core::format::NO_ARG; 3];
         for (k, &a) in node.arg_indices().iter().enumerate() {
@@ -522,6 +687,7 @@ fn plan_entry(
                 0
             },
             node: n,
+            fuse_next: fusion.fuse_next[pos],
         });
     }
     let persistent_bytes = persistent_elems * 4;

@@ -50,7 +50,7 @@ impl Plan {
                     InstrRecord {
                         opcode: i.op.to_u8(),
                         n_args: i.op.arity() as u8,
-                        reserved: 0,
+                        flags: if i.fuse_next { format::FUSE_NEXT } else { 0 },
                         out: i.out,
                         args: i.args,
                         attr: i.attr,

@@ -61,6 +61,40 @@ fn tensor_kind_name(kind: TensorKind) -> &'static str {
     match kind {
         TensorKind::Scratch => "scratch",
         TensorKind::Persistent => "persistent",
+        TensorKind::Register => "register",
+    }
+}
+
+/// Which rule of fused chains (see `docs/plan-format.md`, "Fused chains") an instruction breaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FusionRule {
+    /// A chain member that is neither elementwise nor `fill`.
+    NotFusable,
+    /// A member whose output shape differs from the chain's first member's.
+    ShapeMismatch,
+    /// A chain longer than `MAX_CHAIN_INSTRS`, or one still open at its entry's end.
+    Length,
+    /// A register read or written outside a chain, or read by no later member of its own.
+    RegisterOutsideChain,
+    /// A register read after another value took its slot, or a slot past `MAX_REGISTERS`.
+    RegisterSlot,
+    /// Two arena ranges of one chain, at least one written by it, that meet without being the
+    /// same range (a tile at a time, they would not compute what one instruction at a time does).
+    PartialAlias,
+}
+
+impl fmt::Display for FusionRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FusionRule::NotFusable => "a chain member is neither elementwise nor fill",
+            FusionRule::ShapeMismatch => "chain members differ in output shape",
+            FusionRule::Length => "the chain is too long or runs past its entry's end",
+            FusionRule::RegisterOutsideChain => "a register is used outside its chain",
+            FusionRule::RegisterSlot => {
+                "a register slot is out of range or overwritten before its read"
+            }
+            FusionRule::PartialAlias => "two arena ranges of the chain partially overlap",
+        })
     }
 }
 
@@ -211,10 +245,19 @@ pub enum PlanError {
         /// The `n_args` found.
         n_args: u8,
     },
-    /// An instruction record's reserved field is not 0.
+    /// An instruction record's flags hold a bit this version does not define.
     InstrReserved {
         /// The instruction's index.
         instr: u32,
+    },
+    /// A fused chain that breaks one of the format's rules.
+    Fusion {
+        /// The entry's index.
+        entry: u32,
+        /// The offending instruction's global index.
+        instr: u32,
+        /// The rule.
+        rule: FusionRule,
     },
     /// An operand names a tensor index past the tensor records.
     TensorIndex {
@@ -503,7 +546,10 @@ impl fmt::Display for PlanError {
                 op.arity()
             ),
             E::InstrReserved { instr } => {
-                write!(f, "instruction {instr}: reserved field is not zero")
+                write!(f, "instruction {instr}: undefined flag bits are set")
+            }
+            E::Fusion { entry, instr, rule } => {
+                write!(f, "entry {entry}, instruction {instr}: fused chain: {rule}")
             }
             E::TensorIndex {
                 instr,

@@ -11,13 +11,13 @@
 
 use tapeplan_core::format::{
     plan_crc, BindingKind, BindingRecord, Header, TensorKind, ALIGN_ELEMS, ALL_ENTRIES,
-    BINDING_RECORD_BYTES, ENTRY_RECORD_BYTES, HEADER_BYTES, INSTR_RECORD_BYTES, MAGIC, NO_ARG,
-    TENSOR_RECORD_BYTES, VERSION,
+    BINDING_RECORD_BYTES, ENTRY_RECORD_BYTES, FUSE_NEXT, HEADER_BYTES, INSTR_RECORD_BYTES, MAGIC,
+    MAX_CHAIN_INSTRS, MAX_REGISTERS, NO_ARG, TENSOR_RECORD_BYTES, VERSION,
 };
 use tapeplan_core::ops::{infer, Attr};
 use tapeplan_core::{OpClass, Opcode, Shape, MAX_ARITY};
 
-use crate::error::{Operand, PlanError, Section};
+use crate::error::{FusionRule, Operand, PlanError, Section};
 use crate::plan::{name_in, us, Layout, Plan, TensorView};
 use crate::Limits;
 
@@ -203,6 +203,18 @@ fn check_tensors(plan: &Plan<'_>) -> Result<(), PlanError> {
             found_bytes: plan.bytes.len(),
         })?;
         let v = TensorView::new(&rec, tensor)?;
+        if v.kind == TensorKind::Register {
+            // Not in the arena: the offset is a register slot.
+            if v.offset >= MAX_REGISTERS {
+                return Err(PlanError::TensorOutsideRegion {
+                    tensor,
+                    offset_elems: rec.offset_elems,
+                    elems: idx32(v.elems),
+                    kind: v.kind,
+                });
+            }
+            continue;
+        }
         if !v.offset.is_multiple_of(ALIGN_ELEMS) {
             return Err(PlanError::TensorMisaligned {
                 tensor,
@@ -210,7 +222,7 @@ fn check_tensors(plan: &Plan<'_>) -> Result<(), PlanError> {
             });
         }
         let (lo, hi) = match v.kind {
-            TensorKind::Scratch => (persistent, arena),
+            TensorKind::Scratch | TensorKind::Register => (persistent, arena),
             TensorKind::Persistent => (0, persistent),
         };
         if v.offset < lo || v.end > hi {
@@ -248,7 +260,7 @@ fn check_instrs(plan: &Plan<'_>) -> Result<(), PlanError> {
                 n_args: rec.n_args,
             });
         }
-        if rec.reserved != 0 {
+        if rec.flags & !FUSE_NEXT != 0 {
             return Err(PlanError::InstrReserved { instr });
         }
         if us(rec.out) >= n_tensors {
@@ -386,10 +398,10 @@ fn check_bindings(plan: &Plan<'_>) -> Result<(), PlanError> {
             })?;
         let region_ok = match kind {
             BindingKind::Parameter => t.kind == TensorKind::Persistent,
-            // In place (persistent, over the parameter) or guarded (scratch, committed by copy).
-            BindingKind::Update => true,
+            // In place (persistent, over the parameter) or guarded (scratch, committed by copy);
+            // never a register, which lives only inside its chain.
+            BindingKind::Update | BindingKind::Output => t.kind != TensorKind::Register,
             BindingKind::Input => t.kind == TensorKind::Scratch,
-            BindingKind::Output => true,
         };
         if !region_ok {
             return Err(PlanError::BindingRegion { binding, kind });
@@ -734,7 +746,9 @@ fn check_overlap(
         let (Ok(b), Some(vb)) = (u16::try_from(rec.out), plan.tensor_view(rec.out)) else {
             continue;
         };
-        if vb.elems > 0 {
+        // Registers are not in the arena (fused chains are checked by `check_chains`).
+        let in_arena = vb.elems > 0 && vb.kind != TensorKind::Register;
+        if in_arena {
             for (a, va) in active.meeting(plan, &vb) {
                 // The in-place exception: `a` dies here, is an argument of this elementwise
                 // instruction, and occupies exactly `b`'s range.
@@ -756,13 +770,131 @@ fn check_overlap(
                 continue;
             }
             if end_of(a) == c {
-                if let Some(va) = plan.tensor_view(u32::from(a)).filter(|v| v.elems > 0) {
+                let in_arena = |v: &TensorView| v.elems > 0 && v.kind != TensorKind::Register;
+                if let Some(va) = plan.tensor_view(u32::from(a)).filter(in_arena) {
                     active.remove(plan, a, va.offset);
                 }
             }
         }
-        if vb.elems > 0 && end_of(b) > c {
+        if in_arena && end_of(b) > c {
             active.insert(plan, b, vb.offset);
+        }
+    }
+    Ok(())
+}
+
+/// Fused chains, for one entry (the spec's "Fused chains"): a run of instructions joined by
+/// [`FUSE_NEXT`] ends inside its entry, holds at most [`MAX_CHAIN_INSTRS`] elementwise or `fill`
+/// instructions of one output shape, reads each register it uses from the slot its own earlier
+/// member wrote, and never lets two arena ranges it touches (one of them written) meet without
+/// being the same range. Instructions outside chains touch no register.
+fn check_chains(plan: &Plan<'_>, e: usize) -> Result<(), PlanError> {
+    let entry = idx32(e);
+    let range = plan
+        .entry_range(crate::EntryId(entry))
+        .ok_or(PlanError::EntryRange {
+            entry,
+            first_instr: 0,
+            n_instrs: 0,
+        })?;
+    let fusion = |k: usize, rule| PlanError::Fusion {
+        entry,
+        instr: idx32(k),
+        rule,
+    };
+    let flags = |k: usize| plan.instr_record(k).map_or(0, |r| r.flags);
+    let mut k = range.start;
+    while k < range.end {
+        let mut last = k;
+        while flags(last) & FUSE_NEXT != 0 {
+            last = last.saturating_add(1);
+            if last >= range.end || last.saturating_sub(k) >= MAX_CHAIN_INSTRS {
+                return Err(fusion(last, FusionRule::Length));
+            }
+        }
+        if last == k {
+            let rec = plan.instr_record(k).ok_or(fusion(k, FusionRule::Length))?;
+            let arity = Opcode::from_u8(rec.opcode).map_or(0, Opcode::arity);
+            let register = |t: u32| {
+                plan.tensor_view(t)
+                    .is_some_and(|v| v.kind == TensorKind::Register)
+            };
+            if register(rec.out) || rec.args.iter().take(arity).any(|&a| register(a)) {
+                return Err(fusion(k, FusionRule::RegisterOutsideChain));
+            }
+        } else {
+            check_chain(plan, k, last, &fusion)?;
+        }
+        k = last.saturating_add(1);
+    }
+    Ok(())
+}
+
+/// One fused chain, instructions `first..=last` (see [`check_chains`]).
+fn check_chain(
+    plan: &Plan<'_>,
+    first: usize,
+    last: usize,
+    fusion: &dyn Fn(usize, FusionRule) -> PlanError,
+) -> Result<(), PlanError> {
+    const MAX_TOUCHED: usize = MAX_CHAIN_INSTRS * (MAX_ARITY + 1);
+    let mut holder = [NO_ARG; MAX_REGISTERS];
+    // The arena tensors the chain touches, and whether the chain writes them.
+    let mut touched = [(NO_ARG, false); MAX_TOUCHED];
+    let mut n_touched = 0usize;
+    let mut shape = None;
+    for k in first..=last {
+        let rec = plan.instr_record(k).ok_or(fusion(k, FusionRule::Length))?;
+        let op = Opcode::from_u8(rec.opcode).ok_or(fusion(k, FusionRule::NotFusable))?;
+        if op.class() != OpClass::Elementwise && op != Opcode::Fill {
+            return Err(fusion(k, FusionRule::NotFusable));
+        }
+        let out = plan
+            .tensor_view(rec.out)
+            .ok_or(fusion(k, FusionRule::ShapeMismatch))?;
+        if *shape.get_or_insert(out.shape) != out.shape {
+            return Err(fusion(k, FusionRule::ShapeMismatch));
+        }
+        for &a in rec.args.iter().take(op.arity()) {
+            let v = plan
+                .tensor_view(a)
+                .ok_or(fusion(k, FusionRule::ShapeMismatch))?;
+            if v.kind == TensorKind::Register {
+                if holder.get(v.offset) != Some(&a) {
+                    return Err(fusion(k, FusionRule::RegisterSlot));
+                }
+            } else {
+                let slot = touched
+                    .get_mut(n_touched)
+                    .ok_or(fusion(k, FusionRule::Length))?;
+                *slot = (a, false);
+                n_touched = n_touched.saturating_add(1);
+            }
+        }
+        if out.kind == TensorKind::Register {
+            let slot = holder
+                .get_mut(out.offset)
+                .ok_or(fusion(k, FusionRule::RegisterSlot))?;
+            *slot = rec.out;
+        } else {
+            let slot = touched
+                .get_mut(n_touched)
+                .ok_or(fusion(k, FusionRule::Length))?;
+            *slot = (rec.out, true);
+            n_touched = n_touched.saturating_add(1);
+        }
+    }
+    let touched = touched.get(..n_touched).unwrap_or(&[]);
+    for (i, &(a, wa)) in touched.iter().enumerate() {
+        for &(b, wb) in touched.iter().skip(i.saturating_add(1)) {
+            let (Some(va), Some(vb)) = (plan.tensor_view(a), plan.tensor_view(b)) else {
+                continue;
+            };
+            let meet = va.elems > 0 && vb.elems > 0 && va.offset < vb.end && vb.offset < va.end;
+            let same = va.offset == vb.offset && va.end == vb.end;
+            if (wa || wb) && meet && !same {
+                return Err(fusion(last, FusionRule::PartialAlias));
+            }
         }
     }
     Ok(())
@@ -820,6 +952,7 @@ pub(crate) fn validate<'a, const N: usize>(
     check_bindings(&plan)?;
     for e in 0..layout.n_entries {
         check_entry(&plan, e, scratch)?;
+        check_chains(&plan, e)?;
     }
     check_no_parameter_writes(&plan, scratch)?;
     if limits.max_work_per_entry < u64::MAX {

@@ -231,8 +231,8 @@ fn tensor_rules() {
         }
     );
     assert_eq!(
-        err(with_tensor(b.clone(), x, |t| t.kind = 2)),
-        PlanError::TensorKind { tensor: X, kind: 2 }
+        err(with_tensor(b.clone(), x, |t| t.kind = 3)),
+        PlanError::TensorKind { tensor: X, kind: 3 }
     );
     // Past the arena.
     assert_eq!(
@@ -307,7 +307,7 @@ fn instruction_rules() {
         }
     );
     assert_eq!(
-        err(with_instr(b.clone(), 2, |i| i.reserved = 1)),
+        err(with_instr(b.clone(), 2, |i| i.flags = 2)),
         PlanError::InstrReserved { instr: 2 }
     );
     assert_eq!(
@@ -733,7 +733,7 @@ fn in_place_exception_is_exact() {
     rs.instrs[0] = tapeplan_core::format::InstrRecord {
         opcode: Opcode::Reshape.to_u8(),
         n_args: 1,
-        reserved: 0,
+        flags: 0,
         out: c,
         args: [a, u32::MAX, u32::MAX],
         attr: 0,

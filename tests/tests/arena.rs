@@ -2,8 +2,10 @@
 //! splitters and checks, for random models, that every buffer lies inside the arena and is
 //! aligned, that persistent and scratch tensors stay in their regions, and that no two
 //! simultaneously live buffers overlap unless one is written in place over the other by an
-//! elementwise instruction. It shares no code with the planner's passes or the runtime's
-//! validator.
+//! elementwise instruction. Fused chains: registers are read only inside the chain that wrote
+//! them, from a slot nothing overwrote in between, and the arena ranges a chain touches (one of
+//! them written) are disjoint or the same range. It shares no code with the planner's passes or
+//! the runtime's validator.
 
 use proptest::prelude::*;
 use tapeplan_core::format::*;
@@ -63,7 +65,14 @@ fn check(bytes: &[u8]) -> Result<(), String> {
     let d = decode(bytes);
     let arena = d.header.arena_elems as usize;
     let persistent = d.header.persistent_elems as usize;
+    let register = |t: u32| d.tensors[t as usize].kind == TensorKind::Register as u8;
     for (i, t) in d.tensors.iter().enumerate() {
+        if t.kind == TensorKind::Register as u8 {
+            if t.offset_elems as usize >= MAX_REGISTERS {
+                return Err(format!("register {i} in slot {}", t.offset_elems));
+            }
+            continue;
+        }
         let (lo, hi) = range(t);
         if lo % ALIGN_ELEMS != 0 {
             return Err(format!("tensor {i} misaligned at {lo}"));
@@ -109,7 +118,52 @@ fn check(bytes: &[u8]) -> Result<(), String> {
                 iv.get_mut(&b.tensor).ok_or("output never written")?.1 = n;
             }
         }
-        let ts: Vec<(u32, (isize, isize))> = iv.into_iter().collect();
+        // Chains: a run of instructions joined by FUSE_NEXT.
+        let mut slots = [u32::MAX; MAX_REGISTERS];
+        let mut touched: Vec<(u32, bool)> = Vec::new();
+        for (pos, ins) in instrs.iter().enumerate() {
+            let in_chain =
+                ins.flags & FUSE_NEXT != 0 || (pos > 0 && instrs[pos - 1].flags & FUSE_NEXT != 0);
+            if pos == 0 || instrs[pos - 1].flags & FUSE_NEXT == 0 {
+                slots = [u32::MAX; MAX_REGISTERS];
+                touched.clear();
+            }
+            for &a in &ins.args[..ins.n_args as usize] {
+                if register(a) {
+                    let slot = d.tensors[a as usize].offset_elems as usize;
+                    if !in_chain || slots[slot] != a {
+                        return Err(format!(
+                            "entry {ei}: register {a} read at {pos} is not in its slot"
+                        ));
+                    }
+                } else if in_chain {
+                    touched.push((a, false));
+                }
+            }
+            if register(ins.out) {
+                if !in_chain {
+                    return Err(format!("entry {ei}: register {} outside a chain", ins.out));
+                }
+                slots[d.tensors[ins.out as usize].offset_elems as usize] = ins.out;
+            } else if in_chain {
+                touched.push((ins.out, true));
+            }
+            if in_chain && ins.flags & FUSE_NEXT == 0 {
+                for (x, &(ta, wa)) in touched.iter().enumerate() {
+                    for &(tb, wb) in &touched[x + 1..] {
+                        let (ra, rb) = (
+                            range(&d.tensors[ta as usize]),
+                            range(&d.tensors[tb as usize]),
+                        );
+                        if (wa || wb) && ra.0 < rb.1 && rb.0 < ra.1 && ra != rb {
+                            return Err(format!("entry {ei}: chain ending at {pos} touches {ta} {ra:?} and {tb} {rb:?}"));
+                        }
+                    }
+                }
+            }
+        }
+        let ts: Vec<(u32, (isize, isize))> =
+            iv.into_iter().filter(|&(t, _)| !register(t)).collect();
         for (x, &(ta, (da, ea))) in ts.iter().enumerate() {
             for &(tb, (db, eb)) in &ts[x + 1..] {
                 let (ra, rb) = (

@@ -61,7 +61,7 @@ impl Builder {
         self.instrs.push(InstrRecord {
             opcode: op.to_u8(),
             n_args: args.len() as u8,
-            reserved: 0,
+            flags: 0,
             out,
             args: a,
             attr,
