@@ -105,7 +105,8 @@ pub struct Instr {
 pub struct PlanOptions {
     /// Fuse elementwise chains (see [`fuse`]): values that live only between neighbouring
     /// elementwise instructions of one shape become registers, out of the arena. On by default;
-    /// the bits are the same either way (a test checks), the arena smaller or equal.
+    /// the bits are the same either way (a test checks). Never costs memory: an entry whose
+    /// fused schedule would need more scratch than its unfused one is planned unfused.
     pub fuse: bool,
 }
 
@@ -322,22 +323,38 @@ pub fn fuse(
     fusion
 }
 
-/// Pass 5: offsets for buffers, greedy by size (largest first, each at the lowest aligned offset
-/// that does not collide with an already placed buffer live at the same time). Answers offsets
-/// relative to the scratch base and the high-water mark, in elements.
+/// Pass 5: offsets for buffers, greedy: buffers in a priority order, each at the lowest aligned
+/// offset that does not collide with an already placed buffer live at the same time. Three
+/// orders are tried — by size (largest first), by size × lifetime, by definition — and the one
+/// with the lowest high-water mark kept (the first on ties). Answers offsets relative to the
+/// scratch base and the high-water mark, in elements.
 fn assign_offsets(groups: &[Group]) -> (Vec<usize>, usize) {
-    let mut order: Vec<usize> = (0..groups.len()).collect();
-    order.sort_by_key(|&g| {
-        (
-            std::cmp::Reverse(align(groups[g].elems)),
-            groups[g].start,
-            g,
-        )
-    });
+    let by = |key: &dyn Fn(usize) -> (std::cmp::Reverse<usize>, isize)| {
+        let mut order: Vec<usize> = (0..groups.len()).collect();
+        order.sort_by_key(|&g| (key(g), g));
+        assign_in_order(groups, &order)
+    };
+    let size = |g: usize| align(groups[g].elems);
+    let life = |g: usize| (groups[g].end - groups[g].start + 1).max(1) as usize;
+    let candidates = [
+        by(&|g| (std::cmp::Reverse(size(g)), groups[g].start)),
+        by(&|g| (std::cmp::Reverse(size(g) * life(g)), groups[g].start)),
+        by(&|g| (std::cmp::Reverse(0), groups[g].start)),
+    ];
+    let best = candidates
+        .iter()
+        .enumerate()
+        .min_by_key(|(i, c)| (c.1, *i))
+        .map_or(0, |(i, _)| i);
+    candidates.into_iter().nth(best).unwrap_or_default()
+}
+
+/// Greedy placement of `groups` in `order` (see [`assign_offsets`]).
+fn assign_in_order(groups: &[Group], order: &[usize]) -> (Vec<usize>, usize) {
     let mut offsets = vec![0usize; groups.len()];
     let mut placed: Vec<usize> = Vec::new();
     let mut high = 0usize;
-    for g in order {
+    for &g in order {
         let me = groups[g];
         let size = align(me.elems);
         let mut busy: Vec<(usize, usize)> = placed
@@ -413,15 +430,37 @@ pub fn plan_with(
     }
     let mut planned = Vec::new();
     for spec in entries {
-        planned.push(plan_entry(
+        let mut fused_tensors = tensors.clone();
+        let fused = plan_entry(
             tape,
             spec,
-            &mut tensors,
+            &mut fused_tensors,
             &param_tensor,
             &parameters,
             persistent_elems,
             options,
-        )?);
+        )?;
+        // Fusion never costs memory: an entry whose fused schedule needs more scratch than its
+        // unfused one (the greedy offsets can land either way) is planned unfused.
+        if options.fuse {
+            let mut plain_tensors = tensors.clone();
+            let plain = plan_entry(
+                tape,
+                spec,
+                &mut plain_tensors,
+                &param_tensor,
+                &parameters,
+                persistent_elems,
+                PlanOptions { fuse: false },
+            )?;
+            if plain.1 < fused.1 {
+                tensors = plain_tensors;
+                planned.push(plain);
+                continue;
+            }
+        }
+        tensors = fused_tensors;
+        planned.push(fused);
     }
     let scratch_high = planned.iter().map(|(_, h)| *h).max().unwrap_or(0);
     let arena_elems = persistent_elems + scratch_high;

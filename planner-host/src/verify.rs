@@ -56,7 +56,8 @@ use tapeplan_core::format::digest_f32;
 use crate::data::{self, Dataset};
 use crate::model::{glorot_uniform, Activation, Loss, Mlp};
 use crate::optim::Sgd;
-use crate::oracle::{first_difference, same_bits, BitDiff, Oracle, TrainingJob};
+use crate::oracle::{first_difference, same_bits, BitDiff, JobOptions, Oracle, TrainingJob};
+use crate::planner::PlanOptions;
 use crate::rng::SplitMix64;
 
 /// The transcript's first line.
@@ -131,6 +132,10 @@ pub struct RunConfig {
     pub samples: usize,
     /// Passes over the training set.
     pub epochs: usize,
+    /// Fuse elementwise chains in the plan (optional key `fusion=on|off`, default `off`: the
+    /// demo firmware links its runtime without feature `fusion`, to keep it within its flash
+    /// budget).
+    pub fusion: bool,
 }
 
 impl RunConfig {
@@ -146,6 +151,9 @@ impl RunConfig {
         "samples",
         "epochs",
     ];
+
+    /// Keys a run description may leave out: `fusion` (default `off`).
+    pub const OPTIONAL_KEYS: [&'static str; 1] = ["fusion"];
 
     /// Parses a run description: `key=value` tokens separated by white space, over any number of
     /// lines; `#` starts a comment that runs to the end of its line. Every key of
@@ -165,7 +173,7 @@ impl RunConfig {
                 let (k, v) = token
                     .split_once('=')
                     .ok_or_else(|| config_err(format!("{token:?} is not key=value")))?;
-                if !Self::KEYS.contains(&k) {
+                if !Self::KEYS.contains(&k) && !Self::OPTIONAL_KEYS.contains(&k) {
                     return Err(config_err(format!(
                         "unknown key {k:?} (keys: {})",
                         Self::KEYS.join(", ")
@@ -213,6 +221,11 @@ impl RunConfig {
             split_seed: num("split_seed", get("split_seed")?)?,
             samples: num("samples", get("samples")?)?,
             epochs: num("epochs", get("epochs")?)?,
+            fusion: match values.get("fusion").copied() {
+                None | Some("off") => false,
+                Some("on") => true,
+                Some(other) => return Err(config_err(format!("fusion={other}: on or off"))),
+            },
         };
         cfg.check()?;
         Ok(cfg)
@@ -283,7 +296,7 @@ impl RunConfig {
             self.split_seed,
             self.samples,
             self.epochs
-        )
+        ) + if self.fusion { " fusion=on" } else { "" }
     }
 
     /// Steps in one epoch: `samples / batch` (rounded down).
@@ -301,14 +314,18 @@ impl RunConfig {
     /// # Errors
     /// [`VerifyError::Plan`].
     pub fn job(&self) -> Result<TrainingJob, VerifyError> {
-        Ok(TrainingJob::build(
+        Ok(TrainingJob::build_with(
             Mlp {
                 sizes: self.layers.clone(),
                 activation: self.activation,
             },
             self.loss,
-            Sgd { lr: self.lr },
+            Sgd { lr: self.lr }.into(),
             self.batch,
+            JobOptions {
+                planning: PlanOptions { fuse: self.fusion },
+                ..Default::default()
+            },
         )?)
     }
 
@@ -427,6 +444,7 @@ impl Transcript {
                 split_seed: 0,
                 samples: 0,
                 epochs: 0,
+                fusion: false,
             },
             target: None,
             plan: None,

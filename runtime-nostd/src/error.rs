@@ -81,6 +81,8 @@ pub enum FusionRule {
     /// Two arena ranges of one chain, at least one written by it, that meet without being the
     /// same range (a tile at a time, they would not compute what one instruction at a time does).
     PartialAlias,
+    /// The plan has fused chains and this runtime was built without feature `fusion`.
+    NotBuilt,
 }
 
 impl fmt::Display for FusionRule {
@@ -94,6 +96,7 @@ impl fmt::Display for FusionRule {
                 "a register slot is out of range or overwritten before its read"
             }
             FusionRule::PartialAlias => "two arena ranges of the chain partially overlap",
+            FusionRule::NotBuilt => "this runtime was built without feature `fusion`",
         })
     }
 }

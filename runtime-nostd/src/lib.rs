@@ -23,7 +23,7 @@ pub use checkpoint::{
     CheckpointError, CHECKPOINT_CRC_OFFSET, CHECKPOINT_HEADER_BYTES, CHECKPOINT_MAGIC,
     CHECKPOINT_VERSION,
 };
-pub use error::{Operand, PlanError, RunError, Section};
+pub use error::{FusionRule, Operand, PlanError, RunError, Section};
 pub use limits::Limits;
 pub use plan::{Binding, EntryId, Plan};
 pub use session::{Decoded, Program, Session};

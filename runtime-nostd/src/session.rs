@@ -269,7 +269,9 @@ impl<'p, 'a> Session<'p, 'a> {
                 last = last.saturating_add(1);
             }
             match program.instrs.get(last) {
-                Some(l) if last > i => run_chain(plan, arena, d.k, l.k)?,
+                Some(l) if cfg!(feature = "fusion") && last > i => {
+                    run_chain(plan, arena, d.k, l.k)?
+                }
                 _ => execute(plan, arena, d)?,
             }
             i = last.saturating_add(1);
@@ -310,7 +312,7 @@ impl<'p, 'a> Session<'p, 'a> {
             {
                 last = last.saturating_add(1);
             }
-            if last > k {
+            if cfg!(feature = "fusion") && last > k {
                 run_chain(plan, arena, k, last)?;
             } else {
                 step(plan, arena, k)?;

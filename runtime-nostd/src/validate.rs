@@ -822,8 +822,10 @@ fn check_chains(plan: &Plan<'_>, e: usize) -> Result<(), PlanError> {
             if register(rec.out) || rec.args.iter().take(arity).any(|&a| register(a)) {
                 return Err(fusion(k, FusionRule::RegisterOutsideChain));
             }
-        } else {
+        } else if cfg!(feature = "fusion") {
             check_chain(plan, k, last, &fusion)?;
+        } else {
+            return Err(fusion(k, FusionRule::NotBuilt));
         }
         k = last.saturating_add(1);
     }

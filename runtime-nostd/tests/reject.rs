@@ -5,9 +5,9 @@ mod common;
 
 use common::mlp::*;
 use common::*;
-use tapeplan_core::format::{BindingKind, TensorKind, ALL_ENTRIES, VERSION};
+use tapeplan_core::format::{BindingKind, TensorKind, ALL_ENTRIES, FUSE_NEXT, NO_ARG, VERSION};
 use tapeplan_core::{OpError, Opcode, Shape};
-use tapeplan_runtime::{Limits, Operand, Plan, PlanError, Scratch, Section};
+use tapeplan_runtime::{Limits, Operand, Plan, PlanError, Scratch, Section, Session};
 
 fn err(bytes: Vec<u8>) -> PlanError {
     let e = Plan::parse(&bytes).unwrap_err();
@@ -797,4 +797,153 @@ fn in_place_exception_is_exact() {
     let bytes = empty.build();
     Plan::parse(&bytes).unwrap();
     run_everything(&bytes);
+}
+
+/// A chain `r = x * x` (register, slot 0), `y = r + x` (scratch), then `z = tanh(y)` unfused:
+/// valid, and each fusion rule broken once.
+fn chain_plan() -> (Builder, [u32; 4]) {
+    let mut b = Builder::new(24, 0);
+    let x = b.tensor(0, &[4], TensorKind::Scratch);
+    let r = b.tensor(0, &[4], TensorKind::Register);
+    let y = b.tensor(4, &[4], TensorKind::Scratch);
+    let z = b.tensor(8, &[4], TensorKind::Scratch);
+    b.instr(Opcode::Mul, r, &[x, x], 0);
+    b.instr(Opcode::Add, y, &[r, x], 0);
+    b.instr(Opcode::Tanh, z, &[y], 0);
+    b.instrs[0].flags = FUSE_NEXT;
+    b.entry("e", 0, 3);
+    b.bind("x", BindingKind::Input, 0, x);
+    b.bind("z", BindingKind::Output, 0, z);
+    (b, [x, r, y, z])
+}
+
+#[test]
+fn fused_chain_rules() {
+    use tapeplan_runtime::FusionRule as R;
+    let (ok, [x, r, y, z]) = chain_plan();
+    Plan::parse(&ok.build()).unwrap();
+    let fusion = |instr, rule| PlanError::Fusion {
+        entry: 0,
+        instr,
+        rule,
+    };
+    let with = |f: &dyn Fn(&mut Builder)| {
+        let mut b = ok.clone();
+        f(&mut b);
+        err(b.build())
+    };
+    // Undefined flag bits.
+    assert_eq!(
+        with(&|b| b.instrs[0].flags = 3),
+        PlanError::InstrReserved { instr: 0 }
+    );
+    // A member that is not elementwise (`sum_to` to the same shape).
+    assert_eq!(
+        with(&|b| {
+            b.instrs[1] = b.instrs[2];
+            b.instrs[1].opcode = Opcode::SumTo.to_u8();
+            b.instrs[1].args[0] = r;
+            b.instrs[1].out = y;
+            b.instrs[2].args[0] = y;
+        }),
+        fusion(1, R::NotFusable)
+    );
+    // A structural member (`reshape`), however its shapes fit.
+    assert_eq!(
+        with(&|b| {
+            b.tensors[y as usize].dims = [2, 2, 0, 0];
+            b.tensors[y as usize].rank = 2;
+            b.tensors[z as usize].dims = [2, 2, 0, 0];
+            b.tensors[z as usize].rank = 2;
+            b.instrs[1].opcode = Opcode::Reshape.to_u8();
+            b.instrs[1].n_args = 1;
+            b.instrs[1].args = [r, NO_ARG, NO_ARG];
+        }),
+        fusion(1, R::NotFusable)
+    );
+    // A chain open at its entry's end.
+    assert_eq!(
+        with(&|b| {
+            b.instrs[1].flags = FUSE_NEXT;
+            b.instrs[2].flags = FUSE_NEXT;
+        }),
+        fusion(3, R::Length)
+    );
+    // A register read outside its chain.
+    assert_eq!(
+        with(&|b| b.instrs[2].args[0] = r),
+        fusion(2, R::RegisterOutsideChain)
+    );
+    // A register bound as an output.
+    assert!(matches!(
+        with(&|b| b.bindings[1].tensor = r),
+        PlanError::BindingRegion { .. }
+    ));
+    // A register slot past the four.
+    assert!(matches!(
+        with(&|b| b.tensors[r as usize].offset_elems = 4),
+        PlanError::TensorOutsideRegion { .. }
+    ));
+    // A register read from a slot another value took in between: `r2 = x + x` into slot 0
+    // before `y` reads `r`.
+    {
+        let mut b = ok.clone();
+        let r2 = b.tensor(0, &[4], TensorKind::Register);
+        let tanh = b.instrs[2];
+        b.instrs[2] = b.instrs[1];
+        b.instrs[1] = b.instrs[0];
+        b.instrs[1].opcode = Opcode::Add.to_u8();
+        b.instrs[1].out = r2;
+        b.instrs[1].flags = FUSE_NEXT;
+        b.instrs.push(tanh);
+        b.instrs[3].args[0] = y;
+        b.entries[0].n_instrs = 4;
+        assert_eq!(err(b.build()), fusion(2, R::RegisterSlot));
+        // In another slot it is fine (`r2` is never read: harmless).
+        b.tensors[r2 as usize].offset_elems = 1;
+        Plan::parse(&b.build()).unwrap();
+    }
+    let _ = (x, z);
+}
+
+#[test]
+fn fused_chain_partial_alias_is_rejected() {
+    // x [8] at 0 is read by the chain's first member only; y [8] written by its second member
+    // at offset 4: unfused this is legal (x dies before y is born), a tile at a time it is not.
+    let mut b = Builder::new(32, 0);
+    let x = b.tensor(0, &[8], TensorKind::Scratch);
+    let r = b.tensor(0, &[8], TensorKind::Register);
+    let y = b.tensor(4, &[8], TensorKind::Scratch);
+    b.instr(Opcode::Tanh, r, &[x], 0);
+    b.instr(Opcode::Neg, y, &[r], 0);
+    b.instrs[0].flags = FUSE_NEXT;
+    b.entry("e", 0, 2);
+    b.bind("x", BindingKind::Input, 0, x);
+    b.bind("y", BindingKind::Output, 0, y);
+    assert_eq!(
+        err(b.build()),
+        PlanError::Fusion {
+            entry: 0,
+            instr: 1,
+            rule: tapeplan_runtime::FusionRule::PartialAlias
+        }
+    );
+    // The same range is fine, and runs: y = -tanh(x).
+    b.tensors[y as usize].offset_elems = 0;
+    let bytes = b.build();
+    let plan = Plan::parse(&bytes).unwrap();
+    let e = plan.entry("e").unwrap();
+    let mut arena = vec![0.0; 32];
+    let mut s = Session::bind(&plan, &mut arena).unwrap();
+    let xs = [0.5f32, -1.0, 2.0, 0.0, -0.0, 3.0, -3.0, 1e-3];
+    s.set_input(e, "x", &xs).unwrap();
+    s.run(e).unwrap();
+    let want: Vec<u32> = xs.iter().map(|v| (-libm::tanhf(*v)).to_bits()).collect();
+    let got: Vec<u32> = s
+        .output(e, "y")
+        .unwrap()
+        .iter()
+        .map(|v| v.to_bits())
+        .collect();
+    assert_eq!(got, want);
 }
