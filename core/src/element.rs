@@ -51,6 +51,12 @@ pub trait Element:
     fn powf(self, p: Self) -> Self;
     /// `|x|` (clears the sign, NaN included).
     fn abs(self) -> Self;
+    /// The value with its derivative cut (`detach`'s forward): the identity for a plain number;
+    /// a number that carries a derivative (a dual number) drops it, so forward mode through a
+    /// stop-gradient agrees with its reverse rule, which contributes nothing.
+    fn detach(self) -> Self {
+        self
+    }
 }
 
 impl Element for f32 {

@@ -486,7 +486,8 @@ fn step_doc(ctx: &Ctx) -> Result<()> {
 fn step_demo(ctx: &Ctx) -> Result<()> {
     run(ctx.cargo(["run", "--release", "-p", "tapeplan-planner", "--", "demo"]))
         .context("the demo failed: the runtime's bits differ from the oracle's, or it crashed")?;
-    // The examples assert what they print (Plate 1's HVP; forward mode against reverse mode).
+    // The examples assert what they print (Plate 1's HVP; forward mode: computed pairs ==
+    // recorded pairs bit for bit, and against reverse mode).
     for example in ["hvp", "forward_mode"] {
         run(ctx.cargo(["run", "-q", "-p", "tapeplan-core", "--example", example]))
             .with_context(|| format!("example {example} failed"))?;

@@ -6,9 +6,10 @@ use crate::Element;
 use super::{Contributions, VjpArgs};
 use crate::Recordable;
 
-/// `x`.
+/// `x` (through [`Element::detach`]: the identity for `f32` and `f64`; a number that carries a
+/// derivative drops it).
 pub fn scalar<E: Element>(x: E) -> E {
-    x
+    x.detach()
 }
 
 pub(crate) fn vjp<R: Recordable>(
