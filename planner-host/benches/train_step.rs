@@ -3,6 +3,11 @@
 //! - W1: MLP 64-32-10, tanh, softmax cross-entropy, SGD, batch 32 (the digits demo).
 //! - W2: MLP 784-128-10, relu, softmax cross-entropy, SGD, batch 64.
 //! - W3: MLP 2-16-16-1, tanh, mean squared error, SGD, batch 1 (online learning).
+//! - W4: MLP 64-32-10, tanh, softmax cross-entropy, Adam, batch 32, unguarded (the optimizer
+//!   with the longest elementwise chains).
+//!
+//! Plans are fused (the default); `W1-unfused` and `W4-unfused` are W1 and W4 planned without
+//! fusion, to measure what fused chains cost or save in time (their bits are the same).
 //!
 //! Each is a criterion benchmark `train_step/W<n>/<catalog>`, the catalog being the runtime's
 //! (`scalar`, or `simd-avx512` / `simd-avx2` / `simd-sse2` with `--features simd`). One iteration
@@ -22,9 +27,10 @@ use std::io::Write;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use tapeplan_core::Opcode;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
-use tapeplan_planner::optim::Sgd;
-use tapeplan_planner::oracle::TrainingJob;
+use tapeplan_planner::optim::{Optimizer, Sgd};
+use tapeplan_planner::oracle::{JobOptions, TrainingJob};
 use tapeplan_planner::rng::SplitMix64;
+use tapeplan_planner::PlanOptions;
 use tapeplan_runtime::catalog::CATALOG;
 use tapeplan_runtime::{Decoded, Plan, Session};
 
@@ -62,14 +68,30 @@ fn workload(
     loss: Loss,
     batch: usize,
 ) {
-    let job = TrainingJob::build(
+    let fuse = !id.ends_with("-unfused");
+    let optimizer = if id.starts_with("W4") {
+        Optimizer::Adam {
+            lr: 0.001,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            decoupled_weight_decay: 0.0,
+        }
+    } else {
+        Sgd { lr: 0.01 }.into()
+    };
+    let job = TrainingJob::build_with(
         Mlp {
             sizes: sizes.to_vec(),
             activation: act,
         },
         loss,
-        Sgd { lr: 0.01 },
+        optimizer,
         batch,
+        JobOptions {
+            planning: PlanOptions { fuse },
+            ..Default::default()
+        },
     )
     .expect("plan");
     let bytes = job.plan.to_bytes();
@@ -80,6 +102,9 @@ fn workload(
     let shapes = job.parameter_shapes();
     for ((n, _), v) in shapes.iter().zip(glorot_uniform(&shapes, 1)) {
         s.load_parameter(n, &v).expect("parameter");
+    }
+    if let Some(init) = plan.entry("init") {
+        s.run(init).expect("init");
     }
     let mut rng = SplitMix64::new(5);
     let (d_in, d_out) = (sizes[0], *sizes.last().unwrap_or(&1));
@@ -135,15 +160,17 @@ fn workload(
 }
 
 fn benches(c: &mut Criterion) {
-    workload(
-        c,
-        "W1",
-        true,
-        &[64, 32, 10],
-        Activation::Tanh,
-        Loss::SoftmaxCrossEntropy,
-        32,
-    );
+    for id in ["W1", "W1-unfused", "W4", "W4-unfused"] {
+        workload(
+            c,
+            id,
+            true,
+            &[64, 32, 10],
+            Activation::Tanh,
+            Loss::SoftmaxCrossEntropy,
+            32,
+        );
+    }
     workload(
         c,
         "W2",

@@ -269,8 +269,14 @@ impl<'p, 'a> Session<'p, 'a> {
                 last = last.saturating_add(1);
             }
             match program.instrs.get(last) {
-                Some(l) if cfg!(feature = "fusion") && last > i => {
-                    run_chain(plan, arena, d.k, l.k)?
+                Some(_) if cfg!(feature = "fusion") && last > i => {
+                    let mut members = [Member::EMPTY; MAX_CHAIN_INSTRS];
+                    let chain = program.instrs.get(i..=last).unwrap_or(&[]);
+                    for (m, d) in members.iter_mut().zip(chain) {
+                        *m = Member::of(d);
+                    }
+                    let members = members.get(..chain.len()).unwrap_or(&[]);
+                    run_chain(arena, d.k, members)?
                 }
                 _ => execute(plan, arena, d)?,
             }
@@ -313,7 +319,15 @@ impl<'p, 'a> Session<'p, 'a> {
                 last = last.saturating_add(1);
             }
             if cfg!(feature = "fusion") && last > k {
-                run_chain(plan, arena, k, last)?;
+                let mut members = [Member::EMPTY; MAX_CHAIN_INSTRS];
+                for (m, j) in members.iter_mut().zip(k..=last) {
+                    *m = Member::of(&decode_instr(plan, j)?);
+                }
+                let count = last.saturating_sub(k).saturating_add(1);
+                let members = members.get(..count).ok_or(RunError::Inconsistent {
+                    instr: u32::try_from(k).unwrap_or(u32::MAX),
+                })?;
+                run_chain(arena, k, members)?;
             } else {
                 step(plan, arena, k)?;
             }
@@ -401,6 +415,8 @@ struct Fast {
     offset: usize,
     end: usize,
     dims: Dims,
+    /// A register of a fused chain (`offset` is its slot), not an arena range.
+    register: bool,
 }
 
 /// Reads tensor `t`'s record straight from the plan's bytes (the validated fields: offset,
@@ -436,6 +452,7 @@ fn fast_tensor(plan: &Plan<'_>, t: u32) -> Option<Fast> {
         offset,
         end: offset.checked_add(elems)?,
         dims: Dims { rank, dims, elems },
+        register: rec[5] == TensorKind::Register as u8,
     })
 }
 
@@ -495,6 +512,7 @@ impl Decoded {
                 dims: [0; MAX_RANK],
                 elems: 0,
             },
+            register: false,
         },
         args: [None; MAX_ARITY],
     };
@@ -742,7 +760,7 @@ fn step_reference(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), Ru
 
 /// Elements per tile of a fused chain ([`run_chain`]): its stack holds `MAX_REGISTERS + 1`
 /// tiles (1.25 KiB on hosts, 320 bytes without the catalog, on firmware).
-const TILE_ELEMS: usize = if cfg!(feature = "catalog") { 64 } else { 16 };
+const TILE_ELEMS: usize = if cfg!(feature = "catalog") { 256 } else { 16 };
 
 /// Where a chain member reads or writes: a register slot, or an arena offset.
 #[derive(Clone, Copy, Debug)]
@@ -757,111 +775,168 @@ struct Member {
     op: Opcode,
     attr: u32,
     arity: usize,
+    elems: usize,
     out: Loc,
     args: [Loc; MAX_ARITY],
 }
 
-/// Runs the fused chain `first..=last` a tile at a time: for each tile of [`TILE_ELEMS`]
-/// elements, every member in order computes its tile from the same-index elements of its
-/// arguments (arena ranges or register slots), through the catalog's elementwise kernel or the
-/// reference kernel. Members are elementwise (or `fill`), so an element's value depends on the
-/// same-index argument elements alone and the bits are those of running the members one after
-/// another over whole buffers; validation ruled out arena ranges that meet without being equal,
-/// the one case where the order of tiles could show.
-fn run_chain(
-    plan: &Plan<'_>,
-    arena: &mut [f32],
-    first: usize,
-    last: usize,
-) -> Result<(), RunError> {
-    let bad = |k: usize| RunError::Inconsistent {
-        instr: u32::try_from(k).unwrap_or(u32::MAX),
-    };
-    let loc = |t: u32, k: usize| -> Result<(Loc, usize), RunError> {
-        let v = plan.tensor_view(t).ok_or(bad(k))?;
-        Ok(match v.kind {
-            TensorKind::Register => (Loc::Register(v.offset), v.elems),
-            _ => (Loc::Arena(v.offset), v.elems),
-        })
-    };
-    let mut members = [Member {
+impl Member {
+    const EMPTY: Member = Member {
         op: Opcode::Fill,
         attr: 0,
         arity: 0,
+        elems: 0,
         out: Loc::Register(0),
         args: [Loc::Register(0); MAX_ARITY],
-    }; MAX_CHAIN_INSTRS];
-    let mut n_elems = 0usize;
-    let count = last.checked_sub(first).ok_or(bad(first))?.saturating_add(1);
-    for (i, m) in members.iter_mut().enumerate().take(count) {
-        let k = first.saturating_add(i);
-        let rec = plan.instr_record(k).ok_or(bad(k))?;
-        m.op = Opcode::from_u8(rec.opcode).ok_or(bad(k))?;
-        m.attr = rec.attr;
-        m.arity = m.op.arity();
-        let (out, elems) = loc(rec.out, k)?;
-        m.out = out;
-        if i == 0 {
-            n_elems = elems;
+    };
+
+    /// From a decoded instruction (its tensors' offsets and kinds).
+    fn of(d: &Decoded) -> Member {
+        let loc = |f: &Fast| {
+            if f.register {
+                Loc::Register(f.offset)
+            } else {
+                Loc::Arena(f.offset)
+            }
+        };
+        let mut args = [Loc::Register(0); MAX_ARITY];
+        for (slot, a) in args.iter_mut().zip(&d.args) {
+            if let Some(a) = a {
+                *slot = loc(a);
+            }
         }
-        for (slot, &a) in m.args.iter_mut().zip(&rec.args).take(m.arity) {
-            *slot = loc(a, k)?.0;
+        Member {
+            op: d.op,
+            attr: d.attr,
+            arity: d.arity,
+            elems: d.out.dims.elems,
+            out: loc(&d.out),
+            args,
         }
     }
-    let members = members.get(..count).ok_or(bad(first))?;
+}
+
+/// Runs a fused chain (instructions `first`, `first + 1`, … decoded as `members`) a tile at a
+/// time: for each tile of [`TILE_ELEMS`] elements, every member in order computes its tile from
+/// the same-index elements of its arguments (arena ranges or register slots), through the
+/// catalog's elementwise kernel or the reference kernel. Members are elementwise (or `fill`), so
+/// an element's value depends on the same-index argument elements alone and the bits are those
+/// of running the members one after another over whole buffers; validation ruled out arena
+/// ranges that meet without being equal, the one case where the order of tiles could show.
+fn run_chain(arena: &mut [f32], first: usize, members: &[Member]) -> Result<(), RunError> {
+    let bad = |k: usize| RunError::Inconsistent {
+        instr: u32::try_from(k).unwrap_or(u32::MAX),
+    };
+    let n_elems = members.first().map_or(0, |m| m.elems);
     let mut regs = [[0.0f32; TILE_ELEMS]; MAX_REGISTERS];
-    let mut tile = [0.0f32; TILE_ELEMS];
     let mut start = 0usize;
     while start < n_elems {
         let len = n_elems.saturating_sub(start).min(TILE_ELEMS);
         for (i, m) in members.iter().enumerate() {
             let k = first.saturating_add(i);
-            let range = |offset: usize| {
-                let from = offset.checked_add(start)?;
-                Some(from..from.checked_add(len)?)
-            };
-            let mut args: [&[f32]; MAX_ARITY] = [&[]; MAX_ARITY];
-            for (slot, a) in args.iter_mut().zip(&m.args).take(m.arity) {
-                *slot = match *a {
-                    Loc::Register(r) => regs.get(r).and_then(|t| t.get(..len)),
-                    Loc::Arena(o) => range(o).and_then(|r| arena.get(r)),
+            // The destination tile, written in place: a register slot, or the arena range.
+            // Arguments are then the destination itself (`Src::Out`: the same slot or the same
+            // arena range), another slot, or an arena range disjoint from the destination.
+            match m.out {
+                Loc::Register(r) => {
+                    let (before, rest) = regs.split_at_mut(r.min(MAX_REGISTERS));
+                    let (dst, after) = rest.split_first_mut().ok_or(bad(k))?;
+                    let dst = dst.get_mut(..len).ok_or(bad(k))?;
+                    let src = |a: Loc| -> Option<Src<'_>> {
+                        match a {
+                            Loc::Register(x) if x == r => Some(Src::Out),
+                            Loc::Register(x) if x < r => before.get(x)?.get(..len).map(Src::Buf),
+                            Loc::Register(x) => after.get(x - r - 1)?.get(..len).map(Src::Buf),
+                            Loc::Arena(o) => {
+                                let from = o.checked_add(start)?;
+                                arena.get(from..from.checked_add(len)?).map(Src::Buf)
+                            }
+                        }
+                    };
+                    let [a, b, _] = m.args.map(src);
+                    chain_step(m, a, b, dst, k)?;
                 }
-                .ok_or(bad(k))?;
+                Loc::Arena(o) => {
+                    let at = o.checked_add(start).ok_or(bad(k))?;
+                    let (left, rest) = arena.split_at_mut_checked(at).ok_or(bad(k))?;
+                    let (dst, right) = rest.split_at_mut_checked(len).ok_or(bad(k))?;
+                    let src = |a: Loc| -> Option<Src<'_>> {
+                        match a {
+                            Loc::Register(x) => regs.get(x)?.get(..len).map(Src::Buf),
+                            Loc::Arena(p) if p == o => Some(Src::Out),
+                            Loc::Arena(p) => {
+                                let from = p.checked_add(start)?;
+                                let end = from.checked_add(len)?;
+                                if end <= at {
+                                    left.get(from..end).map(Src::Buf)
+                                } else {
+                                    let skip = at.checked_add(len)?;
+                                    right
+                                        .get(from.checked_sub(skip)?..end.checked_sub(skip)?)
+                                        .map(Src::Buf)
+                                }
+                            }
+                        }
+                    };
+                    let [a, b, _] = m.args.map(src);
+                    chain_step(m, a, b, dst, k)?;
+                }
             }
-            let out = tile.get_mut(..len).ok_or(bad(k))?;
-            let args = args.get(..m.arity).ok_or(bad(k))?;
-            let src = |j: usize| args.get(j).map_or(Src::Out, |x| Src::Buf(x));
-            if !(cfg!(feature = "catalog")
-                && m.arity > 0
-                && catalog::elementwise(m.op, m.attr, src(0), src(1), out))
-            {
-                let shape = Shape::new(&[len]).map_err(|e| RunError::Kernel {
-                    instr: u32::try_from(k).unwrap_or(u32::MAX),
-                    error: e.into(),
-                })?;
-                let shapes = [shape; MAX_ARITY];
-                eval(
-                    m.op,
-                    Attr::from_parts(m.op, m.attr, shape),
-                    args,
-                    shapes.get(..m.arity).ok_or(bad(k))?,
-                    out,
-                )
-                .map_err(|error| RunError::Kernel {
-                    instr: u32::try_from(k).unwrap_or(u32::MAX),
-                    error,
-                })?;
-            }
-            let dst = match m.out {
-                Loc::Register(r) => regs.get_mut(r).and_then(|t| t.get_mut(..len)),
-                Loc::Arena(o) => range(o).and_then(|r| arena.get_mut(r)),
-            }
-            .ok_or(bad(k))?;
-            dst.copy_from_slice(tile.get(..len).ok_or(bad(k))?);
         }
         start = start.saturating_add(len);
     }
     Ok(())
+}
+
+/// One member of a fused chain over one tile: `dst` from arguments `a` and `b` (`None` for a
+/// range that would straddle the destination, which validation rules out; unused ones are
+/// ignored). `fill` writes the attribute's bits; the catalog's elementwise kernel when it has
+/// one; otherwise the reference kernel, from copies where an argument is the destination.
+fn chain_step(
+    m: &Member,
+    a: Option<Src<'_>>,
+    b: Option<Src<'_>>,
+    dst: &mut [f32],
+    k: usize,
+) -> Result<(), RunError> {
+    let instr = u32::try_from(k).unwrap_or(u32::MAX);
+    let bad = RunError::Inconsistent { instr };
+    if m.op == Opcode::Fill {
+        // The reference kernel's meaning: every element the attribute's bits.
+        dst.fill(f32::from_bits(m.attr));
+        return Ok(());
+    }
+    let a = a.ok_or(bad)?;
+    let b = if m.arity == 2 {
+        b.ok_or(bad)?
+    } else {
+        Src::Out
+    };
+    if cfg!(feature = "catalog") && catalog::elementwise(m.op, m.attr, a, b, dst) {
+        return Ok(());
+    }
+    let len = dst.len();
+    let mut copy = [0.0f32; TILE_ELEMS];
+    let copy = copy.get_mut(..len).ok_or(bad)?;
+    copy.copy_from_slice(dst);
+    let copy: &[f32] = copy;
+    let args: [&[f32]; 2] = [a, b].map(|s| match s {
+        Src::Out => copy,
+        Src::Buf(x) => x,
+    });
+    let shape = Shape::new(&[len]).map_err(|e| RunError::Kernel {
+        instr,
+        error: e.into(),
+    })?;
+    let shapes = [shape; 2];
+    eval(
+        m.op,
+        Attr::from_parts(m.op, m.attr, shape),
+        args.get(..m.arity).ok_or(bad)?,
+        shapes.get(..m.arity).ok_or(bad)?,
+        dst,
+    )
+    .map_err(|error| RunError::Kernel { instr, error })
 }
 
 /// Elements per chunk of [`elementwise_chunked`] (its stack copies are `MAX_ARITY` of these).

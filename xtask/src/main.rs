@@ -404,6 +404,8 @@ fn step_simd(ctx: &Ctx) -> Result<()> {
             "simd",
             "--test",
             "simd_training",
+            "--test",
+            "fusion",
         ]);
         if let Some(dir) = target_dir {
             for cmd in [&mut runtime, &mut training] {
