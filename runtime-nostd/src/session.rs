@@ -846,7 +846,10 @@ fn run_chain(arena: &mut [f32], first: usize, members: &[Member]) -> Result<(), 
                         match a {
                             Loc::Register(x) if x == r => Some(Src::Out),
                             Loc::Register(x) if x < r => before.get(x)?.get(..len).map(Src::Buf),
-                            Loc::Register(x) => after.get(x - r - 1)?.get(..len).map(Src::Buf),
+                            Loc::Register(x) => after
+                                .get(x.checked_sub(r)?.checked_sub(1)?)?
+                                .get(..len)
+                                .map(Src::Buf),
                             Loc::Arena(o) => {
                                 let from = o.checked_add(start)?;
                                 arena.get(from..from.checked_add(len)?).map(Src::Buf)
