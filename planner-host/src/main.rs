@@ -325,6 +325,42 @@ fn print_report(entries: &[(String, MemoryReport)]) {
     }
 }
 
+/// The fusion line of `tapeplan plan`: chains, registers, and the arena against the same model
+/// planned unfused.
+fn print_fusion(job: &TrainingJob, model: &ModelArgs) -> Result<()> {
+    if model.no_fusion {
+        println!("fusion: off");
+        return Ok(());
+    }
+    let instrs = job.plan.entries.iter().flat_map(|e| &e.instrs);
+    let chains = instrs
+        .clone()
+        .zip(instrs.clone().skip(1))
+        .filter(|(a, b)| !a.fuse_next && b.fuse_next)
+        .count()
+        + usize::from(instrs.clone().next().is_some_and(|i| i.fuse_next));
+    let fused = instrs
+        .clone()
+        .zip(std::iter::once(false).chain(instrs.clone().map(|i| i.fuse_next)))
+        .filter(|(i, prev)| i.fuse_next || *prev)
+        .count();
+    let registers = job
+        .plan
+        .tensors
+        .iter()
+        .filter(|t| t.kind == tapeplan_core::format::TensorKind::Register)
+        .count();
+    let mut plain = model.clone();
+    plain.no_fusion = true;
+    let plain = plain.job()?;
+    let (a, b) = (job.plan.arena_elems * 4, plain.plan.arena_elems * 4);
+    println!(
+        "fusion: {chains} chains ({fused} instructions), {registers} values in registers; arena {a} B, unfused {b} B ({:+.1}%)",
+        (a as f64 - b as f64) * 100.0 / b.max(1) as f64
+    );
+    Ok(())
+}
+
 fn reports(job: &TrainingJob) -> Vec<(String, MemoryReport)> {
     job.plan
         .entries
@@ -372,6 +408,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             );
             println!("memory report:");
             print_report(&reports(&job));
+            print_fusion(&job, &model)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Describe {
