@@ -124,6 +124,9 @@ enum Command {
         /// Seed of the initialization and the per-epoch shuffles.
         #[arg(long, default_value_t = 42)]
         seed: u64,
+        /// Math profile of the transcendental kernels (see `plan --help`).
+        #[arg(long, value_enum, default_value_t = MathArg::Precise)]
+        math: MathArg,
     },
     /// Check a device's training transcript bit for bit against the host oracle (format:
     /// `tapeplan_planner::verify`); exits non-zero on any difference.
@@ -175,6 +178,24 @@ enum ActivationArg {
     Relu,
 }
 
+/// The math profile (`tapeplan_core::MathProfile`).
+#[derive(Clone, Copy, ValueEnum)]
+enum MathArg {
+    /// libm's functions (faithfully rounded): the default.
+    Precise,
+    /// micromath's approximations (about 1e-3 relative error, less code and time).
+    Fast,
+}
+
+impl From<MathArg> for tapeplan_core::MathProfile {
+    fn from(m: MathArg) -> Self {
+        match m {
+            MathArg::Precise => tapeplan_core::MathProfile::Precise,
+            MathArg::Fast => tapeplan_core::MathProfile::Fast,
+        }
+    }
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum LossArg {
     /// Softmax cross-entropy over integer labels.
@@ -221,6 +242,11 @@ struct ModelArgs {
     /// step only when its loss and every update are finite.
     #[arg(long)]
     no_guard: bool,
+    /// Math profile of the transcendental kernels (exp, log, tanh, sigmoid, softplus, pow),
+    /// recorded in the plan and followed by the oracle and every runtime: `precise` (libm) or
+    /// `fast` (micromath's approximations). sqrt stays correctly rounded in both.
+    #[arg(long, value_enum, default_value_t = MathArg::Precise)]
+    math: MathArg,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -290,6 +316,7 @@ impl ModelArgs {
             guarded: !self.no_guard,
             dropout: self.dropout,
             seed: self.dropout_seed,
+            math: self.math.into(),
             ..Default::default()
         };
         Ok(TrainingJob::build_with(
@@ -353,7 +380,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             std::fs::write(&output, &bytes)
                 .with_context(|| format!("writing {}", output.display()))?;
             println!(
-                "wrote {} ({} bytes, {} instructions in {} entries)",
+                "wrote {} ({} bytes, {} instructions in {} entries, math {})",
                 output.display(),
                 bytes.len(),
                 job.plan
@@ -361,7 +388,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     .iter()
                     .map(|e| e.instrs.len())
                     .sum::<usize>(),
-                job.plan.entries.len()
+                job.plan.entries.len(),
+                job.plan.math
             );
             println!("memory report:");
             print_report(&reports(&job));
@@ -558,11 +586,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             let mut curve = LossCurve::starting_at(start_epoch * (train.len() / batch));
             println!(
-                "training {} for {epochs} epoch{}: {} train rows, {} test rows, batch {batch}, arena {} bytes",
+                "training {} for {epochs} epoch{}: {} train rows, {} test rows, batch {batch}, math {}, arena {} bytes",
                 plan.display(),
                 if epochs == 1 { "" } else { "s" },
                 train.len(),
                 test.len(),
+                model.plan().math(),
                 model.arena_bytes()
             );
             for epoch in start_epoch..epochs {
@@ -661,11 +690,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             println!("wrote {} ({} bytes)", output.display(), ckpt.len());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Demo { epochs, seed } => {
+        Command::Demo { epochs, seed, math } => {
             if epochs == 0 {
                 bail!("--epochs must be at least 1");
             }
-            demo(epochs, seed)
+            demo(epochs, seed, math)
         }
         Command::Verify { transcript, config } => Ok(tapeplan_planner::verify::run_cli(
             &transcript,
@@ -819,7 +848,7 @@ fn epoch_seed(seed: u64, epoch: usize) -> u64 {
     SplitMix64::new(seed ^ ((epoch as u64 + 1) << 32)).next_u64()
 }
 
-fn demo(epochs: usize, seed: u64) -> Result<ExitCode> {
+fn demo(epochs: usize, seed: u64, math: MathArg) -> Result<ExitCode> {
     let batch = 32;
     let digits = data::digits()?;
     let (train, test) = digits.split_seeded(0, data::DIGITS_TRAIN_ROWS);
@@ -840,11 +869,13 @@ fn demo(epochs: usize, seed: u64) -> Result<ExitCode> {
         dropout: 0.0,
         dropout_seed: 1,
         no_guard: false,
+        math,
     };
     let job = args.job()?;
     let bytes = job.plan.to_bytes();
     println!(
-        "plan: MLP 64-32-10 tanh, softmax cross-entropy, SGD lr 0.1, batch {batch}: {} tape nodes, {} bytes, {} instructions (forward {}, train_step {})",
+        "plan: MLP 64-32-10 tanh, softmax cross-entropy, SGD lr 0.1, batch {batch}, math {}: {} tape nodes, {} bytes, {} instructions (forward {}, train_step {})",
+        job.plan.math,
         job.tape.len(),
         bytes.len(),
         job.plan.entries.iter().map(|e| e.instrs.len()).sum::<usize>(),

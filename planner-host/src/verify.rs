@@ -10,8 +10,10 @@
 //! # The run
 //!
 //! A [`RunConfig`] names everything a run depends on: the MLP (`model`, `activation`), the loss,
-//! `batch`, `lr`, `seed`, `split_seed`, `samples` and `epochs`. Both sides derive the rest from
-//! it the same way:
+//! `batch`, `lr`, `seed`, `split_seed`, `samples` and `epochs`, and optionally the math profile
+//! (`math=precise|fast`; absent means `precise`, and the canonical line names it only when it is
+//! `fast`). The plan's id depends on the profile, so a device that ran the other profile's plan
+//! is a mismatch. Both sides derive the rest from it the same way:
 //!
 //! - **data**: the bundled digits set ([`data::digits`]), split with
 //!   [`Dataset::split_seeded`]`(split_seed, DIGITS_TRAIN_ROWS)`; the training set is the first
@@ -52,11 +54,12 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use tapeplan_core::format::digest_f32;
+use tapeplan_core::MathProfile;
 
 use crate::data::{self, Dataset};
 use crate::model::{glorot_uniform, Activation, Loss, Mlp};
 use crate::optim::Sgd;
-use crate::oracle::{first_difference, same_bits, BitDiff, Oracle, TrainingJob};
+use crate::oracle::{first_difference, same_bits, BitDiff, JobOptions, Oracle, TrainingJob};
 use crate::rng::SplitMix64;
 
 /// The transcript's first line.
@@ -131,6 +134,8 @@ pub struct RunConfig {
     pub samples: usize,
     /// Passes over the training set.
     pub epochs: usize,
+    /// The math profile of the plan and the oracle (optional key `math`; `precise` when absent).
+    pub math: MathProfile,
 }
 
 impl RunConfig {
@@ -147,9 +152,13 @@ impl RunConfig {
         "epochs",
     ];
 
+    /// The optional keys, with their defaults: `math` (`precise`).
+    pub const OPTIONAL_KEYS: [&'static str; 1] = ["math"];
+
     /// Parses a run description: `key=value` tokens separated by white space, over any number of
     /// lines; `#` starts a comment that runs to the end of its line. Every key of
-    /// [`RunConfig::KEYS`] must appear exactly once, e.g.
+    /// [`RunConfig::KEYS`] must appear exactly once, each of [`RunConfig::OPTIONAL_KEYS`] at
+    /// most once, e.g.
     /// `model=64,32,10 activation=tanh loss=ce batch=32 lr=0.1 seed=42 split_seed=0
     /// samples=256 epochs=10`.
     ///
@@ -165,10 +174,11 @@ impl RunConfig {
                 let (k, v) = token
                     .split_once('=')
                     .ok_or_else(|| config_err(format!("{token:?} is not key=value")))?;
-                if !Self::KEYS.contains(&k) {
+                if !Self::KEYS.contains(&k) && !Self::OPTIONAL_KEYS.contains(&k) {
                     return Err(config_err(format!(
-                        "unknown key {k:?} (keys: {})",
-                        Self::KEYS.join(", ")
+                        "unknown key {k:?} (keys: {}, {})",
+                        Self::KEYS.join(", "),
+                        Self::OPTIONAL_KEYS.join(", ")
                     )));
                 }
                 if values.insert(k, v).is_some() {
@@ -213,6 +223,11 @@ impl RunConfig {
             split_seed: num("split_seed", get("split_seed")?)?,
             samples: num("samples", get("samples")?)?,
             epochs: num("epochs", get("epochs")?)?,
+            math: match values.get("math") {
+                None => MathProfile::Precise,
+                Some(v) => MathProfile::from_name(v)
+                    .ok_or_else(|| config_err(format!("math={v}: precise or fast")))?,
+            },
         };
         cfg.check()?;
         Ok(cfg)
@@ -273,8 +288,12 @@ impl RunConfig {
     /// The canonical one-line form, which [`RunConfig::parse`] reads back to the same value.
     pub fn to_line(&self) -> String {
         let model: Vec<String> = self.layers.iter().map(usize::to_string).collect();
+        let math = match self.math {
+            MathProfile::Precise => String::new(),
+            m => format!(" math={m}"),
+        };
         format!(
-            "model={} activation={} loss=ce batch={} lr={} seed={} split_seed={} samples={} epochs={}",
+            "model={} activation={} loss=ce batch={} lr={} seed={} split_seed={} samples={} epochs={}{math}",
             model.join(","),
             self.activation.name(),
             self.batch,
@@ -301,14 +320,18 @@ impl RunConfig {
     /// # Errors
     /// [`VerifyError::Plan`].
     pub fn job(&self) -> Result<TrainingJob, VerifyError> {
-        Ok(TrainingJob::build(
+        Ok(TrainingJob::build_with(
             Mlp {
                 sizes: self.layers.clone(),
                 activation: self.activation,
             },
             self.loss,
-            Sgd { lr: self.lr },
+            Sgd { lr: self.lr }.into(),
             self.batch,
+            JobOptions {
+                math: self.math,
+                ..JobOptions::default()
+            },
         )?)
     }
 
@@ -427,6 +450,7 @@ impl Transcript {
                 split_seed: 0,
                 samples: 0,
                 epochs: 0,
+                math: MathProfile::Precise,
             },
             target: None,
             plan: None,

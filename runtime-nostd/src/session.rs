@@ -3,7 +3,7 @@
 use tapeplan_core::format::{BindingKind, TensorKind};
 use tapeplan_core::ops::elementwise::{binary_in_place, unary_in_place, InPlace};
 use tapeplan_core::ops::{binary_fn, eval, unary_fn, Attr};
-use tapeplan_core::{OpClass, Opcode, Shape, MAX_ARITY};
+use tapeplan_core::{MathProfile, OpClass, Opcode, Shape, MAX_ARITY};
 
 use tapeplan_core::format::{HEADER_BYTES, INSTR_RECORD_BYTES, TENSOR_RECORD_BYTES};
 use tapeplan_core::MAX_RANK;
@@ -611,7 +611,10 @@ fn execute(plan: &Plan<'_>, arena: &mut [f32], d: &Decoded) -> Result<(), RunErr
         });
         // Without the `catalog` feature (firmware short of flash) everything runs the
         // reference kernels: the same bits, less code.
-        if cfg!(feature = "catalog") && lengths_ok && catalog::elementwise(op, attr, a, b, buf) {
+        if cfg!(feature = "catalog")
+            && lengths_ok
+            && catalog::elementwise(op, attr, plan.math(), a, b, buf)
+        {
             return Ok(());
         }
     } else {
@@ -669,9 +672,10 @@ fn step_reference(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), Ru
     let views = views.get(..arity).ok_or(bad)?;
     let shapes = shapes.get(..arity).ok_or(bad)?;
 
+    let math = plan.math();
     if op.class() == OpClass::Elementwise && views.iter().any(|v| same(Some(v))) {
         let (a0, a1) = (views.first(), views.get(1));
-        if let (Some(f), 1) = (unary_fn(op), arity) {
+        if let (Some(f), 1) = (unary_fn(op, math), arity) {
             unary_in_place(f, arena.get_mut(out.offset..out.end).ok_or(bad)?);
             return Ok(());
         }
@@ -692,7 +696,7 @@ fn step_reference(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), Ru
         }
         // Any other elementwise opcode in place: through the reference kernel, a chunk at a
         // time from copies (elementwise, so chunking cannot change a bit).
-        return elementwise_chunked(op, rec.attr, views, arena, &out, instr);
+        return elementwise_chunked(op, rec.attr, math, views, arena, &out, instr);
     }
 
     let (left, rest) = arena.split_at_mut_checked(out.offset).ok_or(bad)?;
@@ -704,7 +708,7 @@ fn step_reference(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), Ru
     }
     let attr = Attr::from_parts(op, rec.attr, out.shape);
     let args = args.get(..arity).ok_or(bad)?;
-    eval(op, attr, args, shapes, buf).map_err(|error| RunError::Kernel { instr, error })
+    eval(op, attr, math, args, shapes, buf).map_err(|error| RunError::Kernel { instr, error })
 }
 
 /// Elements per chunk of [`elementwise_chunked`] (its stack copies are `MAX_ARITY` of these).
@@ -717,6 +721,7 @@ const CHUNK_ELEMS: usize = 64;
 fn elementwise_chunked(
     op: Opcode,
     attr_bits: u32,
+    math: MathProfile,
     views: &[Option<TensorView>],
     arena: &mut [f32],
     out: &TensorView,
@@ -752,6 +757,7 @@ fn elementwise_chunked(
         eval(
             op,
             Attr::from_parts(op, attr_bits, shape),
+            math,
             args.get(..arity).ok_or(bad)?,
             shapes.get(..arity).ok_or(bad)?,
             dst,
@@ -805,8 +811,17 @@ mod tests {
                 .map(|v| args[usize::from(v.unwrap().offset != 0)])
                 .collect();
             let shapes = [a.shape; 2];
-            eval(op, Attr::NONE, &args, &shapes[..views.len()], &mut expect).unwrap();
-            elementwise_chunked(op, 0, views, &mut arena, &a, 0).unwrap();
+            let m = MathProfile::Precise;
+            eval(
+                op,
+                Attr::NONE,
+                m,
+                &args,
+                &shapes[..views.len()],
+                &mut expect,
+            )
+            .unwrap();
+            elementwise_chunked(op, 0, m, views, &mut arena, &a, 0).unwrap();
             let got: Vec<u32> = arena[..n].iter().map(|x| x.to_bits()).collect();
             let want: Vec<u32> = expect.iter().map(|x| x.to_bits()).collect();
             assert_eq!(got, want, "{op}");

@@ -84,8 +84,12 @@ fn header_rules() {
         PlanError::BadHeaderBytes { found: 64 }
     );
     assert_eq!(
-        err(with_header(b.clone(), |h| h.flags = 1)),
-        PlanError::UnknownFlags { found: 1 }
+        err(with_header(b.clone(), |h| h.flags = 2)),
+        PlanError::UnknownFlags { found: 2 }
+    );
+    assert_eq!(
+        err(with_header(b.clone(), |h| h.flags = 0x8000_0001)),
+        PlanError::UnknownFlags { found: 0x8000_0001 }
     );
     assert_eq!(
         err(with_header(b.clone(), |h| h.n_bindings += 1)),

@@ -24,6 +24,7 @@ fn run(
         dropout,
         seed: 3,
         passes,
+        ..Default::default()
     };
     let job = TrainingJob::build_with(mlp, Loss::SoftmaxCrossEntropy, opt, 8, options).unwrap();
     let train = job.plan.entry("train_step").unwrap();
