@@ -92,7 +92,7 @@ const STEPS: &[Step] = &[
     },
     Step {
         name: "qemu",
-        about: "cargo xtask firmware: train on Cortex-M4F, M3 and M0 under QEMU, verify bitwise against the oracle, check sizes",
+        about: "cargo xtask firmware: train on Cortex-M4F, M3 and M0 under QEMU (and the M4F under the fast math profile too), verify bitwise against the oracle, check sizes",
         run: firmware::step_qemu,
     },
     Step {
@@ -163,8 +163,8 @@ const VERBS: &[Verb] = &[
     },
     Verb {
         name: "firmware",
-        usage: "firmware [--core m4f|m3|m0|all] [--bless]",
-        about: "build the Cortex-M firmware, train it under QEMU, verify it bitwise against the oracle, check its sizes (--bless: rewrite the size snapshot)",
+        usage: "firmware [--core m4f|m3|m0|all] [--math precise|fast] [--icount] [--bless]",
+        about: "build the Cortex-M firmware, train it under QEMU, verify it bitwise against the oracle, check its sizes (default: every core precise, the M4F fast too; --math: one profile; --icount: count instructions per train step, fast vs precise; --bless: rewrite the size snapshot)",
         run: firmware::verb_firmware,
     },
     Verb {
