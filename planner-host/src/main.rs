@@ -805,8 +805,12 @@ fn error_report_of(job: &TrainingJob) -> Result<ExitCode> {
         ));
     }
     let last = job.tape.id(job.tape.len() - 1)?;
-    let errors = tapeplan_planner::precision::rounding_errors(&job.tape, &leaves, last)?;
-    println!("rounding error of every node in f32, against the same tape in f64");
+    let errors =
+        tapeplan_planner::precision::rounding_errors_with(&job.tape, &leaves, last, job.math)?;
+    println!(
+        "rounding error of every node in f32 (math {}), against the same tape in f64",
+        job.math
+    );
     println!(
         "{:>5}  {:<14} {:>12} {:>12}",
         "node", "opcode", "max abs", "max rel"

@@ -802,3 +802,24 @@ fn in_place_exception_is_exact() {
     Plan::parse(&bytes).unwrap();
     run_everything(&bytes);
 }
+
+/// Flag bit 0 is the math profile: a plan of either profile parses in a build with both (the
+/// default), and a build with one (a firmware's) refuses the other's with `MathProfile`.
+/// `cargo xtask ci` runs this file once per single-profile build too.
+#[test]
+fn math_profile_flag() {
+    use tapeplan_core::MathProfile;
+    let b = mlp_plan();
+    for math in MathProfile::ALL {
+        let bytes = with_header(b.clone(), |h| h.flags = math.flags());
+        if math.in_build() {
+            assert_eq!(Plan::parse(&bytes).unwrap().math(), math);
+        } else {
+            assert_eq!(err(bytes), PlanError::MathProfile { found: math });
+        }
+    }
+    assert_eq!(
+        MathProfile::ALL.iter().filter(|m| m.in_build()).count(),
+        usize::from(cfg!(feature = "math-precise")) + usize::from(cfg!(feature = "math-fast"))
+    );
+}

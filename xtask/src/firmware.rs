@@ -1,4 +1,4 @@
-//! `cargo xtask firmware [--core m4f|m3|m0|all] [--math precise|fast] [--icount] [--bless]`:
+//! `cargo xtask firmware [--core m4f|m3|m0|all] [--math precise|fast|both] [--icount] [--bless]`:
 //! build the Cortex-M training firmware (`firmware-demo/`), train under QEMU, verify every bit
 //! against the host oracle (`tapeplan verify`), decode its defmt log, and check its sizes
 //! against the snapshot and the budget.
@@ -6,7 +6,7 @@
 //! A *variant* is a core and a math profile. Without `--math`, every chosen core runs the
 //! `precise` profile and the Cortex-M4F also the `fast` one (`m4f-fast`: the firmware built with
 //! `--no-default-features --features math-fast`, which links only micromath's kernels); `--math`
-//! picks one profile for every chosen core. Per variant it builds two firmwares: the real one,
+//! picks the profiles (one, or `both`) for every chosen core. Per variant it builds two firmwares: the real one,
 //! and the `size-baseline` stand-in that does everything but run the plan; the runtime's flash
 //! is their difference. It also builds the Cortex-M4F firmware for a real board's memory map
 //! (nRF52840-DK), which nothing runs here.
@@ -170,7 +170,7 @@ const KEYS: &[(&str, &str)] = &[
 ];
 
 const USAGE: &str =
-    "usage: cargo xtask firmware [--core m4f|m3|m0|all] [--math precise|fast] [--icount] [--bless]";
+    "usage: cargo xtask firmware [--core m4f|m3|m0|all] [--math precise|fast|both] [--icount] [--bless]";
 
 /// `cargo xtask firmware`.
 pub fn verb_firmware(ctx: &Ctx, args: &[String]) -> Result<()> {
@@ -190,11 +190,12 @@ pub fn verb_firmware(ctx: &Ctx, args: &[String]) -> Result<()> {
             "--math" => {
                 let m = it
                     .next()
-                    .ok_or_else(|| anyhow!("--math needs a value: precise or fast"))?;
-                math = Some(
-                    MathProfile::from_name(m)
-                        .ok_or_else(|| anyhow!("--math {m}: precise or fast"))?,
-                );
+                    .ok_or_else(|| anyhow!("--math needs a value: precise, fast or both"))?;
+                math = Some(match m.as_str() {
+                    "both" => MathProfile::ALL.to_vec(),
+                    m => vec![MathProfile::from_name(m)
+                        .ok_or_else(|| anyhow!("--math {m}: precise, fast or both"))?],
+                });
             }
             "--bless" => bless = true,
             "--icount" => icount = true,
@@ -213,7 +214,10 @@ pub fn verb_firmware(ctx: &Ctx, args: &[String]) -> Result<()> {
     }
     let variants = match math {
         None => default_variants(&cores),
-        Some(math) => cores.iter().map(|&core| Variant { core, math }).collect(),
+        Some(maths) => cores
+            .iter()
+            .flat_map(|&core| maths.iter().map(move |&math| Variant { core, math }))
+            .collect(),
     };
     firmware(ctx, &variants, bless, icount)
 }
@@ -412,7 +416,11 @@ struct Speed {
 /// T steps N` lines.
 fn speed(transcript: &str) -> Result<Speed> {
     let hz = info(transcript, "at")?;
-    let per_tick = 1_000_000_000u64 / ((1u64 << ICOUNT_SHIFT) * hz.max(1));
+    // ticks · 10^9 / (2^shift · Hz), in u128 so nothing rounds before the division.
+    let insns = |ticks: u64| -> u64 {
+        let den = (1u128 << ICOUNT_SHIFT) * u128::from(hz.max(1));
+        u64::try_from(u128::from(ticks) * 1_000_000_000 / den).unwrap_or(u64::MAX)
+    };
     let mut epochs: Vec<u64> = transcript
         .lines()
         .filter_map(|l| l.strip_prefix("info epoch_ticks "))
@@ -422,7 +430,7 @@ fn speed(transcript: &str) -> Result<Speed> {
                 .filter_map(|w| w.parse().ok())
                 .collect();
             match f[..] {
-                [_, ticks, steps] if steps > 0 => Some(ticks * per_tick / steps),
+                [_, ticks, steps] if steps > 0 => Some(insns(ticks) / steps),
                 _ => None,
             }
         })
@@ -439,9 +447,9 @@ fn speed(transcript: &str) -> Result<Speed> {
     };
     Ok(Speed {
         median,
-        mean: info(transcript, "mean")? * per_tick,
-        min: info(transcript, "min")? * per_tick,
-        max: info(transcript, "max")? * per_tick,
+        mean: insns(info(transcript, "mean")?),
+        min: insns(info(transcript, "min")?),
+        max: insns(info(transcript, "max")?),
         epochs: n,
     })
 }

@@ -43,6 +43,12 @@ impl Builder {
             arena_elems,
             persistent_elems,
             plan_id: 0x5eed_0001,
+            // The precise profile, unless this build runs only the fast one.
+            flags: if MathProfile::Precise.in_build() {
+                0
+            } else {
+                MathProfile::Fast.flags()
+            },
             ..Builder::default()
         }
     }
