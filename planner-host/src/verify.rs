@@ -969,6 +969,50 @@ mod tests {
     }
 
     #[test]
+    fn the_math_profile_is_part_of_the_run() {
+        let precise = small();
+        let fast = RunConfig {
+            math: MathProfile::Fast,
+            ..small()
+        };
+        // `math=fast` round-trips; precise lines do not name the profile.
+        assert!(fast.to_line().ends_with(" math=fast"), "{}", fast.to_line());
+        assert!(!precise.to_line().contains("math="));
+        assert_eq!(RunConfig::parse(&fast.to_line()).unwrap(), fast);
+        assert_eq!(
+            RunConfig::parse(&format!("{} math=precise", precise.to_line())).unwrap(),
+            precise
+        );
+        let e = RunConfig::parse(&format!("{} math=approx", precise.to_line())).unwrap_err();
+        assert!(e.to_string().contains("precise or fast"), "{e}");
+        // The two profiles plan different plans (flag bit 0 and the id), and train differently.
+        let (pj, fj) = (precise.job().unwrap(), fast.job().unwrap());
+        let (pb, fb) = (pj.plan.to_bytes(), fj.plan.to_bytes());
+        let (pp, fp) = (
+            tapeplan_runtime::Plan::parse(&pb).unwrap(),
+            tapeplan_runtime::Plan::parse(&fb).unwrap(),
+        );
+        assert_eq!(
+            (pp.math(), fp.math()),
+            (MathProfile::Precise, MathProfile::Fast)
+        );
+        assert_ne!(pp.plan_id(), fp.plan_id());
+        // A fast run's transcript verifies under its own description, and is a mismatch for
+        // the precise one.
+        let text = oracle_transcript(&fast).unwrap();
+        let t = Transcript::parse(&text).unwrap();
+        assert!(verify(&t, Some(&fast)).unwrap().passed());
+        assert!(matches!(
+            verify(&t, Some(&precise)),
+            Err(VerifyError::Mismatch(_))
+        ));
+        // Relabelled as precise, its plan id no longer matches the host's precise plan.
+        let relabelled = text.replace(" math=fast", "");
+        let t = Transcript::parse(&relabelled).unwrap();
+        assert!(matches!(verify(&t, None), Err(VerifyError::Mismatch(_))));
+    }
+
+    #[test]
     fn a_good_transcript_verifies() {
         let c = small();
         let text = oracle_transcript(&c).unwrap();
