@@ -9,7 +9,9 @@
 //! - the data: the run's training rows as raw `u8` pixel counts and labels;
 //! - the initial parameters: seeded Glorot-uniform, as little-endian `f32`s.
 //!
-//! `TAPEPLAN_RUN=path/to/file.run` overrides the board's run.
+//! `TAPEPLAN_RUN=path/to/file.run` overrides the board's run. The math profile is the one
+//! feature of `math-precise` (default) and `math-fast` that is enabled: the plan records it and
+//! the runtime links only its kernels; a run description naming the other profile is refused.
 
 use std::env;
 use std::fmt::Write as _;
@@ -17,6 +19,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use tapeplan_planner::verify::{data_digest, RunConfig};
+use tapeplan_runtime::MathProfile;
 
 /// A board the firmware links for.
 struct Board {
@@ -109,7 +112,36 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed={}", run_path.display());
     let run_text = fs::read_to_string(&run_path)
         .map_err(|e| format!("reading {}: {e}", run_path.display()))?;
-    let cfg = RunConfig::parse(&run_text).map_err(|e| format!("{}: {e}", run_path.display()))?;
+    let mut cfg =
+        RunConfig::parse(&run_text).map_err(|e| format!("{}: {e}", run_path.display()))?;
+    let math = match (
+        env::var_os("CARGO_FEATURE_MATH_PRECISE").is_some(),
+        env::var_os("CARGO_FEATURE_MATH_FAST").is_some(),
+    ) {
+        (true, false) => MathProfile::Precise,
+        (false, true) => MathProfile::Fast,
+        _ => {
+            return Err(
+                "enable exactly one math profile feature: `math-precise` (the default) \
+                 or `math-fast` (`--no-default-features --features math-fast`)"
+                    .into(),
+            )
+        }
+    };
+    // A run description that names a profile must name the one this firmware links.
+    let names_math = run_text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or(""))
+        .any(|l| l.split_whitespace().any(|t| t.starts_with("math=")));
+    if names_math && cfg.math != math {
+        return Err(format!(
+            "{}: the run asks for math={}, but this firmware is built with feature math-{math}",
+            run_path.display(),
+            cfg.math
+        )
+        .into());
+    }
+    cfg.math = math;
     if cfg.samples > usize::from(u16::MAX) {
         return Err("the firmware indexes samples with u16: at most 65535".into());
     }
@@ -169,6 +201,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "/// The plan's tensor count (sizes the validator's scratch)."
     )?;
     writeln!(g, "pub const PLAN_TENSORS: usize = {};", plan.n_tensors())?;
+    writeln!(
+        g,
+        "/// The math profile the plan records and the runtime links."
+    )?;
+    writeln!(g, "pub const MATH: &str = {:?};", math.name())?;
     writeln!(g, "/// The plan's id (the CRC-32 of its records).")?;
     writeln!(g, "pub const PLAN_ID: u32 = {:#010x};", plan.plan_id())?;
     writeln!(g, "/// Rows per step.")?;

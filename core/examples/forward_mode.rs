@@ -62,9 +62,14 @@ fn directional(
         v: Tensor::new(shape, at.to_vec())?,
         t: Tensor::new(shape, v.to_vec())?,
     };
-    let computed = replay(tape, f, &mut Pairs { inner: Compute }, |_, _, _| {
-        Ok(seed.clone())
-    })?;
+    let computed = replay(
+        tape,
+        f,
+        &mut Pairs {
+            inner: Compute::default(),
+        },
+        |_, _, _| Ok(seed.clone()),
+    )?;
 
     // 3. Recording the pairs: the tangent computation as ordinary nodes, run by the oracle.
     let rec = record_pairs(tape, f, |_| true)?;

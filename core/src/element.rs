@@ -7,6 +7,10 @@
 //! is the chain rule. A new number, not a new walk.
 //!
 //! Transcendentals come from `libm` for both floats (pure software, identical on every target).
+//! The `*_fast` methods are the `fast` math profile's ([`crate::MathProfile`]): for `f32`,
+//! [`crate::math::fast`] (micromath's approximations); every other element has no fast
+//! profile of its own and computes them precisely (`f64` is the error-analysis reference, a
+//! dual number's tangent needs the exact derivative), which the provided methods do.
 
 use core::fmt::Debug;
 use core::ops::{Add, Div, Mul, Neg, Sub};
@@ -57,6 +61,22 @@ pub trait Element:
     fn detach(self) -> Self {
         self
     }
+    /// `e^x` under the `fast` profile (by default the precise [`Element::exp`]).
+    fn exp_fast(self) -> Self {
+        self.exp()
+    }
+    /// `ln x` under the `fast` profile (by default the precise [`Element::ln`]).
+    fn ln_fast(self) -> Self {
+        self.ln()
+    }
+    /// `tanh x` under the `fast` profile (by default the precise [`Element::tanh`]).
+    fn tanh_fast(self) -> Self {
+        self.tanh()
+    }
+    /// `x^p` under the `fast` profile (by default the precise [`Element::powf`]).
+    fn powf_fast(self, p: Self) -> Self {
+        self.powf(p)
+    }
 }
 
 impl Element for f32 {
@@ -95,6 +115,22 @@ impl Element for f32 {
     }
     fn abs(self) -> f32 {
         f32::from_bits(self.to_bits() & 0x7fff_ffff)
+    }
+    #[cfg(feature = "math-fast")]
+    fn exp_fast(self) -> f32 {
+        crate::math::fast::exp(self)
+    }
+    #[cfg(feature = "math-fast")]
+    fn ln_fast(self) -> f32 {
+        crate::math::fast::ln(self)
+    }
+    #[cfg(feature = "math-fast")]
+    fn tanh_fast(self) -> f32 {
+        crate::math::fast::tanh(self)
+    }
+    #[cfg(feature = "math-fast")]
+    fn powf_fast(self, p: f32) -> f32 {
+        crate::math::fast::powf(self, p)
     }
 }
 

@@ -39,6 +39,7 @@ extern crate alloc;
 
 mod element;
 pub mod format;
+pub mod math;
 mod opcode;
 pub mod ops;
 mod recordable;
@@ -54,6 +55,7 @@ mod run;
 mod tape;
 
 pub use element::Element;
+pub use math::MathProfile;
 pub use opcode::{OpClass, Opcode, MAX_ARITY};
 pub use ops::{Attr, OpError};
 pub use recordable::Recordable;

@@ -8,7 +8,7 @@ use crate::ops::{self, Attr};
 use crate::tape::{NodeId, Tape, TapeError};
 use core::marker::PhantomData;
 
-use crate::{Adjoints, Element, Opcode, Recordable, Shape, MAX_ARITY};
+use crate::{Adjoints, Element, MathProfile, Opcode, Recordable, Shape, MAX_ARITY};
 
 /// A dense row-major tensor of elements `E`.
 #[derive(Clone, Debug, PartialEq)]
@@ -66,6 +66,7 @@ impl<E: Element> TensorOf<E> {
 fn compute_apply<E: Element>(
     op: Opcode,
     attr: Attr,
+    math: MathProfile,
     args: &[&TensorOf<E>],
 ) -> Result<TensorOf<E>, TapeError> {
     if args.len() > MAX_ARITY {
@@ -84,19 +85,30 @@ fn compute_apply<E: Element>(
     let n = args.len();
     let shape = ops::infer(op, attr, &shapes[..n])?;
     let mut out = TensorOf::zeros(shape);
-    ops::eval(op, attr, &bufs[..n], &shapes[..n], &mut out.data)?;
+    ops::eval(op, attr, math, &bufs[..n], &shapes[..n], &mut out.data)?;
     Ok(out)
 }
 
 /// The compute payload in another element: every operation runs its reference kernel over
-/// `E` (`f64` for error analysis, a dual number for forward mode).
+/// `E` (`f64` for error analysis, a dual number for forward mode), under a math profile.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct ComputeAs<E>(PhantomData<E>);
+pub struct ComputeAs<E> {
+    math: MathProfile,
+    element: PhantomData<E>,
+}
 
 impl<E: Element> ComputeAs<E> {
-    /// The payload.
+    /// The payload, under the default (`precise`) math profile.
     pub fn new() -> ComputeAs<E> {
-        ComputeAs(PhantomData)
+        ComputeAs::with_math(MathProfile::Precise)
+    }
+
+    /// The payload under the math profile `math`.
+    pub fn with_math(math: MathProfile) -> ComputeAs<E> {
+        ComputeAs {
+            math,
+            element: PhantomData,
+        }
     }
 }
 
@@ -114,13 +126,24 @@ impl<E: Element> Recordable for ComputeAs<E> {
         attr: Attr,
         args: &[&TensorOf<E>],
     ) -> Result<TensorOf<E>, TapeError> {
-        compute_apply(op, attr, args)
+        compute_apply(op, attr, self.math, args)
     }
 }
 
-/// The compute payload: every operation runs its reference kernel now.
+/// The compute payload: every operation runs its reference kernel now, under the math profile
+/// `math` (`Compute::default()`: `precise`).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Compute;
+pub struct Compute {
+    /// The math profile the transcendental kernels follow.
+    pub math: MathProfile,
+}
+
+impl Compute {
+    /// The payload under the math profile `math`.
+    pub fn with_math(math: MathProfile) -> Compute {
+        Compute { math }
+    }
+}
 
 impl Recordable for Compute {
     type Value = Tensor;
@@ -131,7 +154,7 @@ impl Recordable for Compute {
     }
 
     fn apply(&mut self, op: Opcode, attr: Attr, args: &[&Tensor]) -> Result<Tensor, TapeError> {
-        compute_apply(op, attr, args)
+        compute_apply(op, attr, self.math, args)
     }
 }
 
@@ -140,18 +163,31 @@ impl Recordable for Compute {
 pub struct RunAs<'t, E> {
     tape: &'t Tape,
     values: Vec<Option<TensorOf<E>>>,
+    math: MathProfile,
 }
 
 /// The forward interpreter in `f32`, the element of plans: the oracle.
 pub type Run<'t> = RunAs<'t, f32>;
 
 impl<'t, E: Element> RunAs<'t, E> {
-    /// A run over `tape` with no value set yet.
+    /// A run over `tape` with no value set yet, under the default (`precise`) math profile.
     pub fn new(tape: &'t Tape) -> RunAs<'t, E> {
+        RunAs::with_math(tape, MathProfile::Precise)
+    }
+
+    /// A run over `tape` with no value set yet, its kernels (forward and reverse) under the
+    /// math profile `math`.
+    pub fn with_math(tape: &'t Tape, math: MathProfile) -> RunAs<'t, E> {
         RunAs {
             tape,
             values: vec![None; tape.len()],
+            math,
         }
+    }
+
+    /// The math profile its kernels follow.
+    pub fn math(&self) -> MathProfile {
+        self.math
     }
 
     /// Sets a node's value (inputs and parameters must be set before they are needed; setting
@@ -207,7 +243,7 @@ impl<'t, E: Element> RunAs<'t, E> {
             }
             let v = node
                 .op
-                .express(&mut ComputeAs::<E>::new(), node.attr, &args)?;
+                .express(&mut ComputeAs::<E>::with_math(self.math), node.attr, &args)?;
             self.values[i] = Some(v);
         }
         Ok(())
@@ -252,7 +288,7 @@ impl<'t, E: Element> RunAs<'t, E> {
         crate::autodiff::reverse_scan(
             &self.tape.nodes()[..=root_i],
             &self.values[..=root_i],
-            &mut ComputeAs::<E>::new(),
+            &mut ComputeAs::<E>::with_math(self.math),
             root_i,
             seed,
             &wrt_i,

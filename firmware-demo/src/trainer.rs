@@ -212,6 +212,7 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
         }
         SplitMix64::new(epoch_seed(gen::SEED, epoch)).shuffle(&mut order);
         let mut sum = 0.0f32;
+        let mut epoch_ticks = 0u64;
         for rows in order.chunks_exact(gen::BATCH) {
             let x = s.input_mut(train, "x")?;
             for (dst, &row) in x.chunks_exact_mut(gen::D_IN).zip(rows) {
@@ -236,6 +237,7 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
             sum += loss;
             summary.steps += 1;
             summary.step_ticks_total += ticks;
+            epoch_ticks += ticks;
             summary.step_ticks_min = summary.step_ticks_min.min(ticks);
             summary.step_ticks_max = summary.step_ticks_max.max(ticks);
             out.line(format_args!(
@@ -256,6 +258,13 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
         );
         out.line(format_args!("epoch {} {:08x}", epoch + 1, mean.to_bits()))
             .map_err(link)?;
+        out.line(format_args!(
+            "info epoch_ticks {} {} steps {}",
+            epoch + 1,
+            epoch_ticks,
+            steps_per_epoch
+        ))
+        .map_err(link)?;
         delay.delay_ms(pause_ms);
     }
 
@@ -282,12 +291,13 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
     );
     let steps = summary.steps.max(1) as u64;
     out.line(format_args!(
-        "info steps {} step_ticks mean {} min {} max {} at {} Hz",
+        "info steps {} step_ticks mean {} min {} max {} at {} Hz math {}",
         summary.steps,
         summary.step_ticks_total / steps,
         summary.step_ticks_min,
         summary.step_ticks_max,
-        clock.ticks_per_second()
+        clock.ticks_per_second(),
+        gen::MATH
     ))
     .map_err(link)?;
     out.line(format_args!(

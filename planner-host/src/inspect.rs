@@ -99,6 +99,11 @@ impl PlanInfo {
         }
     }
 
+    /// The math profile the plan records (header flag bit 0).
+    pub fn math(&self) -> tapeplan_core::MathProfile {
+        tapeplan_core::MathProfile::from_flags(self.header.flags)
+    }
+
     /// The parameters' names and shapes, in binding order.
     pub fn parameters(&self) -> Vec<(String, Shape)> {
         self.bindings
@@ -125,9 +130,10 @@ impl PlanInfo {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "plan v{}: id {:#010x}, arena {} elems ({} bytes), persistent {} elems, {} tensors, {} instructions",
+            "plan v{}: id {:#010x}, math {}, arena {} elems ({} bytes), persistent {} elems, {} tensors, {} instructions",
             h.version,
             h.plan_id,
+            self.math(),
             h.arena_elems,
             h.arena_elems as usize * 4,
             h.persistent_elems,

@@ -12,7 +12,7 @@ use crate::planner::Plan;
 
 impl Plan {
     /// Runs entry `entry` over `arena` (at least `arena_elems` long; inputs and parameters already
-    /// in place at their tensors' offsets).
+    /// in place at their tensors' offsets), under the plan's math profile.
     ///
     /// # Errors
     /// A kernel's shape error, or `None` entry / short arena as [`ops::OpError::BufferLength`].
@@ -54,6 +54,7 @@ impl Plan {
             ops::eval(
                 i.op,
                 Attr::from_parts(i.op, i.attr, out.shape),
+                self.math,
                 &arg_refs,
                 &shapes,
                 dst,

@@ -125,6 +125,9 @@ enum Command {
         /// Seed of the initialization and the per-epoch shuffles.
         #[arg(long, default_value_t = 42)]
         seed: u64,
+        /// Math profile of the transcendental kernels (see `plan --help`).
+        #[arg(long, value_enum, default_value_t = MathArg::Precise)]
+        math: MathArg,
     },
     /// Check a device's training transcript bit for bit against the host oracle (format:
     /// `tapeplan_planner::verify`); exits non-zero on any difference.
@@ -176,6 +179,24 @@ enum ActivationArg {
     Relu,
 }
 
+/// The math profile (`tapeplan_core::MathProfile`).
+#[derive(Clone, Copy, ValueEnum)]
+enum MathArg {
+    /// libm's functions (faithfully rounded): the default.
+    Precise,
+    /// micromath's approximations (about 1e-3 relative error, less code and time).
+    Fast,
+}
+
+impl From<MathArg> for tapeplan_core::MathProfile {
+    fn from(m: MathArg) -> Self {
+        match m {
+            MathArg::Precise => tapeplan_core::MathProfile::Precise,
+            MathArg::Fast => tapeplan_core::MathProfile::Fast,
+        }
+    }
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum LossArg {
     /// Softmax cross-entropy over integer labels.
@@ -225,6 +246,11 @@ struct ModelArgs {
     /// Plan without fusing elementwise chains (every value in the arena; same bits).
     #[arg(long)]
     no_fusion: bool,
+    /// Math profile of the transcendental kernels (exp, log, tanh, sigmoid, softplus, pow),
+    /// recorded in the plan and followed by the oracle and every runtime: `precise` (libm) or
+    /// `fast` (micromath's approximations). sqrt stays correctly rounded in both.
+    #[arg(long, value_enum, default_value_t = MathArg::Precise)]
+    math: MathArg,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -297,6 +323,7 @@ impl ModelArgs {
             planning: PlanOptions {
                 fuse: !self.no_fusion,
             },
+            math: self.math.into(),
             ..Default::default()
         };
         Ok(TrainingJob::build_with(
@@ -396,7 +423,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             std::fs::write(&output, &bytes)
                 .with_context(|| format!("writing {}", output.display()))?;
             println!(
-                "wrote {} ({} bytes, {} instructions in {} entries)",
+                "wrote {} ({} bytes, {} instructions in {} entries, math {})",
                 output.display(),
                 bytes.len(),
                 job.plan
@@ -404,7 +431,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     .iter()
                     .map(|e| e.instrs.len())
                     .sum::<usize>(),
-                job.plan.entries.len()
+                job.plan.entries.len(),
+                job.plan.math
             );
             println!("memory report:");
             print_report(&reports(&job));
@@ -602,11 +630,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             let mut curve = LossCurve::starting_at(start_epoch * (train.len() / batch));
             println!(
-                "training {} for {epochs} epoch{}: {} train rows, {} test rows, batch {batch}, arena {} bytes",
+                "training {} for {epochs} epoch{}: {} train rows, {} test rows, batch {batch}, math {}, arena {} bytes",
                 plan.display(),
                 if epochs == 1 { "" } else { "s" },
                 train.len(),
                 test.len(),
+                model.plan().math(),
                 model.arena_bytes()
             );
             for epoch in start_epoch..epochs {
@@ -705,11 +734,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             println!("wrote {} ({} bytes)", output.display(), ckpt.len());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Demo { epochs, seed } => {
+        Command::Demo { epochs, seed, math } => {
             if epochs == 0 {
                 bail!("--epochs must be at least 1");
             }
-            demo(epochs, seed)
+            demo(epochs, seed, math)
         }
         Command::Verify { transcript, config } => Ok(tapeplan_planner::verify::run_cli(
             &transcript,
@@ -820,8 +849,12 @@ fn error_report_of(job: &TrainingJob) -> Result<ExitCode> {
         ));
     }
     let last = job.tape.id(job.tape.len() - 1)?;
-    let errors = tapeplan_planner::precision::rounding_errors(&job.tape, &leaves, last)?;
-    println!("rounding error of every node in f32, against the same tape in f64");
+    let errors =
+        tapeplan_planner::precision::rounding_errors_with(&job.tape, &leaves, last, job.math)?;
+    println!(
+        "rounding error of every node in f32 (math {}), against the same tape in f64",
+        job.math
+    );
     println!(
         "{:>5}  {:<14} {:>12} {:>12}",
         "node", "opcode", "max abs", "max rel"
@@ -863,7 +896,7 @@ fn epoch_seed(seed: u64, epoch: usize) -> u64 {
     SplitMix64::new(seed ^ ((epoch as u64 + 1) << 32)).next_u64()
 }
 
-fn demo(epochs: usize, seed: u64) -> Result<ExitCode> {
+fn demo(epochs: usize, seed: u64, math: MathArg) -> Result<ExitCode> {
     let batch = 32;
     let digits = data::digits()?;
     let (train, test) = digits.split_seeded(0, data::DIGITS_TRAIN_ROWS);
@@ -885,11 +918,13 @@ fn demo(epochs: usize, seed: u64) -> Result<ExitCode> {
         dropout_seed: 1,
         no_guard: false,
         no_fusion: false,
+        math,
     };
     let job = args.job()?;
     let bytes = job.plan.to_bytes();
     println!(
-        "plan: MLP 64-32-10 tanh, softmax cross-entropy, SGD lr 0.1, batch {batch}: {} tape nodes, {} bytes, {} instructions (forward {}, train_step {})",
+        "plan: MLP 64-32-10 tanh, softmax cross-entropy, SGD lr 0.1, batch {batch}, math {}: {} tape nodes, {} bytes, {} instructions (forward {}, train_step {})",
+        job.plan.math,
         job.tape.len(),
         bytes.len(),
         job.plan.entries.iter().map(|e| e.instrs.len()).sum::<usize>(),

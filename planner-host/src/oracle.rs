@@ -6,7 +6,9 @@
 //! without the plan: the tape interpreter ([`Run`]) computes the loss, the engine reverse scan
 //! ([`Run::backward`]) the gradient, and the same update body computes the new parameters.
 
-use tapeplan_core::{Compute, NodeId, Recordable, Run, Shape, Tape, TapeError, Tensor};
+use tapeplan_core::{
+    Compute, MathProfile, NodeId, Recordable, Run, Shape, Tape, TapeError, Tensor,
+};
 
 use crate::model::{self, Loss, Mlp};
 use crate::optim::{Optimizer, StateSpec};
@@ -31,6 +33,8 @@ pub struct TrainingJob {
     pub state: Vec<NodeId>,
     /// Whether `train_step` commits its updates only when the loss and every update are finite.
     pub guarded: bool,
+    /// The math profile of the plan and of the oracle's kernels.
+    pub math: MathProfile,
     /// What the bit-preserving rewrites did before planning (the plan is made from the rewritten
     /// tape; `tape` stays as recorded, for the oracle and listings).
     pub rewrite_stats: RewriteStats,
@@ -85,6 +89,7 @@ impl TrainingJob {
         options: JobOptions,
     ) -> Result<TrainingJob, PlanError> {
         let guarded = options.guarded;
+        let math = options.math;
         mlp.check(batch)
             .map_err(|e| TapeError::Op(tapeplan_core::OpError::Shape(e)))?;
         let mut tape = Tape::new();
@@ -183,13 +188,18 @@ impl TrainingJob {
                 guarded: false,
             });
         }
-        let (rewritten, map, rewrite_stats) =
-            passes::rewrite(&tape, options.passes, &passes::update_values(&entries))?;
-        let plan = planner::plan_with(
+        let (rewritten, map, rewrite_stats) = passes::rewrite(
+            &tape,
+            options.passes,
+            math,
+            &passes::update_values(&entries),
+        )?;
+        let mut plan = planner::plan_with(
             &rewritten,
             &passes::remap_entries(&entries, &map),
             options.planning,
         )?;
+        plan.math = math;
         Ok(TrainingJob {
             mlp,
             loss,
@@ -198,6 +208,7 @@ impl TrainingJob {
             state_specs,
             state,
             guarded,
+            math,
             rewrite_stats,
             batch,
             tape,
@@ -233,6 +244,9 @@ pub struct JobOptions {
     pub passes: Passes,
     /// How to plan (fusion on by default).
     pub planning: PlanOptions,
+    /// The math profile (`precise` by default): recorded in the plan, and followed by the
+    /// oracle, the planner's constant folding and every runtime.
+    pub math: MathProfile,
 }
 
 /// Advances the model's own state by one training step: dropout's counter `c ← c + 1`. Written
@@ -293,7 +307,7 @@ impl<'j> Oracle<'j> {
 
     fn run_with(&self, x: &[f32], target: &[f32]) -> Result<Run<'j>, TapeError> {
         let job = self.job;
-        let mut run = Run::new(&job.tape);
+        let mut run = Run::with_math(&job.tape, job.math);
         run.set(
             job.inputs.x,
             Tensor::new(job.tape.shape(job.inputs.x)?, x.to_vec())?,
@@ -334,10 +348,11 @@ impl<'j> Oracle<'j> {
             .map(|p| adjoints.get(*p).cloned())
             .collect();
         let k = job.optimizer_state;
+        let mut compute = Compute::with_math(job.math);
         let (new_params, mut new_state) =
             job.optimizer
-                .step(&mut Compute, &self.params, &grads, &self.state[..k])?;
-        new_state.extend(advance_model_state(&mut Compute, &self.state[k..])?);
+                .step(&mut compute, &self.params, &grads, &self.state[..k])?;
+        new_state.extend(advance_model_state(&mut compute, &self.state[k..])?);
         let finite = |v: &Option<Tensor>| {
             v.as_ref()
                 .is_none_or(|t| t.data.iter().all(|x| x.is_finite()))

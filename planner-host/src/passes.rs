@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use tapeplan_core::ops::{self, Attr};
-use tapeplan_core::{NodeId, Opcode, Tape, TapeError, Tensor};
+use tapeplan_core::{Compute, MathProfile, NodeId, Opcode, Tape, TapeError, Tensor};
 
 use crate::planner::{EntrySpec, Root};
 
@@ -54,13 +54,15 @@ pub struct RewriteStats {
 
 /// Replays `tape` with `passes` into a new tape; answers it, the new id of every old node, and
 /// what was done. Nodes in `keep_distinct` (each update's value: one buffer cannot be written
-/// over two parameters) are never merged into another node.
+/// over two parameters) are never merged into another node. Constants fold under the math
+/// profile `math`, the plan's: a folded `exp` must have the bits the runtime would compute.
 ///
 /// # Errors
 /// A kernel error while folding (cannot happen for a tape that recorded).
 pub fn rewrite(
     tape: &Tape,
     passes: Passes,
+    math: MathProfile,
     keep_distinct: &[NodeId],
 ) -> Result<(Tape, Vec<NodeId>, RewriteStats), TapeError> {
     let keep: std::collections::HashSet<usize> = keep_distinct.iter().map(|n| n.index()).collect();
@@ -86,7 +88,7 @@ pub fn rewrite(
                     && args.iter().all(|a| constant.contains_key(&a.index()))
                 {
                     let vals: Vec<&Tensor> = args.iter().map(|a| &constant[&a.index()]).collect();
-                    let v = op.express(&mut tapeplan_core::Compute, node.attr, &vals)?;
+                    let v = op.express(&mut Compute::with_math(math), node.attr, &vals)?;
                     let first = v.data.first().map(|x| x.to_bits());
                     match first {
                         Some(bits) if v.data.iter().all(|x| x.to_bits() == bits) => {
@@ -193,12 +195,12 @@ mod tests {
             let b = t.mul(&x, &kb).unwrap(); // merges with a
             (a, b)
         };
-        let (out, map, stats) = rewrite(&tape, Passes::ALL, &[]).unwrap();
+        let (out, map, stats) = rewrite(&tape, Passes::ALL, MathProfile::Precise, &[]).unwrap();
         assert_eq!(map[a.index()], map[b.index()]);
         assert_eq!(stats.merged, 1);
         assert_eq!(stats.folded, 2);
         assert!(out.len() < tape.len());
-        let (_, _, none) = rewrite(&tape, Passes::NONE, &[]).unwrap();
+        let (_, _, none) = rewrite(&tape, Passes::NONE, MathProfile::Precise, &[]).unwrap();
         assert_eq!(none, RewriteStats::default());
     }
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use tapeplan_core::format::{TensorKind, ALIGN_ELEMS, MAX_CHAIN_INSTRS, MAX_REGISTERS};
-use tapeplan_core::{NodeId, OpClass, Opcode, Shape, Tape, TapeError};
+use tapeplan_core::{MathProfile, NodeId, OpClass, Opcode, Shape, Tape, TapeError};
 
 /// What an entry must produce.
 #[derive(Clone, Debug)]
@@ -165,6 +165,9 @@ pub struct Plan {
     pub arena_elems: usize,
     /// The persistent region `[0, persistent_elems)`.
     pub persistent_elems: usize,
+    /// The math profile every reader runs the plan under (header flag bit 0). [`plan`] answers
+    /// `precise`; whoever folded constants under another profile sets it.
+    pub math: MathProfile,
 }
 
 fn align(n: usize) -> usize {
@@ -480,6 +483,7 @@ pub fn plan_with(
         entries,
         arena_elems,
         persistent_elems,
+        math: MathProfile::Precise,
     })
 }
 

@@ -10,8 +10,10 @@
 //! # The run
 //!
 //! A [`RunConfig`] names everything a run depends on: the MLP (`model`, `activation`), the loss,
-//! `batch`, `lr`, `seed`, `split_seed`, `samples` and `epochs`. Both sides derive the rest from
-//! it the same way:
+//! `batch`, `lr`, `seed`, `split_seed`, `samples` and `epochs`, and optionally the math profile
+//! (`math=precise|fast`; absent means `precise`, and the canonical line names it only when it is
+//! `fast`). The plan's id depends on the profile, so a device that ran the other profile's plan
+//! is a mismatch. Both sides derive the rest from it the same way:
 //!
 //! - **data**: the bundled digits set ([`data::digits`]), split with
 //!   [`Dataset::split_seeded`]`(split_seed, DIGITS_TRAIN_ROWS)`; the training set is the first
@@ -52,6 +54,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use tapeplan_core::format::digest_f32;
+use tapeplan_core::MathProfile;
 
 use crate::data::{self, Dataset};
 use crate::model::{glorot_uniform, Activation, Loss, Mlp};
@@ -136,6 +139,8 @@ pub struct RunConfig {
     /// demo firmware links its runtime without feature `fusion`, to keep it within its flash
     /// budget).
     pub fusion: bool,
+    /// The math profile of the plan and the oracle (optional key `math`; `precise` when absent).
+    pub math: MathProfile,
 }
 
 impl RunConfig {
@@ -152,12 +157,13 @@ impl RunConfig {
         "epochs",
     ];
 
-    /// Keys a run description may leave out: `fusion` (default `off`).
-    pub const OPTIONAL_KEYS: [&'static str; 1] = ["fusion"];
+    /// The optional keys, with their defaults: `math` (`precise`), `fusion` (`off`).
+    pub const OPTIONAL_KEYS: [&'static str; 2] = ["math", "fusion"];
 
     /// Parses a run description: `key=value` tokens separated by white space, over any number of
     /// lines; `#` starts a comment that runs to the end of its line. Every key of
-    /// [`RunConfig::KEYS`] must appear exactly once, e.g.
+    /// [`RunConfig::KEYS`] must appear exactly once, each of [`RunConfig::OPTIONAL_KEYS`] at
+    /// most once, e.g.
     /// `model=64,32,10 activation=tanh loss=ce batch=32 lr=0.1 seed=42 split_seed=0
     /// samples=256 epochs=10`.
     ///
@@ -175,8 +181,9 @@ impl RunConfig {
                     .ok_or_else(|| config_err(format!("{token:?} is not key=value")))?;
                 if !Self::KEYS.contains(&k) && !Self::OPTIONAL_KEYS.contains(&k) {
                     return Err(config_err(format!(
-                        "unknown key {k:?} (keys: {})",
-                        Self::KEYS.join(", ")
+                        "unknown key {k:?} (keys: {}, {})",
+                        Self::KEYS.join(", "),
+                        Self::OPTIONAL_KEYS.join(", ")
                     )));
                 }
                 if values.insert(k, v).is_some() {
@@ -225,6 +232,11 @@ impl RunConfig {
                 None | Some("off") => false,
                 Some("on") => true,
                 Some(other) => return Err(config_err(format!("fusion={other}: on or off"))),
+            },
+            math: match values.get("math") {
+                None => MathProfile::Precise,
+                Some(v) => MathProfile::from_name(v)
+                    .ok_or_else(|| config_err(format!("math={v}: precise or fast")))?,
             },
         };
         cfg.check()?;
@@ -286,8 +298,12 @@ impl RunConfig {
     /// The canonical one-line form, which [`RunConfig::parse`] reads back to the same value.
     pub fn to_line(&self) -> String {
         let model: Vec<String> = self.layers.iter().map(usize::to_string).collect();
+        let math = match self.math {
+            MathProfile::Precise => String::new(),
+            m => format!(" math={m}"),
+        };
         format!(
-            "model={} activation={} loss=ce batch={} lr={} seed={} split_seed={} samples={} epochs={}",
+            "model={} activation={} loss=ce batch={} lr={} seed={} split_seed={} samples={} epochs={}{math}",
             model.join(","),
             self.activation.name(),
             self.batch,
@@ -323,8 +339,9 @@ impl RunConfig {
             Sgd { lr: self.lr }.into(),
             self.batch,
             JobOptions {
+                math: self.math,
                 planning: PlanOptions { fuse: self.fusion },
-                ..Default::default()
+                ..JobOptions::default()
             },
         )?)
     }
@@ -445,6 +462,7 @@ impl Transcript {
                 samples: 0,
                 epochs: 0,
                 fusion: false,
+                math: MathProfile::Precise,
             },
             target: None,
             plan: None,
@@ -960,6 +978,50 @@ mod tests {
             let e = RunConfig::parse(bad).unwrap_err().to_string();
             assert!(e.contains(what), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn the_math_profile_is_part_of_the_run() {
+        let precise = small();
+        let fast = RunConfig {
+            math: MathProfile::Fast,
+            ..small()
+        };
+        // `math=fast` round-trips; precise lines do not name the profile.
+        assert!(fast.to_line().ends_with(" math=fast"), "{}", fast.to_line());
+        assert!(!precise.to_line().contains("math="));
+        assert_eq!(RunConfig::parse(&fast.to_line()).unwrap(), fast);
+        assert_eq!(
+            RunConfig::parse(&format!("{} math=precise", precise.to_line())).unwrap(),
+            precise
+        );
+        let e = RunConfig::parse(&format!("{} math=approx", precise.to_line())).unwrap_err();
+        assert!(e.to_string().contains("precise or fast"), "{e}");
+        // The two profiles plan different plans (flag bit 0 and the id), and train differently.
+        let (pj, fj) = (precise.job().unwrap(), fast.job().unwrap());
+        let (pb, fb) = (pj.plan.to_bytes(), fj.plan.to_bytes());
+        let (pp, fp) = (
+            tapeplan_runtime::Plan::parse(&pb).unwrap(),
+            tapeplan_runtime::Plan::parse(&fb).unwrap(),
+        );
+        assert_eq!(
+            (pp.math(), fp.math()),
+            (MathProfile::Precise, MathProfile::Fast)
+        );
+        assert_ne!(pp.plan_id(), fp.plan_id());
+        // A fast run's transcript verifies under its own description, and is a mismatch for
+        // the precise one.
+        let text = oracle_transcript(&fast).unwrap();
+        let t = Transcript::parse(&text).unwrap();
+        assert!(verify(&t, Some(&fast)).unwrap().passed());
+        assert!(matches!(
+            verify(&t, Some(&precise)),
+            Err(VerifyError::Mismatch(_))
+        ));
+        // Relabelled as precise, its plan id no longer matches the host's precise plan.
+        let relabelled = text.replace(" math=fast", "");
+        let t = Transcript::parse(&relabelled).unwrap();
+        assert!(matches!(verify(&t, None), Err(VerifyError::Mismatch(_))));
     }
 
     #[test]

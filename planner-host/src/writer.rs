@@ -22,7 +22,9 @@ fn push<const N: usize>(out: &mut Vec<u8>, f: impl FnOnce(&mut [u8])) {
 
 impl Plan {
     /// The plan's bytes. The header's `plan_id` is the CRC-32 of every record (the plan's
-    /// content), and its `crc32` covers the whole plan.
+    /// content) followed, for a plan with flags (the `fast` math profile), by the flags word's
+    /// four little-endian bytes, so the two profiles of one model have distinct identities; its
+    /// `crc32` covers the whole plan.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut body = Vec::new();
         for t in &self.tensors {
@@ -93,6 +95,15 @@ impl Plan {
             }
         }
         let total = HEADER_BYTES + body.len();
+        let flags = self.math.flags();
+        let plan_id = if flags == 0 {
+            format::CRC32.checksum(&body)
+        } else {
+            let mut digest = format::CRC32.digest();
+            digest.update(&body);
+            digest.update(&flags.to_le_bytes());
+            digest.finalize()
+        };
         let header = Header {
             magic: format::MAGIC,
             version: format::VERSION,
@@ -105,8 +116,8 @@ impl Plan {
             n_instrs,
             n_entries: self.entries.len() as u32,
             n_bindings,
-            flags: 0,
-            plan_id: format::CRC32.checksum(&body),
+            flags,
+            plan_id,
         };
         let mut out = vec![0u8; HEADER_BYTES];
         header.encode(&mut out);

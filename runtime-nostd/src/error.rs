@@ -4,7 +4,7 @@
 use core::fmt;
 
 use tapeplan_core::format::{BindingKind, TensorKind};
-use tapeplan_core::{OpError, Opcode, Shape};
+use tapeplan_core::{MathProfile, OpError, Opcode, Shape};
 
 /// A section of the plan: which array of records an index refers to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -148,10 +148,16 @@ pub enum PlanError {
         /// The CRC of the bytes.
         computed: u32,
     },
-    /// A flag is set; version 1 defines none.
+    /// A flag this version does not define is set (only bit 0, the math profile, is defined).
     UnknownFlags {
         /// The flags word found.
         found: u32,
+    },
+    /// The plan records a math profile this build leaves out (a firmware built with only
+    /// feature `math-precise` or `math-fast`).
+    MathProfile {
+        /// The profile the plan records.
+        found: MathProfile,
     },
     /// A section has more records than the [`crate::Limits`] allow.
     TooMany {
@@ -485,6 +491,11 @@ impl fmt::Display for PlanError {
                 "checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"
             ),
             E::UnknownFlags { found } => write!(f, "unknown flags {found:#x}"),
+            E::MathProfile { found } => write!(
+                f,
+                "the plan runs under the {found} math profile, which this build leaves out \
+                 (feature `math-{found}`)"
+            ),
             E::TooMany {
                 section,
                 found,

@@ -30,4 +30,4 @@ pub use session::{Decoded, Program, Session};
 pub use validate::{Scratch, DEFAULT_SCRATCH_TENSORS};
 
 pub use tapeplan_core::format::{BindingKind, TensorKind};
-pub use tapeplan_core::{OpError, Opcode, Shape};
+pub use tapeplan_core::{MathProfile, OpError, Opcode, Shape};

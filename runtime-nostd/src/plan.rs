@@ -8,7 +8,7 @@ use tapeplan_core::format::{
     TensorRecord, ALL_ENTRIES, BINDING_RECORD_BYTES, ENTRY_RECORD_BYTES, HEADER_BYTES,
     INSTR_RECORD_BYTES, NAME_BYTES, TENSOR_RECORD_BYTES,
 };
-use tapeplan_core::{Shape, MAX_RANK};
+use tapeplan_core::{MathProfile, Shape, MAX_RANK};
 
 use crate::error::PlanError;
 use crate::validate::{self, Scratch};
@@ -237,6 +237,12 @@ impl<'a> Plan<'a> {
     /// their updates; it keeps its contents across entries and steps.
     pub fn persistent_elems(&self) -> usize {
         us(self.header.persistent_elems)
+    }
+
+    /// The math profile the plan records (header flag bit 0): every transcendental kernel runs
+    /// under it, so the results match the oracle's under the same profile.
+    pub fn math(&self) -> MathProfile {
+        MathProfile::from_flags(self.header.flags)
     }
 
     /// The plan's identity (a hash of the model and hyperparameters), for checkpoints.

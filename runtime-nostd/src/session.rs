@@ -3,7 +3,7 @@
 use tapeplan_core::format::{BindingKind, TensorKind};
 use tapeplan_core::ops::elementwise::{binary_in_place, unary_in_place, InPlace};
 use tapeplan_core::ops::{binary_fn, eval, unary_fn, Attr};
-use tapeplan_core::{OpClass, Opcode, Shape, MAX_ARITY};
+use tapeplan_core::{MathProfile, OpClass, Opcode, Shape, MAX_ARITY};
 
 use tapeplan_core::format::{
     FUSE_NEXT, HEADER_BYTES, INSTR_RECORD_BYTES, MAX_CHAIN_INSTRS, MAX_REGISTERS,
@@ -276,7 +276,7 @@ impl<'p, 'a> Session<'p, 'a> {
                         *m = Member::of(d);
                     }
                     let members = members.get(..chain.len()).unwrap_or(&[]);
-                    run_chain(arena, d.k, members)?
+                    run_chain(arena, plan.math(), d.k, members)?
                 }
                 _ => execute(plan, arena, d)?,
             }
@@ -327,7 +327,7 @@ impl<'p, 'a> Session<'p, 'a> {
                 let members = members.get(..count).ok_or(RunError::Inconsistent {
                     instr: u32::try_from(k).unwrap_or(u32::MAX),
                 })?;
-                run_chain(arena, k, members)?;
+                run_chain(arena, plan.math(), k, members)?;
             } else {
                 step(plan, arena, k)?;
             }
@@ -662,7 +662,10 @@ fn execute(plan: &Plan<'_>, arena: &mut [f32], d: &Decoded) -> Result<(), RunErr
         });
         // Without the `catalog` feature (firmware short of flash) everything runs the
         // reference kernels: the same bits, less code.
-        if cfg!(feature = "catalog") && lengths_ok && catalog::elementwise(op, attr, a, b, buf) {
+        if cfg!(feature = "catalog")
+            && lengths_ok
+            && catalog::elementwise(op, attr, plan.math(), a, b, buf)
+        {
             return Ok(());
         }
     } else {
@@ -720,9 +723,10 @@ fn step_reference(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), Ru
     let views = views.get(..arity).ok_or(bad)?;
     let shapes = shapes.get(..arity).ok_or(bad)?;
 
+    let math = plan.math();
     if op.class() == OpClass::Elementwise && views.iter().any(|v| same(Some(v))) {
         let (a0, a1) = (views.first(), views.get(1));
-        if let (Some(f), 1) = (unary_fn(op), arity) {
+        if let (Some(f), 1) = (unary_fn(op, math), arity) {
             unary_in_place(f, arena.get_mut(out.offset..out.end).ok_or(bad)?);
             return Ok(());
         }
@@ -743,7 +747,7 @@ fn step_reference(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), Ru
         }
         // Any other elementwise opcode in place: through the reference kernel, a chunk at a
         // time from copies (elementwise, so chunking cannot change a bit).
-        return elementwise_chunked(op, rec.attr, views, arena, &out, instr);
+        return elementwise_chunked(op, rec.attr, math, views, arena, &out, instr);
     }
 
     let (left, rest) = arena.split_at_mut_checked(out.offset).ok_or(bad)?;
@@ -755,7 +759,7 @@ fn step_reference(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), Ru
     }
     let attr = Attr::from_parts(op, rec.attr, out.shape);
     let args = args.get(..arity).ok_or(bad)?;
-    eval(op, attr, args, shapes, buf).map_err(|error| RunError::Kernel { instr, error })
+    eval(op, attr, math, args, shapes, buf).map_err(|error| RunError::Kernel { instr, error })
 }
 
 /// Elements per tile of a fused chain ([`run_chain`]): its stack holds `MAX_REGISTERS + 1`
@@ -823,7 +827,12 @@ impl Member {
 /// an element's value depends on the same-index argument elements alone and the bits are those
 /// of running the members one after another over whole buffers; validation ruled out arena
 /// ranges that meet without being equal, the one case where the order of tiles could show.
-fn run_chain(arena: &mut [f32], first: usize, members: &[Member]) -> Result<(), RunError> {
+fn run_chain(
+    arena: &mut [f32],
+    math: MathProfile,
+    first: usize,
+    members: &[Member],
+) -> Result<(), RunError> {
     let bad = |k: usize| RunError::Inconsistent {
         instr: u32::try_from(k).unwrap_or(u32::MAX),
     };
@@ -857,7 +866,7 @@ fn run_chain(arena: &mut [f32], first: usize, members: &[Member]) -> Result<(), 
                         }
                     };
                     let [a, b, _] = m.args.map(src);
-                    chain_step(m, a, b, dst, k)?;
+                    chain_step(m, math, a, b, dst, k)?;
                 }
                 Loc::Arena(o) => {
                     let at = o.checked_add(start).ok_or(bad(k))?;
@@ -882,7 +891,7 @@ fn run_chain(arena: &mut [f32], first: usize, members: &[Member]) -> Result<(), 
                         }
                     };
                     let [a, b, _] = m.args.map(src);
-                    chain_step(m, a, b, dst, k)?;
+                    chain_step(m, math, a, b, dst, k)?;
                 }
             }
         }
@@ -897,6 +906,7 @@ fn run_chain(arena: &mut [f32], first: usize, members: &[Member]) -> Result<(), 
 /// one; otherwise the reference kernel, from copies where an argument is the destination.
 fn chain_step(
     m: &Member,
+    math: MathProfile,
     a: Option<Src<'_>>,
     b: Option<Src<'_>>,
     dst: &mut [f32],
@@ -915,7 +925,7 @@ fn chain_step(
     } else {
         Src::Out
     };
-    if cfg!(feature = "catalog") && catalog::elementwise(m.op, m.attr, a, b, dst) {
+    if cfg!(feature = "catalog") && catalog::elementwise(m.op, m.attr, math, a, b, dst) {
         return Ok(());
     }
     let len = dst.len();
@@ -935,6 +945,7 @@ fn chain_step(
     eval(
         m.op,
         Attr::from_parts(m.op, m.attr, shape),
+        math,
         args.get(..m.arity).ok_or(bad)?,
         shapes.get(..m.arity).ok_or(bad)?,
         dst,
@@ -952,6 +963,7 @@ const CHUNK_ELEMS: usize = 64;
 fn elementwise_chunked(
     op: Opcode,
     attr_bits: u32,
+    math: MathProfile,
     views: &[Option<TensorView>],
     arena: &mut [f32],
     out: &TensorView,
@@ -987,6 +999,7 @@ fn elementwise_chunked(
         eval(
             op,
             Attr::from_parts(op, attr_bits, shape),
+            math,
             args.get(..arity).ok_or(bad)?,
             shapes.get(..arity).ok_or(bad)?,
             dst,
@@ -1040,8 +1053,17 @@ mod tests {
                 .map(|v| args[usize::from(v.unwrap().offset != 0)])
                 .collect();
             let shapes = [a.shape; 2];
-            eval(op, Attr::NONE, &args, &shapes[..views.len()], &mut expect).unwrap();
-            elementwise_chunked(op, 0, views, &mut arena, &a, 0).unwrap();
+            let m = MathProfile::Precise;
+            eval(
+                op,
+                Attr::NONE,
+                m,
+                &args,
+                &shapes[..views.len()],
+                &mut expect,
+            )
+            .unwrap();
+            elementwise_chunked(op, 0, m, views, &mut arena, &a, 0).unwrap();
             let got: Vec<u32> = arena[..n].iter().map(|x| x.to_bits()).collect();
             let want: Vec<u32> = expect.iter().map(|x| x.to_bits()).collect();
             assert_eq!(got, want, "{op}");

@@ -11,11 +11,11 @@
 
 use tapeplan_core::format::{
     plan_crc, BindingKind, BindingRecord, Header, TensorKind, ALIGN_ELEMS, ALL_ENTRIES,
-    BINDING_RECORD_BYTES, ENTRY_RECORD_BYTES, FUSE_NEXT, HEADER_BYTES, INSTR_RECORD_BYTES, MAGIC,
-    MAX_CHAIN_INSTRS, MAX_REGISTERS, NO_ARG, TENSOR_RECORD_BYTES, VERSION,
+    BINDING_RECORD_BYTES, ENTRY_RECORD_BYTES, FUSE_NEXT, HEADER_BYTES, INSTR_RECORD_BYTES,
+    KNOWN_FLAGS, MAGIC, MAX_CHAIN_INSTRS, MAX_REGISTERS, NO_ARG, TENSOR_RECORD_BYTES, VERSION,
 };
 use tapeplan_core::ops::{infer, Attr};
-use tapeplan_core::{OpClass, Opcode, Shape, MAX_ARITY};
+use tapeplan_core::{MathProfile, OpClass, Opcode, Shape, MAX_ARITY};
 
 use crate::error::{FusionRule, Operand, PlanError, Section};
 use crate::plan::{name_in, us, Layout, Plan, TensorView};
@@ -124,8 +124,12 @@ fn check_header(bytes: &[u8], limits: &Limits, cap_tensors: usize) -> Result<Hea
             computed,
         });
     }
-    if h.flags != 0 {
+    if h.flags & !KNOWN_FLAGS != 0 {
         return Err(PlanError::UnknownFlags { found: h.flags });
+    }
+    let math = MathProfile::from_flags(h.flags);
+    if !math.in_build() {
+        return Err(PlanError::MathProfile { found: math });
     }
     let d = Limits::DEFAULT;
     let cap_t = limits

@@ -84,8 +84,12 @@ fn header_rules() {
         PlanError::BadHeaderBytes { found: 64 }
     );
     assert_eq!(
-        err(with_header(b.clone(), |h| h.flags = 1)),
-        PlanError::UnknownFlags { found: 1 }
+        err(with_header(b.clone(), |h| h.flags = 2)),
+        PlanError::UnknownFlags { found: 2 }
+    );
+    assert_eq!(
+        err(with_header(b.clone(), |h| h.flags = 0x8000_0001)),
+        PlanError::UnknownFlags { found: 0x8000_0001 }
     );
     assert_eq!(
         err(with_header(b.clone(), |h| h.n_bindings += 1)),
@@ -817,6 +821,7 @@ fn chain_plan() -> (Builder, [u32; 4]) {
     (b, [x, r, y, z])
 }
 
+#[cfg(feature = "fusion")]
 #[test]
 fn fused_chain_rules() {
     use tapeplan_runtime::FusionRule as R;
@@ -906,6 +911,7 @@ fn fused_chain_rules() {
     let _ = (x, z);
 }
 
+#[cfg(feature = "fusion")]
 #[test]
 fn fused_chain_partial_alias_is_rejected() {
     // x [8] at 0 is read by the chain's first member only; y [8] written by its second member
@@ -946,4 +952,39 @@ fn fused_chain_partial_alias_is_rejected() {
         .map(|v| v.to_bits())
         .collect();
     assert_eq!(got, want);
+}
+
+#[cfg(not(feature = "fusion"))]
+#[test]
+fn fused_chains_need_the_feature() {
+    let (ok, _) = chain_plan();
+    assert_eq!(
+        err(ok.build()),
+        PlanError::Fusion {
+            entry: 0,
+            instr: 0,
+            rule: tapeplan_runtime::FusionRule::NotBuilt
+        }
+    );
+}
+
+/// Flag bit 0 is the math profile: a plan of either profile parses in a build with both (the
+/// default), and a build with one (a firmware's) refuses the other's with `MathProfile`.
+/// `cargo xtask ci` runs this file once per single-profile build too.
+#[test]
+fn math_profile_flag() {
+    use tapeplan_core::MathProfile;
+    let b = mlp_plan();
+    for math in MathProfile::ALL {
+        let bytes = with_header(b.clone(), |h| h.flags = math.flags());
+        if math.in_build() {
+            assert_eq!(Plan::parse(&bytes).unwrap().math(), math);
+        } else {
+            assert_eq!(err(bytes), PlanError::MathProfile { found: math });
+        }
+    }
+    assert_eq!(
+        MathProfile::ALL.iter().filter(|m| m.in_build()).count(),
+        usize::from(cfg!(feature = "math-precise")) + usize::from(cfg!(feature = "math-fast"))
+    );
 }

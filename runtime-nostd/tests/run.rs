@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use common::*;
 use tapeplan_core::format::{BindingKind, TensorKind};
-use tapeplan_core::Opcode;
+use tapeplan_core::{MathProfile, Opcode};
 use tapeplan_runtime::{Plan, RunError, Session};
 
 #[test]
@@ -227,7 +227,8 @@ impl Prog {
         t
     }
 
-    fn check(mut self, outputs: &[u32]) {
+    /// Answers the outputs' bits.
+    fn check(mut self, outputs: &[u32]) -> Vec<Vec<u32>> {
         self.b.arena_elems = self.next;
         let n = self.b.instrs.len() as u32;
         let e = self.b.entry("main", 0, n);
@@ -248,6 +249,7 @@ impl Prog {
             vals.insert(*t, v.clone());
         }
         s.run(entry).unwrap();
+        assert_eq!(plan.math(), MathProfile::from_flags(self.b.flags));
         reference(&self.b, 0, n as usize, &mut vals);
         for &t in outputs {
             assert_eq!(
@@ -256,6 +258,10 @@ impl Prog {
                 "tensor {t}"
             );
         }
+        outputs
+            .iter()
+            .map(|t| bits(s.output(entry, &format!("t{t}")).unwrap()))
+            .collect()
     }
 }
 
@@ -288,6 +294,38 @@ fn every_opcode_matches_reference_bits() {
     outs.push(p.op(Fill, &[], &[], 1.5f32.to_bits()));
     outs.push(p.op(Fill, &[0, 3], &[], 1.5f32.to_bits()));
     p.check(&outs);
+}
+
+/// The transcendentals under each math profile, out of place and in place: the runtime (its
+/// catalog, and the reference path for the in-place ones) gives the reference kernels' bits
+/// for the plan's profile, and the two profiles differ.
+#[test]
+fn math_profiles_reach_every_transcendental() {
+    use Opcode::*;
+    let outputs = |fast: bool| {
+        let mut p = Prog::new();
+        p.b.flags = u32::from(fast);
+        let a = p.input(&[4, 8], floats(41, 32));
+        let pos = p.op(Abs, &[4, 8], &[a], 0);
+        let mut outs = vec![];
+        for op in [Tanh, Exp, Sigmoid, Softplus] {
+            outs.push(p.op(op, &[4, 8], &[a], 0));
+        }
+        outs.push(p.op(Log, &[4, 8], &[pos], 0));
+        outs.push(p.op(Pow, &[4, 8], &[pos], 1.5f32.to_bits()));
+        outs.push(p.op(Pow, &[4, 8], &[a], 3.0f32.to_bits()));
+        let c = p.op(Add, &[4, 8], &[a, a], 0);
+        // In place: the catalog's `Src::Out` path, or without `catalog` the reference path.
+        let d = p.op_over(Tanh, c, &[c]);
+        let e = p.op_over(Exp, d, &[d]);
+        let f = p.op_over(Sigmoid, e, &[e]);
+        outs.push(f);
+        p.check(&outs)
+    };
+    let (precise, fast) = (outputs(false), outputs(true));
+    for (k, (p, f)) in precise.iter().zip(&fast).enumerate() {
+        assert_ne!(p, f, "output {k}: the profiles give the same bits");
+    }
 }
 
 #[test]

@@ -12,7 +12,7 @@ use common::{bits, Builder};
 use proptest::prelude::*;
 use tapeplan_core::format::{BindingKind, TensorKind};
 use tapeplan_core::ops::{eval as reference, Attr};
-use tapeplan_core::{Opcode, Shape};
+use tapeplan_core::{MathProfile, Opcode, Shape};
 use tapeplan_runtime::catalog;
 use tapeplan_runtime::{Plan, Session};
 
@@ -60,24 +60,27 @@ fn shp(d: &[usize]) -> Shape {
     Shape::new(d).unwrap()
 }
 
-/// Runs `op` through the catalog and the reference, over fresh output buffers prefilled with a
-/// sentinel, and compares the bits.
+/// Runs `op` through the catalog and the reference under each math profile, over fresh output
+/// buffers prefilled with a sentinel, and compares the bits.
 fn check(op: Opcode, attr: Attr, args: &[&[f32]], shapes: &[Shape]) -> Result<(), TestCaseError> {
     let out_shape = tapeplan_core::ops::infer(op, attr, shapes).unwrap();
     let n = out_shape.elems();
-    let mut want = vec![f32::from_bits(0x7f80_0001); n];
-    let mut got = vec![f32::from_bits(0x7f80_0001); n];
-    let r = reference(op, attr, args, shapes, &mut want);
-    let c = catalog::eval(op, attr, args, shapes, &mut got);
-    prop_assert_eq!(r, c);
-    prop_assert_eq!(
-        bits(&got),
-        bits(&want),
-        "{} over {:?} ({})",
-        op,
-        shapes,
-        catalog::CATALOG
-    );
+    for math in MathProfile::ALL {
+        let mut want = vec![f32::from_bits(0x7f80_0001); n];
+        let mut got = vec![f32::from_bits(0x7f80_0001); n];
+        let r = reference(op, attr, math, args, shapes, &mut want);
+        let c = catalog::eval(op, attr, math, args, shapes, &mut got);
+        prop_assert_eq!(r, c);
+        prop_assert_eq!(
+            bits(&got),
+            bits(&want),
+            "{} over {:?} ({}, {})",
+            op,
+            shapes,
+            catalog::CATALOG,
+            math
+        );
+    }
     Ok(())
 }
 
@@ -263,13 +266,18 @@ proptest! {
 }
 
 /// The executor's in-place paths: an elementwise instruction whose output overwrites its first,
-/// second or both arguments, run through a `Session`, against the reference out of place.
+/// second or both arguments, run through a `Session` (under each math profile), against the
+/// reference out of place.
 fn in_place(op: Opcode, attr: u32, a: &[f32], b: &[f32]) -> Result<(), TestCaseError> {
     let n = a.len() as u32;
     let binary = op.arity() == 2;
     let arena = 2 * n.max(1) + 4;
-    for which in 0..if binary { 3 } else { 1 } {
+    for (math, which) in MathProfile::ALL
+        .into_iter()
+        .flat_map(|m| (0..if binary { 3 } else { 1 }).map(move |w| (m, w)))
+    {
         let mut bl = Builder::new(arena, 0);
+        bl.flags = math.flags();
         let ta = bl.tensor(0, &[n], TensorKind::Scratch);
         let tb = bl.tensor(n.max(1) + 4 - (n.max(1) + 4) % 4, &[n], TensorKind::Scratch);
         let (args, over): (Vec<u32>, u32) = match (binary, which) {
@@ -304,6 +312,7 @@ fn in_place(op: Opcode, attr: u32, a: &[f32], b: &[f32]) -> Result<(), TestCaseE
         reference(
             op,
             Attr::from_parts(op, attr, sh),
+            math,
             &ref_args,
             &shapes,
             &mut want,
@@ -312,9 +321,10 @@ fn in_place(op: Opcode, attr: u32, a: &[f32], b: &[f32]) -> Result<(), TestCaseE
         prop_assert_eq!(
             bits(s.output(e, "out").unwrap()),
             bits(&want),
-            "{} in place, case {}",
+            "{} in place, case {}, {}",
             op,
-            which
+            which,
+            math
         );
     }
     Ok(())

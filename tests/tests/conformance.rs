@@ -7,7 +7,7 @@
 mod common;
 
 use common::{bits, build, cases, near_kink, random_input};
-use tapeplan_core::{NodeId, Opcode, Run, Tensor};
+use tapeplan_core::{MathProfile, NodeId, Opcode, Run, Tensor};
 use tapeplan_planner::rng::SplitMix64;
 use tapeplan_planner::{plan, EntrySpec, Root};
 use tapeplan_runtime::{Plan as RtPlan, Session};
@@ -28,6 +28,19 @@ fn every_opcode_has_a_case() {
 
 #[test]
 fn oracle_recorded_runtime_and_host_plan_agree_bit_for_bit() {
+    agree(MathProfile::Precise, true);
+}
+
+/// The same readers under the `fast` math profile (micromath's `exp`, `ln` and what is built
+/// on them): the oracle, the recorded gradient, the runtime and the host plan still agree bit
+/// for bit. No finite differences: the rules are the profile's-independent analytic
+/// derivatives, which the approximations' own slopes only approach.
+#[test]
+fn every_reader_agrees_under_the_fast_profile() {
+    agree(MathProfile::Fast, false);
+}
+
+fn agree(math: MathProfile, finite_differences: bool) {
     let mut rng = SplitMix64::new(2026);
     for case in cases() {
         for trial in 0..4 {
@@ -54,7 +67,7 @@ fn oracle_recorded_runtime_and_host_plan_agree_bit_for_bit() {
             };
 
             // 1. The oracle.
-            let mut run = Run::new(&b.tape);
+            let mut run = Run::with_math(&b.tape, math);
             set(&mut run);
             let wrt: Vec<NodeId> = b
                 .inputs
@@ -67,7 +80,7 @@ fn oracle_recorded_runtime_and_host_plan_agree_bit_for_bit() {
             let f_val = run.value(b.f).unwrap().data[0];
 
             // 2. The recorded gradient, interpreted.
-            let mut run2 = Run::new(&b.tape);
+            let mut run2 = Run::with_math(&b.tape, math);
             set(&mut run2);
             run2.forward().unwrap();
             for (k, (x, g)) in b.inputs.iter().zip(&b.grads).enumerate() {
@@ -96,7 +109,7 @@ fn oracle_recorded_runtime_and_host_plan_agree_bit_for_bit() {
                     }
                 }
             }
-            let p = plan(
+            let mut p = plan(
                 &b.tape,
                 &[EntrySpec {
                     name: "grad".into(),
@@ -105,8 +118,10 @@ fn oracle_recorded_runtime_and_host_plan_agree_bit_for_bit() {
                 }],
             )
             .unwrap();
+            p.math = math;
             let bytes = p.to_bytes();
             let rt = RtPlan::parse(&bytes).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+            assert_eq!(rt.math(), math);
             let mut arena = vec![f32::NAN; rt.arena_elems()];
             let e = rt.entry("grad").unwrap();
             let mut host_arena = vec![f32::NAN; p.arena_elems];
@@ -167,7 +182,7 @@ fn oracle_recorded_runtime_and_host_plan_agree_bit_for_bit() {
             // Finite differences of the forward, in f32, central, h = 1e-2:
             // |fd - g| <= 2e-2 * (1 + |g|).
             // (A stop-gradient's rule is not the derivative of its forward: no finite differences.)
-            if trial == 0 && case.name != "detach" {
+            if finite_differences && trial == 0 && case.name != "detach" {
                 for (k, x) in b.inputs.iter().enumerate() {
                     if !case.wrt[k] {
                         continue;
@@ -179,7 +194,7 @@ fn oracle_recorded_runtime_and_host_plan_agree_bit_for_bit() {
                     for i in 0..values[k].len() {
                         let h = 1e-2f32;
                         let eval = |delta: f32| {
-                            let mut run = Run::new(&b.tape);
+                            let mut run = Run::with_math(&b.tape, math);
                             set(&mut run);
                             let mut v = values[k].clone();
                             v[i] += delta;

@@ -150,10 +150,17 @@ fn three_readings_agree(case: &Case, b: &Built, p: &Point, what: &str) -> Record
     }
     seam.forward_until(b.f).unwrap();
     // 2. The pair payload over Compute.
-    let computed = replay(&b.tape, b.f, &mut Pairs { inner: Compute }, |_, i, _| {
-        let (_, s) = seeds.iter().find(|(x, _)| x.index() == i).unwrap();
-        Ok(s.clone())
-    })
+    let computed = replay(
+        &b.tape,
+        b.f,
+        &mut Pairs {
+            inner: Compute::default(),
+        },
+        |_, i, _| {
+            let (_, s) = seeds.iter().find(|(x, _)| x.index() == i).unwrap();
+            Ok(s.clone())
+        },
+    )
     .unwrap();
     // 3. The recorded pairs, run by the oracle.
     let rec = record(b, p);

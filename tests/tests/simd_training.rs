@@ -6,19 +6,35 @@
 //! `RUSTFLAGS="-C target-cpu=native"` AVX2 or AVX-512). Both equal the oracle, so the SIMD run
 //! equals the scalar run bit for bit.
 
+use tapeplan_core::MathProfile;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
 use tapeplan_planner::optim::Sgd;
-use tapeplan_planner::oracle::{first_difference, Oracle, TrainingJob};
+use tapeplan_planner::oracle::{first_difference, JobOptions, Oracle, TrainingJob};
 use tapeplan_planner::rng::SplitMix64;
 use tapeplan_planner::train::RuntimeModel;
 use tapeplan_runtime::catalog;
 
 fn run(sizes: &[usize], activation: Activation, loss: Loss, batch: usize, steps: usize) {
+    run_with(sizes, activation, loss, batch, steps, MathProfile::Precise);
+}
+
+fn run_with(
+    sizes: &[usize],
+    activation: Activation,
+    loss: Loss,
+    batch: usize,
+    steps: usize,
+    math: MathProfile,
+) {
     let mlp = Mlp {
         sizes: sizes.to_vec(),
         activation,
     };
-    let job = TrainingJob::build(mlp, loss, Sgd { lr: 0.05 }, batch).unwrap();
+    let options = JobOptions {
+        math,
+        ..JobOptions::default()
+    };
+    let job = TrainingJob::build_with(mlp, loss, Sgd { lr: 0.05 }.into(), batch, options).unwrap();
     let bytes = job.plan.to_bytes();
     let mut model = RuntimeModel::new(&bytes).unwrap();
     let shapes = job.parameter_shapes();
@@ -48,7 +64,7 @@ fn run(sizes: &[usize], activation: Activation, loss: Loss, batch: usize, steps:
         assert_eq!(
             l_rt.to_bits(),
             l_or.to_bits(),
-            "{sizes:?} step {step}: loss, catalog {} vs oracle",
+            "{sizes:?} step {step}: loss, catalog {} vs oracle ({math})",
             catalog::CATALOG
         );
         let rt: Vec<Vec<f32>> = names.iter().map(|n| model.parameter(n).unwrap()).collect();
@@ -201,4 +217,28 @@ fn decoded_program_equals_run() {
         let mut small = vec![Decoded::EMPTY; 1];
         assert!(a.decode(e, &mut small).is_err());
     }
+}
+
+#[test]
+fn fast_profile_digits_mlp_tanh_cross_entropy() {
+    run_with(
+        &[64, 32, 10],
+        Activation::Tanh,
+        Loss::SoftmaxCrossEntropy,
+        32,
+        12,
+        MathProfile::Fast,
+    );
+}
+
+#[test]
+fn fast_profile_odd_widths_tanh_mse() {
+    run_with(
+        &[5, 13, 3],
+        Activation::Tanh,
+        Loss::MeanSquaredError,
+        7,
+        20,
+        MathProfile::Fast,
+    );
 }

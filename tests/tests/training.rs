@@ -1,14 +1,41 @@
 //! Whole training runs: the runtime (from serialized bytes) against the oracle and against the
 //! planner's host interpreter of the unserialized plan, bit for bit after every step.
 
+use tapeplan_core::MathProfile;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
+use tapeplan_planner::optim::Optimizer;
 use tapeplan_planner::optim::Sgd;
-use tapeplan_planner::oracle::{first_difference, Oracle, TrainingJob};
+use tapeplan_planner::oracle::{first_difference, JobOptions, Oracle, TrainingJob};
 use tapeplan_planner::rng::SplitMix64;
 use tapeplan_planner::train::RuntimeModel;
 
 fn run_case(mlp: Mlp, loss: Loss, batch: usize, steps: usize) {
-    let job = TrainingJob::build(mlp.clone(), loss, Sgd { lr: 0.05 }, batch).unwrap();
+    run_case_with(
+        mlp,
+        loss,
+        Sgd { lr: 0.05 }.into(),
+        batch,
+        steps,
+        MathProfile::Precise,
+    );
+}
+
+/// Trains `steps` steps through the runtime, the oracle and the host interpreter under `math`,
+/// checking every bit after every step; answers the loss of every step.
+fn run_case_with(
+    mlp: Mlp,
+    loss: Loss,
+    optimizer: Optimizer,
+    batch: usize,
+    steps: usize,
+    math: MathProfile,
+) -> Vec<f32> {
+    let options = JobOptions {
+        math,
+        ..JobOptions::default()
+    };
+    let job = TrainingJob::build_with(mlp.clone(), loss, optimizer, batch, options).unwrap();
+    assert_eq!(job.plan.math, math);
     let bytes = job.plan.to_bytes();
     let mut model = RuntimeModel::new(&bytes).unwrap();
     let shapes = job.parameter_shapes();
@@ -23,10 +50,16 @@ fn run_case(mlp: Mlp, loss: Loss, batch: usize, steps: usize) {
         let o = job.plan.tensors[*t as usize].offset_elems;
         host[o..o + v.len()].copy_from_slice(v);
     }
+    // An optimizer with state: the runtime ran `init` when it loaded the plan.
+    if job.plan.entry("init").is_some() {
+        job.plan.run_host("init", &mut host).unwrap();
+    }
     let train = job.plan.entry("train_step").unwrap();
     let (d_in, d_out) = (mlp.sizes[0], *mlp.sizes.last().unwrap());
     let mut rng = SplitMix64::new(99);
+    assert_eq!(model.plan().math(), math);
     let names: Vec<&str> = shapes.iter().map(|(n, _)| n.as_str()).collect();
+    let mut losses = Vec::with_capacity(steps);
     for step in 0..steps {
         let x: Vec<f32> = (0..batch * d_in)
             .map(|_| rng.next_f32() * 2.0 - 1.0)
@@ -37,6 +70,7 @@ fn run_case(mlp: Mlp, loss: Loss, batch: usize, steps: usize) {
         };
         let l_rt = model.train_step(&x, &target).unwrap();
         let l_or = oracle.step(&x, &target).unwrap();
+        losses.push(l_or);
         for (name, t) in &train.inputs {
             let o = job.plan.tensors[*t as usize].offset_elems;
             let src = if name == "x" { &x } else { &target };
@@ -69,6 +103,41 @@ fn run_case(mlp: Mlp, loss: Loss, batch: usize, steps: usize) {
     }
     // Training moved the parameters.
     assert_ne!(oracle.params[0].data, init[0]);
+    losses
+}
+
+#[test]
+fn fast_profile_tanh_cross_entropy_runtime_equals_oracle() {
+    let mlp = Mlp {
+        sizes: vec![8, 6, 4],
+        activation: Activation::Tanh,
+    };
+    let sgd = || Sgd { lr: 0.05 }.into();
+    let loss = Loss::SoftmaxCrossEntropy;
+    let fast = run_case_with(mlp.clone(), loss, sgd(), 5, 40, MathProfile::Fast);
+    let precise = run_case_with(mlp, loss, sgd(), 5, 40, MathProfile::Precise);
+    // The profiles are different functions: the same run gives other losses from step 1 on.
+    assert_ne!(fast[0].to_bits(), precise[0].to_bits());
+    // And the approximations stay close: within 1 % of the precise loss after 40 steps.
+    let (f, p) = (fast[39], precise[39]);
+    assert!((f - p).abs() <= 0.01 * p.abs(), "fast {f} vs precise {p}");
+}
+
+#[test]
+fn fast_profile_adam_mse_runtime_equals_oracle() {
+    // Adam's update speaks `sqrt` (correctly rounded in both profiles) and its bias
+    // corrections; the tanh layer is the transcendental here.
+    run_case_with(
+        Mlp {
+            sizes: vec![3, 7, 2],
+            activation: Activation::Tanh,
+        },
+        Loss::MeanSquaredError,
+        Optimizer::adam(0.01),
+        4,
+        30,
+        MathProfile::Fast,
+    );
 }
 
 #[test]

@@ -67,7 +67,7 @@ const STEPS: &[Step] = &[
     },
     Step {
         name: "test",
-        about: "cargo test --workspace",
+        about: "cargo test --workspace, and the runtime's rejection tests with one math profile each",
         run: step_test,
     },
     Step {
@@ -92,7 +92,7 @@ const STEPS: &[Step] = &[
     },
     Step {
         name: "qemu",
-        about: "cargo xtask firmware: train on Cortex-M4F, M3 and M0 under QEMU, verify bitwise against the oracle, check sizes",
+        about: "cargo xtask firmware: train on Cortex-M4F, M3 and M0 under QEMU (and the M4F under the fast math profile too), verify bitwise against the oracle, check sizes",
         run: firmware::step_qemu,
     },
     Step {
@@ -163,8 +163,8 @@ const VERBS: &[Verb] = &[
     },
     Verb {
         name: "firmware",
-        usage: "firmware [--core m4f|m3|m0|all] [--bless]",
-        about: "build the Cortex-M firmware, train it under QEMU, verify it bitwise against the oracle, check its sizes (--bless: rewrite the size snapshot)",
+        usage: "firmware [--core m4f|m3|m0|all] [--math precise|fast|both] [--icount] [--bless]",
+        about: "build the Cortex-M firmware, train it under QEMU, verify it bitwise against the oracle, check its sizes (default: every core precise, the M4F fast too; --math: precise, fast or both; --icount: count instructions per train step, fast vs precise; --bless: rewrite the size snapshot)",
         run: firmware::verb_firmware,
     },
     Verb {
@@ -328,7 +328,22 @@ fn step_test(ctx: &Ctx) -> Result<()> {
         // planner-host/tests/exchange.rs runs scripts/check_export.py with it.
         cmd.env("TAPEPLAN_PYTHON", py);
     }
-    run(cmd)
+    run(cmd)?;
+    // A firmware links one math profile: the runtime built with each alone refuses the other's
+    // plans (`PlanError::MathProfile`).
+    for math in ["all-ops,math-precise", "all-ops,math-fast"] {
+        run(ctx.cargo([
+            "test",
+            "-p",
+            "tapeplan-runtime",
+            "--no-default-features",
+            "--features",
+            math,
+            "--test",
+            "reject",
+        ]))?;
+    }
+    Ok(())
 }
 
 /// The venv (numpy and safetensors from PyPI) that runs `scripts/check_export.py`, the check

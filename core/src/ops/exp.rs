@@ -1,4 +1,5 @@
-//! `exp`: `libm::expf(x)`.
+//! `exp`: `e^x`. Under the `precise` math profile `libm::expf(x)`; under `fast`
+//! [`crate::math::fast::exp`] (micromath's approximation, about 1e-3 relative error).
 //!
 //! Rule: `x̄ += ḡ * y` with `y` the node's output.
 
@@ -7,9 +8,14 @@ use crate::Element;
 use super::{want, Contributions, VjpArgs};
 use crate::Recordable;
 
-/// `e^x`.
+/// `e^x` (`precise`).
 pub fn scalar<E: Element>(x: E) -> E {
     x.exp()
+}
+
+/// `e^x` (`fast`).
+pub fn scalar_fast<E: Element>(x: E) -> E {
+    x.exp_fast()
 }
 
 pub(crate) fn vjp<R: Recordable>(

@@ -1,4 +1,5 @@
-//! `log`: the natural logarithm, `libm::logf(x)`.
+//! `log`: the natural logarithm. Under the `precise` math profile `libm::logf(x)`; under `fast`
+//! [`crate::math::fast::ln`] (micromath's approximation).
 //!
 //! Rule: `x̄ += ḡ / x`.
 
@@ -7,9 +8,14 @@ use crate::Element;
 use super::{want, Contributions, VjpArgs};
 use crate::Recordable;
 
-/// `ln(x)`.
+/// `ln(x)` (`precise`).
 pub fn scalar<E: Element>(x: E) -> E {
     x.ln()
+}
+
+/// `ln(x)` (`fast`).
+pub fn scalar_fast<E: Element>(x: E) -> E {
+    x.ln_fast()
 }
 
 pub(crate) fn vjp<R: Recordable>(

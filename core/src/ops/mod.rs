@@ -9,7 +9,7 @@ use core::fmt;
 
 use crate::recordable::Recordable;
 use crate::shape::ShapeError;
-use crate::{Element, OpClass, Opcode, Shape, MAX_ARITY};
+use crate::{Element, MathProfile, OpClass, Opcode, Shape, MAX_ARITY};
 
 pub mod abs;
 pub mod add;
@@ -204,6 +204,11 @@ pub enum OpError {
         /// The instruction.
         op: Opcode,
     },
+    /// A math profile this build leaves out (features `math-precise`, `math-fast`).
+    MathProfile {
+        /// The profile asked for.
+        math: MathProfile,
+    },
 }
 
 impl fmt::Display for OpError {
@@ -240,6 +245,12 @@ impl fmt::Display for OpError {
                 write!(
                     f,
                     "{op} is not in this build's vocabulary (feature `all-ops`)"
+                )
+            }
+            OpError::MathProfile { math } => {
+                write!(
+                    f,
+                    "the {math} math profile is not in this build (feature `math-{math}`)"
                 )
             }
         }
@@ -362,27 +373,43 @@ fn same_shapes(op: Opcode, args: &[Shape]) -> Result<Shape, OpError> {
     Ok(first)
 }
 
-/// The scalar function of a unary elementwise opcode (`pow` is not one: its exponent is an
-/// attribute; see [`eval_in_place_unary`]).
-pub fn unary_fn(op: Opcode) -> Option<fn(f32) -> f32> {
-    unary_fn_of::<f32>(op)
+/// The `precise` or the `fast` kernel by `math`; `return None` for a profile this build leaves
+/// out, so that a firmware built with one profile links none of the other's code.
+macro_rules! by_math {
+    ($math:expr, $precise:expr, $fast:expr) => {
+        match $math {
+            #[cfg(feature = "math-precise")]
+            MathProfile::Precise => $precise,
+            #[cfg(feature = "math-fast")]
+            MathProfile::Fast => $fast,
+            #[allow(unreachable_patterns)]
+            _ => return None,
+        }
+    };
+}
+
+/// The scalar function of a unary elementwise opcode under the math profile `math` (`pow` is
+/// not one: its exponent is an attribute; see [`eval_in_place_unary`]). `None` for another
+/// opcode, or a transcendental under a profile this build leaves out.
+pub fn unary_fn(op: Opcode, math: MathProfile) -> Option<fn(f32) -> f32> {
+    unary_fn_of::<f32>(op, math)
 }
 
 /// [`unary_fn`] for any element.
-pub fn unary_fn_of<E: Element>(op: Opcode) -> Option<fn(E) -> E> {
+pub fn unary_fn_of<E: Element>(op: Opcode, math: MathProfile) -> Option<fn(E) -> E> {
     Some(match op {
         Opcode::Neg => neg::scalar::<E>,
-        Opcode::Tanh => tanh::scalar::<E>,
+        Opcode::Tanh => by_math!(math, tanh::scalar::<E>, tanh::scalar_fast::<E>),
         Opcode::Relu => relu::scalar::<E>,
         Opcode::Heaviside => heaviside::scalar::<E>,
-        Opcode::Exp => exp::scalar::<E>,
-        Opcode::Log => log::scalar::<E>,
+        Opcode::Exp => by_math!(math, exp::scalar::<E>, exp::scalar_fast::<E>),
+        Opcode::Log => by_math!(math, log::scalar::<E>, log::scalar_fast::<E>),
         Opcode::Detach => detach::scalar::<E>,
         Opcode::Sqrt => sqrt::scalar::<E>,
         #[cfg(feature = "all-ops")]
-        Opcode::Sigmoid => sigmoid::scalar::<E>,
+        Opcode::Sigmoid => by_math!(math, sigmoid::scalar::<E>, sigmoid::scalar_fast::<E>),
         #[cfg(feature = "all-ops")]
-        Opcode::Softplus => softplus::scalar::<E>,
+        Opcode::Softplus => by_math!(math, softplus::scalar::<E>, softplus::scalar_fast::<E>),
         #[cfg(feature = "all-ops")]
         Opcode::Abs => abs::scalar::<E>,
         #[cfg(feature = "all-ops")]
@@ -391,7 +418,13 @@ pub fn unary_fn_of<E: Element>(op: Opcode) -> Option<fn(E) -> E> {
     })
 }
 
-/// The scalar function of a binary elementwise opcode.
+/// `pow`'s scalar function (`x^p`) under `math`; `None` for a profile this build leaves out.
+#[allow(unreachable_code)] // a build with neither profile
+pub fn pow_fn_of<E: Element>(math: MathProfile) -> Option<fn(E, E) -> E> {
+    Some(by_math!(math, pow::scalar::<E>, pow::scalar_fast::<E>))
+}
+
+/// The scalar function of a binary elementwise opcode (none depends on the math profile).
 pub fn binary_fn(op: Opcode) -> Option<fn(f32, f32) -> f32> {
     binary_fn_of::<f32>(op)
 }
@@ -426,17 +459,20 @@ fn check_len<E>(op: Opcode, buf: &[E], shape: Shape) -> Result<(), OpError> {
     Ok(())
 }
 
-/// Runs the reference kernel of `op`: `out` receives the result of `op` over `args`.
+/// Runs the reference kernel of `op` under the math profile `math`: `out` receives the result
+/// of `op` over `args`.
 ///
 /// # Shapes
 /// `args[i].len() == arg_shapes[i].elems()`, `out.len() == infer(op, attr, arg_shapes).elems()`.
 ///
 /// # Errors
 /// [`OpError`] when the shapes do not satisfy the shape rule or a buffer's length does not
-/// match its shape; `Input` and `Parameter` are leaves and answer [`OpError::Leaf`].
+/// match its shape; `Input` and `Parameter` are leaves and answer [`OpError::Leaf`]; a profile
+/// this build leaves out answers [`OpError::MathProfile`].
 pub fn eval<E: Element>(
     op: Opcode,
     attr: Attr,
+    math: MathProfile,
     args: &[&[E]],
     arg_shapes: &[Shape],
     out: &mut [E],
@@ -449,11 +485,14 @@ pub fn eval<E: Element>(
         });
     }
     let out_shape = infer(op, attr, arg_shapes)?;
+    if !math.in_build() {
+        return Err(OpError::MathProfile { math });
+    }
     for (a, s) in args.iter().zip(arg_shapes) {
         check_len(op, a, *s)?;
     }
     check_len(op, out, out_shape)?;
-    if let Some(f) = unary_fn_of::<E>(op) {
+    if let Some(f) = unary_fn_of::<E>(op, math) {
         elementwise::unary(f, args[0], out);
         return Ok(());
     }
@@ -466,9 +505,10 @@ pub fn eval<E: Element>(
         Opcode::Fill => fill::kernel(f32::from_bits(attr.bits), out),
         #[cfg(feature = "all-ops")]
         Opcode::Pow => {
+            let f = pow_fn_of::<E>(math).ok_or(OpError::MathProfile { math })?;
             let p = E::from_f32(f32::from_bits(attr.bits));
             for (o, &x) in out.iter_mut().zip(args[0]) {
-                *o = pow::scalar(x, p);
+                *o = f(x, p);
             }
         }
         #[cfg(feature = "all-ops")]
@@ -506,20 +546,30 @@ pub fn eval<E: Element>(
     Ok(())
 }
 
-/// Runs a one-argument elementwise opcode in place over `buf` (the runtime's in-place path):
-/// the same bits as [`eval`] out of place.
+/// Runs a one-argument elementwise opcode in place over `buf` (the runtime's in-place path)
+/// under the math profile `math`: the same bits as [`eval`] out of place.
 ///
 /// # Errors
-/// [`OpError::Leaf`] for an opcode that is not one-argument elementwise.
-pub fn eval_in_place_unary(op: Opcode, attr: Attr, buf: &mut [f32]) -> Result<(), OpError> {
-    if let Some(f) = unary_fn(op) {
+/// [`OpError::Leaf`] for an opcode that is not one-argument elementwise;
+/// [`OpError::MathProfile`] for a profile this build leaves out.
+pub fn eval_in_place_unary(
+    op: Opcode,
+    attr: Attr,
+    math: MathProfile,
+    buf: &mut [f32],
+) -> Result<(), OpError> {
+    if !math.in_build() {
+        return Err(OpError::MathProfile { math });
+    }
+    if let Some(f) = unary_fn(op, math) {
         elementwise::unary_in_place(f, buf);
         return Ok(());
     }
     if cfg!(feature = "all-ops") && op == Opcode::Pow {
+        let f = pow_fn_of::<f32>(math).ok_or(OpError::MathProfile { math })?;
         let p = f32::from_bits(attr.bits);
         for o in buf.iter_mut() {
-            *o = pow::scalar(*o, p);
+            *o = f(*o, p);
         }
         return Ok(());
     }

@@ -1,5 +1,7 @@
-//! `pow`: `x^p` for a constant exponent `p` (the attribute's `f32` bits), `libm::powf(x, p)`
-//! (C99 Annex F semantics: `x^0 = 1` even for NaN, negative `x` with a non-integer `p` is NaN).
+//! `pow`: `x^p` for a constant exponent `p` (the attribute's `f32` bits). Under the `precise` math
+//! profile `libm::powf(x, p)` (C99 Annex F semantics: `x^0 = 1` even for NaN, negative `x` with a
+//! non-integer `p` is NaN); under `fast` [`crate::math::fast::powf`]: `exp(p · ln|x|)` over
+//! micromath's `exp` and `ln`, with the same rules for `p = 0`, NaN and the sign.
 //!
 //! Rule: `x̄ += ḡ · (p · x^(p−1))`, with `p − 1` computed in `f32` when the rule runs; for
 //! `p = 0` the contribution is `ḡ · 0` (PyTorch's convention: no `0 · x^-1 = NaN` at 0).
@@ -9,9 +11,14 @@ use crate::Element;
 use super::{want, Contributions, VjpArgs};
 use crate::Recordable;
 
-/// `x^p`.
+/// `x^p` (`precise`).
 pub fn scalar<E: Element>(x: E, p: E) -> E {
     x.powf(p)
+}
+
+/// `x^p` (`fast`).
+pub fn scalar_fast<E: Element>(x: E, p: E) -> E {
+    x.powf_fast(p)
 }
 
 pub(crate) fn vjp<R: Recordable>(

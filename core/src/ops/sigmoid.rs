@@ -1,4 +1,6 @@
-//! `sigmoid`: the logistic function `1 / (1 + libm::expf(-x))`.
+//! `sigmoid`: the logistic function `1 / (1 + e^(-x))`, each operation rounded in that order,
+//! with `e^(-x)` the profile's `exp`: `libm::expf(-x)` under `precise`,
+//! [`crate::math::fast::exp`]`(-x)` under `fast`.
 //!
 //! Rule: `x̄ += ḡ · (y · (1 − y))` with `y` the node's output.
 
@@ -10,6 +12,12 @@ use crate::Recordable;
 /// `1 / (1 + e^(-x))`: exactly `0` below about −88.7 (`expf` overflows to `inf`), `1` above 17.
 pub fn scalar<E: Element>(x: E) -> E {
     E::ONE / (E::ONE + (-x).exp())
+}
+
+/// `1 / (1 + e^(-x))` with the `fast` profile's `exp`: exactly `0` below about −88.7, `1`
+/// above about 17.
+pub fn scalar_fast<E: Element>(x: E) -> E {
+    E::ONE / (E::ONE + (-x).exp_fast())
 }
 
 pub(crate) fn vjp<R: Recordable>(

@@ -1,5 +1,7 @@
 //! `softplus`: `log(1 + e^x)`, as PyTorch's `nn.Softplus(beta=1, threshold=20)`: `x` itself above
-//! the threshold 20, else `libm::log1pf(libm::expf(x))`.
+//! the threshold 20, else, under the `precise` math profile, `libm::log1pf(libm::expf(x))`;
+//! under `fast`, `ln(1 + exp(x))` with [`crate::math::fast::exp`] and [`crate::math::fast::ln`]
+//! (micromath has no `log1p`: the sum rounds, so below about −16.6 the result is exactly `0`).
 //!
 //! Rule: `x̄ += ḡ · sigmoid(x)`.
 
@@ -17,6 +19,15 @@ pub fn scalar<E: Element>(x: E) -> E {
         x
     } else {
         x.exp().ln_1p()
+    }
+}
+
+/// `softplus(x)` (`fast`).
+pub fn scalar_fast<E: Element>(x: E) -> E {
+    if x > E::from_f32(THRESHOLD) {
+        x
+    } else {
+        (E::ONE + x.exp_fast()).ln_fast()
     }
 }
 

@@ -1,4 +1,5 @@
-//! `sqrt`: `libm::sqrtf(x)`, correctly rounded (IEEE-754 requires it; identical on every target).
+//! `sqrt`: `libm::sqrtf(x)`, correctly rounded (IEEE-754 requires it; identical on every target),
+//! under both math profiles: `fast` does not approximate it.
 //!
 //! Rule (as PyTorch): `x̄ += ḡ / (2 · y)` with `y` the node's output, as `div(ḡ, mul(fill(2), y))`.
 

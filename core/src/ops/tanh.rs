@@ -1,4 +1,6 @@
-//! `tanh`: `libm::tanhf(x)` (musl's algorithm, pure software, identical on every target).
+//! `tanh`. Under the `precise` math profile `libm::tanhf(x)` (musl's algorithm, pure software,
+//! identical on every target); under `fast` [`crate::math::fast::tanh`]: `x` for tiny `|x|`,
+//! else `±(1 − 2 / (exp(2|x|) + 1))` over micromath's `exp` (micromath has no `tanh`).
 //!
 //! Rule: `x̄ += ḡ * (1 - y * y)` with `y` the node's output, evaluated as
 //! `mul(ḡ, sub(fill(1), mul(y, y)))`.
@@ -8,9 +10,14 @@ use crate::Element;
 use super::{want, Contributions, VjpArgs};
 use crate::Recordable;
 
-/// `tanh(x)`.
+/// `tanh(x)` (`precise`).
 pub fn scalar<E: Element>(x: E) -> E {
     x.tanh()
+}
+
+/// `tanh(x)` (`fast`).
+pub fn scalar_fast<E: Element>(x: E) -> E {
+    x.tanh_fast()
 }
 
 pub(crate) fn vjp<R: Recordable>(

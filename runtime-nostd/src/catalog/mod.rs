@@ -8,8 +8,9 @@
 //!   `mul`, `div`, `neg`, `abs`, `relu`, `heaviside`, `sign`, `detach`, `sqrt`, the masks, `maximum`,
 //!   `minimum`, `select`) run on vectors of `f32` lanes. Each output element is computed from the
 //!   same-index argument elements alone, so the lane width cannot change a bit. The
-//!   transcendentals (`tanh`, `exp`, `log`, `sigmoid`, `softplus`, `pow`) call the same `libm`
-//!   functions as the reference, element by element.
+//!   transcendentals (`tanh`, `exp`, `log`, `sigmoid`, `softplus`, `pow`) call the reference's
+//!   own scalar function for the plan's math profile (`libm` under `precise`, micromath's
+//!   approximations under `fast`), element by element.
 //! - **`matmul`**: each output `out[i, j]` starts at `+0.0` and accumulates
 //!   `acc = acc + a[i, p] * b[p, j]` (a rounded product, then a rounded sum; never fused) over
 //!   `p = 0, 1, …, k-1` in increasing order, exactly the reference's per-element order. With
@@ -32,7 +33,7 @@
 #![allow(clippy::arithmetic_side_effects)]
 
 use tapeplan_core::ops::{exp, log, pow, sigmoid, softplus, tanh, Attr, OpError};
-use tapeplan_core::{Opcode, Shape, MAX_RANK};
+use tapeplan_core::{MathProfile, Opcode, Shape, MAX_RANK};
 
 mod lanes;
 use lanes::UnOp;
@@ -156,6 +157,8 @@ pub(crate) fn pattern(small: &Dims, big: &Dims) -> Pattern {
 
 macro_rules! unary_ops {
     ($($name:ident => $f:path;)*) => {$(
+        // A build with one math profile leaves the other's unused.
+        #[allow(dead_code)]
         #[derive(Clone, Copy)]
         struct $name;
         impl UnOp for $name {
@@ -173,9 +176,15 @@ unary_ops! {
     Log => log::scalar;
     Sigmoid => sigmoid::scalar;
     Softplus => softplus::scalar;
+    TanhFast => tanh::scalar_fast;
+    ExpFast => exp::scalar_fast;
+    LogFast => log::scalar_fast;
+    SigmoidFast => sigmoid::scalar_fast;
+    SoftplusFast => softplus::scalar_fast;
 }
 
 /// `pow` with its exponent.
+#[allow(dead_code)]
 #[derive(Clone, Copy)]
 struct Pow(f32);
 impl UnOp for Pow {
@@ -185,11 +194,39 @@ impl UnOp for Pow {
     }
 }
 
-/// Runs an elementwise instruction (`op`'s class is elementwise) over `out`, its arguments
-/// given as [`Src`]s. Answers `false` (having written nothing) for an opcode it does not know.
+/// `pow` with its exponent, `fast` profile.
+#[allow(dead_code)]
+#[derive(Clone, Copy)]
+struct PowFast(f32);
+impl UnOp for PowFast {
+    #[inline(always)]
+    fn s(self, x: f32) -> f32 {
+        pow::scalar_fast(x, self.0)
+    }
+}
+
+/// The `precise` or `fast` kernel by the plan's profile; `false` (nothing written: the
+/// reference path then reports the missing profile) for a profile this build leaves out.
+macro_rules! by_math {
+    ($math:expr, $precise:expr, $fast:expr) => {
+        match $math {
+            #[cfg(feature = "math-precise")]
+            MathProfile::Precise => $precise,
+            #[cfg(feature = "math-fast")]
+            MathProfile::Fast => $fast,
+            #[allow(unreachable_patterns)]
+            _ => return false,
+        }
+    };
+}
+
+/// Runs an elementwise instruction (`op`'s class is elementwise) over `out` under the math
+/// profile `math`, its arguments given as [`Src`]s. Answers `false` (having written nothing)
+/// for an opcode it does not know.
 pub(crate) fn elementwise(
     op: Opcode,
     attr_bits: u32,
+    math: MathProfile,
     a: Src<'_>,
     b: Src<'_>,
     out: &mut [f32],
@@ -212,12 +249,39 @@ pub(crate) fn elementwise(
         Opcode::Sign => lanes::unary(Sign, a, out),
         Opcode::Detach => lanes::unary(Detach, a, out),
         Opcode::Sqrt => lanes::unary(Sqrt, a, out),
-        Opcode::Tanh => lanes::unary(Tanh, a, out),
-        Opcode::Exp => lanes::unary(Exp, a, out),
-        Opcode::Log => lanes::unary(Log, a, out),
-        Opcode::Sigmoid => lanes::unary(Sigmoid, a, out),
-        Opcode::Softplus => lanes::unary(Softplus, a, out),
-        Opcode::Pow => lanes::unary(Pow(f32::from_bits(attr_bits)), a, out),
+        Opcode::Tanh => by_math!(
+            math,
+            lanes::unary(Tanh, a, out),
+            lanes::unary(TanhFast, a, out)
+        ),
+        Opcode::Exp => by_math!(
+            math,
+            lanes::unary(Exp, a, out),
+            lanes::unary(ExpFast, a, out)
+        ),
+        Opcode::Log => by_math!(
+            math,
+            lanes::unary(Log, a, out),
+            lanes::unary(LogFast, a, out)
+        ),
+        Opcode::Sigmoid => by_math!(
+            math,
+            lanes::unary(Sigmoid, a, out),
+            lanes::unary(SigmoidFast, a, out)
+        ),
+        Opcode::Softplus => by_math!(
+            math,
+            lanes::unary(Softplus, a, out),
+            lanes::unary(SoftplusFast, a, out)
+        ),
+        Opcode::Pow => {
+            let p = f32::from_bits(attr_bits);
+            by_math!(
+                math,
+                lanes::unary(Pow(p), a, out),
+                lanes::unary(PowFast(p), a, out)
+            )
+        }
         _ => return false,
     }
     true
@@ -445,8 +509,8 @@ fn row_reduce(x: &[f32], out: &mut [f32], cols: usize, init: f32, f: impl Fn(f32
 // ---------------------------------------------------------------------------------------------
 // The checked entry point.
 
-/// Runs `op` with the catalog's kernel where it has one, else with the reference kernel: the
-/// same contract, shapes and bits as `tapeplan_core::ops::eval`.
+/// Runs `op` under the math profile `math` with the catalog's kernel where it has one, else
+/// with the reference kernel: the same contract, shapes and bits as `tapeplan_core::ops::eval`.
 ///
 /// # Shapes
 /// `args[i].len() == arg_shapes[i].elems()`, `out.len() == infer(op, attr, arg_shapes).elems()`.
@@ -457,6 +521,7 @@ fn row_reduce(x: &[f32], out: &mut [f32], cols: usize, init: f32, f: impl Fn(f32
 pub fn eval(
     op: Opcode,
     attr: Attr,
+    math: MathProfile,
     args: &[&[f32]],
     arg_shapes: &[Shape],
     out: &mut [f32],
@@ -476,12 +541,12 @@ pub fn eval(
         && out.len() == out_shape.elems();
     if !lengths_ok || out.is_empty() {
         // The reference reports the error (or does nothing for an empty output).
-        return tapeplan_core::ops::eval(op, attr, args, arg_shapes, out);
+        return tapeplan_core::ops::eval(op, attr, math, args, arg_shapes, out);
     }
     if op.class() == tapeplan_core::OpClass::Elementwise {
         let a = args.first().map_or(Src::Out, |a| Src::Buf(a));
         let b = args.get(1).map_or(Src::Out, |b| Src::Buf(b));
-        if elementwise(op, attr.bits, a, b, out) {
+        if elementwise(op, attr.bits, math, a, b, out) {
             return Ok(());
         }
     } else {
@@ -501,7 +566,7 @@ pub fn eval(
             return Ok(());
         }
     }
-    tapeplan_core::ops::eval(op, attr, args, arg_shapes, out)
+    tapeplan_core::ops::eval(op, attr, math, args, arg_shapes, out)
 }
 
 /// True when the catalog has its own kernel for `op` over arguments of `arg_shapes` (else

@@ -10,6 +10,7 @@ use tapeplan_core::format::{
     HEADER_BYTES, INSTR_RECORD_BYTES, MAGIC, NO_ARG, TENSOR_RECORD_BYTES, VERSION,
 };
 use tapeplan_core::ops::{eval, Attr};
+use tapeplan_core::MathProfile;
 use tapeplan_core::{Opcode, Shape};
 use tapeplan_runtime::{EntryId, Plan, Session};
 
@@ -18,6 +19,8 @@ pub struct Builder {
     pub arena_elems: u32,
     pub persistent_elems: u32,
     pub plan_id: u32,
+    /// The header's flags word (bit 0: the `fast` math profile).
+    pub flags: u32,
     pub tensors: Vec<TensorRecord>,
     pub instrs: Vec<InstrRecord>,
     pub entries: Vec<EntryRecord>,
@@ -40,6 +43,12 @@ impl Builder {
             arena_elems,
             persistent_elems,
             plan_id: 0x5eed_0001,
+            // The precise profile, unless this build runs only the fast one.
+            flags: if MathProfile::Precise.in_build() {
+                0
+            } else {
+                MathProfile::Fast.flags()
+            },
             ..Builder::default()
         }
     }
@@ -111,7 +120,7 @@ impl Builder {
             n_instrs: self.instrs.len() as u32,
             n_entries: self.entries.len() as u32,
             n_bindings: self.bindings.len() as u32,
-            flags: 0,
+            flags: self.flags,
             plan_id: self.plan_id,
         }
         .encode(&mut b);
@@ -292,6 +301,7 @@ pub fn reference(b: &Builder, first: usize, n: usize, vals: &mut HashMap<u32, Ve
         eval(
             op,
             Attr::from_parts(op, ins.attr, out_shape),
+            MathProfile::from_flags(b.flags),
             &arg_refs,
             &shapes,
             &mut out,
