@@ -256,7 +256,7 @@ pub struct Fusion {
 
 /// Pass 3b: fusion. A value becomes a register when it is neither an output nor an update, and
 /// every position from its definition to its last read holds an elementwise instruction (or a
-/// `fill`) of its shape: then those positions run as one chain, a tile at a time, and the value
+/// `fill`, or a `broadcast` to that shape) of its shape: then those positions run as one chain, a tile at a time, and the value
 /// never needs arena memory. Overlapping intervals merge into one chain (at most
 /// `MAX_CHAIN_INSTRS` long); registers get slots greedily in definition order (a slot is free
 /// once its value's last read is at or before the new value's definition); a value that finds
@@ -272,7 +272,14 @@ pub fn fuse(
     let n = order.len();
     let fusable = |pos: usize| {
         let op = nodes[order[pos]].op;
-        op.class() == OpClass::Elementwise || op == Opcode::Fill
+        op.class() == OpClass::Elementwise || matches!(op, Opcode::Fill | Opcode::Broadcast)
+    };
+    // A broadcast reads its source away from the tile: the source stays in the arena.
+    let read_by_broadcast = |v: usize, from: usize, to: usize| {
+        (from..=to).any(|p| {
+            let n = &nodes[order[p]];
+            n.op == Opcode::Broadcast && n.arg_indices().contains(&(v as u32))
+        })
     };
     // Candidate intervals, in definition order, merged into chains.
     let mut chains: Vec<(usize, usize)> = Vec::new();
@@ -287,7 +294,9 @@ pub fn fuse(
         }
         let end = end as usize;
         let shape = nodes[v].shape;
-        if !(pos..=end).all(|p| fusable(p) && nodes[order[p]].shape == shape) {
+        if !(pos..=end).all(|p| fusable(p) && nodes[order[p]].shape == shape)
+            || read_by_broadcast(v, pos, end)
+        {
             continue;
         }
         let (lo, hi) = match chains.last() {
@@ -620,12 +629,12 @@ fn plan_entry(
         if node.op.class() == OpClass::Elementwise || lo < pos {
             let mut args = Vec::new();
             for p in (lo..=pos).rev() {
-                args.extend(
-                    nodes[order[p as usize]]
-                        .arg_indices()
-                        .iter()
-                        .map(|&a| a as usize),
-                );
+                let member = &nodes[order[p as usize]];
+                // Never over a broadcast's source: it is read away from the tile.
+                if member.op == Opcode::Broadcast {
+                    continue;
+                }
+                args.extend(member.arg_indices().iter().map(|&a| a as usize));
             }
             for a in args {
                 if let Some(&g) = group_of.get(&a) {

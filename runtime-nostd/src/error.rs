@@ -68,7 +68,8 @@ fn tensor_kind_name(kind: TensorKind) -> &'static str {
 /// Which rule of fused chains (see `docs/plan-format.md`, "Fused chains") an instruction breaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FusionRule {
-    /// A chain member that is neither elementwise nor `fill`.
+    /// A chain member that is not elementwise, `fill` or `broadcast`, or a `broadcast` member
+    /// whose source is a register.
     NotFusable,
     /// A member whose output shape differs from the chain's first member's.
     ShapeMismatch,
@@ -88,7 +89,7 @@ pub enum FusionRule {
 impl fmt::Display for FusionRule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            FusionRule::NotFusable => "a chain member is neither elementwise nor fill",
+            FusionRule::NotFusable => "a chain member is not elementwise, fill or broadcast (or a broadcast reads a register)",
             FusionRule::ShapeMismatch => "chain members differ in output shape",
             FusionRule::Length => "the chain is too long or runs past its entry's end",
             FusionRule::RegisterOutsideChain => "a register is used outside its chain",

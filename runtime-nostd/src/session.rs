@@ -782,6 +782,9 @@ struct Member {
     elems: usize,
     out: Loc,
     args: [Loc; MAX_ARITY],
+    /// For `broadcast`: its source's extents and the output's.
+    from: Dims,
+    to: Dims,
 }
 
 impl Member {
@@ -792,6 +795,8 @@ impl Member {
         elems: 0,
         out: Loc::Register(0),
         args: [Loc::Register(0); MAX_ARITY],
+        from: Dims::EMPTY,
+        to: Dims::EMPTY,
     };
 
     /// From a decoded instruction (its tensors' offsets and kinds).
@@ -816,6 +821,8 @@ impl Member {
             elems: d.out.dims.elems,
             out: loc(&d.out),
             args,
+            from: d.args[0].map_or(Dims::EMPTY, |a| a.dims),
+            to: d.out.dims,
         }
     }
 }
@@ -865,6 +872,15 @@ fn run_chain(
                             }
                         }
                     };
+                    if m.op == Opcode::Broadcast {
+                        let Loc::Arena(o) = m.args[0] else {
+                            return Err(bad(k));
+                        };
+                        let from = o.checked_add(m.from.elems).ok_or(bad(k))?;
+                        let x = arena.get(o..from).ok_or(bad(k))?;
+                        broadcast_tile(x, &m.from, &m.to, start, dst);
+                        continue;
+                    }
                     let [a, b, _] = m.args.map(src);
                     chain_step(m, math, a, b, dst, k)?;
                 }
@@ -890,6 +906,25 @@ fn run_chain(
                             }
                         }
                     };
+                    if m.op == Opcode::Broadcast {
+                        // The whole source, left or right of the destination (validation keeps
+                        // it apart from every range the chain writes).
+                        let Loc::Arena(p) = m.args[0] else {
+                            return Err(bad(k));
+                        };
+                        let end = p.checked_add(m.from.elems).ok_or(bad(k))?;
+                        let skip = at.checked_add(len).ok_or(bad(k))?;
+                        let x = if end <= at {
+                            left.get(p..end)
+                        } else {
+                            p.checked_sub(skip)
+                                .zip(end.checked_sub(skip))
+                                .and_then(|(a, b)| right.get(a..b))
+                        }
+                        .ok_or(bad(k))?;
+                        broadcast_tile(x, &m.from, &m.to, start, dst);
+                        continue;
+                    }
                     let [a, b, _] = m.args.map(src);
                     chain_step(m, math, a, b, dst, k)?;
                 }
@@ -898,6 +933,46 @@ fn run_chain(
         start = start.saturating_add(len);
     }
     Ok(())
+}
+
+/// A `broadcast` member over one tile: `dst[i] = x[source(start + i)]`, NumPy broadcasting of
+/// `x` (extents `from`) to `to`. A copy: any order gives the same bits. A scalar source fills;
+/// a source that is the target's trailing extents (a row repeated) cycles; anything else maps
+/// each element through the broadcasting index rule.
+fn broadcast_tile(x: &[f32], from: &Dims, to: &Dims, start: usize, dst: &mut [f32]) {
+    if let [v] = x {
+        dst.fill(*v);
+        return;
+    }
+    let n = x.len();
+    let trailing = from.rank <= to.rank
+        && (0..from.rank).all(|i| {
+            let j = to.rank.saturating_sub(from.rank).saturating_add(i);
+            from.dims.get(i) == to.dims.get(j)
+        });
+    if trailing && n > 0 {
+        for (i, d) in dst.iter_mut().enumerate() {
+            if let Some(v) = start
+                .saturating_add(i)
+                .checked_rem(n)
+                .and_then(|j| x.get(j))
+            {
+                *d = *v;
+            }
+        }
+        return;
+    }
+    let (Ok(fs), Ok(ts)) = (
+        Shape::new(from.dims.get(..from.rank).unwrap_or(&[])),
+        Shape::new(to.dims.get(..to.rank).unwrap_or(&[])),
+    ) else {
+        return;
+    };
+    for (i, d) in dst.iter_mut().enumerate() {
+        if let Some(v) = x.get(fs.broadcast_source_index(&ts, start.saturating_add(i))) {
+            *d = *v;
+        }
+    }
 }
 
 /// One member of a fused chain over one tile: `dst` from arguments `a` and `b` (`None` for a

@@ -845,14 +845,16 @@ fn check_chain(
 ) -> Result<(), PlanError> {
     const MAX_TOUCHED: usize = MAX_CHAIN_INSTRS * (MAX_ARITY + 1);
     let mut holder = [NO_ARG; MAX_REGISTERS];
-    // The arena tensors the chain touches, and whether the chain writes them.
-    let mut touched = [(NO_ARG, false); MAX_TOUCHED];
+    // The arena tensors the chain touches: whether the chain writes them, and whether it reads
+    // them at other indices than the tile's (a `broadcast`'s source).
+    let mut touched = [(NO_ARG, false, false); MAX_TOUCHED];
     let mut n_touched = 0usize;
     let mut shape = None;
     for k in first..=last {
         let rec = plan.instr_record(k).ok_or(fusion(k, FusionRule::Length))?;
         let op = Opcode::from_u8(rec.opcode).ok_or(fusion(k, FusionRule::NotFusable))?;
-        if op.class() != OpClass::Elementwise && op != Opcode::Fill {
+        let broadcast = op == Opcode::Broadcast;
+        if op.class() != OpClass::Elementwise && op != Opcode::Fill && !broadcast {
             return Err(fusion(k, FusionRule::NotFusable));
         }
         let out = plan
@@ -866,6 +868,10 @@ fn check_chain(
                 .tensor_view(a)
                 .ok_or(fusion(k, FusionRule::ShapeMismatch))?;
             if v.kind == TensorKind::Register {
+                if broadcast {
+                    // A register holds tiles of the chain's shape, not a broadcast's source.
+                    return Err(fusion(k, FusionRule::NotFusable));
+                }
                 if holder.get(v.offset) != Some(&a) {
                     return Err(fusion(k, FusionRule::RegisterSlot));
                 }
@@ -873,7 +879,7 @@ fn check_chain(
                 let slot = touched
                     .get_mut(n_touched)
                     .ok_or(fusion(k, FusionRule::Length))?;
-                *slot = (a, false);
+                *slot = (a, false, broadcast);
                 n_touched = n_touched.saturating_add(1);
             }
         }
@@ -886,19 +892,21 @@ fn check_chain(
             let slot = touched
                 .get_mut(n_touched)
                 .ok_or(fusion(k, FusionRule::Length))?;
-            *slot = (rec.out, true);
+            *slot = (rec.out, true, false);
             n_touched = n_touched.saturating_add(1);
         }
     }
     let touched = touched.get(..n_touched).unwrap_or(&[]);
-    for (i, &(a, wa)) in touched.iter().enumerate() {
-        for &(b, wb) in touched.iter().skip(i.saturating_add(1)) {
+    for (i, &(a, wa, sa)) in touched.iter().enumerate() {
+        for &(b, wb, sb) in touched.iter().skip(i.saturating_add(1)) {
             let (Some(va), Some(vb)) = (plan.tensor_view(a), plan.tensor_view(b)) else {
                 continue;
             };
             let meet = va.elems > 0 && vb.elems > 0 && va.offset < vb.end && vb.offset < va.end;
             let same = va.offset == vb.offset && va.end == vb.end;
-            if (wa || wb) && meet && !same {
+            // A broadcast's source is read away from the tile: it may not meet a written
+            // range at all, not even as the same range.
+            if (wa || wb) && meet && (!same || sa || sb) {
                 return Err(fusion(last, FusionRule::PartialAlias));
             }
         }

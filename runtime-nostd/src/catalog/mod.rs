@@ -66,6 +66,13 @@ pub(crate) struct Dims {
 }
 
 impl Dims {
+    /// No extents (a placeholder).
+    pub(crate) const EMPTY: Dims = Dims {
+        rank: 0,
+        dims: [0; MAX_RANK],
+        elems: 0,
+    };
+
     pub(crate) fn of(s: Shape) -> Dims {
         Dims {
             rank: s.rank(),
