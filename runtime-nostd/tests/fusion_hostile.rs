@@ -4,6 +4,7 @@
 //! exactly as running its instructions one after another does (a sequential interpreter below,
 //! whole tensors, registers by tensor index), through both `Session::run` and
 //! `Session::run_program`, and never touch an element past `arena_elems`.
+#![cfg(feature = "fusion")]
 #![allow(
     clippy::indexing_slicing,
     clippy::unwrap_used,
@@ -142,13 +143,16 @@ fn agree(b: &Builder, init: &[f32]) {
                 "entry {e:?} decoded {decoded}: {:?}",
                 b.instrs
             );
-            // NaN payloads too: the same kernels, the same bits.
-            let exact = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(
-                exact(&arena[..n]),
-                exact(&want),
-                "entry {e:?}: NaN payloads"
-            );
+            // NaN payloads too, where the kernels are the reference's or the scalar catalog's
+            // (the vectorized catalog matches NaNs as a class only, as its tests say).
+            if !cfg!(feature = "simd") {
+                let exact = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    exact(&arena[..n]),
+                    exact(&want),
+                    "entry {e:?}: NaN payloads"
+                );
+            }
         }
     }
 }
