@@ -4,7 +4,7 @@
 //! exactly as running its instructions one after another does (a sequential interpreter below,
 //! whole tensors, registers by tensor index), through both `Session::run` and
 //! `Session::run_program`, and never touch an element past `arena_elems`.
-#![cfg(feature = "fusion")]
+#![cfg_attr(not(feature = "fusion"), allow(dead_code, unused_imports))]
 #![allow(
     clippy::indexing_slicing,
     clippy::unwrap_used,
@@ -200,6 +200,7 @@ fn neg_chain(n: u32, len: usize) -> Builder {
 }
 
 #[test]
+#[cfg(feature = "fusion")]
 fn chains_of_16_run_and_17_are_rejected() {
     for n in [1u32, 5, 64, 65, 200] {
         let b = neg_chain(n, MAX_CHAIN_INSTRS);
@@ -226,6 +227,7 @@ fn chains_of_16_run_and_17_are_rejected() {
 }
 
 #[test]
+#[cfg(feature = "fusion")]
 fn registers_read_before_written_or_across_chains() {
     // r read by the chain's first member, written by its second.
     let mut b = Builder::new(8, 0);
@@ -295,6 +297,7 @@ fn registers_read_before_written_or_across_chains() {
 }
 
 #[test]
+#[cfg(feature = "fusion")]
 fn registers_overwritten_written_twice_bound_or_misshapen() {
     let base = || {
         let mut b = Builder::new(16, 0);
@@ -384,6 +387,7 @@ fn registers_overwritten_written_twice_bound_or_misshapen() {
 }
 
 #[test]
+#[cfg(feature = "fusion")]
 fn fuse_next_on_an_entrys_last_instruction() {
     let mut b = neg_chain(8, 3);
     b.instrs[2].flags = FUSE_NEXT;
@@ -424,6 +428,7 @@ fn fuse_next_on_an_entrys_last_instruction() {
 }
 
 #[test]
+#[cfg(feature = "fusion")]
 fn chains_with_structural_members_are_rejected() {
     // x [2, 2] at 0, r = exp(x) register, then a structural member of the same output shape,
     // then y = r + that.
@@ -479,6 +484,7 @@ fn chains_with_structural_members_are_rejected() {
 }
 
 #[test]
+#[cfg(feature = "fusion")]
 fn zero_element_chains() {
     let mut b = Builder::new(8, 0);
     let x = b.tensor(0, &[0, 3], S);
@@ -547,6 +553,7 @@ fn update_chain(guarded: bool) -> Builder {
 }
 
 #[test]
+#[cfg(feature = "fusion")]
 fn updates_in_chains_in_place_and_guarded_with_non_finite_values() {
     for guarded in [false, true] {
         let b = update_chain(guarded);
@@ -583,6 +590,7 @@ fn updates_in_chains_in_place_and_guarded_with_non_finite_values() {
 }
 
 #[test]
+#[cfg(feature = "fusion")]
 fn chain_outputs_partially_over_inputs_and_persistent_tensors() {
     // y written by the chain 4 elements into x (read by the chain): partial, rejected, for
     // every pair of members and both orders.
@@ -626,6 +634,7 @@ fn chain_outputs_partially_over_inputs_and_persistent_tensors() {
 }
 
 #[test]
+#[cfg(feature = "fusion")]
 fn exact_alias_over_an_input_read_by_a_later_member() {
     // Member 0 writes y over x's range; member 1 reads x: one instruction at a time, member 1
     // would see y, not x. The overlap rule (x is live) must reject it, fused or not.
@@ -743,6 +752,9 @@ fn random_entry(rng: &mut Rng) -> Builder {
         };
         let op = if rng.chance(10) {
             Opcode::Fill
+        } else if rng.chance(8) {
+            // Structural, of the chain's shape: breaks (or, flagged, poisons) a chain.
+            [Opcode::Select, Opcode::Reshape, Opcode::SumTo][rng.below(3)]
         } else {
             ELEMENTWISE[rng.below(ELEMENTWISE.len())]
         };
@@ -784,10 +796,53 @@ fn random_entry(rng: &mut Rng) -> Builder {
             b.bind(&format!("y{i}"), BindingKind::Output, 0, t);
         }
     }
+    if rng.chance(40) {
+        // A second entry over a suffix (or middle) of the same instructions, maybe starting
+        // inside a chain: what it reads before writing becomes its inputs (registers cannot).
+        let len = b.instrs.len();
+        let start = rng.below(len);
+        let end = start + 1 + rng.below(len - start);
+        let mut written = std::collections::HashSet::new();
+        let mut needed = Vec::new();
+        for k in start..end {
+            let ins = b.instrs[k];
+            let op = Opcode::from_u8(ins.opcode).unwrap();
+            for &a in &ins.args[..op.arity()] {
+                if a != p && !written.contains(&a) && !needed.contains(&a) {
+                    needed.push(a);
+                }
+            }
+            written.insert(ins.out);
+        }
+        // Mostly only when every such value can be an input (a register cannot: rejected).
+        if rng.chance(90)
+            && needed
+                .iter()
+                .any(|&a| b.tensors[a as usize].kind != S as u8)
+        {
+            return b;
+        }
+        b.entry("f", start as u32, (end - start) as u32);
+        for a in needed {
+            b.bind(&format!("i{a}"), BindingKind::Input, 1, a);
+        }
+        let mine: Vec<_> = b
+            .bindings
+            .iter()
+            .filter(|x| x.entry == 0 && (x.kind == 1 || x.kind == 3))
+            .filter(|x| written.contains(&x.tensor))
+            .copied()
+            .collect();
+        for mut x in mine {
+            x.entry = 1;
+            b.bindings.push(x);
+        }
+    }
     b
 }
 
 #[test]
+#[cfg(feature = "fusion")]
 fn random_chains_run_as_one_instruction_at_a_time() {
     let mut rng = Rng(0x0123_4567_89ab_cdef);
     let (mut accepted, mut with_chains, mut rejected) = (0, 0, HashMap::new());
@@ -825,5 +880,27 @@ fn random_chains_run_as_one_instruction_at_a_time() {
     assert!(
         with_chains > 1000,
         "{with_chains} accepted plans with chains"
+    );
+}
+
+/// A runtime built without fused chains (firmware) rejects every plan with a chain, at its
+/// first member, and still runs plans whose register tensors nothing uses.
+#[test]
+#[cfg(not(feature = "fusion"))]
+fn without_the_feature_chains_are_rejected() {
+    let b = neg_chain(8, 3);
+    assert_eq!(
+        Plan::parse(&b.build()).unwrap_err(),
+        fusion(0, FusionRule::NotBuilt)
+    );
+    let mut b = neg_chain(8, 1);
+    b.tensor(3, &[8], R);
+    agree(&b, &floats(1, 16));
+    // Registers used by instructions outside a chain: the chain rule, not `NotBuilt`.
+    let mut b = neg_chain(8, 2);
+    b.instrs[0].flags = 0;
+    assert_eq!(
+        Plan::parse(&b.build()).unwrap_err(),
+        fusion(0, FusionRule::RegisterOutsideChain)
     );
 }

@@ -466,7 +466,11 @@ fn check_model(m: &Model, guarded: bool, rng: &mut Rng) -> usize {
 fn random_tapes_plan_fused_and_run_as_the_tape() {
     let mut rng = Rng(0x5eed_f00d_cafe_0001);
     let mut fused_instrs = 0;
-    for _ in 0..400 {
+    let n: usize = std::env::var("FH_MODELS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(400);
+    for _ in 0..n {
         let m = random_model(&mut rng);
         let guarded = rng.chance(50);
         fused_instrs += check_model(&m, guarded, &mut rng);
