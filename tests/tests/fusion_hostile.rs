@@ -110,10 +110,14 @@ fn random_model(rng: &mut Rng) -> Model {
         tape.input("x1", s),
         tape.input("x2", row),
     ];
-    let params = vec![tape.parameter("p0", s), tape.parameter("p1", row)];
+    let params = vec![
+        tape.parameter("p0", s),
+        tape.parameter("p1", row),
+        tape.parameter("p2", s),
+    ];
     // Values by shape: 0 = s, 1 = st, 2 = row.
     let mut pools: [Vec<NodeId>; 3] = [
-        vec![inputs[0], inputs[1], params[0]],
+        vec![inputs[0], inputs[1], params[0], params[2]],
         vec![],
         vec![inputs[2], params[1]],
     ];
@@ -207,9 +211,21 @@ fn random_model(rng: &mut Rng) -> Model {
     // Updates: p ← p − lr·g (or g alone), recorded last, so nothing reads p after.
     let mut updates = Vec::new();
     for (k, &p) in params.iter().enumerate() {
-        let pool = &pools[if k == 0 { 0 } else { 2 }];
-        let g = pick(rng, pool);
+        let pool = &pools[if k == 1 { 2 } else { 0 }];
+        let mut g = pick(rng, pool);
         let shape = tape.shape(p).unwrap();
+        // Now and then, g is another parameter's update (read after it is written in place),
+        // or a parameter that a later update writes (then planning must refuse, fused or not).
+        if shape == s && rng.chance(25) {
+            let earlier = updates
+                .iter()
+                .rev()
+                .find(|&&(q, _)| tape.shape(q).unwrap() == s);
+            g = match earlier {
+                Some(&(_, u)) if rng.chance(50) => u,
+                _ => params[if k == 0 { 2 } else { 0 }],
+            };
+        }
         let v = if rng.chance(80) {
             let lr = tape
                 .push(Opcode::Fill, Attr::fill(0.125, shape), &[])
@@ -220,6 +236,13 @@ fn random_model(rng: &mut Rng) -> Model {
             tape.push(Opcode::Tanh, Attr::NONE, &[g]).unwrap()
         };
         updates.push((p, v));
+    }
+    // Outputs that read the new values after they are written (in place, or guarded).
+    if rng.chance(40) {
+        let (u0, u2) = (updates[0].1, updates[2].1);
+        let y = tape.push(Opcode::Mul, Attr::NONE, &[u0, u2]).unwrap();
+        let z = tape.push(Opcode::Exp, Attr::NONE, &[y]).unwrap();
+        outputs.push(z);
     }
     if outputs.is_empty() {
         outputs.push(updates[0].1);
@@ -411,7 +434,9 @@ fn host(p: &Plan, entry: &str, ins: &[Vec<f32>], ps: &[Vec<f32>], names: &[Strin
     (o, Some(params.iter().map(|v| bits(v)).collect()))
 }
 
-fn check_model(m: &Model, guarded: bool, rng: &mut Rng) -> usize {
+/// Checks one model; answers its fused instruction count, `None` when planning refused it
+/// (fused and unfused alike).
+fn check_model(m: &Model, guarded: bool, rng: &mut Rng) -> Option<usize> {
     let specs = specs(m, guarded);
     let fused = plan_with(&m.tape, &specs, PlanOptions { fuse: true });
     let plain = plan_with(&m.tape, &specs, PlanOptions { fuse: false });
@@ -419,7 +444,7 @@ fn check_model(m: &Model, guarded: bool, rng: &mut Rng) -> usize {
         (Ok(f), Ok(p)) => (f, p),
         (Err(f), Err(p)) => {
             assert_eq!(f.to_string(), p.to_string());
-            return 0;
+            return None;
         }
         (f, p) => panic!("fused {:?} vs plain {:?}", f.err(), p.err()),
     };
@@ -459,13 +484,13 @@ fn check_model(m: &Model, guarded: bool, rng: &mut Rng) -> usize {
             }
         }
     }
-    n_fused
+    Some(n_fused)
 }
 
 #[test]
 fn random_tapes_plan_fused_and_run_as_the_tape() {
     let mut rng = Rng(0x5eed_f00d_cafe_0001);
-    let mut fused_instrs = 0;
+    let (mut fused_instrs, mut refused) = (0, 0);
     let n: usize = std::env::var("FH_MODELS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -473,9 +498,13 @@ fn random_tapes_plan_fused_and_run_as_the_tape() {
     for _ in 0..n {
         let m = random_model(&mut rng);
         let guarded = rng.chance(50);
-        fused_instrs += check_model(&m, guarded, &mut rng);
+        match check_model(&m, guarded, &mut rng) {
+            Some(k) => fused_instrs += k,
+            None => refused += 1,
+        }
     }
-    assert!(fused_instrs > 500, "{fused_instrs} fused instructions");
+    eprintln!("{n} models: {refused} refused by the planner, {fused_instrs} fused instructions");
+    assert!(refused < n / 2 && fused_instrs > 500);
 }
 
 // ---------------------------------------------------------------------------------------------
