@@ -389,11 +389,13 @@ fn registers_overwritten_written_twice_bound_or_misshapen() {
 #[test]
 #[cfg(feature = "fusion")]
 fn fuse_next_on_an_entrys_last_instruction() {
+    // The error names the instruction with the flag: the entry's last, not one past it (which
+    // is another entry's instruction, or none at all).
     let mut b = neg_chain(8, 3);
     b.instrs[2].flags = FUSE_NEXT;
     assert_eq!(
         Plan::parse(&b.build()).unwrap_err(),
-        fusion(3, FusionRule::Length)
+        fusion(2, FusionRule::Length)
     );
     // Even when the next record exists (another entry's), the chain may not run into it.
     let extra = b.tensor(0, &[8], S);
@@ -401,7 +403,7 @@ fn fuse_next_on_an_entrys_last_instruction() {
     b.arena_elems = 16;
     assert_eq!(
         Plan::parse(&b.build()).unwrap_err(),
-        fusion(3, FusionRule::Length)
+        fusion(2, FusionRule::Length)
     );
     // Flags outside every entry are not looked at (never run); flags other than bit 0 are.
     let mut b = neg_chain(8, 3);
@@ -423,7 +425,7 @@ fn fuse_next_on_an_entrys_last_instruction() {
     b.instrs[0].flags = FUSE_NEXT;
     assert_eq!(
         Plan::parse(&b.build()).unwrap_err(),
-        fusion(1, FusionRule::Length)
+        fusion(0, FusionRule::Length)
     );
 }
 

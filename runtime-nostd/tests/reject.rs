@@ -867,7 +867,7 @@ fn fused_chain_rules() {
             b.instrs[1].flags = FUSE_NEXT;
             b.instrs[2].flags = FUSE_NEXT;
         }),
-        fusion(3, R::Length)
+        fusion(2, R::Length)
     );
     // A register read outside its chain.
     assert_eq!(
