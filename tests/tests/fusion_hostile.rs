@@ -873,3 +873,62 @@ proptest! {
         }
     }
 }
+
+/// Every bit of every byte of a fused Adam plan (guarded and in place), CRC recomputed: accepted
+/// mutants must run as their instructions one after another. Slow in debug builds: run with
+/// `cargo test --release -p tapeplan-tests --test fusion_hostile -- --ignored`.
+#[test]
+#[ignore]
+fn every_bit_of_fused_plans_flipped() {
+    for guarded in [false, true] {
+        let bytes = job_bytes(ADAM, guarded);
+        let mut accepted = 0;
+        for at in HEADER_BYTES..bytes.len() {
+            for bit in 0..8 {
+                let mut b = bytes.clone();
+                b[at] ^= 1 << bit;
+                fix_crc(&mut b);
+                if exercise(&b) {
+                    accepted += 1;
+                }
+            }
+        }
+        eprintln!("guarded {guarded}: {accepted} mutants accepted");
+    }
+}
+
+/// Tensors moved between the arena and the registers: every tensor made a register in every
+/// slot, every register put at every aligned scratch offset; accepted plans must run as their
+/// instructions one after another.
+#[test]
+fn tensors_moved_into_and_out_of_registers() {
+    for guarded in [false, true] {
+        let bytes = job_bytes(ADAM, guarded);
+        let r = records(&bytes);
+        let (persistent, arena) = (r.header.persistent_elems, r.header.arena_elems);
+        let mut accepted = 0;
+        let mut with = |t: usize, kind: TensorKind, offset: u32| {
+            let mut b = bytes.clone();
+            let at = HEADER_BYTES + TENSOR_RECORD_BYTES * t;
+            b[at + 5] = kind as u8;
+            b[at..at + 4].copy_from_slice(&offset.to_le_bytes());
+            fix_crc(&mut b);
+            if exercise(&b) {
+                accepted += 1;
+            }
+        };
+        for (t, rec) in r.tensors.iter().enumerate() {
+            if rec.kind == TensorKind::Register as u8 {
+                for offset in (persistent..arena).step_by(4) {
+                    with(t, TensorKind::Scratch, offset);
+                }
+            } else {
+                for slot in 0..4 {
+                    with(t, TensorKind::Register, slot);
+                }
+            }
+        }
+        eprintln!("guarded {guarded}: {accepted} moves accepted");
+        assert!(accepted > 0);
+    }
+}
