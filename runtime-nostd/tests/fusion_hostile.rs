@@ -114,15 +114,29 @@ fn agree(b: &Builder, init: &[f32]) {
     let plan = Plan::parse(&bytes).unwrap();
     let n = plan.arena_elems();
     assert_eq!(init.len(), n);
+    // The same plan unfused: no flags, every register a fresh arena range past the old arena.
+    // It must validate (fresh ranges overlap nothing), and compute the same.
+    let plain = defuse(b);
+    let plain_bytes = plain.build();
+    let plain_plan = match Plan::parse(&plain_bytes) {
+        Ok(p) => p,
+        Err(e) => panic!("the unfused copy is rejected: {e:?}"),
+    };
     for e in plan.entries() {
         let mut want = init.to_vec();
         let seq = sequential(b, e.index(), &mut want);
-        for decoded in [false, true] {
+        for way in 0..3 {
+            let (p, size) = if way == 2 {
+                (&plain_plan, plain_plan.arena_elems())
+            } else {
+                (&plan, n)
+            };
             let mut arena = init.to_vec();
+            arena.resize(size, 0.0);
             arena.extend(std::iter::repeat_n(SENTINEL, PAD));
-            let mut s = Session::bind(&plan, &mut arena).unwrap();
-            let got = if decoded {
-                let mut buf = vec![Decoded::EMPTY; plan.entry_instrs(e).unwrap()];
+            let mut s = Session::bind(p, &mut arena).unwrap();
+            let got = if way == 1 {
+                let mut buf = vec![Decoded::EMPTY; p.entry_instrs(e).unwrap()];
                 let p = s.decode(e, &mut buf).unwrap();
                 s.run_program(&p)
             } else {
@@ -131,16 +145,18 @@ fn agree(b: &Builder, init: &[f32]) {
             match (&seq, got) {
                 (Ok(()), Ok(())) => {}
                 (Err(bi), Err(RunError::NonFinite { binding, .. })) => assert_eq!(*bi, binding),
-                (w, g) => panic!("entry {e:?} decoded {decoded}: want {w:?}, got {g:?}"),
+                (w, g) => panic!("entry {e:?} way {way}: want {w:?}, got {g:?}"),
             }
             assert!(
-                arena[n..].iter().all(|v| v.to_bits() == SENTINEL.to_bits()),
+                arena[size..]
+                    .iter()
+                    .all(|v| v.to_bits() == SENTINEL.to_bits()),
                 "wrote past the arena"
             );
             assert_eq!(
                 bits(&arena[..n]),
                 bits(&want),
-                "entry {e:?} decoded {decoded}: {:?}",
+                "entry {e:?} way {way}: {:?}",
                 b.instrs
             );
             // NaN payloads too, where the kernels are the reference's or the scalar catalog's
@@ -155,6 +171,22 @@ fn agree(b: &Builder, init: &[f32]) {
             }
         }
     }
+}
+
+/// `b` without fusion: flags cleared, each register moved to its own range after the arena.
+fn defuse(b: &Builder) -> Builder {
+    let mut plain = b.clone();
+    for i in &mut plain.instrs {
+        i.flags = 0;
+    }
+    for t in &mut plain.tensors {
+        if t.kind == TensorKind::Register as u8 {
+            t.kind = TensorKind::Scratch as u8;
+            t.offset_elems = plain.arena_elems;
+            plain.arena_elems += elems(&t.dims[..t.rank as usize]).div_ceil(4) * 4;
+        }
+    }
+    plain
 }
 
 fn fusion(instr: u32, rule: FusionRule) -> PlanError {
