@@ -159,16 +159,8 @@ fn agree(b: &Builder, init: &[f32]) {
                 "entry {e:?} way {way}: {:?}",
                 b.instrs
             );
-            // NaN payloads too, where the kernels are the reference's or the scalar catalog's
-            // (the vectorized catalog matches NaNs as a class only, as its tests say).
-            if !cfg!(feature = "simd") {
-                let exact = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                assert_eq!(
-                    exact(&arena[..n]),
-                    exact(&want),
-                    "entry {e:?}: NaN payloads"
-                );
-            }
+            // NaNs compare as one class: Rust leaves the sign and payload of a NaN result
+            // unspecified (a release build and the vectorized catalog pick differently).
         }
     }
 }
@@ -878,9 +870,16 @@ fn random_entry(rng: &mut Rng) -> Builder {
 #[test]
 #[cfg(feature = "fusion")]
 fn random_chains_run_as_one_instruction_at_a_time() {
-    let mut rng = Rng(0x0123_4567_89ab_cdef);
+    // FH_CASES and FH_SEED widen the search (e.g. a million cases in a release build).
+    let env = |k: &str, d: u64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(d)
+    };
+    let mut rng = Rng(env("FH_SEED", 0x0123_4567_89ab_cdef) | 1);
     let (mut accepted, mut with_chains, mut rejected) = (0, 0, HashMap::new());
-    for case in 0..60_000u64 {
+    for case in 0..env("FH_CASES", 60_000) {
         let b = random_entry(&mut rng);
         let bytes = b.build();
         match Plan::parse(&bytes) {
