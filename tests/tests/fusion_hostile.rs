@@ -454,6 +454,18 @@ fn check_model(m: &Model, guarded: bool, rng: &mut Rng) -> Option<usize> {
         fused.arena_elems,
         plain.arena_elems
     );
+    for p in [&fused, &plain] {
+        for e in &p.entries {
+            let r = &e.report;
+            assert!(r.lower_bound_bytes <= r.entry_bytes, "{}: {r:?}", e.name);
+            assert!(r.entry_bytes <= r.arena_bytes, "{}: {r:?}", e.name);
+            assert!(
+                r.lower_bound_bytes <= r.retain_everything_bytes,
+                "{}: {r:?}",
+                e.name
+            );
+        }
+    }
     let n_fused = fused
         .entries
         .iter()
