@@ -3,7 +3,9 @@
 //! aliased arena ranges and register slots. Every plan the validator accepts must leave the arena
 //! exactly as running its instructions one after another does (a sequential interpreter below,
 //! whole tensors, registers by tensor index), through both `Session::run` and
-//! `Session::run_program`, and never touch an element past `arena_elems`.
+//! `Session::run_program` and as an unfused copy (registers moved to fresh arena ranges), and
+//! never touch an element past `arena_elems`. NaNs compare as one class. Without feature
+//! `fusion` (the firmware's build), chains are `NotBuilt`.
 #![cfg_attr(not(feature = "fusion"), allow(dead_code, unused_imports))]
 #![allow(
     clippy::indexing_slicing,

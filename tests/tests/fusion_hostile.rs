@@ -3,7 +3,8 @@
 //! chains) planned fused and unfused must both validate and give the tape's own bits through
 //! `Session::run`, `Session::run_program` and the host interpreter; every bit of every flags,
 //! kind and offset field of real fused training plans flipped must be rejected or run exactly as
-//! the mutated plan's instructions one after another, inside its arena; random MLP jobs train to
+//! the mutated plan's instructions one after another, inside its arena (so must tensors moved into
+//! and out of registers, and, ignored by default, every bit of the plan); random MLP jobs train to
 //! the same bits fused, unfused and in the oracle, with a fused arena never larger.
 #![allow(clippy::indexing_slicing, clippy::unwrap_used, missing_docs)]
 
