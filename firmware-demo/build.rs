@@ -148,6 +148,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The plan.
     let job = cfg.job()?;
+    // The check below runs the host's runtime (default features, fused chains included); the
+    // device's is built without feature `fusion` (flash), and would reject the plan at boot.
+    if job
+        .plan
+        .entries
+        .iter()
+        .flat_map(|e| &e.instrs)
+        .any(|i| i.fuse_next)
+    {
+        return Err(format!(
+            "{}: `{cfg}` plans fused chains, but the firmware's runtime is built without feature \
+             `fusion` (it would reject the plan at boot): drop `fusion=on`",
+            run_path.display()
+        )
+        .into());
+    }
     let plan_bytes = job.plan.to_bytes();
     let plan = tapeplan_runtime::Plan::parse(&plan_bytes)
         .map_err(|e| format!("the planner's plan is rejected by the runtime: {e}"))?;

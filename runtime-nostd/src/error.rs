@@ -73,11 +73,14 @@ pub enum FusionRule {
     NotFusable,
     /// A member whose output shape differs from the chain's first member's.
     ShapeMismatch,
-    /// A chain longer than `MAX_CHAIN_INSTRS`, or one still open at its entry's end.
+    /// A chain longer than `MAX_CHAIN_INSTRS` (`instr` is its first member past the limit), or
+    /// one still open at its entry's end (`instr` is the entry's last instruction).
     Length,
-    /// A register read or written outside a chain, or read by no later member of its own.
+    /// A register read or written by an instruction that is in no chain.
     RegisterOutsideChain,
-    /// A register read after another value took its slot, or a slot past `MAX_REGISTERS`.
+    /// A chain member reads a register that no earlier member of its own chain left in its slot:
+    /// another value took the slot in between, or the register was written by another chain.
+    /// (A slot past `MAX_REGISTERS` is a [`PlanError::TensorOutsideRegion`] of the tensor.)
     RegisterSlot,
     /// Two arena ranges of one chain, at least one written by it, that meet without being the
     /// same range (a tile at a time, they would not compute what one instruction at a time does).

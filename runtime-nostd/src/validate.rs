@@ -811,8 +811,13 @@ fn check_chains(plan: &Plan<'_>, e: usize) -> Result<(), PlanError> {
     while k < range.end {
         let mut last = k;
         while flags(last) & FUSE_NEXT != 0 {
+            // Open at the entry's end: the offending instruction is the one with the flag (the
+            // next index is another entry's instruction, or no instruction at all).
+            if last.saturating_add(1) >= range.end {
+                return Err(fusion(last, FusionRule::Length));
+            }
             last = last.saturating_add(1);
-            if last >= range.end || last.saturating_sub(k) >= MAX_CHAIN_INSTRS {
+            if last.saturating_sub(k) >= MAX_CHAIN_INSTRS {
                 return Err(fusion(last, FusionRule::Length));
             }
         }
