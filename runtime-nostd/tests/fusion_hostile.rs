@@ -58,6 +58,7 @@ fn sequential(b: &Builder, e: usize, arena: &mut [f32]) -> Result<(), u32> {
         eval(
             op,
             Attr::from_parts(op, ins.attr, s),
+            tapeplan_core::MathProfile::Precise,
             &refs,
             &shapes,
             &mut out,
@@ -491,13 +492,17 @@ fn chains_with_structural_members_are_rejected() {
         (Opcode::Uniform, &[3, 4][..], 0),
         (Opcode::Transpose, &[2][..], 0),
         (Opcode::Reshape, &[0][..], 0),
-        (Opcode::Broadcast, &[0][..], 0),
+        // A broadcast may join a chain, but not from a register.
+        (Opcode::Broadcast, &[2][..], 0),
     ] {
         let b = mk(op, args, attr);
         let bytes = b.build();
         let e = Plan::parse(&bytes).unwrap_err();
         assert_eq!(e, fusion(1, FusionRule::NotFusable), "{op}");
     }
+    // A broadcast from the arena is a member: same shape, and from a scalar.
+    agree(&mk(Opcode::Broadcast, &[0], 0), &floats(11, 32));
+    agree(&mk(Opcode::Broadcast, &[3], 0), &floats(12, 32));
     // `fill` is a member like any other, in a register or in the arena.
     let b = mk(Opcode::Fill, &[], 2.5f32.to_bits());
     agree(&b, &floats(9, 32));

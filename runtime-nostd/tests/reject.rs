@@ -993,3 +993,60 @@ fn math_profile_flag() {
         usize::from(cfg!(feature = "math-precise")) + usize::from(cfg!(feature = "math-fast"))
     );
 }
+
+/// A broadcast's source is read away from the tile: a chain may not write over it, not even
+/// exactly (which would be fine for an elementwise reader).
+#[cfg(feature = "fusion")]
+#[test]
+fn fused_broadcast_source_is_never_written_by_its_chain() {
+    let build_from = |x_dims: &[u32], y_at: u32| {
+        let mut b = Builder::new(16, 0);
+        let x = b.tensor(0, x_dims, TensorKind::Scratch);
+        let r = b.tensor(0, &[2, 4], TensorKind::Register);
+        let y = b.tensor(y_at, &[2, 4], TensorKind::Scratch);
+        b.instr(Opcode::Broadcast, r, &[x], 0);
+        b.instr(Opcode::Neg, y, &[r], 0);
+        b.instrs[0].flags = FUSE_NEXT;
+        b.entry("e", 0, 2);
+        b.bind("x", BindingKind::Input, 0, x);
+        b.bind("y", BindingKind::Output, 0, y);
+        b.build()
+    };
+    let build = |y_at: u32| build_from(&[4], y_at);
+    // Exactly over an identity broadcast's source [2, 4]: still refused.
+    assert_eq!(
+        err(build_from(&[2, 4], 0)),
+        PlanError::Fusion {
+            entry: 0,
+            instr: 1,
+            rule: tapeplan_runtime::FusionRule::PartialAlias
+        }
+    );
+    // y [2, 4] over x [4] (x dies at the broadcast: fine one instruction at a time).
+    assert_eq!(
+        err(build(0)),
+        PlanError::Fusion {
+            entry: 0,
+            instr: 1,
+            rule: tapeplan_runtime::FusionRule::PartialAlias
+        }
+    );
+    let bytes = build(4);
+    let plan = Plan::parse(&bytes).unwrap();
+    let e = plan.entry("e").unwrap();
+    let mut arena = vec![0.0; 16];
+    let mut s = Session::bind(&plan, &mut arena).unwrap();
+    s.set_input(e, "x", &[1.0, -2.0, 0.5, -0.0]).unwrap();
+    s.run(e).unwrap();
+    let got: Vec<u32> = s
+        .output(e, "y")
+        .unwrap()
+        .iter()
+        .map(|v| v.to_bits())
+        .collect();
+    let want: Vec<u32> = [-1.0f32, 2.0, -0.5, 0.0, -1.0, 2.0, -0.5, 0.0]
+        .iter()
+        .map(|v| v.to_bits())
+        .collect();
+    assert_eq!(got, want);
+}

@@ -4,7 +4,7 @@
 //! simultaneously live buffers overlap unless one is written in place over the other by an
 //! elementwise instruction. Fused chains: registers are read only inside the chain that wrote
 //! them, from a slot nothing overwrote in between, and the arena ranges a chain touches (one of
-//! them written) are disjoint or the same range. It shares no code with the planner's passes or
+//! them written) are disjoint or the same range (disjoint for a broadcast's source). It shares no code with the planner's passes or
 //! the runtime's validator.
 
 use proptest::prelude::*;
@@ -120,7 +120,8 @@ fn check(bytes: &[u8]) -> Result<(), String> {
         }
         // Chains: a run of instructions joined by FUSE_NEXT.
         let mut slots = [u32::MAX; MAX_REGISTERS];
-        let mut touched: Vec<(u32, bool)> = Vec::new();
+        // (tensor, written, read away from the tile: a broadcast's source)
+        let mut touched: Vec<(u32, bool, bool)> = Vec::new();
         for (pos, ins) in instrs.iter().enumerate() {
             let in_chain =
                 ins.flags & FUSE_NEXT != 0 || (pos > 0 && instrs[pos - 1].flags & FUSE_NEXT != 0);
@@ -137,7 +138,7 @@ fn check(bytes: &[u8]) -> Result<(), String> {
                         ));
                     }
                 } else if in_chain {
-                    touched.push((a, false));
+                    touched.push((a, false, ins.opcode == Opcode::Broadcast.to_u8()));
                 }
             }
             if register(ins.out) {
@@ -146,16 +147,16 @@ fn check(bytes: &[u8]) -> Result<(), String> {
                 }
                 slots[d.tensors[ins.out as usize].offset_elems as usize] = ins.out;
             } else if in_chain {
-                touched.push((ins.out, true));
+                touched.push((ins.out, true, false));
             }
             if in_chain && ins.flags & FUSE_NEXT == 0 {
-                for (x, &(ta, wa)) in touched.iter().enumerate() {
-                    for &(tb, wb) in &touched[x + 1..] {
+                for (x, &(ta, wa, sa)) in touched.iter().enumerate() {
+                    for &(tb, wb, sb) in &touched[x + 1..] {
                         let (ra, rb) = (
                             range(&d.tensors[ta as usize]),
                             range(&d.tensors[tb as usize]),
                         );
-                        if (wa || wb) && ra.0 < rb.1 && rb.0 < ra.1 && ra != rb {
+                        if (wa || wb) && ra.0 < rb.1 && rb.0 < ra.1 && (ra != rb || sa || sb) {
                             return Err(format!("entry {ei}: chain ending at {pos} touches {ta} {ra:?} and {tb} {rb:?}"));
                         }
                     }

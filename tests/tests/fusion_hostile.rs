@@ -586,6 +586,7 @@ fn sequential(r: &Records, e: usize, arena: &mut [f32]) -> bool {
         eval(
             op,
             Attr::from_parts(op, ins.attr, shape(t)),
+            tapeplan_core::MathProfile::from_flags(r.header.flags),
             &refs,
             &shapes,
             &mut out,
