@@ -149,17 +149,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The plan.
     let job = cfg.job()?;
     // The check below runs the host's runtime (default features, fused chains included); the
-    // device's is built without feature `fusion` (flash), and would reject the plan at boot.
-    if job
+    // device's runs fused chains only with this crate's feature `fusion`, and would otherwise
+    // reject the plan at boot.
+    let fused = job
         .plan
         .entries
         .iter()
         .flat_map(|e| &e.instrs)
-        .any(|i| i.fuse_next)
-    {
+        .any(|i| i.fuse_next);
+    if fused && env::var_os("CARGO_FEATURE_FUSION").is_none() {
         return Err(format!(
-            "{}: `{cfg}` plans fused chains, but the firmware's runtime is built without feature \
-             `fusion` (it would reject the plan at boot): drop `fusion=on`",
+            "{}: `{cfg}` plans fused chains, but the firmware is built without its feature \
+             `fusion` (its runtime would reject the plan at boot): drop `fusion=on`, or build \
+             with `--features fusion`",
             run_path.display()
         )
         .into());

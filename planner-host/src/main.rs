@@ -184,7 +184,7 @@ enum ActivationArg {
 enum MathArg {
     /// libm's functions (faithfully rounded): the default.
     Precise,
-    /// micromath's approximations (about 1e-3 relative error, less code and time).
+    /// micromath's approximations (about 1e-3 relative error; less code, not necessarily faster: see docs/math-profiles.md).
     Fast,
 }
 
@@ -352,6 +352,19 @@ fn print_report(entries: &[(String, MemoryReport)]) {
     }
 }
 
+/// `--math fast` or `--no-fusion` beside a plan file: the plan already records how it was
+/// planned, so the options would be silently ignored.
+fn planning_options_need_no_plan(model: &ModelArgs, plan: &std::path::Path) -> Result<()> {
+    if matches!(model.math, MathArg::Fast) || model.no_fusion {
+        bail!(
+            "{} records its own math profile and fusion; --math and --no-fusion apply when \
+             planning (`tapeplan plan`, or `train`/`describe --tape` without a plan)",
+            plan.display()
+        );
+    }
+    Ok(())
+}
+
 /// The fusion line of `tapeplan plan`: chains, registers, and the arena against the same model
 /// planned unfused.
 fn print_fusion(job: &TrainingJob, model: &ModelArgs) -> Result<()> {
@@ -445,6 +458,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             error_report,
             model,
         } => {
+            if let Some(p) = &plan {
+                planning_options_need_no_plan(&model, p)?;
+            }
             if tape && plan.is_some() {
                 bail!("give either a .plan file or --tape (which lists the tape of the model options), not both");
             }
@@ -465,6 +481,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
                             ),
                         ]
                     )
+                );
+                println!(
+                    "(the tape is profile-free; planned with these options it runs under math {})",
+                    job.plan.math.name()
                 );
                 return Ok(ExitCode::SUCCESS);
             }
@@ -491,7 +511,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             outputs,
         } => {
             let plan = match plan {
-                Some(p) => p,
+                Some(p) => {
+                    planning_options_need_no_plan(&model_args, &p)?;
+                    p
+                }
                 None => {
                     let job = model_args.job()?;
                     let p = PathBuf::from("model.plan");
@@ -759,7 +782,7 @@ fn resume(
     let plan_id = model.plan().plan_id();
     if ckpt.plan_id() != plan_id {
         bail!(
-            "{} is a checkpoint of plan {:08x}, not of {} (plan {plan_id:08x}): resume with the plan it was saved from",
+            "{} is a checkpoint of plan {:08x}, not of {} (plan {plan_id:08x}): resume with the plan it was saved from (the same model planned with another --no-guard, --no-fusion or --math is another plan)",
             path.display(),
             ckpt.plan_id(),
             plan.display(),
@@ -933,6 +956,7 @@ fn demo(epochs: usize, seed: u64, math: MathArg) -> Result<ExitCode> {
     );
     println!("memory report:");
     print_report(&reports(&job));
+    print_fusion(&job, &args)?;
 
     let mut model = RuntimeModel::new(&bytes)?;
     let shapes = job.parameter_shapes();

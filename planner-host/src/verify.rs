@@ -717,7 +717,7 @@ pub fn verify(t: &Transcript, expected: Option<&RunConfig>) -> Result<Report, Ve
     if let Some((id, arena)) = t.plan {
         if (id, arena) != (plan.plan_id(), plan.arena_elems()) {
             return Err(VerifyError::Mismatch(format!(
-                "the device ran plan {id:#010x} (arena {arena} elems), the host plans {:#010x} (arena {} elems)",
+                "the device ran plan {id:#010x} (arena {arena} elems), the host plans {:#010x} (arena {} elems) from the run description: do its model, math= and fusion= match the device's build?",
                 plan.plan_id(),
                 plan.arena_elems()
             )));
