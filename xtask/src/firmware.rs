@@ -540,8 +540,15 @@ fn build(
     let mut cmd = Command::new(&ctx.cargo);
     // The firmware is its own workspace with its own `target/`: a CARGO_TARGET_DIR meant for the
     // root workspace must not move its output.
+    // Panic locations embed source paths in flash: remap the checkout's path so the sizes (and
+    // the budget check) do not depend on where the repository was cloned.
+    let remap = format!(
+        "build.rustflags=[\"--remap-path-prefix={}=/tapeplan\"]",
+        ctx.root.display()
+    );
     cmd.args(["build", "--release", "--target", target])
         .args(extra)
+        .args(["--config", &remap])
         .env_remove("CARGO_TARGET_DIR")
         .current_dir(dir);
     run(cmd).with_context(|| format!("building the firmware for {name}"))?;
