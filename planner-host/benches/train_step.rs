@@ -6,8 +6,8 @@
 //! - W4: MLP 64-32-10, tanh, softmax cross-entropy, Adam, batch 32, unguarded (the optimizer
 //!   with the longest elementwise chains).
 //!
-//! Plans are fused (the default); `W1-unfused` and `W4-unfused` are W1 and W4 planned without
-//! fusion, to measure what fused chains cost or save in time (their bits are the same).
+//! Plans are fused (the default); `W<n>-unfused` is W<n> planned without fusion, to measure
+//! what fused chains cost or save in time (their bits are the same).
 //!
 //! Each is a criterion benchmark `train_step/W<n>/<catalog>`, the catalog being the runtime's
 //! (`scalar`, or `simd-avx512` / `simd-avx2` / `simd-sse2` with `--features simd`). One iteration
@@ -171,16 +171,18 @@ fn benches(c: &mut Criterion) {
             32,
         );
     }
-    workload(
-        c,
-        "W2",
-        true,
-        &[784, 128, 10],
-        Activation::Relu,
-        Loss::SoftmaxCrossEntropy,
-        64,
-    );
-    for (id, decoded) in [("W3", true), ("W3-run", false)] {
+    for id in ["W2", "W2-unfused"] {
+        workload(
+            c,
+            id,
+            true,
+            &[784, 128, 10],
+            Activation::Relu,
+            Loss::SoftmaxCrossEntropy,
+            64,
+        );
+    }
+    for (id, decoded) in [("W3", true), ("W3-unfused", true), ("W3-run", false)] {
         workload(
             c,
             id,

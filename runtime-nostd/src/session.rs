@@ -25,7 +25,13 @@ use crate::plan::{us, Binding, EntryId, Plan, TensorView};
 pub struct Session<'p, 'a> {
     plan: &'p Plan<'p>,
     arena: &'a mut [f32],
+    /// The register slots of fused chains, one tile each (empty without feature `fusion`):
+    /// kept here so that a chain does not clear them on every run.
+    regs: Registers,
 }
+
+/// The register slots of fused chains (see [`run_chain`]).
+type Registers = [[f32; TILE_ELEMS]; MAX_REGISTERS];
 
 impl<'p, 'a> Session<'p, 'a> {
     /// Binds `plan` to `arena`, leaving the arena's contents as they are, so parameters
@@ -42,7 +48,11 @@ impl<'p, 'a> Session<'p, 'a> {
                 found_elems: arena.len(),
             });
         }
-        Ok(Session { plan, arena })
+        Ok(Session {
+            plan,
+            arena,
+            regs: [[0.0; TILE_ELEMS]; MAX_REGISTERS],
+        })
     }
 
     /// Binds `plan` to `arena` and sets `arena[..arena_elems]` to `+0.0`: parameters, too.
@@ -270,13 +280,12 @@ impl<'p, 'a> Session<'p, 'a> {
             }
             match program.instrs.get(last) {
                 Some(_) if cfg!(feature = "fusion") && last > i => {
-                    let mut members = [Member::EMPTY; MAX_CHAIN_INSTRS];
                     let chain = program.instrs.get(i..=last).unwrap_or(&[]);
-                    for (m, d) in members.iter_mut().zip(chain) {
-                        *m = Member::of(d);
-                    }
-                    let members = members.get(..chain.len()).unwrap_or(&[]);
-                    run_chain(arena, plan.math(), d.k, members)?
+                    let bad = RunError::Inconsistent {
+                        instr: u32::try_from(d.k).unwrap_or(u32::MAX),
+                    };
+                    let member = |j: usize| chain.get(j).map(Member::of).ok_or(bad);
+                    run_chain(arena, &mut self.regs, plan.math(), d.k, chain.len(), member)?
                 }
                 _ => execute(plan, arena, d)?,
             }
@@ -319,15 +328,9 @@ impl<'p, 'a> Session<'p, 'a> {
                 last = last.saturating_add(1);
             }
             if cfg!(feature = "fusion") && last > k {
-                let mut members = [Member::EMPTY; MAX_CHAIN_INSTRS];
-                for (m, j) in members.iter_mut().zip(k..=last) {
-                    *m = Member::of(&decode_instr(plan, j)?);
-                }
                 let count = last.saturating_sub(k).saturating_add(1);
-                let members = members.get(..count).ok_or(RunError::Inconsistent {
-                    instr: u32::try_from(k).unwrap_or(u32::MAX),
-                })?;
-                run_chain(arena, plan.math(), k, members)?;
+                let member = |j: usize| Ok(Member::of(&decode_instr(plan, k.saturating_add(j))?));
+                run_chain(arena, &mut self.regs, plan.math(), k, count, member)?;
             } else {
                 step(plan, arena, k)?;
             }
@@ -762,9 +765,13 @@ fn step_reference(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), Ru
     eval(op, attr, math, args, shapes, buf).map_err(|error| RunError::Kernel { instr, error })
 }
 
-/// Elements per tile of a fused chain ([`run_chain`]): its stack holds `MAX_REGISTERS + 1`
-/// tiles (1.25 KiB on hosts, 320 bytes without the catalog, on firmware).
-const TILE_ELEMS: usize = if cfg!(feature = "catalog") { 256 } else { 16 };
+/// Elements per tile of a fused chain ([`run_chain`]); the session keeps `MAX_REGISTERS` tiles
+/// (16 KiB on hosts, 256 bytes with `fusion` but without the catalog, nothing without `fusion`).
+const TILE_ELEMS: usize = match (cfg!(feature = "fusion"), cfg!(feature = "catalog")) {
+    (false, _) => 0,
+    (true, true) => 1024,
+    (true, false) => 16,
+};
 
 /// Where a chain member reads or writes: a register slot, or an arena offset.
 #[derive(Clone, Copy, Debug)]
@@ -788,17 +795,6 @@ struct Member {
 }
 
 impl Member {
-    const EMPTY: Member = Member {
-        op: Opcode::Fill,
-        attr: 0,
-        arity: 0,
-        elems: 0,
-        out: Loc::Register(0),
-        args: [Loc::Register(0); MAX_ARITY],
-        from: Dims::EMPTY,
-        to: Dims::EMPTY,
-    };
-
     /// From a decoded instruction (its tensors' offsets and kinds).
     fn of(d: &Decoded) -> Member {
         let loc = |f: &Fast| {
@@ -836,20 +832,25 @@ impl Member {
 /// ranges that meet without being equal, the one case where the order of tiles could show.
 fn run_chain(
     arena: &mut [f32],
+    regs: &mut Registers,
     math: MathProfile,
     first: usize,
-    members: &[Member],
+    count: usize,
+    member: impl Fn(usize) -> Result<Member, RunError>,
 ) -> Result<(), RunError> {
     let bad = |k: usize| RunError::Inconsistent {
         instr: u32::try_from(k).unwrap_or(u32::MAX),
     };
-    let n_elems = members.first().map_or(0, |m| m.elems);
-    let mut regs = [[0.0f32; TILE_ELEMS]; MAX_REGISTERS];
+    if TILE_ELEMS == 0 || count > MAX_CHAIN_INSTRS {
+        return Err(bad(first));
+    }
+    let n_elems = member(0)?.elems;
     let mut start = 0usize;
     while start < n_elems {
         let len = n_elems.saturating_sub(start).min(TILE_ELEMS);
-        for (i, m) in members.iter().enumerate() {
+        for i in 0..count {
             let k = first.saturating_add(i);
+            let m = &member(i)?;
             // The destination tile, written in place: a register slot, or the arena range.
             // Arguments are then the destination itself (`Src::Out`: the same slot or the same
             // arena range), another slot, or an arena range disjoint from the destination.
@@ -951,14 +952,41 @@ fn broadcast_tile(x: &[f32], from: &Dims, to: &Dims, start: usize, dst: &mut [f3
             from.dims.get(i) == to.dims.get(j)
         });
     if trailing && n > 0 {
-        for (i, d) in dst.iter_mut().enumerate() {
-            if let Some(v) = start
-                .saturating_add(i)
-                .checked_rem(n)
-                .and_then(|j| x.get(j))
-            {
-                *d = *v;
+        // Runs of the source, the first from the tile's offset into it.
+        let mut j = start.checked_rem(n).unwrap_or(0);
+        let mut rest = dst;
+        while !rest.is_empty() {
+            let take = n.saturating_sub(j).min(rest.len()).max(1);
+            let (head, tail) = rest.split_at_mut(take.min(rest.len()));
+            if let Some(src) = x.get(j..j.saturating_add(head.len())) {
+                head.copy_from_slice(src);
             }
+            rest = tail;
+            j = 0;
+        }
+        return;
+    }
+    // A column repeated across rows (`[m, 1]` to `[m, n]`): runs of one value.
+    let column = from.rank == to.rank
+        && from.rank >= 1
+        && from.dims.get(from.rank.saturating_sub(1)) == Some(&1)
+        && (0..from.rank.saturating_sub(1)).all(|i| from.dims.get(i) == to.dims.get(i));
+    let width = to.dims.get(to.rank.saturating_sub(1)).copied().unwrap_or(0);
+    if column && width > 0 {
+        let mut e = start;
+        let mut rest = dst;
+        while !rest.is_empty() {
+            let row = e.checked_div(width).unwrap_or(0);
+            let take = width
+                .saturating_sub(e.checked_rem(width).unwrap_or(0))
+                .min(rest.len())
+                .max(1);
+            let (head, tail) = rest.split_at_mut(take.min(rest.len()));
+            if let Some(&v) = x.get(row) {
+                head.fill(v);
+            }
+            e = e.saturating_add(head.len());
+            rest = tail;
         }
         return;
     }

@@ -20,9 +20,17 @@ const PEAK_GFLOPS: f64 = 270.0;
 /// The workloads, in table order, with their descriptions.
 const WORKLOADS: &[(&str, &str)] = &[
     ("W1", "MLP 64-32-10 tanh, softmax CE, SGD, batch 32"),
+    ("W1-unfused", "W1 planned without fusion"),
     ("W2", "MLP 784-128-10 relu, softmax CE, SGD, batch 64"),
+    ("W2-unfused", "W2 planned without fusion"),
     ("W3", "MLP 2-16-16-1 tanh, MSE, SGD, batch 1"),
+    ("W3-unfused", "W3 planned without fusion"),
     ("W3-run", "W3 through Session::run: records read every step"),
+    (
+        "W4",
+        "MLP 64-32-10 tanh, softmax CE, Adam, batch 32, unguarded",
+    ),
+    ("W4-unfused", "W4 planned without fusion"),
 ];
 
 /// One benchmark's figures.

@@ -282,6 +282,11 @@ pub(crate) fn elementwise(
             lanes::unary(SoftplusFast, a, out)
         ),
         Opcode::Pow => {
+            // Unused in a build without either math profile (which runs no plan at all).
+            #[cfg_attr(
+                not(any(feature = "math-precise", feature = "math-fast")),
+                allow(unused_variables)
+            )]
             let p = f32::from_bits(attr_bits);
             by_math!(
                 math,
