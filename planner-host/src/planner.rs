@@ -442,37 +442,31 @@ pub fn plan_with(
     }
     let mut planned = Vec::new();
     for spec in entries {
-        let mut fused_tensors = tensors.clone();
-        let fused = plan_entry(
-            tape,
-            spec,
-            &mut fused_tensors,
-            &param_tensor,
-            &parameters,
-            persistent_elems,
-            options,
-        )?;
-        // Fusion never costs memory: an entry whose fused schedule needs more scratch than its
-        // unfused one (the greedy offsets can land either way) is planned unfused.
-        if options.fuse {
-            let mut plain_tensors = tensors.clone();
-            let plain = plan_entry(
+        // Each attempt plans into its own copy of the tensor list; the kept one replaces it.
+        let attempt = |options: PlanOptions| {
+            let mut t = tensors.clone();
+            let e = plan_entry(
                 tape,
                 spec,
-                &mut plain_tensors,
+                &mut t,
                 &param_tensor,
                 &parameters,
                 persistent_elems,
-                PlanOptions { fuse: false },
+                options,
             )?;
-            if plain.1 < fused.1 {
-                tensors = plain_tensors;
-                planned.push(plain);
-                continue;
+            Ok::<_, PlanError>((t, e))
+        };
+        let (mut kept_tensors, mut kept) = attempt(options)?;
+        // Fusion never costs memory: an entry whose fused schedule needs more scratch than its
+        // unfused one (the greedy offsets can land either way) is planned unfused.
+        if options.fuse {
+            let (plain_tensors, plain) = attempt(PlanOptions { fuse: false })?;
+            if plain.1 < kept.1 {
+                (kept_tensors, kept) = (plain_tensors, plain);
             }
         }
-        tensors = fused_tensors;
-        planned.push(fused);
+        tensors = kept_tensors;
+        planned.push(kept);
     }
     let scratch_high = planned.iter().map(|(_, h)| *h).max().unwrap_or(0);
     let arena_elems = persistent_elems + scratch_high;

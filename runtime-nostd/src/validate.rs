@@ -466,6 +466,16 @@ fn code(i: usize) -> Result<u16, PlanError> {
         })
 }
 
+/// Entry `entry`'s instruction range (checked by `check_entries` before the per-entry passes).
+fn entry_range(plan: &Plan<'_>, entry: u32) -> Result<core::ops::Range<usize>, PlanError> {
+    plan.entry_range(crate::EntryId(entry))
+        .ok_or(PlanError::EntryRange {
+            entry,
+            first_instr: 0,
+            n_instrs: 0,
+        })
+}
+
 /// Definition before use, then no overlap of simultaneously live buffers, for one entry.
 fn check_entry<const N: usize>(
     plan: &Plan<'_>,
@@ -474,13 +484,7 @@ fn check_entry<const N: usize>(
 ) -> Result<(), PlanError> {
     let entry = idx32(e);
     let nt = plan.layout.n_tensors;
-    let range = plan
-        .entry_range(crate::EntryId(entry))
-        .ok_or(PlanError::EntryRange {
-            entry,
-            first_instr: 0,
-            n_instrs: 0,
-        })?;
+    let range = entry_range(plan, entry)?;
     let first = range.start;
     let len = range.len();
     let (Some(def), Some(end), Some(flags)) = (
@@ -794,13 +798,7 @@ fn check_overlap(
 /// being the same range. Instructions outside chains touch no register.
 fn check_chains(plan: &Plan<'_>, e: usize) -> Result<(), PlanError> {
     let entry = idx32(e);
-    let range = plan
-        .entry_range(crate::EntryId(entry))
-        .ok_or(PlanError::EntryRange {
-            entry,
-            first_instr: 0,
-            n_instrs: 0,
-        })?;
+    let range = entry_range(plan, entry)?;
     let fusion = |k: usize, rule| PlanError::Fusion {
         entry,
         instr: idx32(k),
