@@ -78,6 +78,15 @@ pub enum ExchangeError {
     /// The plan has no `w{k}`/`b{k}` parameter to exchange.
     #[error("the plan has no dense-layer parameters (w1, b1, …)")]
     NoLayers,
+    /// The file says (`tapeplan.activation`) it was exported from a model with another hidden
+    /// activation than the plan's: same shapes, another function.
+    #[error("the file's parameters are of a {file} model, the plan's activation is {plan}")]
+    Activation {
+        /// The file's `tapeplan.activation`.
+        file: String,
+        /// The plan's (see `forward_activation`).
+        plan: &'static str,
+    },
     /// A checkpoint was rejected.
     #[error("checkpoint rejected: {0}")]
     Checkpoint(#[from] CheckpointError),
@@ -391,12 +400,27 @@ pub fn export_plan_params(plan: &RtPlan<'_>, persistent: &[f32]) -> Result<Vec<u
 /// `base: [persistent_elems]`; answers `[persistent_elems]`.
 ///
 /// # Errors
-/// As [`import_safetensors`].
+/// [`ExchangeError::Activation`] when the file names another activation than the plan's; as
+/// [`import_safetensors`].
 pub fn import_into_persistent(
     plan: &RtPlan<'_>,
     base: &[f32],
     bytes: &[u8],
 ) -> Result<Vec<f32>, ExchangeError> {
+    // A file this tool exported names its activation; a PyTorch file does not (nothing to
+    // check then).
+    let (_, meta) = SafeTensors::read_metadata(bytes)?;
+    let theirs = meta
+        .metadata()
+        .as_ref()
+        .and_then(|m| m.get("tapeplan.activation"));
+    let ours = forward_activation(plan.bytes());
+    if let Some(file) = theirs.filter(|a| a.as_str() != ours && ours != "unknown") {
+        return Err(ExchangeError::Activation {
+            file: file.clone(),
+            plan: ours,
+        });
+    }
     let mut params = params_of(plan, base);
     import_safetensors(bytes, &mut params)?;
     let mut out = base.to_vec();

@@ -431,6 +431,30 @@ fn cli_train_checkpoint_export_import_resume() {
     let out = tapeplan(&dir, &["export", "other.plan", "--checkpoint", "full.ckpt"]);
     assert!(!out.status.success());
 
+    // Parameters exported from a tanh model are refused by a relu plan of the same shapes.
+    ok(
+        &dir,
+        &[
+            &["plan", "-o", "relu.plan", "--activation", "relu"][..],
+            &small,
+        ]
+        .concat(),
+    );
+    let out = tapeplan(
+        &dir,
+        &[
+            "import",
+            "exported.safetensors",
+            "relu.plan",
+            "-o",
+            "x.ckpt",
+        ],
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("tanh model") && err.contains("relu"), "{err}");
+    assert!(!dir.join("x.ckpt").exists());
+
     // A damaged checkpoint is refused.
     let mut bad = read(&dir, "full.ckpt");
     let last = bad.len() - 1;
