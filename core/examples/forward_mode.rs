@@ -219,6 +219,9 @@ fn main() -> Result<(), TapeError> {
     let rr = rev.backward(g, Tensor::new(s, vs)?, &[x])?;
     let rr = &rr.get(x).expect("reached").data;
     println!(
+        "\nf = sum(x·x·x) at x = (0.5, -0.25, 1.5), direction v = (0.25, 1, -0.5): H v = 6x·v"
+    );
+    println!(
         "forward over reverse  H v = {fwd:?} (the gradient's tangent, {} nodes)",
         rec.tape.len()
     );
