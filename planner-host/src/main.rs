@@ -145,7 +145,8 @@ enum Command {
 #[derive(Args, Clone)]
 struct TrainOutputs {
     /// Write the whole training state to this checkpoint after every epoch (atomically:
-    /// FILE.tmp, then renamed over FILE).
+    /// FILE.tmp, then renamed over FILE), and the loss curve so far to FILE.losses.csv (which
+    /// --resume FILE reads back, so a resumed run plots the whole curve).
     #[arg(long, value_name = "FILE")]
     checkpoint: Option<PathBuf>,
     /// Restore the training state from this checkpoint of the same plan and go on from the
@@ -652,6 +653,25 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 );
             }
             let mut curve = LossCurve::starting_at(start_epoch * (train.len() / batch));
+            // The curve so far, kept beside the checkpoint (`FILE.losses.csv`).
+            if let Some(path) = &outputs.resume {
+                let history = losses_path(path);
+                if let Ok(text) = std::fs::read_to_string(&history) {
+                    match LossCurve::from_csv(&text) {
+                        Ok(old) if old.end_step() == curve.first_step && !old.step_losses.is_empty() => {
+                            curve = old;
+                        }
+                        Ok(_) => println!(
+                            "{} does not end where the checkpoint does: the loss curve starts at the resumed epoch",
+                            history.display()
+                        ),
+                        Err(e) => println!(
+                            "{}: {e}: the loss curve starts at the resumed epoch",
+                            history.display()
+                        ),
+                    }
+                }
+            }
             println!(
                 "training {} for {epochs} epoch{}: {} train rows, {} test rows, batch {batch}, math {}, arena {} bytes",
                 plan.display(),
@@ -717,6 +737,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 if let Some(path) = &outputs.checkpoint {
                     let blob = exchange::checkpoint_of(&model, epoch as u32 + 1)?;
                     exchange::write_atomic(path, &blob)?;
+                    exchange::write_atomic(&losses_path(path), curve.to_csv().as_bytes())?;
                 }
             }
             if !test.is_empty() {
@@ -768,6 +789,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
             config.as_deref(),
         )?),
     }
+}
+
+/// Where the loss curve of checkpoint `ckpt` is kept: `ckpt` with `.losses.csv` appended.
+fn losses_path(ckpt: &std::path::Path) -> PathBuf {
+    let mut p = ckpt.as_os_str().to_owned();
+    p.push(".losses.csv");
+    PathBuf::from(p)
 }
 
 /// Restores `--resume FILE` into `model`; answers the epochs the checkpoint had completed.

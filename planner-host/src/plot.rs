@@ -35,6 +35,57 @@ impl LossCurve {
         }
     }
 
+    /// The curve as CSV: a header `step,loss,epoch_mean`, then one row per step (its global
+    /// index and loss; at an epoch's last step, that epoch's mean too). Kept next to a
+    /// checkpoint so a resumed run draws the whole curve.
+    pub fn to_csv(&self) -> String {
+        let mut out = String::from("step,loss,epoch_mean\n");
+        for (i, loss) in self.step_losses.iter().enumerate() {
+            let step = self.first_step + i;
+            let mean = self
+                .epoch_means
+                .iter()
+                .find(|(end, _)| *end == step + 1)
+                .map(|(_, m)| m.to_string())
+                .unwrap_or_default();
+            out.push_str(&format!("{step},{loss},{mean}\n"));
+        }
+        out
+    }
+
+    /// Reads [`LossCurve::to_csv`]'s form back.
+    ///
+    /// # Errors
+    /// A message naming the first row that is not `step,loss[,mean]` with consecutive steps.
+    pub fn from_csv(text: &str) -> Result<LossCurve, String> {
+        let mut reader = csv::ReaderBuilder::new()
+            .flexible(true)
+            .from_reader(text.as_bytes());
+        let mut curve = LossCurve::default();
+        for (row, record) in reader.records().enumerate() {
+            let record = record.map_err(|e| format!("row {}: {e}", row + 2))?;
+            let bad = || format!("row {}: expected step,loss[,epoch_mean]", row + 2);
+            let step: usize = record.get(0).and_then(|v| v.parse().ok()).ok_or_else(bad)?;
+            let loss: f32 = record.get(1).and_then(|v| v.parse().ok()).ok_or_else(bad)?;
+            if row == 0 {
+                curve.first_step = step;
+            } else if step != curve.first_step + row {
+                return Err(format!("row {}: step {step} is not consecutive", row + 2));
+            }
+            curve.step_losses.push(loss);
+            if let Some(v) = record.get(2).filter(|v| !v.is_empty()) {
+                let mean: f64 = v.parse().map_err(|_| bad())?;
+                curve.epoch_means.push((step + 1, mean));
+            }
+        }
+        Ok(curve)
+    }
+
+    /// The global index one past the last step.
+    pub fn end_step(&self) -> usize {
+        self.first_step + self.step_losses.len()
+    }
+
     /// Records one step's loss.
     pub fn push_step(&mut self, loss: f32) {
         self.step_losses.push(loss);
@@ -135,6 +186,25 @@ impl LossCurve {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn csv_round_trips_and_refuses_gaps() {
+        let mut c = LossCurve::starting_at(10);
+        for l in [2.5f32, 1.25, 0.75, 0.5] {
+            c.push_step(l);
+        }
+        c.end_epoch(2);
+        c.push_step(0.25);
+        c.end_epoch(3);
+        let back = LossCurve::from_csv(&c.to_csv()).unwrap();
+        assert_eq!(back, c);
+        assert_eq!(back.end_step(), 15);
+        let gap = "step,loss,epoch_mean\n3,1.0,\n5,0.5,\n";
+        assert!(LossCurve::from_csv(gap)
+            .unwrap_err()
+            .contains("not consecutive"));
+        assert!(LossCurve::from_csv("step,loss\nx,1\n").is_err());
+    }
 
     #[test]
     fn draws_steps_and_epoch_means() {

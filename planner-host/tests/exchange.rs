@@ -356,6 +356,12 @@ fn cli_train_checkpoint_export_import_resume() {
         read(&dir, "resumed.safetensors"),
         read(&dir, "full.safetensors")
     );
+    // The loss curve kept beside the checkpoint covers both runs, as the straight run's does
+    // (the resumed plot draws that whole curve).
+    assert_eq!(
+        read(&dir, "half.ckpt.losses.csv"),
+        read(&dir, "full.ckpt.losses.csv")
+    );
 
     // Export from the checkpoint gives the bytes train wrote; import gives the checkpoint back.
     ok(

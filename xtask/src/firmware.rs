@@ -156,7 +156,10 @@ type Sizes = BTreeMap<&'static str, u64>;
 /// The snapshot's keys, in report order, with their labels.
 const KEYS: &[(&str, &str)] = &[
     ("flash_total", "flash total"),
-    ("flash_runtime", "  runtime code (runtime, kernels, libm or micromath)"),
+    (
+        "flash_runtime",
+        "  runtime code (runtime, kernels, libm or micromath)",
+    ),
     ("flash_plan", "  plan"),
     ("flash_data", "  data (u8 pixel counts + labels)"),
     ("flash_init", "  initial parameters"),
