@@ -255,13 +255,14 @@ pub struct Fusion {
 }
 
 /// Pass 3b: fusion. A value becomes a register when it is neither an output nor an update, and
-/// every position from its definition to its last read holds an elementwise instruction (or a
-/// `fill`, or a `broadcast` to that shape) of its shape: then those positions run as one chain, a tile at a time, and the value
-/// never needs arena memory. Overlapping intervals merge into one chain (at most
-/// `MAX_CHAIN_INSTRS` long); registers get slots greedily in definition order (a slot is free
-/// once its value's last read is at or before the new value's definition); a value that finds
-/// no free slot stays in the arena. Liveness then sees each chain as one step (`step`), which
-/// keeps the arena ranges of a chain disjoint or identical, as the format requires.
+/// every position from its definition to its last read holds an elementwise instruction, a
+/// `fill` or a `broadcast` of its shape (and no broadcast reads it): then those positions run
+/// as one chain, a tile at a time, and the value never needs arena memory. Overlapping
+/// intervals merge into one chain (at most `MAX_CHAIN_INSTRS` long); registers get slots
+/// greedily in definition order (a slot is free once its value's last read is at or before the
+/// new value's definition); a value that finds no free slot stays in the arena. Liveness then
+/// sees each chain as one step (`step`), which keeps the arena ranges of a chain disjoint or
+/// identical, as the format requires.
 pub fn fuse(
     tape: &Tape,
     order: &[usize],
