@@ -389,13 +389,25 @@ fn pick<'s>(
     out_end: usize,
     v: &TensorView,
 ) -> Option<&'s [f32]> {
-    if v.elems == 0 {
+    pick_range(left, right, out_end, v.offset, v.end)
+}
+
+/// The arena range `[offset, end)` from the parts left and right of an output buffer that ends
+/// at `out_end` (`None` when it meets the output).
+fn pick_range<'s>(
+    left: &'s [f32],
+    right: &'s [f32],
+    out_end: usize,
+    offset: usize,
+    end: usize,
+) -> Option<&'s [f32]> {
+    if end <= offset {
         return Some(&[]);
     }
-    if v.end <= left.len() {
-        left.get(v.offset..v.end)
-    } else if v.offset >= out_end {
-        right.get(v.offset.checked_sub(out_end)?..v.end.checked_sub(out_end)?)
+    if end <= left.len() {
+        left.get(offset..end)
+    } else if offset >= out_end {
+        right.get(offset.checked_sub(out_end)?..end.checked_sub(out_end)?)
     } else {
         None
     }
@@ -912,21 +924,16 @@ fn run_chain(
                     let at = o.checked_add(start).ok_or(bad(k))?;
                     let (left, rest) = arena.split_at_mut_checked(at).ok_or(bad(k))?;
                     let (dst, right) = rest.split_at_mut_checked(len).ok_or(bad(k))?;
+                    // Where the destination tile ends: `right` starts there.
+                    let skip = at.checked_add(len).ok_or(bad(k))?;
                     let src = |a: Loc| -> Option<Src<'_>> {
                         match a {
                             Loc::Register(x) => regs.get(x)?.get(..len).map(Src::Buf),
                             Loc::Arena(p) if p == o => Some(Src::Out),
                             Loc::Arena(p) => {
                                 let from = p.checked_add(start)?;
-                                let end = from.checked_add(len)?;
-                                if end <= at {
-                                    left.get(from..end).map(Src::Buf)
-                                } else {
-                                    let skip = at.checked_add(len)?;
-                                    right
-                                        .get(from.checked_sub(skip)?..end.checked_sub(skip)?)
-                                        .map(Src::Buf)
-                                }
+                                pick_range(left, right, skip, from, from.checked_add(len)?)
+                                    .map(Src::Buf)
                             }
                         }
                     };
@@ -937,15 +944,7 @@ fn run_chain(
                             return Err(bad(k));
                         };
                         let end = p.checked_add(m.from.elems).ok_or(bad(k))?;
-                        let skip = at.checked_add(len).ok_or(bad(k))?;
-                        let x = if end <= at {
-                            left.get(p..end)
-                        } else {
-                            p.checked_sub(skip)
-                                .zip(end.checked_sub(skip))
-                                .and_then(|(a, b)| right.get(a..b))
-                        }
-                        .ok_or(bad(k))?;
+                        let x = pick_range(left, right, skip, p, end).ok_or(bad(k))?;
                         broadcast_tile(x, &m.from, &m.to, start, dst);
                         continue;
                     }
