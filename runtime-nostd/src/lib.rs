@@ -15,6 +15,7 @@ mod checkpoint;
 mod error;
 mod limits;
 mod plan;
+pub mod protocol;
 mod session;
 mod validate;
 
