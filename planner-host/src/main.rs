@@ -20,6 +20,7 @@ use tapeplan_planner::plot::LossCurve;
 use tapeplan_planner::rng::SplitMix64;
 use tapeplan_planner::train::{RuntimeModel, TrainError};
 use tapeplan_planner::MemoryReport;
+use tapeplan_runtime::protocol::epoch_seed;
 use tapeplan_runtime::RunError;
 
 #[derive(Parser)]
@@ -940,11 +941,6 @@ fn not_a_checkpoint(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// The shuffle seed of one epoch.
-fn epoch_seed(seed: u64, epoch: usize) -> u64 {
-    SplitMix64::new(seed ^ ((epoch as u64 + 1) << 32)).next_u64()
 }
 
 fn demo(epochs: usize, seed: u64, math: MathArg) -> Result<ExitCode> {

@@ -9,6 +9,9 @@
 use tapeplan_core::{
     Compute, MathProfile, NodeId, Recordable, Run, Shape, Tape, TapeError, Tensor,
 };
+use tapeplan_runtime::protocol::{
+    ENTRY_FORWARD, ENTRY_INIT, ENTRY_TRAIN_STEP, OUTPUT_LOGITS, OUTPUT_LOSS,
+};
 
 use crate::model::{self, Loss, Mlp};
 use crate::optim::{Optimizer, StateSpec};
@@ -143,7 +146,7 @@ impl TrainingJob {
             &state[optimizer_state..],
         )?);
         let mut train_roots = vec![Root::Output {
-            name: "loss".into(),
+            name: OUTPUT_LOSS.into(),
             node: loss_node,
         }];
         for (p, v) in params
@@ -168,22 +171,22 @@ impl TrainingJob {
         }
         let mut entries = vec![
             EntrySpec {
-                name: "forward".into(),
+                name: ENTRY_FORWARD.into(),
                 roots: vec![Root::Output {
-                    name: "logits".into(),
+                    name: OUTPUT_LOGITS.into(),
                     node: logits,
                 }],
                 guarded: false,
             },
             EntrySpec {
-                name: "train_step".into(),
+                name: ENTRY_TRAIN_STEP.into(),
                 roots: train_roots,
                 guarded,
             },
         ];
         if !init_roots.is_empty() {
             entries.push(EntrySpec {
-                name: "init".into(),
+                name: ENTRY_INIT.into(),
                 roots: init_roots,
                 guarded: false,
             });

@@ -21,50 +21,32 @@
 //!   pixel counts (`u8`, `0..=16`) and labels, and converts a count `c` to the feature
 //!   `c as f32 * 0.0625` (exact).
 //! - **initial parameters**: [`glorot_uniform`]`(shapes, seed)`.
-//! - **order**: epoch `e` (0-based) visits the rows `0..samples` in the order of a Fisher–Yates
-//!   shuffle ([`SplitMix64::shuffle`]) by `SplitMix64::new(`[`epoch_seed`]`(seed, e))`, in full
-//!   batches of `batch` consecutive rows of that order (the last `samples % batch` rows of
-//!   each epoch are not used). Labels go in as `label as f32`.
+//! - **order**: epoch `e` (0-based) visits the rows `0..samples` in the run protocol's epoch
+//!   order ([`protocol::epoch_shuffle`]`(seed, e, …)`), in full batches of `batch` consecutive
+//!   rows of that order (the last `samples % batch` rows of each epoch are not used). Labels go
+//!   in as `label as f32`.
 //! - **steps**: `epochs · (samples / batch)`, numbered from 1.
 //!
-//! # The transcript (format version 1)
+//! # The transcript
 //!
-//! ASCII text, one record per line, fields separated by single spaces; a line ends with `\n`
-//! (a `\r` before it is ignored). Numbers are decimal unless said otherwise; `hex8` is a `u32`
-//! as exactly 8 lowercase or uppercase hex digits (an `f32`'s bits: `f32::to_bits`), `hex16` a
-//! `u64` as 16. Blank lines and lines starting with `#` are ignored.
-//!
-//! | line | meaning |
-//! |---|---|
-//! | `tapeplan-transcript 1` | first line: the format and its version (anything before it, such as a UART's boot noise, is skipped) |
-//! | `config <key=value> …` | the run ([`RunConfig::to_line`]): exactly once, before `loss` |
-//! | `target <text>` | what ran it (free text, e.g. `thumbv7em-none-eabihf mps2-an386`) |
-//! | `plan <hex8> <arena_elems>` | the plan's id (its header's `plan_id`, the CRC-32 of its records) and arena size |
-//! | `data <hex16> <rows>` | FNV-1a 64 ([`data_digest`]) of the embedded pixel counts then labels, and the row count |
-//! | `loss <step> <hex8>` | the loss of step `step` (1-based), in step order, every step once |
-//! | `epoch <epoch> <hex8>` | optional: epoch `epoch`'s (1-based) mean loss as the device computed it: `f32` sum of its steps' losses in order, divided by its step count as `f32` |
-//! | `param <name> <start> <hex8> …` | final values of parameter `name`, elements `start, start+1, …` (any number per line, in order, every element once) |
-//! | `digest <hex16>` | [`tapeplan_core::format::digest_f32`] of every parameter, concatenated in the order the `param` lines give them |
-//! | `info <text>` | free text (timings, sizes); ignored |
-//! | `end ok` | last line: the device finished; `end error <text>` reports a failure |
+//! Its format (version 1) is specified once, with its writer, in [`tapeplan_runtime::protocol`]
+//! (every target writes it with [`TranscriptWriter`]); [`Transcript::parse`] reads it.
 //!
 //! A transcript without its `end` line is truncated, and rejected.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
-use tapeplan_core::format::digest_f32;
 use tapeplan_core::MathProfile;
+use tapeplan_runtime::protocol::{
+    self, data_digest, digest_f32, TranscriptWriter, TRANSCRIPT_MAGIC,
+};
 
 use crate::data::{self, Dataset};
 use crate::model::{glorot_uniform, Activation, Loss, Mlp};
 use crate::optim::Sgd;
 use crate::oracle::{first_difference, same_bits, BitDiff, JobOptions, Oracle, TrainingJob};
 use crate::planner::PlanOptions;
-use crate::rng::SplitMix64;
-
-/// The transcript's first line.
-pub const TRANSCRIPT_MAGIC: &str = "tapeplan-transcript 1";
 
 /// Why a run description, a transcript or a verification failed before any bit was compared.
 #[derive(Debug, thiserror::Error)]
@@ -366,7 +348,7 @@ impl RunConfig {
     /// The row order of epoch `epoch` (0-based): a permutation of `0..samples`.
     pub fn epoch_order(&self, epoch: usize) -> Vec<usize> {
         let mut idx: Vec<usize> = (0..self.samples).collect();
-        SplitMix64::new(epoch_seed(self.seed, epoch)).shuffle(&mut idx);
+        protocol::epoch_shuffle(self.seed, epoch, &mut idx);
         idx
     }
 }
@@ -375,23 +357,6 @@ impl fmt::Display for RunConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.to_line())
     }
-}
-
-/// The shuffle seed of epoch `epoch` (0-based) of a run seeded with `seed`: the first output of
-/// `SplitMix64::new(seed ^ ((epoch + 1) << 32))` (the same rule as `tapeplan demo`).
-pub fn epoch_seed(seed: u64, epoch: usize) -> u64 {
-    SplitMix64::new(seed ^ ((epoch as u64 + 1) << 32)).next_u64()
-}
-
-/// FNV-1a 64 (offset basis `0xcbf29ce484222325`, prime `0x100000001b3`) over `pixels`, then
-/// `labels`: the digest a device reports for the data it embeds.
-pub fn data_digest(pixels: &[u8], labels: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in pixels.iter().chain(labels) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
 }
 
 /// A parsed transcript; see the [module docs](self) for its format.
@@ -892,23 +857,18 @@ pub fn run_cli(
 /// # Errors
 /// Planning, data and oracle errors.
 pub fn oracle_transcript(cfg: &RunConfig) -> Result<String, VerifyError> {
-    use std::fmt::Write as _;
     let job = cfg.job()?;
     let bytes = job.plan.to_bytes();
     let plan = tapeplan_runtime::Plan::parse(&bytes)
         .map_err(|e| VerifyError::Mismatch(format!("the host's own plan is rejected: {e}")))?;
     let train = cfg.training_set()?;
-    let mut out = String::new();
-    let _ = writeln!(out, "{TRANSCRIPT_MAGIC}");
-    let _ = writeln!(out, "config {}", cfg.to_line());
-    let _ = writeln!(out, "target host oracle");
-    let _ = writeln!(out, "plan {:08x} {}", plan.plan_id(), plan.arena_elems());
-    let _ = writeln!(
-        out,
-        "data {:016x} {}",
-        data_digest(&train.pixels, &train.labels),
-        train.len()
-    );
+    // Writing into a `String` cannot fail.
+    let mut out = TranscriptWriter::new(String::new());
+    let _ = out.header();
+    let _ = out.config(&cfg.to_line());
+    let _ = out.target("host oracle");
+    let _ = out.plan(plan.plan_id(), plan.arena_elems());
+    let _ = out.data(data_digest(&train.pixels, &train.labels), train.len());
     let init = cfg.initial_parameters(&job);
     let mut oracle = Oracle::new(&job, &init)?;
     let mut step = 0;
@@ -919,25 +879,16 @@ pub fn oracle_transcript(cfg: &RunConfig) -> Result<String, VerifyError> {
             let loss = oracle.step(x, &labels)?;
             sum += loss;
             step += 1;
-            let _ = writeln!(out, "loss {step} {:08x}", loss.to_bits());
+            let _ = out.loss(step, loss);
         }
-        let mean = sum / cfg.steps_per_epoch() as f32;
-        let _ = writeln!(out, "epoch {} {:08x}", epoch + 1, mean.to_bits());
+        let _ = out.epoch(epoch + 1, sum / cfg.steps_per_epoch() as f32);
     }
-    let mut all = Vec::new();
     for ((name, _), p) in job.parameter_shapes().iter().zip(&oracle.params) {
-        for (k, chunk) in p.data.chunks(8).enumerate() {
-            let _ = write!(out, "param {name} {}", k * 8);
-            for v in chunk {
-                let _ = write!(out, " {:08x}", v.to_bits());
-            }
-            out.push('\n');
-        }
-        all.extend_from_slice(&p.data);
+        let _ = out.param(name, &p.data);
     }
-    let _ = writeln!(out, "digest {:016x}", digest_f32(&all));
-    let _ = writeln!(out, "end ok");
-    Ok(out)
+    let _ = out.digest();
+    let _ = out.end_ok();
+    Ok(out.into_inner())
 }
 
 #[cfg(test)]
@@ -1155,13 +1106,5 @@ mod tests {
             .collect();
         let e = verify(&Transcript::parse(&missing).unwrap(), None).unwrap_err();
         assert!(matches!(e, VerifyError::Incomplete(_)), "{e}");
-    }
-
-    #[test]
-    fn data_digest_is_fnv1a() {
-        assert_eq!(data_digest(&[], &[]), 0xcbf2_9ce4_8422_2325);
-        // FNV-1a 64 of "a" (the published test vector).
-        assert_eq!(data_digest(b"a", &[]), 0xaf63_dc4c_8601_ec8c);
-        assert_eq!(data_digest(b"ab", &[]), data_digest(b"a", b"b"));
     }
 }

@@ -2,11 +2,11 @@
 //! [`Trainer`], against the planner's oracle, bit for bit; and every rejection path answers an
 //! [`Error`] rather than panicking.
 
-use tapeplan_core::format::digest_f32;
 use tapeplan_planner::data;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
 use tapeplan_planner::optim::Sgd;
 use tapeplan_planner::oracle::{Oracle, TrainingJob};
+use tapeplan_runtime::protocol::digest_f32;
 use tapeplan_runtime::{BindingKind, RunError};
 
 use super::{Error, Trainer};
