@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use tapeplan_planner::verify::{data_digest, RunConfig};
+use tapeplan_planner::exec::verify::{data_digest, RunConfig};
 use tapeplan_runtime::MathProfile;
 
 /// A board the firmware links for.

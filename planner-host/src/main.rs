@@ -9,16 +9,18 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use tapeplan_core::format::BindingKind;
-use tapeplan_planner::data;
-use tapeplan_planner::exchange;
-use tapeplan_planner::inspect::PlanInfo;
+use tapeplan_planner::exec::oracle::{
+    first_difference, same_bits, JobOptions, Oracle, TrainingJob,
+};
+use tapeplan_planner::exec::runtime::{RuntimeModel, TrainError};
+use tapeplan_planner::io::data;
+use tapeplan_planner::io::exchange;
+use tapeplan_planner::io::inspect::PlanInfo;
+use tapeplan_planner::io::plot::LossCurve;
+use tapeplan_planner::model::optim::Optimizer;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
-use tapeplan_planner::optim::Optimizer;
-use tapeplan_planner::oracle::{first_difference, same_bits, JobOptions, Oracle, TrainingJob};
-use tapeplan_planner::planner::PlanOptions;
-use tapeplan_planner::plot::LossCurve;
-use tapeplan_planner::rng::SplitMix64;
-use tapeplan_planner::train::{RuntimeModel, TrainError};
+use tapeplan_planner::plan::PlanOptions;
+use tapeplan_planner::protocol::SplitMix64;
 use tapeplan_planner::MemoryReport;
 use tapeplan_runtime::RunError;
 
@@ -617,7 +619,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let shapes: Vec<_> = info
                 .parameters()
                 .into_iter()
-                .filter(|(n, _)| !tapeplan_planner::optim::is_state_name(n))
+                .filter(|(n, _)| !tapeplan_planner::model::optim::is_state_name(n))
                 .collect();
             for ((name, _), v) in shapes.iter().zip(glorot_uniform(&shapes, seed)) {
                 model.load_parameter(name, &v)?;
@@ -784,7 +786,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             demo(epochs, seed, math)
         }
-        Command::Verify { transcript, config } => Ok(tapeplan_planner::verify::run_cli(
+        Command::Verify { transcript, config } => Ok(tapeplan_planner::exec::verify::run_cli(
             &transcript,
             config.as_deref(),
         )?),
@@ -900,8 +902,9 @@ fn error_report_of(job: &TrainingJob) -> Result<ExitCode> {
         ));
     }
     let last = job.tape.id(job.tape.len() - 1)?;
-    let errors =
-        tapeplan_planner::precision::rounding_errors_with(&job.tape, &leaves, last, job.math)?;
+    let errors = tapeplan_planner::exec::precision::rounding_errors_with(
+        &job.tape, &leaves, last, job.math,
+    )?;
     println!(
         "rounding error of every node in f32 (math {}), against the same tape in f64",
         job.math
@@ -1014,7 +1017,7 @@ fn demo(epochs: usize, seed: u64, math: MathArg) -> Result<ExitCode> {
             let diff = if same_bits(loss, oracle_loss) {
                 first_difference(names.iter().copied(), &left, &right)
             } else {
-                Some(tapeplan_planner::oracle::BitDiff {
+                Some(tapeplan_planner::exec::oracle::BitDiff {
                     tensor: "loss".into(),
                     element: 0,
                     left_bits: loss.to_bits(),

@@ -10,9 +10,9 @@
 use proptest::prelude::*;
 use tapeplan_core::format::*;
 use tapeplan_core::{OpClass, Opcode};
+use tapeplan_planner::exec::oracle::TrainingJob;
+use tapeplan_planner::model::optim::Sgd;
 use tapeplan_planner::model::{Activation, Loss, Mlp};
-use tapeplan_planner::optim::Sgd;
-use tapeplan_planner::oracle::TrainingJob;
 
 struct Decoded {
     header: Header,

@@ -8,7 +8,7 @@ mod common;
 
 use common::{bits, build, cases, near_kink, random_input};
 use tapeplan_core::{MathProfile, NodeId, Opcode, Run, Tensor};
-use tapeplan_planner::rng::SplitMix64;
+use tapeplan_planner::protocol::SplitMix64;
 use tapeplan_planner::{plan, EntrySpec, Root};
 use tapeplan_runtime::{Plan as RtPlan, Session};
 

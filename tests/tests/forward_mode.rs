@@ -17,7 +17,7 @@ mod dual;
 use common::{bits, build, cases, random_input, Built, Case};
 use dual::{record_pairs, replay, Dual, Pair, Pairs, RecordedPairs};
 use tapeplan_core::{Compute, NodeId, Opcode, Run, RunAs, Tensor, TensorOf};
-use tapeplan_planner::rng::SplitMix64;
+use tapeplan_planner::protocol::SplitMix64;
 use tapeplan_planner::{plan, EntrySpec, Root};
 use tapeplan_runtime::{Plan as RtPlan, Session};
 

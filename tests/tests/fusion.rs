@@ -7,11 +7,11 @@
 
 use tapeplan_core::format::TensorKind;
 use tapeplan_core::{Recordable, Run, Shape, Tape, Tensor};
+use tapeplan_planner::exec::oracle::{JobOptions, Oracle, TrainingJob};
+use tapeplan_planner::exec::runtime::RuntimeModel;
+use tapeplan_planner::model::optim::Optimizer;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
-use tapeplan_planner::optim::Optimizer;
-use tapeplan_planner::oracle::{JobOptions, Oracle, TrainingJob};
-use tapeplan_planner::rng::SplitMix64;
-use tapeplan_planner::train::RuntimeModel;
+use tapeplan_planner::protocol::SplitMix64;
 use tapeplan_planner::{plan_with, EntrySpec, Plan, PlanOptions, Root};
 use tapeplan_runtime::{Decoded, Session};
 

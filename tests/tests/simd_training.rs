@@ -7,11 +7,11 @@
 //! equals the scalar run bit for bit.
 
 use tapeplan_core::MathProfile;
+use tapeplan_planner::exec::oracle::{first_difference, JobOptions, Oracle, TrainingJob};
+use tapeplan_planner::exec::runtime::RuntimeModel;
+use tapeplan_planner::model::optim::Sgd;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
-use tapeplan_planner::optim::Sgd;
-use tapeplan_planner::oracle::{first_difference, JobOptions, Oracle, TrainingJob};
-use tapeplan_planner::rng::SplitMix64;
-use tapeplan_planner::train::RuntimeModel;
+use tapeplan_planner::protocol::SplitMix64;
 use tapeplan_runtime::catalog;
 
 fn run(sizes: &[usize], activation: Activation, loss: Loss, batch: usize, steps: usize) {

@@ -3,10 +3,10 @@
 //! [`Error`] rather than panicking.
 
 use tapeplan_core::format::digest_f32;
-use tapeplan_planner::data;
+use tapeplan_planner::exec::oracle::{Oracle, TrainingJob};
+use tapeplan_planner::io::data;
+use tapeplan_planner::model::optim::Sgd;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
-use tapeplan_planner::optim::Sgd;
-use tapeplan_planner::oracle::{Oracle, TrainingJob};
 use tapeplan_runtime::{BindingKind, RunError};
 
 use super::{Error, Trainer};

@@ -22,12 +22,12 @@ use std::thread;
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use tapeplan_core::format::digest_f32;
-use tapeplan_planner::data;
+use tapeplan_planner::exec::oracle::{Oracle, TrainingJob};
+use tapeplan_planner::exec::runtime::argmax;
+use tapeplan_planner::io::data;
+use tapeplan_planner::model::optim::Sgd;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
-use tapeplan_planner::optim::Sgd;
-use tapeplan_planner::oracle::{Oracle, TrainingJob};
-use tapeplan_planner::rng::SplitMix64;
-use tapeplan_planner::train::argmax;
+use tapeplan_planner::protocol::SplitMix64;
 
 use crate::{output, run, show, Ctx};
 

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use tapeplan_core::format::TensorKind;
 use tapeplan_core::{ops, Attr};
 
-use crate::planner::Plan;
+use crate::plan::Plan;
 
 impl Plan {
     /// Runs entry `entry` over `arena` (at least `arena_elems` long; inputs and parameters already

@@ -7,7 +7,7 @@ use tapeplan_core::format::{
     TENSOR_RECORD_BYTES,
 };
 
-use crate::planner::Plan;
+use crate::plan::Plan;
 
 fn name(n: &str) -> [u8; format::NAME_BYTES] {
     // The planner checked every name with the same encoder.

@@ -2,6 +2,9 @@
 //! schedule, liveness, in-place grouping, offset assignment (greedy by size), and the memory
 //! report. Their product is a [`Plan`]: entries sharing one arena and one persistent region.
 
+pub mod rewrite;
+pub mod writer;
+
 use std::collections::BTreeMap;
 
 use tapeplan_core::format::{TensorKind, ALIGN_ELEMS, MAX_CHAIN_INSTRS, MAX_REGISTERS};

@@ -56,12 +56,12 @@ use std::fmt;
 use tapeplan_core::format::digest_f32;
 use tapeplan_core::MathProfile;
 
-use crate::data::{self, Dataset};
+use crate::exec::oracle::{first_difference, same_bits, BitDiff, JobOptions, Oracle, TrainingJob};
+use crate::io::data::{self, Dataset};
+use crate::model::optim::Sgd;
 use crate::model::{glorot_uniform, Activation, Loss, Mlp};
-use crate::optim::Sgd;
-use crate::oracle::{first_difference, same_bits, BitDiff, JobOptions, Oracle, TrainingJob};
-use crate::planner::PlanOptions;
-use crate::rng::SplitMix64;
+use crate::plan::PlanOptions;
+use crate::protocol::SplitMix64;
 
 /// The transcript's first line.
 pub const TRANSCRIPT_MAGIC: &str = "tapeplan-transcript 1";

@@ -10,10 +10,10 @@ use tapeplan_core::{
     Compute, MathProfile, NodeId, Recordable, Run, Shape, Tape, TapeError, Tensor,
 };
 
+use crate::model::optim::{Optimizer, StateSpec};
 use crate::model::{self, Loss, Mlp};
-use crate::optim::{Optimizer, StateSpec};
-use crate::passes::{self, Passes, RewriteStats};
-use crate::planner::{self, EntrySpec, Plan, PlanError, PlanOptions, Root};
+use crate::plan::rewrite::{self as passes, Passes, RewriteStats};
+use crate::plan::{self as planner, EntrySpec, Plan, PlanError, PlanOptions, Root};
 
 /// A model, its loss and optimizer, recorded and planned.
 #[derive(Clone, Debug)]
