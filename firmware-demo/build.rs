@@ -18,7 +18,8 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use tapeplan_planner::exec::verify::{data_digest, RunConfig};
+use tapeplan_planner::model::RunConfig;
+use tapeplan_planner::protocol::data_digest;
 use tapeplan_runtime::MathProfile;
 
 /// A board the firmware links for.

@@ -26,9 +26,9 @@ use std::io::Write;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use tapeplan_core::Opcode;
-use tapeplan_planner::exec::oracle::{JobOptions, TrainingJob};
 use tapeplan_planner::model::optim::{Optimizer, Sgd};
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
+use tapeplan_planner::model::{JobOptions, TrainingJob};
 use tapeplan_planner::protocol::SplitMix64;
 use tapeplan_planner::PlanOptions;
 use tapeplan_runtime::catalog::CATALOG;

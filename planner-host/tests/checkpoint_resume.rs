@@ -2,12 +2,12 @@
 //! steps straight, versus N steps, save a checkpoint, restore it into a fresh arena bound by a
 //! fresh session, and N more.
 
-use tapeplan_planner::exec::oracle::{JobOptions, TrainingJob};
-use tapeplan_planner::exec::runtime::RuntimeModel;
+use tapeplan_planner::exec::RuntimeModel;
 use tapeplan_planner::io::data;
 use tapeplan_planner::io::exchange::{checkpoint_of, restore_into_model};
 use tapeplan_planner::model::optim::{Optimizer, Sgd};
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
+use tapeplan_planner::model::{JobOptions, TrainingJob};
 use tapeplan_runtime::{
     checkpoint_bytes, restore_checkpoint, save_checkpoint, Checkpoint, CheckpointError, Plan,
     Session,

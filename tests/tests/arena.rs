@@ -10,8 +10,8 @@
 use proptest::prelude::*;
 use tapeplan_core::format::*;
 use tapeplan_core::{OpClass, Opcode};
-use tapeplan_planner::exec::oracle::TrainingJob;
 use tapeplan_planner::model::optim::Sgd;
+use tapeplan_planner::model::TrainingJob;
 use tapeplan_planner::model::{Activation, Loss, Mlp};
 
 struct Decoded {

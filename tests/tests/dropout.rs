@@ -3,10 +3,11 @@
 //! runtime equals the oracle bit for bit, and inference (`forward`) never drops.
 
 use tapeplan_core::{Recordable, Run, Shape, Tape, Tensor};
-use tapeplan_planner::exec::oracle::{JobOptions, Oracle, TrainingJob};
-use tapeplan_planner::exec::runtime::RuntimeModel;
+use tapeplan_planner::exec::Oracle;
+use tapeplan_planner::exec::RuntimeModel;
 use tapeplan_planner::model::optim::Optimizer;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
+use tapeplan_planner::model::{JobOptions, TrainingJob};
 use tapeplan_planner::protocol::SplitMix64;
 
 #[test]

@@ -18,10 +18,11 @@ use tapeplan_core::format::{
 };
 use tapeplan_core::ops::{eval, Attr};
 use tapeplan_core::{NodeId, Opcode, Run, Shape, Tape, Tensor};
-use tapeplan_planner::exec::oracle::{JobOptions, Oracle, TrainingJob};
-use tapeplan_planner::exec::runtime::RuntimeModel;
+use tapeplan_planner::exec::Oracle;
+use tapeplan_planner::exec::RuntimeModel;
 use tapeplan_planner::model::optim::Optimizer;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
+use tapeplan_planner::model::{JobOptions, TrainingJob};
 use tapeplan_planner::protocol::SplitMix64;
 use tapeplan_planner::{plan_with, EntrySpec, Plan, PlanOptions, Root};
 use tapeplan_runtime::{Decoded, RunError, Session};

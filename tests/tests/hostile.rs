@@ -4,8 +4,8 @@
 //! damage. Nothing may panic; a mutated plan that still validates must run inside its arena.
 
 use tapeplan_core::format::{self, plan_crc, CRC_OFFSET, HEADER_BYTES, TENSOR_RECORD_BYTES};
-use tapeplan_planner::exec::oracle::TrainingJob;
 use tapeplan_planner::model::optim::Sgd;
+use tapeplan_planner::model::TrainingJob;
 use tapeplan_planner::model::{Activation, Loss, Mlp};
 use tapeplan_runtime::{Plan, PlanError, Session};
 

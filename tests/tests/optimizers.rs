@@ -2,10 +2,11 @@
 //! every optimizer, guarded and in place; Adam's first two steps against hand-computed values;
 //! a step that overflows commits nothing and training continues.
 
-use tapeplan_planner::exec::oracle::{first_difference, JobOptions, Oracle, TrainingJob};
-use tapeplan_planner::exec::runtime::{RuntimeModel, TrainError};
+use tapeplan_planner::exec::{first_difference, Oracle};
+use tapeplan_planner::exec::{RuntimeModel, TrainError};
 use tapeplan_planner::model::optim::Optimizer;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
+use tapeplan_planner::model::{JobOptions, TrainingJob};
 use tapeplan_planner::protocol::SplitMix64;
 use tapeplan_runtime::RunError;
 

@@ -2,10 +2,10 @@
 //! a plan's results are bit-identical with the passes on and off, over whole training runs.
 //! Run with `--nocapture` to see the instruction counts and memory reports before and after.
 
-use tapeplan_planner::exec::oracle::{JobOptions, TrainingJob};
-use tapeplan_planner::exec::runtime::RuntimeModel;
+use tapeplan_planner::exec::RuntimeModel;
 use tapeplan_planner::model::optim::Optimizer;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
+use tapeplan_planner::model::{JobOptions, TrainingJob};
 use tapeplan_planner::plan::rewrite::Passes;
 use tapeplan_planner::protocol::SplitMix64;
 

@@ -7,10 +7,11 @@
 //! equals the scalar run bit for bit.
 
 use tapeplan_core::MathProfile;
-use tapeplan_planner::exec::oracle::{first_difference, JobOptions, Oracle, TrainingJob};
-use tapeplan_planner::exec::runtime::RuntimeModel;
+use tapeplan_planner::exec::RuntimeModel;
+use tapeplan_planner::exec::{first_difference, Oracle};
 use tapeplan_planner::model::optim::Sgd;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
+use tapeplan_planner::model::{JobOptions, TrainingJob};
 use tapeplan_planner::protocol::SplitMix64;
 use tapeplan_runtime::catalog;
 

@@ -2,11 +2,12 @@
 //! planner's host interpreter of the unserialized plan, bit for bit after every step.
 
 use tapeplan_core::MathProfile;
-use tapeplan_planner::exec::oracle::{first_difference, JobOptions, Oracle, TrainingJob};
-use tapeplan_planner::exec::runtime::RuntimeModel;
+use tapeplan_planner::exec::RuntimeModel;
+use tapeplan_planner::exec::{first_difference, Oracle};
 use tapeplan_planner::model::optim::Optimizer;
 use tapeplan_planner::model::optim::Sgd;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
+use tapeplan_planner::model::{JobOptions, TrainingJob};
 use tapeplan_planner::protocol::SplitMix64;
 
 fn run_case(mlp: Mlp, loss: Loss, batch: usize, steps: usize) {

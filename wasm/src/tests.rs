@@ -3,9 +3,10 @@
 //! [`Error`] rather than panicking.
 
 use tapeplan_core::format::digest_f32;
-use tapeplan_planner::exec::oracle::{Oracle, TrainingJob};
+use tapeplan_planner::exec::Oracle;
 use tapeplan_planner::io::data;
 use tapeplan_planner::model::optim::Sgd;
+use tapeplan_planner::model::TrainingJob;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
 use tapeplan_runtime::{BindingKind, RunError};
 

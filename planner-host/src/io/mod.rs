@@ -1,4 +1,6 @@
-//! Input and output: data, safetensors exchange and checkpoints, plots, plan listings.
+//! Stage 4, input and output: data sets ([`data`]), safetensors exchange and checkpoint files
+//! ([`exchange`]), loss curves ([`plot`]), and the host-side listing of plan bytes
+//! ([`inspect`]).
 
 pub mod data;
 pub mod exchange;
