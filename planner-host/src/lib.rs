@@ -26,4 +26,6 @@ pub mod model;
 pub mod plan;
 pub mod protocol;
 
-pub use plan::{plan, plan_with, EntrySpec, MemoryReport, Plan, PlanError, PlanOptions, Root};
+pub use plan::{
+    plan, plan_with, EntrySpec, MemoryReport, PlanOptions, PlanningError, Root, Schedule,
+};

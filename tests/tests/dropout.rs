@@ -73,7 +73,7 @@ fn train(seed: u64, steps: usize) -> (Vec<f32>, Vec<f32>) {
         options,
     )
     .unwrap();
-    let bytes = job.plan.to_bytes();
+    let bytes = job.schedule.to_bytes();
     let mut model = RuntimeModel::new(&bytes).unwrap();
     let shapes = job.parameter_shapes();
     let init = glorot_uniform(&shapes, 1);

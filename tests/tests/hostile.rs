@@ -20,7 +20,7 @@ fn small_plan() -> Vec<u8> {
         2,
     )
     .unwrap()
-    .plan
+    .schedule
     .to_bytes()
 }
 

@@ -27,7 +27,7 @@ fn run(
         ..Default::default()
     };
     let job = TrainingJob::build_with(mlp, Loss::SoftmaxCrossEntropy, opt, 8, options).unwrap();
-    let train = job.plan.entry("train_step").unwrap();
+    let train = job.schedule.entry("train_step").unwrap();
     let summary = format!(
         "{:>3} train_step instructions, entry {} B, lower bound {} B, arena {} B ({:?})",
         train.instrs.len(),
@@ -36,7 +36,7 @@ fn run(
         train.report.arena_bytes,
         job.rewrite_stats
     );
-    let bytes = job.plan.to_bytes();
+    let bytes = job.schedule.to_bytes();
     let mut model = RuntimeModel::new(&bytes).unwrap();
     let shapes = job.parameter_shapes();
     for ((n, _), v) in shapes.iter().zip(glorot_uniform(&shapes, 11)) {

@@ -13,6 +13,7 @@ use tapeplan_planner::model::optim::Sgd;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
 use tapeplan_planner::model::{JobOptions, TrainingJob};
 use tapeplan_planner::protocol::SplitMix64;
+use tapeplan_planner::PlanOptions;
 use tapeplan_runtime::catalog;
 
 fn run(sizes: &[usize], activation: Activation, loss: Loss, batch: usize, steps: usize) {
@@ -32,11 +33,14 @@ fn run_with(
         activation,
     };
     let options = JobOptions {
-        math,
+        planning: PlanOptions {
+            math,
+            ..PlanOptions::default()
+        },
         ..JobOptions::default()
     };
     let job = TrainingJob::build_with(mlp, loss, Sgd { lr: 0.05 }.into(), batch, options).unwrap();
-    let bytes = job.plan.to_bytes();
+    let bytes = job.schedule.to_bytes();
     let mut model = RuntimeModel::new(&bytes).unwrap();
     let shapes = job.parameter_shapes();
     let init = glorot_uniform(&shapes, 11);
@@ -162,7 +166,7 @@ fn decoded_program_equals_run() {
             activation,
         };
         let job = TrainingJob::build(mlp, loss, Sgd { lr: 0.05 }, batch).unwrap();
-        let bytes = job.plan.to_bytes();
+        let bytes = job.schedule.to_bytes();
         let plan = Plan::parse(&bytes).unwrap();
         let e = plan.entry("train_step").unwrap();
         let shapes = job.parameter_shapes();

@@ -183,8 +183,8 @@ impl ModelArgs {
             seed: self.dropout_seed,
             planning: PlanOptions {
                 fuse: !self.no_fusion,
+                math: self.math.into(),
             },
-            math: self.math.into(),
             ..Default::default()
         };
         Ok(TrainingJob::build_with(

@@ -46,15 +46,15 @@ pub fn demo(epochs: usize, seed: u64, math: MathArg) -> Result<ExitCode> {
         math,
     };
     let job = args.job()?;
-    let bytes = job.plan.to_bytes();
+    let bytes = job.schedule.to_bytes();
     println!(
         "plan: MLP 64-32-10 tanh, softmax cross-entropy, SGD lr 0.1, batch {batch}, math {}: {} tape nodes, {} bytes, {} instructions (forward {}, train_step {})",
-        job.plan.math,
+        job.schedule.math,
         job.tape.len(),
         bytes.len(),
-        job.plan.entries.iter().map(|e| e.instrs.len()).sum::<usize>(),
-        job.plan.entry("forward").map(|e| e.instrs.len()).unwrap_or(0),
-        job.plan.entry("train_step").map(|e| e.instrs.len()).unwrap_or(0),
+        job.schedule.entries.iter().map(|e| e.instrs.len()).sum::<usize>(),
+        job.schedule.entry("forward").map(|e| e.instrs.len()).unwrap_or(0),
+        job.schedule.entry("train_step").map(|e| e.instrs.len()).unwrap_or(0),
     );
     println!("memory report:");
     print_report(&reports(&job));

@@ -50,7 +50,7 @@ pub fn describe(
         );
         println!(
             "(the tape is profile-free; planned with these options it runs under math {})",
-            job.plan.math.name()
+            job.schedule.math.name()
         );
         return Ok(ExitCode::SUCCESS);
     }

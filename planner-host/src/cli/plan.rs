@@ -16,19 +16,19 @@ use super::args::ModelArgs;
 /// Bad model options, planning errors, an unwritable `output`.
 pub fn plan(model: &ModelArgs, output: &Path) -> Result<ExitCode> {
     let job = model.job()?;
-    let bytes = job.plan.to_bytes();
+    let bytes = job.schedule.to_bytes();
     std::fs::write(output, &bytes).with_context(|| format!("writing {}", output.display()))?;
     println!(
         "wrote {} ({} bytes, {} instructions in {} entries, math {})",
         output.display(),
         bytes.len(),
-        job.plan
+        job.schedule
             .entries
             .iter()
             .map(|e| e.instrs.len())
             .sum::<usize>(),
-        job.plan.entries.len(),
-        job.plan.math
+        job.schedule.entries.len(),
+        job.schedule.math
     );
     println!("memory report:");
     print_report(&reports(&job));
@@ -57,7 +57,7 @@ pub fn print_fusion(job: &TrainingJob, model: &ModelArgs) -> Result<()> {
         println!("fusion: off");
         return Ok(());
     }
-    let instrs = job.plan.entries.iter().flat_map(|e| &e.instrs);
+    let instrs = job.schedule.entries.iter().flat_map(|e| &e.instrs);
     let chains = instrs
         .clone()
         .zip(instrs.clone().skip(1))
@@ -70,7 +70,7 @@ pub fn print_fusion(job: &TrainingJob, model: &ModelArgs) -> Result<()> {
         .filter(|(i, prev)| i.fuse_next || *prev)
         .count();
     let registers = job
-        .plan
+        .schedule
         .tensors
         .iter()
         .filter(|t| t.kind == tapeplan_core::format::TensorKind::Register)
@@ -78,7 +78,7 @@ pub fn print_fusion(job: &TrainingJob, model: &ModelArgs) -> Result<()> {
     let mut plain = model.clone();
     plain.no_fusion = true;
     let plain = plain.job()?;
-    let (a, b) = (job.plan.arena_elems * 4, plain.plan.arena_elems * 4);
+    let (a, b) = (job.schedule.arena_elems * 4, plain.schedule.arena_elems * 4);
     println!(
         "fusion: {chains} chains ({fused} instructions), {registers} values in registers; arena {a} B, unfused {b} B ({:+.1}%)",
         (a as f64 - b as f64) * 100.0 / b.max(1) as f64
@@ -88,7 +88,7 @@ pub fn print_fusion(job: &TrainingJob, model: &ModelArgs) -> Result<()> {
 
 /// Every entry's name and memory report.
 pub fn reports(job: &TrainingJob) -> Vec<(String, MemoryReport)> {
-    job.plan
+    job.schedule
         .entries
         .iter()
         .map(|e| (e.name.clone(), e.report))

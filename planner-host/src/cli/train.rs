@@ -80,7 +80,7 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
         None => {
             let job = model_args.job()?;
             let p = PathBuf::from("model.plan");
-            std::fs::write(&p, job.plan.to_bytes())
+            std::fs::write(&p, job.schedule.to_bytes())
                 .with_context(|| format!("writing {}", p.display()))?;
             println!(
                 "planned {} ({}, {} optimizer{}) into {}",

@@ -229,7 +229,7 @@ impl Transcript {
 /// Planning, data and oracle errors.
 pub fn oracle_transcript(cfg: &RunConfig) -> Result<String, VerifyError> {
     let job = cfg.job()?;
-    let bytes = job.plan.to_bytes();
+    let bytes = job.schedule.to_bytes();
     let plan = tapeplan_runtime::Plan::parse(&bytes)
         .map_err(|e| VerifyError::Mismatch(format!("the host's own plan is rejected: {e}")))?;
     let train = cfg.training_set()?;

@@ -70,7 +70,7 @@ pub fn verify(t: &Transcript, expected: Option<&RunConfig>) -> Result<Report, Ve
         }
     }
     let job = cfg.job()?;
-    let bytes = job.plan.to_bytes();
+    let bytes = job.schedule.to_bytes();
     let plan = tapeplan_runtime::Plan::parse(&bytes)
         .map_err(|e| VerifyError::Mismatch(format!("the host's own plan is rejected: {e}")))?;
     if let Some((id, arena)) = t.plan {
@@ -232,7 +232,7 @@ mod tests {
         assert!(e.to_string().contains("precise or fast"), "{e}");
         // The two profiles plan different plans (flag bit 0 and the id), and train differently.
         let (pj, fj) = (precise.job().unwrap(), fast.job().unwrap());
-        let (pb, fb) = (pj.plan.to_bytes(), fj.plan.to_bytes());
+        let (pb, fb) = (pj.schedule.to_bytes(), fj.schedule.to_bytes());
         let (pp, fp) = (
             tapeplan_runtime::Plan::parse(&pb).unwrap(),
             tapeplan_runtime::Plan::parse(&fb).unwrap(),

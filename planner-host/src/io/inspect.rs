@@ -11,7 +11,7 @@ use tapeplan_core::{Opcode, Shape};
 
 /// A decoded binding.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Binding {
+pub struct DecodedBinding {
     /// The name.
     pub name: String,
     /// The kind.
@@ -26,7 +26,7 @@ pub struct Binding {
 
 /// A decoded entry.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Entry {
+pub struct DecodedEntry {
     /// The name.
     pub name: String,
     /// The instructions.
@@ -41,9 +41,9 @@ pub struct PlanInfo {
     /// The tensors.
     pub tensors: Vec<TensorRecord>,
     /// The entries.
-    pub entries: Vec<Entry>,
+    pub entries: Vec<DecodedEntry>,
     /// The bindings.
-    pub bindings: Vec<Binding>,
+    pub bindings: Vec<DecodedBinding>,
 }
 
 fn shape_of(t: &TensorRecord) -> Shape {
@@ -71,7 +71,7 @@ impl PlanInfo {
                 let e = EntryRecord::decode(take(ENTRY_RECORD_BYTES));
                 let lo = (e.first_instr as usize).min(instrs.len());
                 let hi = (lo + e.n_instrs as usize).min(instrs.len());
-                Entry {
+                DecodedEntry {
                     name: decode_name(&e.name).unwrap_or("?").to_string(),
                     instrs: instrs[lo..hi].to_vec(),
                 }
@@ -81,7 +81,7 @@ impl PlanInfo {
             .map(|_| {
                 let b = BindingRecord::decode(take(BINDING_RECORD_BYTES));
                 let t = tensors.get(b.tensor as usize);
-                Binding {
+                DecodedBinding {
                     name: decode_name(&b.name).unwrap_or("?").to_string(),
                     kind: BindingKind::from_u8(b.kind).unwrap_or(BindingKind::Input),
                     entry: (b.entry != tapeplan_core::format::ALL_ENTRIES)

@@ -11,7 +11,7 @@ use tapeplan_core::{MathProfile, NodeId, Recordable, Shape, Tape, TapeError};
 use crate::model::mlp::{self as model, Loss, Mlp};
 use crate::model::optim::{Optimizer, StateSpec};
 use crate::plan::rewrite::{self as passes, Passes, RewriteStats};
-use crate::plan::{self as planner, EntrySpec, Plan, PlanError, PlanOptions, Root};
+use crate::plan::{self as planner, EntrySpec, PlanOptions, PlanningError, Root, Schedule};
 
 /// A model, its loss and optimizer, recorded and planned.
 #[derive(Clone, Debug)]
@@ -31,7 +31,8 @@ pub struct TrainingJob {
     pub state: Vec<NodeId>,
     /// Whether `train_step` commits its updates only when the loss and every update are finite.
     pub guarded: bool,
-    /// The math profile of the plan and of the oracle's kernels.
+    /// The math profile of the schedule and of the oracle's kernels
+    /// ([`JobOptions::planning`]'s).
     pub math: MathProfile,
     /// What the bit-preserving rewrites did before planning (the plan is made from the rewritten
     /// tape; `tape` stays as recorded, for the oracle and listings).
@@ -52,8 +53,9 @@ pub struct TrainingJob {
     pub gradient_start: usize,
     /// The index of the first node of the recorded update.
     pub update_start: usize,
-    /// The plan.
-    pub plan: Plan,
+    /// The planner's schedule of the entries, over the rewritten tape; its bytes
+    /// ([`Schedule::to_bytes`]) are the plan a runtime runs.
+    pub schedule: Schedule,
 }
 
 impl TrainingJob {
@@ -61,13 +63,13 @@ impl TrainingJob {
     /// (no non-finite guard: the smallest arena).
     ///
     /// # Errors
-    /// [`PlanError`] from recording or planning.
+    /// [`PlanningError`] from recording or planning.
     pub fn build(
         mlp: Mlp,
         loss: Loss,
         optimizer: impl Into<Optimizer>,
         batch: usize,
-    ) -> Result<TrainingJob, PlanError> {
+    ) -> Result<TrainingJob, PlanningError> {
         TrainingJob::build_with(mlp, loss, optimizer.into(), batch, JobOptions::default())
     }
 
@@ -78,16 +80,16 @@ impl TrainingJob {
     /// `init` (writes the state's initial values; run it once).
     ///
     /// # Errors
-    /// [`PlanError`] from recording or planning.
+    /// [`PlanningError`] from recording or planning.
     pub fn build_with(
         mlp: Mlp,
         loss: Loss,
         optimizer: Optimizer,
         batch: usize,
         options: JobOptions,
-    ) -> Result<TrainingJob, PlanError> {
+    ) -> Result<TrainingJob, PlanningError> {
         let guarded = options.guarded;
-        let math = options.math;
+        let math = options.planning.math;
         mlp.check(batch)
             .map_err(|e| TapeError::Op(tapeplan_core::OpError::Shape(e)))?;
         let mut tape = Tape::new();
@@ -192,12 +194,11 @@ impl TrainingJob {
             math,
             &passes::update_values(&entries),
         )?;
-        let mut plan = planner::plan_with(
+        let schedule = planner::plan_with(
             &rewritten,
             &passes::remap_entries(&entries, &map),
             options.planning,
         )?;
-        plan.math = math;
         Ok(TrainingJob {
             mlp,
             loss,
@@ -216,7 +217,7 @@ impl TrainingJob {
             loss_node,
             gradient_start,
             update_start,
-            plan,
+            schedule,
         })
     }
 
@@ -240,11 +241,9 @@ pub struct JobOptions {
     pub seed: u64,
     /// The bit-preserving rewrites applied before planning (all by default).
     pub passes: Passes,
-    /// How to plan (fusion on by default).
+    /// How to plan: fusion (on by default) and the math profile (`precise` by default), which
+    /// the schedule records and the oracle, the constant folding and every runtime follow.
     pub planning: PlanOptions,
-    /// The math profile (`precise` by default): recorded in the plan, and followed by the
-    /// oracle, the planner's constant folding and every runtime.
-    pub math: MathProfile,
 }
 
 /// Advances the model's own state by one training step: dropout's counter `c ← c + 1`. Written

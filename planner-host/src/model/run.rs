@@ -29,7 +29,7 @@ use crate::io::data::{self, Dataset};
 use crate::model::job::{JobOptions, TrainingJob};
 use crate::model::mlp::{glorot_uniform, Activation, Loss, Mlp};
 use crate::model::optim::Sgd;
-use crate::plan::{PlanError, PlanOptions};
+use crate::plan::{PlanOptions, PlanningError};
 use crate::protocol::{epoch_seed, SplitMix64};
 
 /// Why a run description is refused, or its job or data could not be made.
@@ -41,7 +41,7 @@ pub enum RunConfigError {
     Invalid(String),
     /// Recording or planning the run's job failed.
     #[error("planning: {0}")]
-    Plan(#[from] PlanError),
+    Plan(#[from] PlanningError),
     /// The data set failed to load.
     #[error("data: {0}")]
     Data(#[from] data::DataError),
@@ -276,8 +276,10 @@ impl RunConfig {
             Sgd { lr: self.lr }.into(),
             self.batch,
             JobOptions {
-                math: self.math,
-                planning: PlanOptions { fuse: self.fusion },
+                planning: PlanOptions {
+                    fuse: self.fusion,
+                    math: self.math,
+                },
                 ..JobOptions::default()
             },
         )?)
