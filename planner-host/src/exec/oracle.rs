@@ -5,7 +5,9 @@
 
 use tapeplan_core::{Compute, Run, TapeError, Tensor};
 
+use crate::io::data::Dataset;
 use crate::model::job::{advance_model_state, TrainingJob};
+use crate::model::RunConfig;
 
 /// The host oracle: trains a [`TrainingJob`]'s model with the tape interpreter, the engine
 /// reverse scan and the same update body, holding its own parameters.
@@ -129,6 +131,48 @@ impl<'j> Oracle<'j> {
             .map(|t| t.data.clone())
             .unwrap_or_default())
     }
+}
+
+/// The oracle's run of a [`RunConfig`]: what a correct device reports.
+pub struct OracleRun<'j> {
+    /// Every step's loss, index `i` for step `i + 1`.
+    pub losses: Vec<f32>,
+    /// Every epoch's mean loss as a device computes it: the `f32` sum of its steps' losses in
+    /// order, divided by its step count as `f32`.
+    pub epoch_means: Vec<f32>,
+    /// The oracle after the last step (its parameters are the run's final parameters).
+    pub oracle: Oracle<'j>,
+}
+
+/// Trains `job` (`cfg`'s) with the oracle over `train` (`cfg`'s training set) from `cfg`'s
+/// initial parameters, in `cfg`'s order (see [`RunConfig`]).
+///
+/// # Errors
+/// Shape errors.
+pub fn oracle_run<'j>(
+    cfg: &RunConfig,
+    job: &'j TrainingJob,
+    train: &Dataset,
+) -> Result<OracleRun<'j>, TapeError> {
+    let init = cfg.initial_parameters(job);
+    let mut oracle = Oracle::new(job, &init)?;
+    let mut losses = Vec::with_capacity(cfg.total_steps());
+    let mut epoch_means = Vec::with_capacity(cfg.epochs);
+    for epoch in 0..cfg.epochs {
+        let data = train.subset(&cfg.epoch_order(epoch));
+        let mut sum = 0.0f32;
+        for (x, labels) in data.batches(cfg.batch) {
+            let loss = oracle.step(x, &labels)?;
+            sum += loss;
+            losses.push(loss);
+        }
+        epoch_means.push(sum / cfg.steps_per_epoch() as f32);
+    }
+    Ok(OracleRun {
+        losses,
+        epoch_means,
+        oracle,
+    })
 }
 
 /// The first difference between two sets of named tensors, compared bit for bit (every NaN

@@ -29,7 +29,7 @@ use std::fmt::Write as _;
 use tapeplan_core::format::digest_f32;
 use tapeplan_core::MathProfile;
 
-use crate::exec::oracle::Oracle;
+use crate::exec::oracle::oracle_run;
 use crate::exec::verify::VerifyError;
 use crate::model::{Activation, Loss, RunConfig};
 use crate::protocol::data_digest;
@@ -244,21 +244,16 @@ pub fn oracle_transcript(cfg: &RunConfig) -> Result<String, VerifyError> {
         data_digest(&train.pixels, &train.labels),
         train.len()
     );
-    let init = cfg.initial_parameters(&job);
-    let mut oracle = Oracle::new(&job, &init)?;
-    let mut step = 0;
-    for epoch in 0..cfg.epochs {
-        let data = train.subset(&cfg.epoch_order(epoch));
-        let mut sum = 0.0f32;
-        for (x, labels) in data.batches(cfg.batch) {
-            let loss = oracle.step(x, &labels)?;
-            sum += loss;
-            step += 1;
-            let _ = writeln!(out, "loss {step} {:08x}", loss.to_bits());
+    let run = oracle_run(cfg, &job, &train)?;
+    let steps = run.losses.chunks(cfg.steps_per_epoch().max(1));
+    for (epoch, (losses, mean)) in steps.zip(&run.epoch_means).enumerate() {
+        let first = epoch * cfg.steps_per_epoch();
+        for (k, loss) in losses.iter().enumerate() {
+            let _ = writeln!(out, "loss {} {:08x}", first + k + 1, loss.to_bits());
         }
-        let mean = sum / cfg.steps_per_epoch() as f32;
         let _ = writeln!(out, "epoch {} {:08x}", epoch + 1, mean.to_bits());
     }
+    let oracle = run.oracle;
     let mut all = Vec::new();
     for ((name, _), p) in job.parameter_shapes().iter().zip(&oracle.params) {
         for (k, chunk) in p.data.chunks(8).enumerate() {

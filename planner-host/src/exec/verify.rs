@@ -3,10 +3,10 @@
 //! A target (the Cortex-M firmware in `firmware-demo/`, or any other) trains a model from a
 //! plan and sends back a **transcript** ([`transcript`](crate::exec::transcript)): which run it
 //! did ([`RunConfig`]), which plan and data it used, the bits of every step's loss, and the bits
-//! of every final parameter.
-//! [`verify`] rebuilds the same job from the run's description, retrains it with the
-//! [`Oracle`] (tape interpreter + engine reverse scan, no plan involved) over the same samples
-//! in the same order from the same initial parameters, and compares every bit.
+//! of every final parameter. [`verify`] rebuilds the same job from the run's description,
+//! retrains it with the [`Oracle`](crate::exec::oracle::Oracle) (tape interpreter + engine
+//! reverse scan, no plan involved) over the same samples in the same order from the same
+//! initial parameters, and compares every bit.
 //!
 //! The run and how both sides derive its data, initial parameters and order are in
 //! [`crate::model::run`]; the shared arithmetic in [`crate::protocol`]; the outcome is a
@@ -14,7 +14,7 @@
 
 use tapeplan_core::format::digest_f32;
 
-use crate::exec::oracle::{first_difference, same_bits, Oracle};
+use crate::exec::oracle::{first_difference, oracle_run, same_bits};
 use crate::exec::report::{Report, StepDiff};
 use crate::exec::transcript::Transcript;
 use crate::model::{RunConfig, RunConfigError};
@@ -49,8 +49,8 @@ pub enum VerifyError {
     Oracle(#[from] tapeplan_core::TapeError),
 }
 
-/// Rebuilds the transcript's run on the host, retrains it with the [`Oracle`] and compares
-/// every loss and final parameter bit for bit (NaNs compare as one class).
+/// Rebuilds the transcript's run on the host, retrains it with the oracle ([`oracle_run`]) and
+/// compares every loss and final parameter bit for bit (NaNs compare as one class).
 ///
 /// `expected`, when given, is the run the caller meant the device to do: a transcript of
 /// another run is a [`VerifyError::Mismatch`].
@@ -107,41 +107,31 @@ pub fn verify(t: &Transcript, expected: Option<&RunConfig>) -> Result<Report, Ve
         )));
     }
 
-    let init = cfg.initial_parameters(&job);
-    let mut oracle = Oracle::new(&job, &init)?;
+    let run = oracle_run(cfg, &job, &train)?;
     let mut identical = 0;
     let mut first_step_diff = None;
-    let mut epochs_same = 0;
-    let mut first_epoch_diff = None;
-    let mut step = 0;
-    for epoch in 0..cfg.epochs {
-        let data = train.subset(&cfg.epoch_order(epoch));
-        let mut sum = 0.0f32;
-        for (x, labels) in data.batches(cfg.batch) {
-            let loss = oracle.step(x, &labels)?;
-            sum += loss;
-            let device = t.losses[step];
-            step += 1;
-            if same_bits(f32::from_bits(device), loss) {
-                identical += 1;
-            } else if first_step_diff.is_none() {
-                first_step_diff = Some(StepDiff {
-                    step,
-                    epoch: epoch + 1,
-                    device_bits: device,
-                    oracle_bits: loss.to_bits(),
-                });
-            }
-        }
-        if let Some(&device) = t.epoch_means.get(epoch) {
-            let mean = sum / cfg.steps_per_epoch() as f32;
-            if same_bits(f32::from_bits(device), mean) {
-                epochs_same += 1;
-            } else if first_epoch_diff.is_none() {
-                first_epoch_diff = Some((epoch + 1, device, mean.to_bits()));
-            }
+    for (step, (&device, &loss)) in t.losses.iter().zip(&run.losses).enumerate() {
+        if same_bits(f32::from_bits(device), loss) {
+            identical += 1;
+        } else if first_step_diff.is_none() {
+            first_step_diff = Some(StepDiff {
+                step: step + 1,
+                epoch: step / cfg.steps_per_epoch().max(1) + 1,
+                device_bits: device,
+                oracle_bits: loss.to_bits(),
+            });
         }
     }
+    let mut epochs_same = 0;
+    let mut first_epoch_diff = None;
+    for (epoch, (&device, &mean)) in t.epoch_means.iter().zip(&run.epoch_means).enumerate() {
+        if same_bits(f32::from_bits(device), mean) {
+            epochs_same += 1;
+        } else if first_epoch_diff.is_none() {
+            first_epoch_diff = Some((epoch + 1, device, mean.to_bits()));
+        }
+    }
+    let oracle = run.oracle;
 
     // Final parameters, in the job's order.
     let shapes = job.parameter_shapes();
