@@ -7,7 +7,7 @@
 //!    its gradient ([`tapeplan_core::Tape::differentiate`]) and the optimizer update as one
 //!    tape and plans it; [`model::RunConfig`] names a whole training run (what firmware builds
 //!    and a device transcript names).
-//! 2. [`plan`]: planning, one pass per file (prune, fold/CSE, order, liveness, fusion, in-place,
+//! 2. [`plan`](mod@plan): planning, one pass per file (prune, fold/CSE, order, liveness, fusion, in-place,
 //!    offsets, persistent region), whose product is the planner's [`Schedule`]; and the writer
 //!    that turns a schedule into plan bytes.
 //! 3. [`exec`]: host execution: the [`exec::oracle`], the schedule's interpreter, the `no_std`
