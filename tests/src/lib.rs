@@ -1,1 +1,3 @@
-//! Cross-crate tests live in `tests/`.
+//! Cross-crate tests live in `tests/`; this library holds what they share with the examples.
+
+pub mod dual;
