@@ -360,7 +360,9 @@ impl Tape {
     /// walks are [`Tape::vjp`]'s (one rule body, one accumulation, the ancestor mask), so the
     /// answer is made of ordinary nodes that the oracle runs and the planner plans like any
     /// others. This is the transpose (or double-vjp) trick: the adjoint of the linear map
-    /// `u ↦ Jᵀu` is `v ↦ J·v`.
+    /// `u ↦ Jᵀu` is `v ↦ J·v`. The answer reads the first walk's slopes (`1 - y²`, `bᵀ`, …) but
+    /// none of its nodes that carry `u`; those stay on the tape, unread, and a plan prunes them.
+    /// One call records one root's tangent; the tangents of several nodes take one call each.
     ///
     /// # Shapes
     /// `dx` has `x`'s shape; the answer has `root`'s shape.
