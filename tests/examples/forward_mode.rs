@@ -8,7 +8,7 @@
 //!   its seed, so the gradient recorded from a symbolic seed `u` is `g(u) = Jᵀu`; differentiating
 //!   `⟨g(u), v⟩` with respect to `u` (a second recorded reverse pass) gives `J·v`. The answer is
 //!   ordinary nodes (printed below), which the oracle `Run` evaluates (and the planner plans and
-//!   the runtime runs: `tests/tests/forward_mode.rs`).
+//!   the runtime runs: `tests/tests/cross/forward_mode.rs`).
 //!
 //! A new opcode needs nothing here: its reverse rule is its forward mode too.
 //!

@@ -17,7 +17,7 @@
 //!   finite and no selection at a NaN or a tie is upstream; elsewhere the two readings do not
 //!   define the same number (see [`special_values`]).
 
-mod common;
+use tapeplan_tests::cases as common;
 
 use common::{bits, build, cases, random_input, Built, Case};
 use tapeplan_core::{NodeId, Opcode, Run, RunAs, Tape, Tensor, TensorOf};
