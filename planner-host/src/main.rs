@@ -103,9 +103,46 @@ enum Command {
     },
 }
 
+/// The exit status of a command whose standard output was closed early (`tapeplan … | head`):
+/// 128 + SIGPIPE, what a shell reports for a program that the signal stopped.
+const BROKEN_PIPE_EXIT: u8 = 141;
+
+/// True when `message` is the standard library's report of a failed print to a closed pipe.
+fn is_broken_pipe_panic(message: &str) -> bool {
+    message.starts_with("failed printing to std") && message.contains("Broken pipe")
+}
+
+/// Makes a print to a closed standard output (`println!` panics on `EPIPE`, since Rust ignores
+/// SIGPIPE) end the program quietly with [`BROKEN_PIPE_EXIT`] instead of a panic message.
+fn exit_quietly_on_broken_pipe() {
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if is_broken_pipe_panic(message) {
+            std::process::exit(i32::from(BROKEN_PIPE_EXIT));
+        }
+        default_hook(info);
+    }));
+}
+
 fn main() -> ExitCode {
+    exit_quietly_on_broken_pipe();
     match run(Cli::parse()) {
         Ok(code) => code,
+        // An output pipe closed early (a write that reports the error instead of panicking).
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            ExitCode::from(BROKEN_PIPE_EXIT)
+        }
         Err(e) => {
             // Each cause once: some errors already quote their source in their own message.
             let mut msg = e.to_string();

@@ -13,8 +13,9 @@ use super::args::ModelArgs;
 /// `tapeplan plan`: plans `model` and writes the plan to `output`.
 ///
 /// # Errors
-/// Bad model options, planning errors, an unwritable `output`.
+/// An unwritable `output` (checked before planning), bad model options, planning errors.
 pub fn plan(model: &ModelArgs, output: &Path) -> Result<ExitCode> {
+    tapeplan_planner::io::exchange::check_writable(output)?;
     let job = model.job()?;
     let bytes = job.schedule.to_bytes();
     std::fs::write(output, &bytes).with_context(|| format!("writing {}", output.display()))?;

@@ -58,8 +58,10 @@ pub struct TrainArgs {
 /// `tapeplan train`.
 ///
 /// # Errors
-/// Bad options or data, a rejected plan or checkpoint, runtime errors, unwritable outputs, and
-/// a non-finite loss of a plan that writes its updates in place.
+/// Bad options or data (features that `--scale` makes infinite), a rejected plan or checkpoint
+/// (one with non-finite parameters too), runtime errors, unwritable outputs (checked before the
+/// first epoch), an epoch in which the guard refused every step, and a non-finite loss of a
+/// plan that writes its updates in place.
 pub fn train(args: TrainArgs) -> Result<ExitCode> {
     let TrainArgs {
         plan,
@@ -154,6 +156,16 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
         for v in &mut dataset.features {
             *v *= scale;
         }
+        // The data was checked finite when loaded; scaling can overflow it to infinity, and
+        // a guarded plan would then refuse every step.
+        if let Some(i) = dataset.features.iter().position(|v| !v.is_finite()) {
+            bail!(
+                "--scale {scale:?} turns feature {} of row {} into {}: every training step would be non-finite; use a smaller --scale",
+                i % d_in.max(1) + 1,
+                i / d_in.max(1) + 1,
+                dataset.features[i]
+            );
+        }
     }
     let n_train = match (train_fraction, &data_path) {
         (Some(f), _) if !(0.0..=1.0).contains(&f) => {
@@ -180,23 +192,20 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
     for ((name, _), v) in shapes.iter().zip(glorot_uniform(&shapes, seed)) {
         model.load_parameter(name, &v)?;
     }
+    // Every output, checked before training so no work is lost to an unwritable path.
+    let plot = plot_path(&outputs, &plan);
+    let history = outputs.checkpoint.as_deref().map(losses_path);
     for out in [
-        &outputs.checkpoint,
-        &outputs.save_params,
-        &outputs.save_test_logits,
-        &outputs.plot,
+        outputs.checkpoint.as_ref(),
+        history.as_ref(),
+        outputs.save_params.as_ref(),
+        outputs.save_test_logits.as_ref(),
+        Some(&plot),
     ]
     .into_iter()
     .flatten()
     {
-        let dir = out.parent().filter(|d| !d.as_os_str().is_empty());
-        if let Some(dir) = dir.filter(|d| !d.is_dir()) {
-            bail!(
-                "{}: the folder {} does not exist (checked before training, so no work is lost)",
-                out.display(),
-                dir.display()
-            );
-        }
+        exchange::check_writable(out)?;
     }
     if epochs == 0 {
         bail!("--epochs must be at least 1");
@@ -211,15 +220,18 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
         );
     }
     let mut curve = LossCurve::starting_at(start_epoch * (train.len() / batch));
-    // The curve so far, kept beside the checkpoint (`FILE.losses.csv`).
+    // The curve so far, kept beside the checkpoint (`FILE.losses.csv`). It is written before
+    // the checkpoint, so after a kill between the two it may hold one epoch more than the
+    // checkpoint: that epoch is cut off (docs/checkpoints.md).
     if let Some(path) = &outputs.resume {
         let history = losses_path(path);
         if let Ok(text) = std::fs::read_to_string(&history) {
-            match LossCurve::from_csv(&text) {
-                Ok(old) if old.end_step() == curve.first_step && !old.step_losses.is_empty() => {
+            match LossCurve::from_csv(&text).map(|old| old.truncated_to(curve.first_step)) {
+                Ok(Some(old)) if !old.step_losses.is_empty() => {
                     curve = old;
                 }
-                Ok(_) => println!(
+                Ok(Some(_)) => {}
+                Ok(None) => println!(
                     "{} does not end where the checkpoint does: the loss curve starts at the resumed epoch",
                     history.display()
                 ),
@@ -256,7 +268,15 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
         let acc = model.accuracy(&test.features, &test.labels, d_in, batch)?;
         println!("test accuracy: {acc:.3}");
     }
-    write_train_outputs(&mut model, &outputs, &plan, &curve, &test, (d_in, batch))?;
+    write_train_outputs(
+        &mut model,
+        &outputs,
+        &plot,
+        &plan,
+        &curve,
+        &test,
+        (d_in, batch),
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -312,22 +332,37 @@ impl TrainObserver for Progress<'_> {
             );
         }
         self.bar.finish_and_clear();
+        if s.steps == 0 && s.refused > 0 {
+            bail!(
+                "epoch {}: the guard refused all {} steps (a non-finite loss or update each time), so nothing was committed and training made no progress; check the data and --scale, the starting parameters (--resume), and the learning rate",
+                s.epoch + 1,
+                s.refused
+            );
+        }
         self.curve.end_epoch(s.steps);
         println!("epoch {:>3}: mean loss {:.6}", s.epoch + 1, s.mean_loss);
         if let Some(path) = self.checkpoint {
+            // The curve first, then the checkpoint: a kill between the two leaves the curve
+            // one epoch ahead, which --resume cuts back (docs/checkpoints.md).
             let blob = exchange::checkpoint_of(model, s.epoch as u32 + 1)?;
-            exchange::write_atomic(path, &blob)?;
             exchange::write_atomic(&losses_path(path), self.curve.to_csv().as_bytes())?;
+            exchange::write_atomic(path, &blob)?;
         }
         Ok(Flow::Continue)
     }
 }
 
 /// Where the loss curve of checkpoint `ckpt` is kept: `ckpt` with `.losses.csv` appended.
-fn losses_path(ckpt: &std::path::Path) -> PathBuf {
-    let mut p = ckpt.as_os_str().to_owned();
-    p.push(".losses.csv");
-    PathBuf::from(p)
+fn losses_path(ckpt: &Path) -> PathBuf {
+    exchange::with_suffix(ckpt, ".losses.csv")
+}
+
+/// Where the loss curve is drawn: `--plot`, else the plan's path with `.loss.svg`.
+fn plot_path(outputs: &TrainOutputs, plan: &Path) -> PathBuf {
+    outputs
+        .plot
+        .clone()
+        .unwrap_or_else(|| exchange::with_suffix(plan, ".loss.svg"))
 }
 
 /// Restores `--resume FILE` into `model`; answers the epochs the checkpoint had completed.
@@ -362,19 +397,15 @@ fn resume(
 fn write_train_outputs(
     model: &mut RuntimeModel<'_>,
     outputs: &TrainOutputs,
-    plan: &std::path::Path,
+    plot: &Path,
+    plan: &Path,
     curve: &LossCurve,
     test: &data::Dataset,
     (d_in, batch): (usize, usize),
 ) -> Result<()> {
-    let plot = outputs.plot.clone().unwrap_or_else(|| {
-        let mut p = plan.as_os_str().to_owned();
-        p.push(".loss.svg");
-        PathBuf::from(p)
-    });
     if !curve.step_losses.is_empty() {
         let title = format!("{}: training loss", plan.display());
-        std::fs::write(&plot, curve.to_svg(&title, 800, 480)?)
+        std::fs::write(plot, curve.to_svg(&title, 800, 480)?)
             .with_context(|| format!("writing {}", plot.display()))?;
         println!("loss curve: {}", plot.display());
     }
