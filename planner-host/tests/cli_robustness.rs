@@ -198,7 +198,7 @@ fn every_train_output_is_checked_before_the_first_epoch() {
         let (stdout, stderr) = fails(&dir, &["train", "m.plan", "--epochs", "1", option, path]);
         assert!(stderr.contains(why), "{option} {path}: {stderr}");
         assert!(
-            stderr.contains("checked before training"),
+            stderr.contains("checked before any work is done"),
             "{option} {path}: {stderr}"
         );
         assert!(!stdout.contains("epoch"), "{option} {path}: {stdout}");

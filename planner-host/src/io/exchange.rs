@@ -109,7 +109,7 @@ pub enum ExchangeError {
         value: f32,
     },
     /// An output path cannot be written (checked before any work is done).
-    #[error("{path}: {reason} (checked before training, so no work is lost)")]
+    #[error("{path}: {reason} (checked before any work is done, so none is lost)")]
     Unwritable {
         /// The output.
         path: PathBuf,
