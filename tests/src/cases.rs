@@ -1,0 +1,443 @@
+//! The conformance cases shared by the first-order and second-order suites: one or more per
+//! opcode, each a small function of random inputs reduced to a scalar.
+
+use tapeplan_core::{NodeId, Opcode, Recordable, Shape, Tape, Trace};
+use tapeplan_planner::protocol::SplitMix64;
+
+/// A case: the inputs' shapes and value ranges, and the function body from inputs to a value
+/// that is then reduced as `sum(body * w)` with a random weight `w` so that every element's
+/// gradient differs.
+pub struct Case {
+    pub name: &'static str,
+    pub covers: &'static [Opcode],
+    pub inputs: &'static [(&'static [usize], f32, f32)],
+    /// Which inputs are differentiated (the others are data, like labels).
+    pub wrt: &'static [bool],
+    pub body: fn(&mut Trace<'_>, &[NodeId]) -> NodeId,
+}
+
+/// Inputs within `2h` of a kink of the case's function, where central differences straddle it:
+/// `(input values, element)`.
+pub fn near_kink(case: &str, v: &[Vec<f32>], i: usize) -> bool {
+    let close = |a: f32, b: f32| (a - b).abs() < 4e-2;
+    match case {
+        "relu" | "heaviside" | "abs" | "sign" | "equal" | "greater" | "select" => {
+            close(v[0][i], 0.0)
+        }
+        "maximum" | "minimum" => close(v[0][i], v[1][i]),
+        // The row maximum changes hands when two entries of a row are close.
+        "max_to" => {
+            let row = i / 4;
+            let r = &v[0][row * 4..row * 4 + 4];
+            let mut sorted = r.to_vec();
+            sorted.sort_by(f32::total_cmp);
+            close(sorted[3], sorted[2])
+        }
+        _ => false,
+    }
+}
+
+pub fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "add",
+            covers: &[Opcode::Add],
+            inputs: &[(&[3, 4], -2.0, 2.0), (&[3, 4], -2.0, 2.0)],
+            wrt: &[true, true],
+            body: |t, x| t.add(&x[0], &x[1]).unwrap(),
+        },
+        Case {
+            name: "sub",
+            covers: &[Opcode::Sub, Opcode::Neg],
+            inputs: &[(&[3, 4], -2.0, 2.0), (&[3, 4], -2.0, 2.0)],
+            wrt: &[true, true],
+            body: |t, x| t.sub(&x[0], &x[1]).unwrap(),
+        },
+        Case {
+            name: "mul",
+            covers: &[Opcode::Mul],
+            inputs: &[(&[3, 4], -2.0, 2.0), (&[3, 4], -2.0, 2.0)],
+            wrt: &[true, true],
+            body: |t, x| t.mul(&x[0], &x[1]).unwrap(),
+        },
+        Case {
+            name: "square",
+            covers: &[Opcode::Mul],
+            inputs: &[(&[5], -2.0, 2.0)],
+            wrt: &[true],
+            body: |t, x| t.mul(&x[0], &x[0]).unwrap(),
+        },
+        Case {
+            name: "div",
+            covers: &[Opcode::Div],
+            inputs: &[(&[3, 4], -2.0, 2.0), (&[3, 4], 0.5, 2.0)],
+            wrt: &[true, true],
+            body: |t, x| t.div(&x[0], &x[1]).unwrap(),
+        },
+        Case {
+            name: "neg",
+            covers: &[Opcode::Neg],
+            inputs: &[(&[7], -2.0, 2.0)],
+            wrt: &[true],
+            body: |t, x| t.neg(&x[0]).unwrap(),
+        },
+        Case {
+            name: "tanh",
+            covers: &[Opcode::Tanh, Opcode::Fill],
+            inputs: &[(&[2, 5], -3.0, 3.0)],
+            wrt: &[true],
+            body: |t, x| t.tanh(&x[0]).unwrap(),
+        },
+        Case {
+            name: "relu",
+            covers: &[Opcode::Relu, Opcode::Heaviside],
+            inputs: &[(&[2, 5], -3.0, 3.0)],
+            wrt: &[true],
+            body: |t, x| t.relu(&x[0]).unwrap(),
+        },
+        Case {
+            name: "heaviside",
+            covers: &[Opcode::Heaviside],
+            inputs: &[(&[2, 5], -3.0, 3.0), (&[2, 5], -1.0, 1.0)],
+            wrt: &[true, true],
+            body: |t, x| {
+                let h = t.heaviside(&x[0]).unwrap();
+                t.mul(&h, &x[1]).unwrap()
+            },
+        },
+        Case {
+            name: "exp",
+            covers: &[Opcode::Exp],
+            inputs: &[(&[6], -2.0, 2.0)],
+            wrt: &[true],
+            body: |t, x| t.exp(&x[0]).unwrap(),
+        },
+        Case {
+            name: "log",
+            covers: &[Opcode::Log],
+            inputs: &[(&[6], 0.5, 3.0)],
+            wrt: &[true],
+            body: |t, x| t.log(&x[0]).unwrap(),
+        },
+        Case {
+            name: "detach",
+            covers: &[Opcode::Detach],
+            inputs: &[(&[6], -2.0, 2.0)],
+            wrt: &[true],
+            body: |t, x| {
+                let d = t.detach(&x[0]).unwrap();
+                let s = t.mul(&d, &x[0]).unwrap();
+                t.add(&s, &x[0]).unwrap()
+            },
+        },
+        Case {
+            name: "equal",
+            covers: &[Opcode::Equal],
+            inputs: &[(&[6], -2.0, 2.0), (&[6], -1.0, 1.0)],
+            wrt: &[true, true],
+            body: |t, x| {
+                let e = t.equal(&x[0], &x[0]).unwrap();
+                t.mul(&e, &x[1]).unwrap()
+            },
+        },
+        Case {
+            name: "matmul",
+            covers: &[Opcode::MatMul, Opcode::Transpose],
+            inputs: &[(&[3, 4], -1.0, 1.0), (&[4, 2], -1.0, 1.0)],
+            wrt: &[true, true],
+            body: |t, x| t.matmul(&x[0], &x[1]).unwrap(),
+        },
+        Case {
+            name: "transpose",
+            covers: &[Opcode::Transpose],
+            inputs: &[(&[3, 4], -1.0, 1.0)],
+            wrt: &[true],
+            body: |t, x| t.transpose(&x[0]).unwrap(),
+        },
+        Case {
+            name: "reshape",
+            covers: &[Opcode::Reshape],
+            inputs: &[(&[3, 4], -1.0, 1.0)],
+            wrt: &[true],
+            body: |t, x| t.reshape(&x[0], Shape::matrix(2, 6)).unwrap(),
+        },
+        Case {
+            name: "broadcast_row",
+            covers: &[Opcode::Broadcast, Opcode::SumTo],
+            inputs: &[(&[4], -1.0, 1.0)],
+            wrt: &[true],
+            body: |t, x| t.broadcast(&x[0], Shape::matrix(3, 4)).unwrap(),
+        },
+        Case {
+            name: "broadcast_col",
+            covers: &[Opcode::Broadcast, Opcode::SumTo],
+            inputs: &[(&[3, 1], -1.0, 1.0)],
+            wrt: &[true],
+            body: |t, x| t.broadcast(&x[0], Shape::matrix(3, 4)).unwrap(),
+        },
+        Case {
+            name: "sum_to_cols",
+            covers: &[Opcode::SumTo, Opcode::Broadcast],
+            inputs: &[(&[3, 4], -1.0, 1.0)],
+            wrt: &[true],
+            body: |t, x| t.sum_to(&x[0], Shape::vector(4)).unwrap(),
+        },
+        Case {
+            name: "sum_to_all",
+            covers: &[Opcode::SumTo, Opcode::Broadcast],
+            inputs: &[(&[3, 4], -1.0, 1.0)],
+            wrt: &[true],
+            body: |t, x| t.sum_to(&x[0], Shape::SCALAR).unwrap(),
+        },
+        Case {
+            name: "max_to",
+            covers: &[Opcode::MaxTo, Opcode::Equal, Opcode::Broadcast],
+            inputs: &[(&[3, 4], -1.0, 1.0)],
+            wrt: &[true],
+            body: |t, x| t.max_to(&x[0], Shape::matrix(3, 1)).unwrap(),
+        },
+        Case {
+            name: "one_hot",
+            covers: &[Opcode::OneHot],
+            inputs: &[(&[4], 0.0, 0.0), (&[4, 3], -1.0, 1.0)],
+            wrt: &[false, true],
+            body: |t, x| {
+                let o = t.one_hot(&x[0], 3).unwrap();
+                t.mul(&o, &x[1]).unwrap()
+            },
+        },
+        Case {
+            name: "sqrt",
+            covers: &[Opcode::Sqrt],
+            inputs: &[(&[6], 0.25, 3.0)],
+            wrt: &[true],
+            body: |t, x| t.sqrt(&x[0]).unwrap(),
+        },
+        Case {
+            name: "sigmoid",
+            covers: &[Opcode::Sigmoid],
+            inputs: &[(&[6], -4.0, 4.0)],
+            wrt: &[true],
+            body: |t, x| t.sigmoid(&x[0]).unwrap(),
+        },
+        Case {
+            name: "softplus",
+            covers: &[Opcode::Softplus, Opcode::Sigmoid],
+            inputs: &[(&[8], -4.0, 24.0)],
+            wrt: &[true],
+            body: |t, x| t.softplus(&x[0]).unwrap(),
+        },
+        Case {
+            name: "abs",
+            covers: &[Opcode::Abs, Opcode::Sign],
+            inputs: &[(&[8], -2.0, 2.0)],
+            wrt: &[true],
+            body: |t, x| t.abs(&x[0]).unwrap(),
+        },
+        Case {
+            name: "sign",
+            covers: &[Opcode::Sign],
+            inputs: &[(&[6], -2.0, 2.0), (&[6], -1.0, 1.0)],
+            wrt: &[true, true],
+            body: |t, x| {
+                let s = t.sign(&x[0]).unwrap();
+                t.mul(&s, &x[1]).unwrap()
+            },
+        },
+        Case {
+            name: "pow3",
+            covers: &[Opcode::Pow],
+            inputs: &[(&[6], -2.0, 2.0)],
+            wrt: &[true],
+            body: |t, x| t.pow_const(&x[0], 3.0).unwrap(),
+        },
+        Case {
+            name: "pow_half",
+            covers: &[Opcode::Pow],
+            inputs: &[(&[6], 0.5, 2.0)],
+            wrt: &[true],
+            body: |t, x| t.pow_const(&x[0], 0.5).unwrap(),
+        },
+        Case {
+            name: "pow0",
+            covers: &[Opcode::Pow],
+            inputs: &[(&[6], -2.0, 2.0)],
+            wrt: &[true],
+            body: |t, x| t.pow_const(&x[0], 0.0).unwrap(),
+        },
+        Case {
+            name: "maximum",
+            covers: &[Opcode::Maximum, Opcode::GreaterEqual, Opcode::Greater],
+            inputs: &[(&[3, 4], -2.0, 2.0), (&[3, 4], -2.0, 2.0)],
+            wrt: &[true, true],
+            body: |t, x| t.maximum(&x[0], &x[1]).unwrap(),
+        },
+        Case {
+            name: "minimum",
+            covers: &[Opcode::Minimum, Opcode::GreaterEqual, Opcode::Greater],
+            inputs: &[(&[3, 4], -2.0, 2.0), (&[3, 4], -2.0, 2.0)],
+            wrt: &[true, true],
+            body: |t, x| t.minimum(&x[0], &x[1]).unwrap(),
+        },
+        Case {
+            name: "greater",
+            covers: &[Opcode::Greater, Opcode::GreaterEqual],
+            inputs: &[(&[6], -2.0, 2.0), (&[6], -1.0, 1.0)],
+            wrt: &[true, true],
+            body: |t, x| {
+                let z = t.fill(0.0, Shape::vector(6)).unwrap();
+                let m = t.greater(&x[0], &z).unwrap();
+                let n = t.less_equal(&x[0], &z).unwrap();
+                let a = t.mul(&m, &x[1]).unwrap();
+                let b = t.mul(&n, &x[0]).unwrap();
+                t.add(&a, &b).unwrap()
+            },
+        },
+        Case {
+            name: "select",
+            covers: &[Opcode::Select],
+            inputs: &[(&[6], -2.0, 2.0), (&[6], -1.0, 1.0), (&[6], -1.0, 1.0)],
+            wrt: &[true, true, true],
+            body: |t, x| {
+                let z = t.fill(0.0, Shape::vector(6)).unwrap();
+                let c = t.greater(&x[0], &z).unwrap();
+                let inf = t.fill(f32::INFINITY, Shape::vector(6)).unwrap();
+                let e = t.select(&c, &x[1], &x[2]).unwrap();
+                let f = t.select(&c, &e, &inf).unwrap();
+                let g = t.select(&c, &f, &e).unwrap();
+                t.mul(&g, &x[0]).unwrap()
+            },
+        },
+        Case {
+            name: "slice",
+            covers: &[Opcode::Slice, Opcode::Pad],
+            inputs: &[(&[3, 5], -1.0, 1.0)],
+            wrt: &[true],
+            body: |t, x| t.slice(&x[0], 1, 1, 3).unwrap(),
+        },
+        Case {
+            name: "pad",
+            covers: &[Opcode::Pad, Opcode::Slice],
+            inputs: &[(&[2, 3], -1.0, 1.0)],
+            wrt: &[true],
+            body: |t, x| t.pad(&x[0], 0, 1, Shape::matrix(4, 3)).unwrap(),
+        },
+        Case {
+            name: "concat",
+            covers: &[Opcode::Concat, Opcode::Slice],
+            inputs: &[(&[2, 3], -1.0, 1.0), (&[2, 2], -1.0, 1.0)],
+            wrt: &[true, true],
+            body: |t, x| t.concat(&x[0], &x[1], 1).unwrap(),
+        },
+        Case {
+            name: "mean",
+            covers: &[Opcode::SumTo, Opcode::Div],
+            inputs: &[(&[3, 4], -1.0, 1.0)],
+            wrt: &[true],
+            body: |t, x| t.mean_to(&x[0], Shape::matrix(3, 1)).unwrap(),
+        },
+        Case {
+            name: "uniform",
+            covers: &[Opcode::Uniform],
+            inputs: &[(&[], 0.0, 0.0), (&[], 0.0, 0.0), (&[6], -1.0, 1.0)],
+            wrt: &[false, false, true],
+            body: |t, x| {
+                let u = t.uniform(&x[0], &x[1], Shape::vector(6)).unwrap();
+                let d = t.dropout(&x[2], 0.5, &x[0], &x[1]).unwrap();
+                let ux = t.mul(&u, &x[2]).unwrap();
+                t.add(&ux, &d).unwrap()
+            },
+        },
+        Case {
+            name: "softmax_ce",
+            covers: &[
+                Opcode::MaxTo,
+                Opcode::Detach,
+                Opcode::Exp,
+                Opcode::Log,
+                Opcode::OneHot,
+            ],
+            inputs: &[(&[4], 0.0, 0.0), (&[4, 3], -2.0, 2.0)],
+            wrt: &[false, true],
+            body: |t, x| {
+                let l = tapeplan_planner::model::softmax_cross_entropy(t, &x[1], &x[0]).unwrap();
+                let s = t.shape_of(&x[1]);
+                t.broadcast(&l, s).unwrap()
+            },
+        },
+    ]
+}
+
+pub fn random_input(
+    rng: &mut SplitMix64,
+    shape: Shape,
+    lo: f32,
+    hi: f32,
+    is_labels: bool,
+) -> Vec<f32> {
+    (0..shape.elems())
+        .map(|_| {
+            if is_labels {
+                rng.below(3) as f32
+            } else {
+                lo + (hi - lo) * rng.next_f32()
+            }
+        })
+        .collect()
+}
+
+pub struct Built {
+    pub tape: Tape,
+    pub inputs: Vec<NodeId>,
+    pub w: NodeId,
+    pub f: NodeId,
+    pub grads: Vec<Option<NodeId>>,
+}
+
+pub fn build(case: &Case) -> Built {
+    let mut tape = Tape::new();
+    let inputs: Vec<NodeId> = case
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(k, (dims, _, _))| tape.input(&format!("x{k}"), Shape::new(dims).unwrap()))
+        .collect();
+    let (body, w) = {
+        let mut t = tape.trace();
+        let body = (case.body)(&mut t, &inputs);
+        let s = t.shape_of(&body);
+        (body, s)
+    };
+    let w = tape.input("w", w);
+    let f = {
+        let mut t = tape.trace();
+        let p = t.mul(&body, &w).unwrap();
+        t.sum_all(&p).unwrap()
+    };
+    let wrt: Vec<NodeId> = inputs
+        .iter()
+        .zip(case.wrt)
+        .filter(|(_, &d)| d)
+        .map(|(x, _)| *x)
+        .collect();
+    let adj = tape.differentiate(f, &wrt).unwrap();
+    let grads = inputs
+        .iter()
+        .zip(case.wrt)
+        .map(|(x, &d)| if d { adj.get(*x).copied() } else { None })
+        .collect();
+    Built {
+        tape,
+        inputs,
+        w,
+        f,
+        grads,
+    }
+}
+
+/// Bit patterns, every NaN as one class.
+pub fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter()
+        .map(|x| if x.is_nan() { 0x7fc0_0000 } else { x.to_bits() })
+        .collect()
+}
