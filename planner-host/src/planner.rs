@@ -92,8 +92,8 @@ pub struct Instr {
     pub out: u32,
     /// The argument tensors, `op.arity()` of them.
     pub args: [u32; 3],
-    /// The attribute word.
-    pub attr: u32,
+    /// The attribute (its bytes are written by `tapeplan_core::format::encode_attr`).
+    pub attr: tapeplan_core::Attr,
     /// The tape node this instruction computes.
     pub node: usize,
     /// This instruction and the next are one fused chain (the format's `FUSE_NEXT`).
@@ -728,11 +728,7 @@ fn plan_entry(
             op: node.op,
             out: tensor_of[&n],
             args,
-            attr: if tapeplan_core::ops::uses_attr(node.op) {
-                node.attr.bits
-            } else {
-                0
-            },
+            attr: node.attr,
             node: n,
             fuse_next: fusion.fuse_next[pos],
         });

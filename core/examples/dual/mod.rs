@@ -354,7 +354,7 @@ fn tangent<P: Recordable>(
         Opcode::Pow => {
             // (t·p)·x^(p-1); t·0 for p = 0.
             let a = one(op, args)?;
-            let p = f32::from_bits(attr.bits);
+            let p = attr.scalar();
             if p == 0.0 {
                 let zero = r.fill(0.0, s)?;
                 return r.mul(&a.t, &zero);

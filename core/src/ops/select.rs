@@ -7,8 +7,13 @@
 
 use crate::Element;
 
-use super::{want, Contributions, VjpArgs};
-use crate::Recordable;
+use super::{want, Contributions, Kernel, OpError, VjpArgs};
+use crate::{Attr, Opcode, Recordable, Shape};
+
+/// The shape rule: three arguments of one shape.
+pub(crate) fn infer(op: Opcode, _attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
+    super::same_shapes(op, args)
+}
 
 /// `if cond != 0 { a } else { b }`.
 pub fn scalar<E: Element>(cond: E, a: E, b: E) -> E {
@@ -24,6 +29,12 @@ pub fn kernel<E: Element>(cond: &[E], a: &[E], b: &[E], out: &mut [E]) {
     for (((o, &c), &x), &y) in out.iter_mut().zip(cond).zip(a).zip(b) {
         *o = scalar(c, x, y);
     }
+}
+
+/// Through [`kernel`].
+pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
+    kernel(k.args[0], k.args[1], k.args[2], k.out);
+    Ok(())
 }
 
 pub(crate) fn vjp<R: Recordable>(
