@@ -27,6 +27,20 @@ pub enum AttrKind {
     Axis,
 }
 
+impl AttrKind {
+    /// The kind's name, as the plan format's opcode table spells it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            AttrKind::None => "none",
+            AttrKind::Target => "target",
+            AttrKind::Fill => "fill",
+            AttrKind::Pow => "pow",
+            AttrKind::Window => "window",
+            AttrKind::Axis => "axis",
+        }
+    }
+}
+
 /// An instruction's attribute.
 ///
 /// New kinds (a convolution's strides, padding per side, dilation, groups and kernel shape; a

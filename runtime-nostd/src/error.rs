@@ -290,7 +290,8 @@ pub enum PlanError {
         /// The value found.
         found: u32,
     },
-    /// A non-`fill` instruction has a non-zero attribute word.
+    /// An instruction whose opcode takes no attribute value (kind `none` or `target`) has a
+    /// non-zero attribute word.
     NonzeroAttr {
         /// The instruction's index.
         instr: u32,

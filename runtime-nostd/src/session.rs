@@ -5,7 +5,7 @@ use tapeplan_core::ops::elementwise::{binary_in_place, unary_in_place, InPlace};
 use tapeplan_core::ops::{binary_fn, eval, unary_fn, Attr};
 use tapeplan_core::{MathProfile, OpClass, Opcode, Shape, MAX_ARITY};
 
-use tapeplan_core::format::{FUSE_NEXT, MAX_CHAIN_INSTRS, MAX_REGISTERS};
+use tapeplan_core::format::{decode_attr, FUSE_NEXT, MAX_CHAIN_INSTRS, MAX_REGISTERS};
 use tapeplan_core::MAX_RANK;
 
 use crate::catalog::{self, Dims, Src};
@@ -673,10 +673,12 @@ fn execute(plan: &Plan<'_>, arena: &mut [f32], d: &Decoded) -> Result<(), RunErr
 fn step_reference(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), RunError> {
     let instr = u32::try_from(k).unwrap_or(u32::MAX);
     let bad = RunError::Inconsistent { instr };
-    let rec = plan.instr(k).ok_or(bad)?.map_err(|_| bad)?;
-    let op = rec.op;
+    let rec = plan.instr_record(k).ok_or(bad)?;
+    let op = Opcode::from_u8(rec.opcode).ok_or(bad)?;
     let arity = op.arity();
     let out = plan.tensor_view(rec.out).ok_or(bad)?;
+    // The format's one attribute decoder (validation already accepted it).
+    let attr = decode_attr(op, rec.attr_word, plan.attr_section(), out.shape).map_err(|_| bad)?;
     if out.elems == 0 {
         // Nothing to write; skipping also spares loops over empty extents.
         return Ok(());
@@ -718,7 +720,7 @@ fn step_reference(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), Ru
         }
         // Any other elementwise opcode in place: through the reference kernel, a chunk at a
         // time from copies (elementwise, so chunking cannot change a bit).
-        return elementwise_chunked(op, rec.attr, math, views, arena, &out, instr);
+        return elementwise_chunked(op, attr, math, views, arena, &out, instr);
     }
 
     let (left, rest) = arena.split_at_mut_checked(out.offset).ok_or(bad)?;
@@ -729,7 +731,7 @@ fn step_reference(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), Ru
         *slot = pick(left, right, out.end, v).ok_or(bad)?;
     }
     let args = args.get(..arity).ok_or(bad)?;
-    eval(op, rec.attr, math, args, shapes, buf).map_err(|error| RunError::Kernel { instr, error })
+    eval(op, attr, math, args, shapes, buf).map_err(|error| RunError::Kernel { instr, error })
 }
 
 /// Elements per tile of a fused chain ([`run_chain`]); the session keeps `MAX_REGISTERS` tiles

@@ -18,8 +18,9 @@ fn axis_of(attr: Attr) -> usize {
 ///
 /// # Errors
 /// [`OpError::ShapeMismatch`] when ranks or the other extents differ or the axis is out of range.
+#[inline(always)]
 pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
-    let (a, b, axis) = (args[0], args[1], axis_of(attr));
+    let (a, b, axis) = (super::nth(args, 0), super::nth(args, 1), axis_of(attr));
     let bad = OpError::ShapeMismatch { op, lhs: a, rhs: b };
     if a.rank() != b.rank() || axis >= a.rank() {
         return Err(bad);
@@ -68,7 +69,7 @@ pub fn kernel<E: Element>(
 /// Through [`kernel`].
 pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
     let axis = axis_of(k.attr);
-    kernel(k.args[0], k.shapes[0], k.args[1], k.shapes[1], k.out, axis);
+    kernel(k.arg(0), k.shape(0), k.arg(1), k.shape(1), k.out, axis);
     Ok(())
 }
 

@@ -6,6 +6,7 @@ use crate::{Attr, Element, Opcode, Shape};
 pub(crate) use super::no_rule as vjp;
 
 /// The shape rule: the attribute's shape.
+#[inline(always)]
 pub(crate) fn infer(op: Opcode, attr: Attr, _args: &[Shape]) -> Result<Shape, OpError> {
     target_of(op, attr)
 }

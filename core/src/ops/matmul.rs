@@ -10,8 +10,9 @@ use crate::{Attr, Element, Opcode, Recordable, Shape};
 /// # Errors
 /// [`OpError::NotMatrix`] for an argument of rank other than 2; [`OpError::ShapeMismatch`]
 /// when the inner extents differ.
+#[inline(always)]
 pub fn infer(op: Opcode, _attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
-    let (a, b) = (args[0], args[1]);
+    let (a, b) = (super::nth(args, 0), super::nth(args, 1));
     for s in [a, b] {
         if s.rank() != 2 {
             return Err(OpError::NotMatrix { op, shape: s });
@@ -56,9 +57,9 @@ pub fn kernel<E: Element>(a: &[E], b: &[E], out: &mut [E], m: usize, k: usize, n
 
 /// Through [`kernel`].
 pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
-    let [m, kk, _, _] = k.shapes[0].dims();
-    let n = k.shapes[1].dim(1).unwrap_or(0);
-    kernel(k.args[0], k.args[1], k.out, m, kk, n);
+    let [m, kk, _, _] = k.shape(0).dims();
+    let n = k.shape(1).dim(1).unwrap_or(0);
+    kernel(k.arg(0), k.arg(1), k.out, m, kk, n);
     Ok(())
 }
 

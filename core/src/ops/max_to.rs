@@ -36,7 +36,7 @@ pub fn kernel<E: Element>(x: &[E], x_shape: Shape, out: &mut [E], out_shape: Sha
 
 /// Through [`kernel`].
 pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
-    kernel(k.args[0], k.shapes[0], k.out, k.out_shape);
+    kernel(k.arg(0), k.shape(0), k.out, k.out_shape);
     Ok(())
 }
 

@@ -184,8 +184,9 @@ impl fmt::Display for OpError {
             OpError::BadAttr { op, found } => {
                 write!(
                     f,
-                    "{op} takes a {:?} attribute, found {found:?}",
-                    op.attr_kind()
+                    "{op} takes a {} attribute, found {}",
+                    op.attr_kind().name(),
+                    found.name()
                 )
             }
             OpError::Shape(e) => write!(f, "{e}"),
@@ -241,6 +242,7 @@ pub(crate) fn same_shapes(op: Opcode, args: &[Shape]) -> Result<Shape, OpError> 
 /// [`OpError`] naming what does not fit: an opcode outside this build's vocabulary, the wrong
 /// number of arguments, an attribute of another kind than the opcode takes, or the opcode's own
 /// shape rule.
+#[inline(always)]
 pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
     if !in_vocabulary(op) {
         return Err(OpError::Unsupported { op });
@@ -271,6 +273,23 @@ pub(crate) struct Kernel<'a, E> {
     pub(crate) shapes: &'a [Shape],
     pub(crate) out: &'a mut [E],
     pub(crate) out_shape: Shape,
+}
+
+impl<'a, E: Copy> Kernel<'a, E> {
+    /// Argument `i` (empty past the arity: [`eval`] checked it).
+    pub(crate) fn arg(&self, i: usize) -> &'a [E] {
+        self.args.get(i).copied().unwrap_or(&[])
+    }
+
+    /// Argument `i`'s shape.
+    pub(crate) fn shape(&self, i: usize) -> Shape {
+        nth(self.shapes, i)
+    }
+}
+
+/// Argument shape `i` (a scalar past the arity, which [`infer`] checked first): no panic path.
+pub(crate) fn nth(args: &[Shape], i: usize) -> Shape {
+    args.get(i).copied().unwrap_or(Shape::SCALAR)
 }
 
 /// `$e` in a build that carries the opcode's set, `$otherwise` in one that leaves it out (a

@@ -12,8 +12,9 @@ use crate::{Attr, Element, Opcode, Shape};
 ///
 /// # Errors
 /// [`OpError::BadTarget`] when the target is not `[batch, _]`.
+#[inline(always)]
 pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
-    let (x, target) = (args[0], target_of(op, attr)?);
+    let (x, target) = (super::nth(args, 0), target_of(op, attr)?);
     // Class indices are compared as f32: every index up to 2^24 is exact.
     if x.rank() != 1
         || target.rank() != 2
@@ -47,7 +48,7 @@ pub fn kernel<E: Element>(labels: &[E], out: &mut [E], classes: usize) {
 
 /// Through [`kernel`].
 pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
-    kernel(k.args[0], k.out, k.out_shape.dim(1).unwrap_or(0));
+    kernel(k.arg(0), k.out, k.out_shape.dim(1).unwrap_or(0));
     Ok(())
 }
 

@@ -12,17 +12,18 @@ use crate::{Attr, Element, Opcode, Recordable, Shape};
 ///
 /// # Errors
 /// [`OpError::BadTarget`] when `x` does not fit.
+#[inline(always)]
 pub(crate) fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
     let (axis, start, len) = window(attr);
-    let out = with_extent(op, args[0], axis, len)?;
-    check_window(op, out, args[0], axis, start)?;
+    let out = with_extent(op, super::nth(args, 0), axis, len)?;
+    check_window(op, out, super::nth(args, 0), axis, start)?;
     Ok(out)
 }
 
 /// Through [`kernel`].
 pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
     let (axis, start, _) = window(k.attr);
-    kernel(k.args[0], k.shapes[0], k.out, k.out_shape, axis, start);
+    kernel(k.arg(0), k.shape(0), k.out, k.out_shape, axis, start);
     Ok(())
 }
 

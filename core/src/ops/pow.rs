@@ -12,6 +12,7 @@ use super::{unary_rule, Contributions, Kernel, OpError, VjpArgs};
 use crate::{Attr, Opcode, Recordable, Shape};
 
 /// The shape rule: elementwise.
+#[inline(always)]
 pub(crate) fn infer(op: Opcode, _attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
     super::same_shapes(op, args)
 }
@@ -21,7 +22,8 @@ pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
     let math = k.math;
     let f = super::pow_fn_of::<E>(math).ok_or(OpError::MathProfile { math })?;
     let p = E::from_f32(k.attr.scalar());
-    for (o, &x) in k.out.iter_mut().zip(k.args[0]) {
+    let x = k.arg(0);
+    for (o, &x) in k.out.iter_mut().zip(x) {
         *o = f(x, p);
     }
     Ok(())

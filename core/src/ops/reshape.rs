@@ -9,8 +9,9 @@ use crate::{Attr, Element, Opcode, Recordable, Shape};
 ///
 /// # Errors
 /// [`OpError::BadTarget`] when they do not.
+#[inline(always)]
 pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
-    let (x, target) = (args[0], target_of(op, attr)?);
+    let (x, target) = (super::nth(args, 0), target_of(op, attr)?);
     if x.elems() != target.elems() {
         return Err(OpError::BadTarget {
             op,
@@ -30,7 +31,7 @@ pub fn kernel<E: Element>(x: &[E], out: &mut [E]) {
 
 /// Through [`kernel`].
 pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
-    kernel(k.args[0], k.out);
+    kernel(k.arg(0), k.out);
     Ok(())
 }
 

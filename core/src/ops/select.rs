@@ -11,6 +11,7 @@ use super::{want, Contributions, Kernel, OpError, VjpArgs};
 use crate::{Attr, Opcode, Recordable, Shape};
 
 /// The shape rule: three arguments of one shape.
+#[inline(always)]
 pub(crate) fn infer(op: Opcode, _attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
     super::same_shapes(op, args)
 }
@@ -33,7 +34,7 @@ pub fn kernel<E: Element>(cond: &[E], a: &[E], b: &[E], out: &mut [E]) {
 
 /// Through [`kernel`].
 pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
-    kernel(k.args[0], k.args[1], k.args[2], k.out);
+    kernel(k.arg(0), k.arg(1), k.arg(2), k.out);
     Ok(())
 }
 

@@ -30,17 +30,18 @@ pub(crate) fn with_extent(op: Opcode, s: Shape, axis: usize, len: usize) -> Resu
 ///
 /// # Errors
 /// [`OpError::BadTarget`] when the window does not fit.
+#[inline(always)]
 pub(crate) fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
     let (axis, start, len) = window(attr);
-    let out = with_extent(op, args[0], axis, len)?;
-    check_window(op, args[0], out, axis, start)?;
+    let out = with_extent(op, super::nth(args, 0), axis, len)?;
+    check_window(op, super::nth(args, 0), out, axis, start)?;
     Ok(out)
 }
 
 /// Through [`kernel`].
 pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
     let (axis, start, _) = window(k.attr);
-    kernel(k.args[0], k.shapes[0], k.out, k.out_shape, axis, start);
+    kernel(k.arg(0), k.shape(0), k.out, k.out_shape, axis, start);
     Ok(())
 }
 

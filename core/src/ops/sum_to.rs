@@ -10,8 +10,9 @@ use crate::{Attr, Element, Opcode, Recordable, Shape};
 ///
 /// # Errors
 /// [`OpError::BadTarget`] otherwise.
+#[inline(always)]
 pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
-    let (x, target) = (args[0], target_of(op, attr)?);
+    let (x, target) = (super::nth(args, 0), target_of(op, attr)?);
     if !target.broadcasts_to(&x) {
         return Err(OpError::BadTarget {
             op,
@@ -43,7 +44,7 @@ pub fn kernel<E: Element>(x: &[E], x_shape: Shape, out: &mut [E], out_shape: Sha
 
 /// Through [`kernel`].
 pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
-    kernel(k.args[0], k.shapes[0], k.out, k.out_shape);
+    kernel(k.arg(0), k.shape(0), k.out, k.out_shape);
     Ok(())
 }
 

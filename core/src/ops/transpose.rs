@@ -9,8 +9,9 @@ use crate::{Attr, Element, Opcode, Recordable, Shape};
 ///
 /// # Errors
 /// [`OpError::NotMatrix`] for a non-matrix.
+#[inline(always)]
 pub fn infer(op: Opcode, _attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
-    let x = args[0];
+    let x = super::nth(args, 0);
     if x.rank() != 2 {
         return Err(OpError::NotMatrix { op, shape: x });
     }
@@ -32,8 +33,8 @@ pub fn kernel<E: Element>(x: &[E], out: &mut [E], m: usize, n: usize) {
 
 /// Through [`kernel`].
 pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
-    let [m, n, _, _] = k.shapes[0].dims();
-    kernel(k.args[0], k.out, m, n);
+    let [m, n, _, _] = k.shape(0).dims();
+    kernel(k.arg(0), k.out, m, n);
     Ok(())
 }
 

@@ -19,13 +19,14 @@ use crate::{Attr, Element, Opcode, Shape};
 ///
 /// # Errors
 /// [`OpError::ShapeMismatch`] when an argument is not one element.
+#[inline(always)]
 pub(crate) fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
     for a in args {
         if a.elems() != 1 {
             return Err(OpError::ShapeMismatch {
                 op,
-                lhs: args[0],
-                rhs: args[1],
+                lhs: super::nth(args, 0),
+                rhs: super::nth(args, 1),
             });
         }
     }
@@ -34,7 +35,7 @@ pub(crate) fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpE
 
 /// Through [`kernel`].
 pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
-    kernel(k.args[0], k.args[1], k.out);
+    kernel(k.arg(0), k.arg(1), k.out);
     Ok(())
 }
 
