@@ -10,7 +10,7 @@ use tapeplan_planner::planner::{Instr as PlannedInstr, PlannedEntry, TensorInfo}
 use tapeplan_planner::{MemoryReport, Plan};
 use tapeplan_runtime::{Plan as RuntimePlan, PlanError, Session};
 
-const SPEC: &str = include_str!("../../docs/plan-format.md");
+const SPEC: &str = include_str!("../../../docs/plan-format.md");
 
 #[test]
 fn the_spec_opcode_table_matches_the_enum() {
