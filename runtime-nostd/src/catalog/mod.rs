@@ -584,7 +584,7 @@ pub fn eval(
 
 /// True when the catalog has its own kernel for `op` over arguments of `arg_shapes` (else
 /// [`eval`] runs the reference kernel). For tests and benchmarks. For an elementwise opcode the
-/// dispatch of [`elementwise`] itself answers (run over empty buffers, it writes nothing).
+/// catalog's own elementwise dispatch answers (run over empty buffers, it writes nothing).
 pub fn has_kernel(op: Opcode, attr: Attr, arg_shapes: &[Shape]) -> bool {
     let Ok(out) = tapeplan_core::ops::infer(op, attr, arg_shapes) else {
         return false;
