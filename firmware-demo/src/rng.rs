@@ -1,5 +1,5 @@
 //! The run's shuffles, on the device: SplitMix64 (Steele, Lea and Flood, OOPSLA 2014) and the
-//! Fisher–Yates shuffle, the same arithmetic as `tapeplan_planner::rng` (which `tapeplan
+//! Fisher–Yates shuffle, the same arithmetic as `tapeplan_planner::protocol` (which `tapeplan
 //! verify` uses), so both sides visit the rows in the same order. 64-bit integer arithmetic
 //! only: identical on every core.
 
@@ -37,13 +37,13 @@ impl SplitMix64 {
     }
 }
 
-/// The shuffle seed of epoch `epoch` (0-based): `tapeplan_planner::verify::epoch_seed`.
+/// The shuffle seed of epoch `epoch` (0-based): `tapeplan_planner::protocol::epoch_seed`.
 pub fn epoch_seed(seed: u64, epoch: usize) -> u64 {
     SplitMix64::new(seed ^ ((epoch as u64 + 1) << 32)).next_u64()
 }
 
 /// FNV-1a 64 (offset basis `0xcbf29ce484222325`, prime `0x100000001b3`), streamed: the data
-/// digest (`tapeplan_planner::verify::data_digest`) over bytes, and the parameter digest
+/// digest (`tapeplan_planner::protocol::data_digest`) over bytes, and the parameter digest
 /// (`tapeplan_core::format::digest_f32`) over `f32`s, NaNs canonicalized to `0x7fc00000`.
 pub struct Fnv64(u64);
 

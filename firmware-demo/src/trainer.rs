@@ -1,7 +1,7 @@
 //! The training run, independent of the board: decode and validate the embedded plan, bind it
 //! to the arena, load the initial parameters, train `EPOCHS` passes over the embedded rows in
 //! the run's shuffled order, and send the transcript `tapeplan verify` reads (its format is
-//! documented in `tapeplan_planner::verify` and README.md).
+//! documented in `tapeplan_planner::exec::transcript` and README.md).
 
 use core::fmt::{self, Write as _};
 

@@ -8,7 +8,7 @@ use std::process::Command;
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use safetensors::SafeTensorError;
 use tapeplan_core::Shape;
-use tapeplan_planner::exchange::{
+use tapeplan_planner::io::exchange::{
     export_safetensors, import_safetensors, torch_name, ExchangeError, Param, Role,
 };
 

@@ -4,7 +4,7 @@
 
 use tapeplan_core::{Eager, Run, Shape, Tensor};
 use tapeplan_planner::model::{glorot_uniform, softmax_cross_entropy, Activation, Mlp};
-use tapeplan_planner::rng::SplitMix64;
+use tapeplan_planner::protocol::SplitMix64;
 use tapeplan_planner::{plan, EntrySpec, Root};
 use tapeplan_runtime::{Plan, Session};
 

@@ -21,7 +21,7 @@ use tapeplan_tests::cases as common;
 
 use common::{bits, build, cases, random_input, Built, Case};
 use tapeplan_core::{NodeId, Opcode, Run, RunAs, Tape, Tensor, TensorOf};
-use tapeplan_planner::rng::SplitMix64;
+use tapeplan_planner::protocol::SplitMix64;
 use tapeplan_planner::{plan, EntrySpec, Root};
 use tapeplan_runtime::{Plan as RtPlan, Session};
 use tapeplan_tests::dual::{pairs, tangents, Dual};

@@ -5,9 +5,9 @@
 
 use tapeplan_core::format::{self, Instr};
 use tapeplan_core::{Attr, AttrKind, MathProfile, OpClass, Opcode, Shape};
-use tapeplan_planner::inspect::PlanInfo;
-use tapeplan_planner::planner::{Instr as PlannedInstr, PlannedEntry, TensorInfo};
-use tapeplan_planner::{MemoryReport, Plan};
+use tapeplan_planner::io::inspect::PlanInfo;
+use tapeplan_planner::plan::{Instr as PlannedInstr, MemoryReport, PlannedEntry, TensorInfo};
+use tapeplan_planner::Schedule;
 use tapeplan_runtime::{Plan as RuntimePlan, PlanError, Session};
 
 const SPEC: &str = include_str!("../../../docs/plan-format.md");
@@ -172,7 +172,7 @@ const GOLDEN: &[u8] = &[
 ];
 
 /// The same plan as the planner holds it, for its writer.
-fn golden_plan() -> Plan {
+fn golden_plan() -> Schedule {
     let t = |offset_elems: usize, d: &[usize]| TensorInfo {
         offset_elems,
         shape: Shape::new(d).unwrap(),
@@ -200,7 +200,7 @@ fn golden_plan() -> Plan {
         lower_bound_bytes: 0,
         retain_everything_bytes: 0,
     };
-    Plan {
+    Schedule {
         tensors: vec![t(0, &[2, 4]), t(8, &[2, 2]), t(12, &[2, 2]), t(16, &[2, 2])],
         parameters: vec![],
         entries: vec![PlannedEntry {

@@ -1,5 +1,5 @@
 //! Training through the `no_std` runtime from a plan's bytes, on the host, and the per-step
-//! bitwise check against the [`Oracle`](crate::oracle::Oracle).
+//! bitwise check against the [`Oracle`](crate::exec::oracle::Oracle).
 
 use tapeplan_runtime::{EntryId, Plan as RtPlan, Session};
 

@@ -1,5 +1,5 @@
-//! A host interpreter of a [`Plan`] as the planner holds it, before serialization: every
-//! instruction through the reference kernels over a `Vec` arena, each argument copied out first.
+//! A host interpreter of the planner's [`Schedule`], before serialization: every instruction
+//! through the reference kernels over a `Vec` arena, each argument copied out first.
 //! Slow and simple on purpose: it is the check that serialization, decoding and the runtime's
 //! executor (in-place paths, slicing) change nothing.
 
@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use tapeplan_core::format::TensorKind;
 use tapeplan_core::ops;
 
-use crate::planner::Plan;
+use crate::plan::Schedule;
 
-impl Plan {
+impl Schedule {
     /// Runs entry `entry` over `arena` (at least `arena_elems` long; inputs and parameters already
     /// in place at their tensors' offsets), under the plan's math profile.
     ///

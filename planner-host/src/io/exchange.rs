@@ -29,8 +29,8 @@ use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use tapeplan_core::{Opcode, Shape};
 use tapeplan_runtime::{Checkpoint, CheckpointError, Plan as RtPlan};
 
-use crate::inspect::PlanInfo;
-use crate::train::{RuntimeModel, TrainError};
+use crate::exec::runtime::{RuntimeModel, TrainError};
+use crate::io::inspect::PlanInfo;
 
 /// Errors of exporting, importing, and of checkpoint files.
 #[derive(Debug, thiserror::Error)]

@@ -1,5 +1,6 @@
-//! Serialization of a [`Plan`] to the binary plan format (`docs/plan-format.md`), through the
-//! record encoders `tapeplan-core` shares with the runtime's decoder.
+//! The writer: the planner's [`Schedule`] serialized to the binary plan format
+//! (`docs/plan-format.md`), through the record encoders `tapeplan-core` shares with the
+//! runtime's decoder.
 
 use tapeplan_core::format::{
     self, BindingKind, BindingRecord, EncodedAttr, EntryRecord, Header, InstrRecord, TensorRecord,
@@ -7,7 +8,7 @@ use tapeplan_core::format::{
     TENSOR_RECORD_BYTES,
 };
 
-use crate::planner::Plan;
+use crate::plan::Schedule;
 
 fn name(n: &str) -> [u8; format::NAME_BYTES] {
     // The planner checked every name with the same encoder.
@@ -20,7 +21,7 @@ fn push<const N: usize>(out: &mut Vec<u8>, f: impl FnOnce(&mut [u8])) {
     out.extend_from_slice(&rec);
 }
 
-impl Plan {
+impl Schedule {
     /// The plan's bytes. The header's `plan_id` is the CRC-32 of every byte after the header
     /// (the records and the attribute section: the plan's content) followed, for a plan with
     /// flags (the `fast` math profile), by the flags word's four little-endian bytes, so the two

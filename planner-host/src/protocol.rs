@@ -1,8 +1,13 @@
-//! The host's seeded generator for initialization and data shuffling: SplitMix64 (Steele, Lea
-//! and Flood, "Fast splittable pseudorandom number generators", OOPSLA 2014), the generator
-//! Java's `SplittableRandom` uses. Every draw is a pure function of the seed and the number of
-//! draws before it, on every platform, so a plan's initial parameters and a data split are
-//! reproducible from their seed.
+//! The run protocol: what the host and every device compute alike, so a device's training run
+//! can be replayed and checked on the host.
+//!
+//! - The seeded generator for initialization and data shuffling: SplitMix64 (Steele, Lea and
+//!   Flood, "Fast splittable pseudorandom number generators", OOPSLA 2014), the generator
+//!   Java's `SplittableRandom` uses. Every draw is a pure function of the seed and the number of
+//!   draws before it, on every platform, so a plan's initial parameters and a data split are
+//!   reproducible from their seed.
+//! - [`epoch_seed`]: the seed of each epoch's shuffle.
+//! - [`data_digest`]: the digest a device reports for the data it embeds.
 
 /// A SplitMix64 stream.
 #[derive(Clone, Debug)]
@@ -46,6 +51,23 @@ impl SplitMix64 {
     }
 }
 
+/// The shuffle seed of epoch `epoch` (0-based) of a run seeded with `seed`: the first output of
+/// `SplitMix64::new(seed ^ ((epoch + 1) << 32))` (the same rule as `tapeplan demo`).
+pub fn epoch_seed(seed: u64, epoch: usize) -> u64 {
+    SplitMix64::new(seed ^ ((epoch as u64 + 1) << 32)).next_u64()
+}
+
+/// FNV-1a 64 (offset basis `0xcbf29ce484222325`, prime `0x100000001b3`) over `pixels`, then
+/// `labels`: the digest a device reports for the data it embeds.
+pub fn data_digest(pixels: &[u8], labels: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in pixels.iter().chain(labels) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,5 +91,13 @@ mod tests {
         assert_ne!(a, (0..100).collect::<Vec<_>>());
         a.sort();
         assert_eq!(a, (0..100).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn data_digest_is_fnv1a() {
+        assert_eq!(data_digest(&[], &[]), 0xcbf2_9ce4_8422_2325);
+        // FNV-1a 64 of "a" (the published test vector).
+        assert_eq!(data_digest(b"a", &[]), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(data_digest(b"ab", &[]), data_digest(b"a", b"b"));
     }
 }

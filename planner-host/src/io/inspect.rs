@@ -12,7 +12,7 @@ use tapeplan_core::{Attr, Shape};
 
 /// A decoded binding.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Binding {
+pub struct DecodedBinding {
     /// The name.
     pub name: String,
     /// The kind.
@@ -25,10 +25,9 @@ pub struct Binding {
     pub shape: Shape,
 }
 
-/// A decoded entry of a plan (named `EntryInfo`: `Entry` alone would suggest the eager
-/// recorder or the planner's entry specification).
+/// A decoded entry of a plan.
 #[derive(Clone, Debug, PartialEq)]
-pub struct EntryInfo {
+pub struct DecodedEntry {
     /// The name.
     pub name: String,
     /// The instructions.
@@ -43,9 +42,9 @@ pub struct PlanInfo {
     /// The tensors.
     pub tensors: Vec<TensorRecord>,
     /// The entries.
-    pub entries: Vec<EntryInfo>,
+    pub entries: Vec<DecodedEntry>,
     /// The bindings.
-    pub bindings: Vec<Binding>,
+    pub bindings: Vec<DecodedBinding>,
 }
 
 fn shape_of(t: &TensorRecord) -> Shape {
@@ -96,7 +95,7 @@ impl PlanInfo {
                 let e = EntryRecord::decode(b);
                 let lo = (e.first_instr as usize).min(instrs.len());
                 let hi = (lo + e.n_instrs as usize).min(instrs.len());
-                EntryInfo {
+                DecodedEntry {
                     name: decode_name(&e.name).unwrap_or("?").to_string(),
                     instrs: instrs[lo..hi].to_vec(),
                 }
@@ -106,7 +105,7 @@ impl PlanInfo {
             .map(|b| {
                 let b = BindingRecord::decode(b);
                 let t = tensors.get(b.tensor as usize);
-                Binding {
+                DecodedBinding {
                     name: decode_name(&b.name).unwrap_or("?").to_string(),
                     kind: BindingKind::from_u8(b.kind).unwrap_or(BindingKind::Input),
                     entry: (b.entry != tapeplan_core::format::ALL_ENTRIES)

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use tapeplan_core::ops::{self, Attr};
 use tapeplan_core::{Compute, MathProfile, NodeId, Opcode, Tape, TapeError, Tensor};
 
-use crate::planner::{EntrySpec, Root};
+use crate::plan::{EntrySpec, Root};
 
 /// Which rewrites to apply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
