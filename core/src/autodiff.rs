@@ -52,7 +52,7 @@ pub(crate) fn active_mask(nodes: &[Node], roots: &[usize], wrt: &[usize]) -> Vec
     for i in 0..n {
         // A stop-gradient or piecewise-constant op's output does not depend differentiably on
         // its arguments: its rule contributes nothing, so nothing upstream of it needs a rule.
-        if !depends[i] && !crate::ops::zero_derivative(nodes[i].op) {
+        if !depends[i] && !nodes[i].op.zero_derivative() {
             depends[i] = nodes[i]
                 .arg_indices()
                 .iter()
@@ -172,7 +172,7 @@ where
                 out,
                 cotangent: &g,
                 wants,
-                attr_bits: node.attr.bits,
+                attr: node.attr,
             },
         )?;
         for (k, c) in contributions.into_iter().enumerate() {

@@ -287,7 +287,7 @@ impl Tape {
         let shape = ops::infer(op, attr, &shapes[..args.len()])?;
         Ok(self.append(Node {
             op,
-            attr: Attr::from_parts(op, attr.bits, shape),
+            attr,
             args: idx,
             shape,
             name: None,
@@ -502,17 +502,20 @@ pub fn describe(tape: &Tape, marks: &[(usize, &str)]) -> String {
                 }
             }
             Opcode::Fill => {
-                let _ = write!(args, "value={}", f32::from_bits(n.attr.bits));
+                let _ = write!(args, "value={}", n.attr.scalar());
             }
             Opcode::Pow => {
-                let _ = write!(args, "  p={}", f32::from_bits(n.attr.bits));
+                let _ = write!(args, "  p={}", n.attr.scalar());
             }
             Opcode::Slice | Opcode::Pad => {
-                let (axis, start) = ops::slice::unpack(n.attr.bits);
-                let _ = write!(args, "  axis={axis} start={start}");
+                if let Attr::Window { axis, start, .. } = n.attr {
+                    let _ = write!(args, "  axis={axis} start={start}");
+                }
             }
             Opcode::Concat => {
-                let _ = write!(args, "  axis={}", n.attr.bits);
+                if let Attr::Axis(axis) = n.attr {
+                    let _ = write!(args, "  axis={axis}");
+                }
             }
             Opcode::Broadcast | Opcode::SumTo | Opcode::MaxTo | Opcode::Reshape => {
                 let _ = write!(args, "  shape={}", n.shape);

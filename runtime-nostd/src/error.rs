@@ -3,7 +3,7 @@
 
 use core::fmt;
 
-use tapeplan_core::format::{BindingKind, TensorKind};
+use tapeplan_core::format::{AttrError, BindingKind, TensorKind};
 use tapeplan_core::{MathProfile, OpError, Opcode, Shape};
 
 /// A section of the plan: which array of records an index refers to.
@@ -140,7 +140,7 @@ pub enum PlanError {
         /// The version found.
         found: u16,
     },
-    /// `header_bytes` is not 48.
+    /// `header_bytes` is not `tapeplan_core::format::HEADER_BYTES`.
     BadHeaderBytes {
         /// The value found.
         found: u16,
@@ -290,7 +290,8 @@ pub enum PlanError {
         /// The value found.
         found: u32,
     },
-    /// A non-`fill` instruction has a non-zero attribute word.
+    /// An instruction whose opcode takes no attribute value (kind `none` or `target`) has a
+    /// non-zero attribute word.
     NonzeroAttr {
         /// The instruction's index.
         instr: u32,
@@ -298,6 +299,16 @@ pub enum PlanError {
         op: Opcode,
         /// The word found.
         attr: u32,
+    },
+    /// An instruction's attribute block is malformed (outside the attribute section, or of the
+    /// wrong length for the opcode).
+    Attr {
+        /// The instruction's index.
+        instr: u32,
+        /// The opcode.
+        op: Opcode,
+        /// What is wrong.
+        error: AttrError,
     },
     /// The opcode's shape rule rejects the argument shapes.
     ShapeRule {
@@ -488,8 +499,16 @@ impl fmt::Display for PlanError {
                 f,
                 "plan format version {found} is newer than the supported version {supported}"
             ),
-            E::UnknownVersion { found } => write!(f, "unknown plan format version {found}"),
-            E::BadHeaderBytes { found } => write!(f, "header_bytes is {found}, expected 48"),
+            E::UnknownVersion { found } => write!(
+                f,
+                "plan format version {found} is not read here (this runtime reads version {}); plan the model again",
+                tapeplan_core::format::VERSION
+            ),
+            E::BadHeaderBytes { found } => write!(
+                f,
+                "header_bytes is {found}, expected {}",
+                tapeplan_core::format::HEADER_BYTES
+            ),
             E::BadChecksum { stored, computed } => write!(
                 f,
                 "checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"
@@ -585,6 +604,7 @@ impl fmt::Display for PlanError {
                 f,
                 "instruction {instr}: {op} takes no attribute, found {attr:#x}"
             ),
+            E::Attr { instr, op, error } => write!(f, "instruction {instr}: {op}: {error}"),
             E::ShapeRule { instr, error } => write!(f, "instruction {instr}: {error}"),
             E::OutputShape {
                 instr,

@@ -5,10 +5,7 @@ use tapeplan_core::ops::elementwise::{binary_in_place, unary_in_place, InPlace};
 use tapeplan_core::ops::{binary_fn, eval, unary_fn, Attr};
 use tapeplan_core::{MathProfile, OpClass, Opcode, Shape, MAX_ARITY};
 
-use tapeplan_core::format::{
-    FUSE_NEXT, HEADER_BYTES, INSTR_RECORD_BYTES, MAX_CHAIN_INSTRS, MAX_REGISTERS,
-    TENSOR_RECORD_BYTES,
-};
+use tapeplan_core::format::{decode_attr, FUSE_NEXT, MAX_CHAIN_INSTRS, MAX_REGISTERS};
 use tapeplan_core::MAX_RANK;
 
 use crate::catalog::{self, Dims, Src};
@@ -425,40 +422,28 @@ struct Fast {
     register: bool,
 }
 
-/// Reads tensor `t`'s record straight from the plan's bytes (the validated fields: offset,
-/// rank, dims); `None` past the tensor section.
+/// Tensor `t`'s record (the validated fields: offset, rank, dims), decoded by the format's
+/// record decoder; `None` past the tensor section.
 #[inline]
 fn fast_tensor(plan: &Plan<'_>, t: u32) -> Option<Fast> {
     let i = usize::try_from(t).ok()?;
     if i >= plan.layout.n_tensors {
         return None;
     }
-    let at = HEADER_BYTES.checked_add(i.checked_mul(TENSOR_RECORD_BYTES)?)?;
-    let rec: &[u8; TENSOR_RECORD_BYTES] = plan
-        .bytes
-        .get(at..at.checked_add(TENSOR_RECORD_BYTES)?)?
-        .try_into()
-        .ok()?;
-    let word = |w: [u8; 4]| us(u32::from_le_bytes(w));
-    let offset = word([rec[0], rec[1], rec[2], rec[3]]);
-    let rank = usize::from(rec[4]).min(MAX_RANK);
-    let all = [
-        word([rec[8], rec[9], rec[10], rec[11]]),
-        word([rec[12], rec[13], rec[14], rec[15]]),
-        word([rec[16], rec[17], rec[18], rec[19]]),
-        word([rec[20], rec[21], rec[22], rec[23]]),
-    ];
+    let rec = plan.tensor_record(i)?;
+    let offset = us(rec.offset_elems);
+    let rank = usize::from(rec.rank).min(MAX_RANK);
     let mut dims = [0usize; MAX_RANK];
     let mut elems = 1usize;
-    for (d, &x) in dims.iter_mut().zip(&all).take(rank) {
-        *d = x;
-        elems = elems.saturating_mul(x);
+    for (d, &x) in dims.iter_mut().zip(&rec.dims).take(rank) {
+        *d = us(x);
+        elems = elems.saturating_mul(us(x));
     }
     Some(Fast {
         offset,
         end: offset.checked_add(elems)?,
         dims: Dims { rank, dims, elems },
-        register: rec[5] == TensorKind::Register as u8,
+        register: rec.kind == TensorKind::Register as u8,
     })
 }
 
@@ -486,7 +471,7 @@ const ELEMENTWISE: u8 = 0x40;
 #[cfg(feature = "catalog")]
 const ARITY: u8 = 0x0f;
 
-/// One instruction of an entry decoded for execution: its opcode, attribute word and where its
+/// One instruction of an entry decoded for execution: its opcode, attribute and where its
 /// tensors live, read from the plan's records once by [`Session::decode`] so that
 /// [`Session::run_program`] does not read them again on every step. About 300 bytes each.
 #[derive(Clone, Copy, Debug)]
@@ -496,7 +481,7 @@ pub struct Decoded {
     op: Opcode,
     arity: usize,
     elementwise: bool,
-    attr: u32,
+    attr: Attr,
     out: Fast,
     args: [Option<Fast>; MAX_ARITY],
 }
@@ -509,7 +494,7 @@ impl Decoded {
         op: Opcode::Input,
         arity: 0,
         elementwise: false,
-        attr: 0,
+        attr: Attr::None,
         out: Fast {
             offset: 0,
             end: 0,
@@ -551,58 +536,38 @@ impl Program<'_> {
     }
 }
 
-/// Decodes instruction `k`'s record and its tensors' records (see [`Decoded`]).
+/// Decodes instruction `k` (through the format's one decoder, `Plan::instr`) and its tensors'
+/// records (see [`Decoded`]).
 #[inline(always)]
 fn decode_instr(plan: &Plan<'_>, k: usize) -> Result<Decoded, RunError> {
     let instr = u32::try_from(k).unwrap_or(u32::MAX);
     let bad = RunError::Inconsistent { instr };
-    let at = k
-        .checked_mul(INSTR_RECORD_BYTES)
-        .and_then(|x| x.checked_add(plan.layout.instrs_at))
-        .ok_or(bad)?;
-    if k >= plan.layout.n_instrs {
-        return Err(bad);
-    }
-    let rec: &[u8; INSTR_RECORD_BYTES] = plan
-        .bytes
-        .get(at..at.checked_add(INSTR_RECORD_BYTES).ok_or(bad)?)
-        .and_then(|r| r.try_into().ok())
-        .ok_or(bad)?;
-    let word = |w: [u8; 4]| u32::from_le_bytes(w);
-    let op = Opcode::from_u8(rec[0]).ok_or(bad)?;
+    let ins = plan.instr(k).ok_or(bad)?.map_err(|_| bad)?;
+    let op = ins.op;
     // With the catalog (hosts), a table lookup; without (flash-bound firmware), two calls and
     // 256 bytes less.
     #[cfg(feature = "catalog")]
     let (arity, elementwise) = {
-        let flags = DECODE.get(usize::from(rec[0])).copied().unwrap_or(0);
+        let flags = DECODE.get(usize::from(op.to_u8())).copied().unwrap_or(0);
         (usize::from(flags & ARITY), flags & ELEMENTWISE != 0)
     };
     #[cfg(not(feature = "catalog"))]
     let (arity, elementwise) = (op.arity(), op.class() == OpClass::Elementwise);
-    let out = fast_tensor(plan, word([rec[4], rec[5], rec[6], rec[7]])).ok_or(bad)?;
+    let out = fast_tensor(plan, ins.out).ok_or(bad)?;
     let mut d = Decoded {
         k,
-        fuse_next: u16::from_le_bytes([rec[2], rec[3]]) & FUSE_NEXT != 0,
+        fuse_next: ins.fuse_next(),
         op,
         arity,
         elementwise,
-        attr: word([rec[20], rec[21], rec[22], rec[23]]),
+        attr: ins.attr,
         out,
         args: [None; MAX_ARITY],
     };
     if out.dims.elems == 0 {
         return Ok(d);
     }
-    for (slot, a) in d
-        .args
-        .iter_mut()
-        .zip([
-            word([rec[8], rec[9], rec[10], rec[11]]),
-            word([rec[12], rec[13], rec[14], rec[15]]),
-            word([rec[16], rec[17], rec[18], rec[19]]),
-        ])
-        .take(arity)
-    {
+    for (slot, &a) in d.args.iter_mut().zip(&ins.args).take(arity) {
         *slot = Some(fast_tensor(plan, a).ok_or(bad)?);
     }
     Ok(d)
@@ -670,7 +635,7 @@ fn execute(plan: &Plan<'_>, arena: &mut [f32], d: &Decoded) -> Result<(), RunErr
         // reference kernels: the same bits, less code.
         if cfg!(feature = "catalog")
             && lengths_ok
-            && catalog::elementwise(op, attr, plan.math(), a, b, buf)
+            && catalog::elementwise(op, attr.scalar(), plan.math(), a, b, buf)
         {
             return Ok(());
         }
@@ -691,7 +656,7 @@ fn execute(plan: &Plan<'_>, arena: &mut [f32], d: &Decoded) -> Result<(), RunErr
             && disjoint
             && catalog::structural(
                 op,
-                attr,
+                attr.scalar(),
                 slices.get(..arity).ok_or(bad)?,
                 dims.get(..arity).ok_or(bad)?,
                 &out.dims,
@@ -712,6 +677,8 @@ fn step_reference(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), Ru
     let op = Opcode::from_u8(rec.opcode).ok_or(bad)?;
     let arity = op.arity();
     let out = plan.tensor_view(rec.out).ok_or(bad)?;
+    // The format's one attribute decoder (validation already accepted it).
+    let attr = decode_attr(op, rec.attr_word, plan.attr_section(), out.shape).map_err(|_| bad)?;
     if out.elems == 0 {
         // Nothing to write; skipping also spares loops over empty extents.
         return Ok(());
@@ -753,7 +720,7 @@ fn step_reference(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), Ru
         }
         // Any other elementwise opcode in place: through the reference kernel, a chunk at a
         // time from copies (elementwise, so chunking cannot change a bit).
-        return elementwise_chunked(op, rec.attr, math, views, arena, &out, instr);
+        return elementwise_chunked(op, attr, math, views, arena, &out, instr);
     }
 
     let (left, rest) = arena.split_at_mut_checked(out.offset).ok_or(bad)?;
@@ -763,7 +730,6 @@ fn step_reference(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), Ru
         let v = v.as_ref().ok_or(bad)?;
         *slot = pick(left, right, out.end, v).ok_or(bad)?;
     }
-    let attr = Attr::from_parts(op, rec.attr, out.shape);
     let args = args.get(..arity).ok_or(bad)?;
     eval(op, attr, math, args, shapes, buf).map_err(|error| RunError::Kernel { instr, error })
 }
@@ -787,7 +753,7 @@ enum Loc {
 #[derive(Clone, Copy, Debug)]
 struct Member {
     op: Opcode,
-    attr: u32,
+    attr: Attr,
     arity: usize,
     elems: usize,
     out: Loc,
@@ -1041,7 +1007,7 @@ fn chain_step(
     let bad = RunError::Inconsistent { instr };
     if m.op == Opcode::Fill {
         // The reference kernel's meaning: every element the attribute's bits.
-        dst.fill(f32::from_bits(m.attr));
+        dst.fill(m.attr.scalar());
         return Ok(());
     }
     let a = a.ok_or(bad)?;
@@ -1050,7 +1016,7 @@ fn chain_step(
     } else {
         Src::Out
     };
-    if cfg!(feature = "catalog") && catalog::elementwise(m.op, m.attr, math, a, b, dst) {
+    if cfg!(feature = "catalog") && catalog::elementwise(m.op, m.attr.scalar(), math, a, b, dst) {
         return Ok(());
     }
     let len = dst.len();
@@ -1069,7 +1035,7 @@ fn chain_step(
     let shapes = [shape; 2];
     eval(
         m.op,
-        Attr::from_parts(m.op, m.attr, shape),
+        m.attr.with_target(shape),
         math,
         args.get(..m.arity).ok_or(bad)?,
         shapes.get(..m.arity).ok_or(bad)?,
@@ -1087,7 +1053,7 @@ const CHUNK_ELEMS: usize = 64;
 /// the same-index argument elements only, so the bits are those of one whole-buffer call.
 fn elementwise_chunked(
     op: Opcode,
-    attr_bits: u32,
+    attr: Attr,
     math: MathProfile,
     views: &[Option<TensorView>],
     arena: &mut [f32],
@@ -1123,7 +1089,7 @@ fn elementwise_chunked(
             .ok_or(bad)?;
         eval(
             op,
-            Attr::from_parts(op, attr_bits, shape),
+            attr.with_target(shape),
             math,
             args.get(..arity).ok_or(bad)?,
             shapes.get(..arity).ok_or(bad)?,
@@ -1188,7 +1154,7 @@ mod tests {
                 &mut expect,
             )
             .unwrap();
-            elementwise_chunked(op, 0, m, views, &mut arena, &a, 0).unwrap();
+            elementwise_chunked(op, Attr::NONE, m, views, &mut arena, &a, 0).unwrap();
             let got: Vec<u32> = arena[..n].iter().map(|x| x.to_bits()).collect();
             let want: Vec<u32> = expect.iter().map(|x| x.to_bits()).collect();
             assert_eq!(got, want, "{op}");

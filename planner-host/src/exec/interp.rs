@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use tapeplan_core::format::TensorKind;
-use tapeplan_core::{ops, Attr};
+use tapeplan_core::ops;
 
 use crate::plan::Schedule;
 
@@ -51,14 +51,7 @@ impl Schedule {
                         found_elems: 0,
                     })?
             };
-            ops::eval(
-                i.op,
-                Attr::from_parts(i.op, i.attr, out.shape),
-                self.math,
-                &arg_refs,
-                &shapes,
-                dst,
-            )?;
+            ops::eval(i.op, i.attr, self.math, &arg_refs, &shapes, dst)?;
             if out.kind == TensorKind::Register {
                 registers.insert(i.out, register);
             }

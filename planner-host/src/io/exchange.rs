@@ -211,7 +211,7 @@ pub fn forward_activation(plan_bytes: &[u8]) -> &'static str {
     let Some(fwd) = info.entries.iter().find(|e| e.name == "forward") else {
         return "unknown";
     };
-    let has = |op: Opcode| fwd.instrs.iter().any(|i| i.opcode == op.to_u8());
+    let has = |op: Opcode| fwd.instrs.iter().any(|i| i.op == op);
     match (has(Opcode::Tanh), has(Opcode::Relu)) {
         (true, false) => "tanh",
         (false, true) => "relu",

@@ -89,11 +89,7 @@ pub fn emit(
             op: node.op,
             out: tensor_of[&n],
             args,
-            attr: if tapeplan_core::ops::uses_attr(node.op) {
-                node.attr.bits
-            } else {
-                0
-            },
+            attr: node.attr,
             node: n,
             fuse_next: fusion.fuse_next[pos],
         });

@@ -128,8 +128,8 @@ pub struct Instr {
     pub out: u32,
     /// The argument tensors, `op.arity()` of them.
     pub args: [u32; 3],
-    /// The attribute word.
-    pub attr: u32,
+    /// The attribute (its bytes are written by `tapeplan_core::format::encode_attr`).
+    pub attr: tapeplan_core::Attr,
     /// The tape node this instruction computes.
     pub node: usize,
     /// This instruction and the next are one fused chain (the format's `FUSE_NEXT`).

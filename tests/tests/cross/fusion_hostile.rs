@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use proptest::prelude::*;
 use tapeplan_core::format::{
-    plan_crc, BindingKind, BindingRecord, EntryRecord, Header, InstrRecord, TensorKind,
+    self, plan_crc, BindingKind, BindingRecord, EntryRecord, Header, InstrRecord, TensorKind,
     TensorRecord, BINDING_RECORD_BYTES, CRC_OFFSET, ENTRY_RECORD_BYTES, FUSE_NEXT, HEADER_BYTES,
     INSTR_RECORD_BYTES, TENSOR_RECORD_BYTES,
 };
@@ -140,12 +140,12 @@ fn random_model(rng: &mut Rng) -> Model {
         let v = if roll < 45 {
             let op = UNARY[rng.below(UNARY.len())];
             let x = pick(rng, &pools[which]);
-            let bits = if op == Opcode::Pow {
-                [2.0f32, 0.5, 3.0, -1.0][rng.below(4)].to_bits()
+            let attr = if op == Opcode::Pow {
+                Attr::Pow([2.0f32, 0.5, 3.0, -1.0][rng.below(4)])
             } else {
-                0
+                Attr::NONE
             };
-            tape.push(op, Attr { bits, target: None }, &[x]).unwrap()
+            tape.push(op, attr, &[x]).unwrap()
         } else if roll < 80 {
             let op = BINARY[rng.below(BINARY.len())];
             let (x, y) = (pick(rng, &pools[which]), pick(rng, &pools[which]));
@@ -537,6 +537,8 @@ struct Records {
     instrs: Vec<InstrRecord>,
     entries: Vec<EntryRecord>,
     bindings: Vec<BindingRecord>,
+    /// The attribute section's bytes.
+    attrs: Vec<u8>,
 }
 
 fn records(bytes: &[u8]) -> Records {
@@ -561,6 +563,9 @@ fn records(bytes: &[u8]) -> Records {
         bindings: (0..header.n_bindings)
             .map(|_| BindingRecord::decode(next(BINDING_RECORD_BYTES)))
             .collect(),
+        attrs: format::Sections::of(&header)
+            .map(|s| bytes[s.attrs_at..s.end_at].to_vec())
+            .unwrap(),
     }
 }
 
@@ -593,7 +598,7 @@ fn sequential(r: &Records, e: usize, arena: &mut [f32]) -> bool {
         let refs: Vec<&[f32]> = args.iter().map(Vec::as_slice).collect();
         eval(
             op,
-            Attr::from_parts(op, ins.attr, shape(t)),
+            format::decode_attr(op, ins.attr_word, &r.attrs, shape(t)).unwrap(),
             tapeplan_core::MathProfile::from_flags(r.header.flags),
             &refs,
             &shapes,
