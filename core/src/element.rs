@@ -51,6 +51,8 @@ pub trait Element:
     fn tanh(self) -> Self;
     /// `√x`, correctly rounded.
     fn sqrt(self) -> Self;
+    /// `erf x`, the error function.
+    fn erf(self) -> Self;
     /// `x^p`.
     fn powf(self, p: Self) -> Self;
     /// `|x|` (clears the sign, NaN included).
@@ -110,6 +112,9 @@ impl Element for f32 {
     fn sqrt(self) -> f32 {
         libm::sqrtf(self)
     }
+    fn erf(self) -> f32 {
+        libm::erff(self)
+    }
     fn powf(self, p: f32) -> f32 {
         libm::powf(self, p)
     }
@@ -164,6 +169,9 @@ impl Element for f64 {
     }
     fn sqrt(self) -> f64 {
         libm::sqrt(self)
+    }
+    fn erf(self) -> f64 {
+        libm::erf(self)
     }
     fn powf(self, p: f64) -> f64 {
         libm::pow(self, p)

@@ -75,6 +75,7 @@ macro_rules! opcode_table {
             0x35 GreaterEqual "greater_equal" 2 Elementwise None   core zero binary     greater_equal "`1` where `a >= b`, else `0`.";
             0x36 Select       "select"        3 Structural  None   ext  grad node       select        "`a` where `cond != 0`, else `b` (elementwise, never in place).";
             0x37 Uniform      "uniform"       2 Structural  Target core zero node       uniform       "Counter-based uniform `[0, 1)` draws of the target shape from a key and a counter.";
+            0x38 Erf          "erf"           1 Elementwise None   ext  grad unary      erf           "`libm::erff(x)`, the error function (in both math profiles).";
         }
     };
 }

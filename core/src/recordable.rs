@@ -185,6 +185,13 @@ pub trait Recordable {
     fn sqrt(&mut self, x: &Self::Value) -> Result<Self::Value, Self::Error> {
         self.apply(Opcode::Sqrt, Attr::NONE, &[x])
     }
+    /// The error function `erf(x)` (see [`crate::ops::erf`]).
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn erf(&mut self, x: &Self::Value) -> Result<Self::Value, Self::Error> {
+        self.apply(Opcode::Erf, Attr::NONE, &[x])
+    }
     /// The logistic sigmoid.
     ///
     /// # Errors

@@ -214,6 +214,13 @@ pub fn cases() -> Vec<Case> {
             body: |t, x| t.sqrt(&x[0]).unwrap(),
         },
         Case {
+            name: "erf",
+            covers: &[Opcode::Erf],
+            inputs: &[(&[6], -3.0, 3.0)],
+            wrt: &[true],
+            body: |t, x| t.erf(&x[0]).unwrap(),
+        },
+        Case {
             name: "sigmoid",
             covers: &[Opcode::Sigmoid],
             inputs: &[(&[6], -4.0, 4.0)],

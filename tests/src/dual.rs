@@ -117,6 +117,14 @@ impl Element for Dual {
         let s = Element::sqrt(self.v);
         Dual::new(s, self.t / (2.0 * s))
     }
+    fn erf(self) -> Dual {
+        // The slope as `erf`'s rule forms it: `(2/√π) · e^(−x²)`.
+        let gauss = Element::exp(-(self.v * self.v));
+        Dual::new(
+            Element::erf(self.v),
+            self.t * (tapeplan_core::ops::erf::TWO_OVER_SQRT_PI * gauss),
+        )
+    }
     fn powf(self, p: Dual) -> Dual {
         // A constant exponent (the plan's `pow` has one). For `p = 0` the slope is 0, not
         // `0 · x^-1` (NaN at 0): the reverse rule's convention.

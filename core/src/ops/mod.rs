@@ -19,6 +19,7 @@ pub mod detach;
 pub mod div;
 pub mod elementwise;
 pub mod equal;
+pub mod erf;
 pub mod exp;
 pub mod fill;
 pub mod greater;
