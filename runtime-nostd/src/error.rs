@@ -748,6 +748,12 @@ pub enum RunError {
         /// The instruction's index.
         instr: u32,
     },
+    /// A [`crate::Program`] run in a session of another plan (another `plan_id`, CRC-32 or
+    /// bytes than the plan it was decoded from).
+    ForeignProgram {
+        /// The program's entry index.
+        entry: u32,
+    },
     /// A guarded entry produced a value that is not finite (NaN or ±inf) in an output or an
     /// update, so it committed nothing: the parameters and optimizer state are exactly as they
     /// were before the run. The caller can skip the batch or lower the learning rate.
@@ -789,6 +795,10 @@ impl fmt::Display for RunError {
                     "instruction {instr}: records inconsistent with the arena"
                 )
             }
+            RunError::ForeignProgram { entry } => write!(
+                f,
+                "the program of entry {entry} was decoded from another plan than the session's"
+            ),
             RunError::NonFinite {
                 entry,
                 binding,

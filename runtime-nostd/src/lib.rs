@@ -13,8 +13,11 @@
 pub mod catalog;
 mod checkpoint;
 mod error;
+mod exec;
+mod fused;
 mod limits;
 mod plan;
+mod program;
 mod session;
 mod validate;
 
@@ -26,7 +29,8 @@ pub use checkpoint::{
 pub use error::{FusionRule, Operand, PlanError, RunError, Section};
 pub use limits::Limits;
 pub use plan::{Binding, EntryId, Plan};
-pub use session::{Decoded, Program, Session};
+pub use program::{Decoded, Program};
+pub use session::Session;
 pub use validate::{Scratch, DEFAULT_SCRATCH_TENSORS};
 
 pub use tapeplan_core::format::{BindingKind, TensorKind};

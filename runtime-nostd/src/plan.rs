@@ -250,6 +250,16 @@ impl<'a> Plan<'a> {
         self.header.plan_id
     }
 
+    /// Whether `other` is this plan: the same identity (`plan_id`, CRC-32, size) and the same
+    /// bytes (compared only when the two are not the same borrowed buffer; while both plans
+    /// borrow it, a buffer cannot change). A copy of a plan's bytes elsewhere is the same plan.
+    pub fn same_plan(&self, other: &Plan<'_>) -> bool {
+        self.header.plan_id == other.header.plan_id
+            && self.header.crc32 == other.header.crc32
+            && self.bytes.len() == other.bytes.len()
+            && (core::ptr::eq(self.bytes, other.bytes) || self.bytes == other.bytes)
+    }
+
     /// The number of tensor records.
     pub fn n_tensors(&self) -> usize {
         self.layout.n_tensors

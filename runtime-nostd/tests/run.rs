@@ -342,3 +342,68 @@ fn in_place_variants_match_reference_bits() {
     let h = p.op(Exp, &[2, 3], &[g], 0);
     p.check(&[f, h]);
 }
+
+/// Issue 16, hole 1: a decoded program runs only in a session of the plan it was decoded from,
+/// compared by identity (`plan_id`, CRC-32, bytes), not by the address of the bytes. (A program
+/// borrows its plan, so the plan's buffer cannot be reloaded under it: the compile-fail example
+/// on `Program`.)
+#[test]
+fn a_program_runs_only_on_its_own_plan() {
+    use mlp::*;
+    use tapeplan_runtime::Decoded;
+    let bytes = mlp_plan();
+    // Another plan, same layout and length: the learning rate's `fill` differs.
+    let other = with_instr(bytes.clone(), 4, |r| r.attr = 0.5f32.to_bits());
+    assert_eq!(other.len(), bytes.len());
+    let plan = Plan::parse(&bytes).unwrap();
+    let other_plan = Plan::parse(&other).unwrap();
+    assert_eq!(plan.plan_id(), other_plan.plan_id());
+    let train = plan.entry("train_step").unwrap();
+    let (w, b, x) = (floats(1, 12), floats(2, 4), floats(3, 6));
+
+    let mut arena = vec![0.0f32; plan.arena_elems()];
+    let mut buf = vec![Decoded::EMPTY; plan.entry_instrs(train).unwrap()];
+    let program = Session::bind(&plan, &mut arena)
+        .unwrap()
+        .decode(train, &mut buf)
+        .unwrap();
+    assert!(std::ptr::eq(program.plan(), &plan));
+
+    // In a session of the other plan: refused, and nothing ran.
+    let mut other_arena = vec![0.0f32; other_plan.arena_elems()];
+    let mut s = Session::bind(&other_plan, &mut other_arena).unwrap();
+    s.load_parameter("w", &w).unwrap();
+    s.load_parameter("b", &b).unwrap();
+    s.set_input(train, "x", &x).unwrap();
+    let before = s.persistent().to_vec();
+    let e = s.run_program(&program).unwrap_err();
+    assert_eq!(
+        e,
+        RunError::ForeignProgram {
+            entry: train.index() as u32
+        }
+    );
+    assert!(e.to_string().contains("another plan"), "{e}");
+    assert_eq!(bits(s.persistent()), bits(&before));
+
+    // In a session of a copy of the same bytes (another buffer, the same plan): it runs, with
+    // `run`'s bits.
+    let copy = bytes.clone();
+    let copy_plan = Plan::parse(&copy).unwrap();
+    let mut results = Vec::new();
+    for decoded in [false, true] {
+        let mut arena = vec![0.0f32; copy_plan.arena_elems()];
+        let mut s = Session::bind(&copy_plan, &mut arena).unwrap();
+        s.load_parameter("w", &w).unwrap();
+        s.load_parameter("b", &b).unwrap();
+        s.set_input(train, "x", &x).unwrap();
+        if decoded {
+            s.run_program(&program).unwrap();
+        } else {
+            s.run(train).unwrap();
+        }
+        results.push(bits(s.persistent()));
+    }
+    assert_eq!(results[0], results[1]);
+    assert_ne!(results[0], bits(&before), "the step changed nothing");
+}
