@@ -7,7 +7,7 @@ use core::fmt::{self, Write as _};
 
 use embedded_hal::delay::DelayNs;
 use embedded_io::Write;
-use tapeplan_runtime::{Limits, Plan, PlanError, RunError, Scratch, Session};
+use tapeplan_runtime::{ExecError, Limits, ParseError, Plan, Scratch, Session};
 
 use crate::board::Clock;
 use crate::gen;
@@ -23,9 +23,9 @@ const PARAMS_PER_LINE: usize = 8;
 #[derive(Debug)]
 pub enum Failure<E> {
     /// The embedded plan was rejected.
-    Plan(PlanError),
+    Plan(ParseError),
     /// Binding or running failed.
-    Run(RunError),
+    Run(ExecError),
     /// The plan lacks an entry or binding the trainer needs.
     Missing(&'static str),
     /// The initial parameters do not fit the plan's.
@@ -34,14 +34,14 @@ pub enum Failure<E> {
     Link(E),
 }
 
-impl<E> From<PlanError> for Failure<E> {
-    fn from(e: PlanError) -> Self {
+impl<E> From<ParseError> for Failure<E> {
+    fn from(e: ParseError) -> Self {
         Failure::Plan(e)
     }
 }
 
-impl<E> From<RunError> for Failure<E> {
-    fn from(e: RunError) -> Self {
+impl<E> From<ExecError> for Failure<E> {
+    fn from(e: ExecError) -> Self {
         Failure::Run(e)
     }
 }

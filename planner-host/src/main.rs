@@ -20,7 +20,7 @@ use tapeplan_planner::plot::LossCurve;
 use tapeplan_planner::rng::SplitMix64;
 use tapeplan_planner::train::{RuntimeModel, TrainError};
 use tapeplan_planner::MemoryReport;
-use tapeplan_runtime::RunError;
+use tapeplan_runtime::ExecError;
 
 #[derive(Parser)]
 #[command(
@@ -697,7 +697,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                         Ok(loss) if loss.is_finite() => loss,
                         // A guarded plan refused to commit a diverging step: nothing changed;
                         // skip the batch.
-                        Err(TrainError::Run(RunError::NonFinite { .. })) => {
+                        Err(TrainError::Run(ExecError::NonFinite { .. })) => {
                             skipped += 1;
                             bar.inc(1);
                             continue;

@@ -10,7 +10,7 @@ use tapeplan_core::ops::{binary_fn, eval, unary_fn, Attr};
 use tapeplan_core::{MathProfile, OpClass, Opcode, Shape, MAX_ARITY};
 
 use crate::catalog::{self, Src};
-use crate::error::RunError;
+use crate::error::ExecError;
 use crate::fused::{self, Member, Registers};
 use crate::plan::{us, EntryId, Plan, TensorView};
 use crate::program::{decode_instr, Decoded, Placed};
@@ -33,9 +33,9 @@ pub(crate) trait Source {
         plan: &Plan<'_>,
         arena: &mut [f32],
         instr: Self::Instr<'_>,
-    ) -> Result<(), RunError>;
+    ) -> Result<(), ExecError>;
     /// The instruction as a member of a fused chain.
-    fn member(&self, instr: Self::Instr<'_>) -> Result<Member, RunError>;
+    fn member(&self, instr: Self::Instr<'_>) -> Result<Member, ExecError>;
     /// The instruction's global index in the plan (for errors).
     fn index(&self, instr: Self::Instr<'_>) -> usize;
 }
@@ -66,11 +66,11 @@ impl Source for Records<'_> {
     }
 
     #[inline(always)]
-    fn step(&self, plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), RunError> {
+    fn step(&self, plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), ExecError> {
         step(plan, arena, k)
     }
 
-    fn member(&self, k: usize) -> Result<Member, RunError> {
+    fn member(&self, k: usize) -> Result<Member, ExecError> {
         Ok(Member::of(&decode_instr(self.plan, k)?))
     }
 
@@ -93,11 +93,11 @@ impl Source for [Decoded] {
     }
 
     #[inline(always)]
-    fn step(&self, plan: &Plan<'_>, arena: &mut [f32], d: &Decoded) -> Result<(), RunError> {
+    fn step(&self, plan: &Plan<'_>, arena: &mut [f32], d: &Decoded) -> Result<(), ExecError> {
         execute(plan, arena, d)
     }
 
-    fn member(&self, d: &Decoded) -> Result<Member, RunError> {
+    fn member(&self, d: &Decoded) -> Result<Member, ExecError> {
         Ok(Member::of(d))
     }
 
@@ -112,7 +112,7 @@ impl Source for [Decoded] {
 /// then commits a guarded entry.
 ///
 /// # Errors
-/// [`RunError::ArenaTooSmall`] when `arena` is shorter than the plan's; what an instruction or
+/// [`ExecError::ArenaTooSmall`] when `arena` is shorter than the plan's; what an instruction or
 /// the commit answers.
 #[inline(always)]
 pub(crate) fn run_entry<S: Source + ?Sized>(
@@ -121,10 +121,10 @@ pub(crate) fn run_entry<S: Source + ?Sized>(
     regs: &mut Registers,
     src: &S,
     entry: EntryId,
-) -> Result<(), RunError> {
+) -> Result<(), ExecError> {
     let arena = arena
         .get_mut(..plan.arena_elems())
-        .ok_or(RunError::ArenaTooSmall {
+        .ok_or(ExecError::ArenaTooSmall {
             needed_elems: plan.arena_elems(),
             found_elems: 0,
         })?;
@@ -157,11 +157,11 @@ fn guarded(plan: &Plan<'_>, entry: EntryId) -> bool {
     })
 }
 
-fn commit(plan: &Plan<'_>, arena: &mut [f32], entry: EntryId) -> Result<(), RunError> {
+fn commit(plan: &Plan<'_>, arena: &mut [f32], entry: EntryId) -> Result<(), ExecError> {
     if !guarded(plan, entry) {
         return Ok(());
     }
-    let bad = RunError::Inconsistent { instr: u32::MAX };
+    let bad = ExecError::Inconsistent { instr: u32::MAX };
     for b in 0..plan.n_bindings() {
         let Some(binding) = plan.binding(b) else {
             continue;
@@ -173,7 +173,7 @@ fn commit(plan: &Plan<'_>, arena: &mut [f32], entry: EntryId) -> Result<(), RunE
         }
         let values = arena.get(binding.range()).ok_or(bad)?;
         if let Some(i) = values.iter().position(|v| !v.is_finite()) {
-            return Err(RunError::NonFinite {
+            return Err(ExecError::NonFinite {
                 entry: u32::try_from(entry.index()).unwrap_or(u32::MAX),
                 binding: u32::try_from(b).unwrap_or(u32::MAX),
                 element: u32::try_from(i).unwrap_or(u32::MAX),
@@ -227,7 +227,7 @@ pub(crate) fn pick_range<'s>(
 ///
 /// Without the `catalog` feature (flash-bound firmware) every instruction takes
 /// [`step_reference`]'s path: the least code, the same bits.
-fn step(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), RunError> {
+fn step(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), ExecError> {
     if cfg!(feature = "catalog") {
         execute(plan, arena, &decode_instr(plan, k)?)
     } else {
@@ -237,10 +237,10 @@ fn step(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), RunError> {
 
 /// Runs a decoded instruction over `arena` (see [`step`]).
 #[inline(always)]
-fn execute(plan: &Plan<'_>, arena: &mut [f32], d: &Decoded) -> Result<(), RunError> {
+fn execute(plan: &Plan<'_>, arena: &mut [f32], d: &Decoded) -> Result<(), ExecError> {
     let (k, op, arity, elementwise, attr, out, args) =
         (d.k, d.op, d.arity, d.elementwise, d.attr, &d.out, &d.args);
-    let bad = RunError::Inconsistent {
+    let bad = ExecError::Inconsistent {
         instr: u32::try_from(k).unwrap_or(u32::MAX),
     };
     if out.dims.elems == 0 {
@@ -319,9 +319,9 @@ fn execute(plan: &Plan<'_>, arena: &mut [f32], d: &Decoded) -> Result<(), RunErr
 }
 
 /// Runs instruction `k` over `arena` with its reference kernel from `tapeplan_core::ops`.
-fn step_reference(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), RunError> {
+fn step_reference(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), ExecError> {
     let instr = u32::try_from(k).unwrap_or(u32::MAX);
-    let bad = RunError::Inconsistent { instr };
+    let bad = ExecError::Inconsistent { instr };
     let rec = plan.instr_record(k).ok_or(bad)?;
     let op = Opcode::from_u8(rec.opcode).ok_or(bad)?;
     let arity = op.arity();
@@ -379,7 +379,7 @@ fn step_reference(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), Ru
     }
     let attr = Attr::from_parts(op, rec.attr, out.shape);
     let args = args.get(..arity).ok_or(bad)?;
-    eval(op, attr, math, args, shapes, buf).map_err(|error| RunError::Kernel { instr, error })
+    eval(op, attr, math, args, shapes, buf).map_err(|error| ExecError::Kernel { instr, error })
 }
 
 /// Elements per chunk of [`elementwise_chunked`] (its stack copies are `MAX_ARITY` of these).
@@ -397,13 +397,13 @@ fn elementwise_chunked(
     arena: &mut [f32],
     out: &TensorView,
     instr: u32,
-) -> Result<(), RunError> {
-    let bad = RunError::Inconsistent { instr };
+) -> Result<(), ExecError> {
+    let bad = ExecError::Inconsistent { instr };
     let mut copies = [[0.0f32; CHUNK_ELEMS]; MAX_ARITY];
     let mut start = 0usize;
     while start < out.elems {
         let len = (out.elems.saturating_sub(start)).min(CHUNK_ELEMS);
-        let shape = Shape::new(&[len]).map_err(|e| RunError::Kernel {
+        let shape = Shape::new(&[len]).map_err(|e| ExecError::Kernel {
             instr,
             error: e.into(),
         })?;
@@ -433,7 +433,7 @@ fn elementwise_chunked(
             shapes.get(..arity).ok_or(bad)?,
             dst,
         )
-        .map_err(|error| RunError::Kernel { instr, error })?;
+        .map_err(|error| ExecError::Kernel { instr, error })?;
         start = start.saturating_add(len);
     }
     Ok(())

@@ -8,7 +8,7 @@ use tapeplan_core::ops::{eval, Attr};
 use tapeplan_core::{MathProfile, Opcode, Shape, MAX_ARITY};
 
 use crate::catalog::{self, Dims, Src};
-use crate::error::RunError;
+use crate::error::ExecError;
 use crate::exec::{pick_range, Source};
 use crate::plan::Plan;
 use crate::program::{Decoded, Placed};
@@ -85,8 +85,8 @@ pub(crate) fn run_chain_at<S: Source + ?Sized>(
     regs: &mut Registers,
     src: &S,
     i: usize,
-) -> Result<usize, RunError> {
-    let first = src.get(i).ok_or(RunError::Inconsistent {
+) -> Result<usize, ExecError> {
+    let first = src.get(i).ok_or(ExecError::Inconsistent {
         instr: u32::try_from(i).unwrap_or(u32::MAX),
     })?;
     let mut last = i;
@@ -97,7 +97,7 @@ pub(crate) fn run_chain_at<S: Source + ?Sized>(
     }
     if last > i {
         let k = src.index(first);
-        let bad = RunError::Inconsistent {
+        let bad = ExecError::Inconsistent {
             instr: u32::try_from(k).unwrap_or(u32::MAX),
         };
         let count = last.saturating_sub(i).saturating_add(1);
@@ -122,9 +122,9 @@ fn run_chain(
     math: MathProfile,
     first: usize,
     count: usize,
-    member: impl Fn(usize) -> Result<Member, RunError>,
-) -> Result<(), RunError> {
-    let bad = |k: usize| RunError::Inconsistent {
+    member: impl Fn(usize) -> Result<Member, ExecError>,
+) -> Result<(), ExecError> {
+    let bad = |k: usize| ExecError::Inconsistent {
         instr: u32::try_from(k).unwrap_or(u32::MAX),
     };
     if TILE_ELEMS == 0 || count > MAX_CHAIN_INSTRS {
@@ -289,9 +289,9 @@ fn chain_step(
     b: Option<Src<'_>>,
     dst: &mut [f32],
     k: usize,
-) -> Result<(), RunError> {
+) -> Result<(), ExecError> {
     let instr = u32::try_from(k).unwrap_or(u32::MAX);
-    let bad = RunError::Inconsistent { instr };
+    let bad = ExecError::Inconsistent { instr };
     if m.op == Opcode::Fill {
         // The reference kernel's meaning: every element the attribute's bits.
         dst.fill(f32::from_bits(m.attr));
@@ -315,7 +315,7 @@ fn chain_step(
         Src::Out => copy,
         Src::Buf(x) => x,
     });
-    let shape = Shape::new(&[len]).map_err(|e| RunError::Kernel {
+    let shape = Shape::new(&[len]).map_err(|e| ExecError::Kernel {
         instr,
         error: e.into(),
     })?;
@@ -328,5 +328,5 @@ fn chain_step(
         shapes.get(..m.arity).ok_or(bad)?,
         dst,
     )
-    .map_err(|error| RunError::Kernel { instr, error })
+    .map_err(|error| ExecError::Kernel { instr, error })
 }

@@ -26,7 +26,7 @@ pub use checkpoint::{
     CheckpointError, CHECKPOINT_CRC_OFFSET, CHECKPOINT_HEADER_BYTES, CHECKPOINT_MAGIC,
     CHECKPOINT_VERSION,
 };
-pub use error::{FusionRule, Operand, PlanError, RunError, Section};
+pub use error::{DecodeError, ExecError, FusionRule, Operand, ParseError, Section, ValidateError};
 pub use limits::Limits;
 pub use plan::{Binding, EntryId, Plan};
 pub use program::{Decoded, Program};

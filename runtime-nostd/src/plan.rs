@@ -10,7 +10,7 @@ use tapeplan_core::format::{
 };
 use tapeplan_core::{MathProfile, Shape, MAX_RANK};
 
-use crate::error::PlanError;
+use crate::error::{DecodeError, ParseError, ValidateError};
 use crate::validate::{self, Scratch};
 use crate::Limits;
 
@@ -54,23 +54,24 @@ pub(crate) struct TensorView {
 
 impl TensorView {
     /// Checks a tensor record's own fields (not its region) and converts it.
-    pub(crate) fn new(rec: &TensorRecord, tensor: u32) -> Result<TensorView, PlanError> {
+    pub(crate) fn new(rec: &TensorRecord, tensor: u32) -> Result<TensorView, ParseError> {
         if rec.reserved != 0 {
-            return Err(PlanError::TensorReserved { tensor });
+            return Err(DecodeError::TensorReserved { tensor }.into());
         }
         let rank = usize::from(rec.rank);
         if rank > MAX_RANK {
-            return Err(PlanError::TensorRank {
+            return Err(DecodeError::TensorRank {
                 tensor,
                 rank: rec.rank,
-            });
+            }
+            .into());
         }
         if rec.dims.iter().skip(rank).any(|&d| d != 0) {
-            return Err(PlanError::TensorDims { tensor });
+            return Err(DecodeError::TensorDims { tensor }.into());
         }
         let shape =
-            Shape::from_u32(rank, rec.dims).map_err(|_| PlanError::TensorTooLarge { tensor })?;
-        let kind = TensorKind::from_u8(rec.kind).ok_or(PlanError::TensorKind {
+            Shape::from_u32(rank, rec.dims).map_err(|_| DecodeError::TensorTooLarge { tensor })?;
+        let kind = TensorKind::from_u8(rec.kind).ok_or(DecodeError::TensorKind {
             tensor,
             kind: rec.kind,
         })?;
@@ -78,7 +79,7 @@ impl TensorView {
         let elems = shape.elems();
         let end = offset
             .checked_add(elems)
-            .ok_or(PlanError::TensorOutsideRegion {
+            .ok_or(ValidateError::TensorOutsideRegion {
                 tensor,
                 offset_elems: rec.offset_elems,
                 elems: u32::try_from(elems).unwrap_or(u32::MAX),
@@ -189,8 +190,8 @@ impl<'a> Plan<'a> {
     /// [`Plan::parse_with_scratch`] and keep the scratch elsewhere.
     ///
     /// # Errors
-    /// [`PlanError`] naming the first rule of `docs/plan-format.md` the bytes break.
-    pub fn parse(bytes: &'a [u8]) -> Result<Plan<'a>, PlanError> {
+    /// [`ParseError`] naming the first rule of `docs/plan-format.md` the bytes break.
+    pub fn parse(bytes: &'a [u8]) -> Result<Plan<'a>, ParseError> {
         Plan::parse_with_limits(bytes, &Limits::DEFAULT)
     }
 
@@ -198,8 +199,8 @@ impl<'a> Plan<'a> {
     /// [`Limits::DEFAULT`] are treated as the spec's).
     ///
     /// # Errors
-    /// As [`Plan::parse`]; [`PlanError::TooMany`] when a section exceeds its cap.
-    pub fn parse_with_limits(bytes: &'a [u8], limits: &Limits) -> Result<Plan<'a>, PlanError> {
+    /// As [`Plan::parse`]; [`DecodeError::TooMany`] when a section exceeds its cap.
+    pub fn parse_with_limits(bytes: &'a [u8], limits: &Limits) -> Result<Plan<'a>, ParseError> {
         let mut scratch = Scratch::<{ validate::DEFAULT_SCRATCH_TENSORS }>::new();
         Plan::parse_with_scratch(bytes, limits, &mut scratch)
     }
@@ -214,7 +215,7 @@ impl<'a> Plan<'a> {
         bytes: &'a [u8],
         limits: &Limits,
         scratch: &mut Scratch<N>,
-    ) -> Result<Plan<'a>, PlanError> {
+    ) -> Result<Plan<'a>, ParseError> {
         validate::validate(bytes, limits, scratch)
     }
 

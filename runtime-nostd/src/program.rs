@@ -11,7 +11,7 @@ use tapeplan_core::format::{TensorKind, FUSE_NEXT};
 use tapeplan_core::{OpClass, Opcode, MAX_ARITY, MAX_RANK};
 
 use crate::catalog::Dims;
-use crate::error::RunError;
+use crate::error::ExecError;
 use crate::plan::{us, EntryId, Plan};
 
 /// A tensor record decoded for execution: where it lives and its extents. Only for a plan that
@@ -173,8 +173,8 @@ impl<'a> Program<'a> {
 /// Decodes instruction `k`'s record and its tensors' records (see [`Decoded`]): the one
 /// decoder of instructions for execution.
 #[inline(always)]
-pub(crate) fn decode_instr(plan: &Plan<'_>, k: usize) -> Result<Decoded, RunError> {
-    let bad = RunError::Inconsistent {
+pub(crate) fn decode_instr(plan: &Plan<'_>, k: usize) -> Result<Decoded, ExecError> {
+    let bad = ExecError::Inconsistent {
         instr: u32::try_from(k).unwrap_or(u32::MAX),
     };
     let rec = plan.instr_record(k).ok_or(bad)?;

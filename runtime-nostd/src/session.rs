@@ -4,7 +4,7 @@ use core::ops::Range;
 
 use tapeplan_core::format::{BindingKind, MAX_REGISTERS};
 
-use crate::error::RunError;
+use crate::error::ExecError;
 use crate::exec::{run_entry, Records};
 use crate::fused::{Registers, TILE_ELEMS};
 use crate::plan::{Binding, EntryId, Plan};
@@ -31,11 +31,11 @@ impl<'p, 'a> Session<'p, 'a> {
     /// checkpoint) are kept. Elements past `arena_elems` are never touched.
     ///
     /// # Errors
-    /// [`RunError::ArenaTooSmall`] when `arena.len() < plan.arena_elems()`.
-    pub fn bind(plan: &'p Plan<'p>, arena: &'a mut [f32]) -> Result<Self, RunError> {
+    /// [`ExecError::ArenaTooSmall`] when `arena.len() < plan.arena_elems()`.
+    pub fn bind(plan: &'p Plan<'p>, arena: &'a mut [f32]) -> Result<Self, ExecError> {
         let needed_elems = plan.arena_elems();
         if arena.len() < needed_elems {
-            return Err(RunError::ArenaTooSmall {
+            return Err(ExecError::ArenaTooSmall {
                 needed_elems,
                 found_elems: arena.len(),
             });
@@ -51,7 +51,7 @@ impl<'p, 'a> Session<'p, 'a> {
     ///
     /// # Errors
     /// As [`Session::bind`].
-    pub fn bind_zeroed(plan: &'p Plan<'p>, arena: &'a mut [f32]) -> Result<Self, RunError> {
+    pub fn bind_zeroed(plan: &'p Plan<'p>, arena: &'a mut [f32]) -> Result<Self, ExecError> {
         let s = Session::bind(plan, arena)?;
         let n = s.plan.arena_elems();
         if let Some(a) = s.arena.get_mut(..n) {
@@ -92,17 +92,17 @@ impl<'p, 'a> Session<'p, 'a> {
         self.arena.get_mut(b.range()).unwrap_or(&mut [])
     }
 
-    fn check_entry(&self, entry: EntryId) -> Result<(), RunError> {
+    fn check_entry(&self, entry: EntryId) -> Result<(), ExecError> {
         if entry.index() < self.plan.n_entries() {
             Ok(())
         } else {
-            Err(RunError::UnknownEntry { entry: entry.0 })
+            Err(ExecError::UnknownEntry { entry: entry.0 })
         }
     }
 
-    fn copy_in(dst: &mut [f32], values: &[f32]) -> Result<(), RunError> {
+    fn copy_in(dst: &mut [f32], values: &[f32]) -> Result<(), ExecError> {
         if dst.len() != values.len() {
-            return Err(RunError::LengthMismatch {
+            return Err(ExecError::LengthMismatch {
                 expected_elems: dst.len(),
                 found_elems: values.len(),
             });
@@ -111,8 +111,8 @@ impl<'p, 'a> Session<'p, 'a> {
         Ok(())
     }
 
-    fn param(&self, name: &str) -> Result<Binding<'p>, RunError> {
-        self.plan.parameter(name).ok_or(RunError::UnknownName {
+    fn param(&self, name: &str) -> Result<Binding<'p>, ExecError> {
+        self.plan.parameter(name).ok_or(ExecError::UnknownName {
             kind: BindingKind::Parameter,
         })
     }
@@ -120,9 +120,9 @@ impl<'p, 'a> Session<'p, 'a> {
     /// Copies a parameter's values (row-major, `shape.elems()` of them) into the arena.
     ///
     /// # Errors
-    /// [`RunError::UnknownName`] for no such parameter; [`RunError::LengthMismatch`] when
+    /// [`ExecError::UnknownName`] for no such parameter; [`ExecError::LengthMismatch`] when
     /// `values.len()` is not its element count.
-    pub fn load_parameter(&mut self, name: &str, values: &[f32]) -> Result<(), RunError> {
+    pub fn load_parameter(&mut self, name: &str, values: &[f32]) -> Result<(), ExecError> {
         let b = self.param(name)?;
         Self::copy_in(self.slice_mut(&b), values)
     }
@@ -130,8 +130,8 @@ impl<'p, 'a> Session<'p, 'a> {
     /// A parameter's current values.
     ///
     /// # Errors
-    /// [`RunError::UnknownName`] for no such parameter.
-    pub fn parameter(&self, name: &str) -> Result<&[f32], RunError> {
+    /// [`ExecError::UnknownName`] for no such parameter.
+    pub fn parameter(&self, name: &str) -> Result<&[f32], ExecError> {
         let b = self.param(name)?;
         Ok(self.slice(&b))
     }
@@ -139,15 +139,15 @@ impl<'p, 'a> Session<'p, 'a> {
     /// A parameter's values, writable in place.
     ///
     /// # Errors
-    /// [`RunError::UnknownName`] for no such parameter.
-    pub fn parameter_mut(&mut self, name: &str) -> Result<&mut [f32], RunError> {
+    /// [`ExecError::UnknownName`] for no such parameter.
+    pub fn parameter_mut(&mut self, name: &str) -> Result<&mut [f32], ExecError> {
         let b = self.param(name)?;
         Ok(self.slice_mut(&b))
     }
 
-    fn input_binding(&self, entry: EntryId, name: &str) -> Result<Binding<'p>, RunError> {
+    fn input_binding(&self, entry: EntryId, name: &str) -> Result<Binding<'p>, ExecError> {
         self.check_entry(entry)?;
-        self.plan.input(entry, name).ok_or(RunError::UnknownName {
+        self.plan.input(entry, name).ok_or(ExecError::UnknownName {
             kind: BindingKind::Input,
         })
     }
@@ -156,14 +156,14 @@ impl<'p, 'a> Session<'p, 'a> {
     /// reuses: set all of an entry's inputs right before running it.
     ///
     /// # Errors
-    /// [`RunError::UnknownEntry`], [`RunError::UnknownName`] for no such input of `entry`,
-    /// [`RunError::LengthMismatch`] when `values.len()` is not its element count.
+    /// [`ExecError::UnknownEntry`], [`ExecError::UnknownName`] for no such input of `entry`,
+    /// [`ExecError::LengthMismatch`] when `values.len()` is not its element count.
     pub fn set_input(
         &mut self,
         entry: EntryId,
         name: &str,
         values: &[f32],
-    ) -> Result<(), RunError> {
+    ) -> Result<(), ExecError> {
         let b = self.input_binding(entry, name)?;
         Self::copy_in(self.slice_mut(&b), values)
     }
@@ -171,8 +171,8 @@ impl<'p, 'a> Session<'p, 'a> {
     /// An input's buffer, to fill in place instead of copying.
     ///
     /// # Errors
-    /// [`RunError::UnknownEntry`], [`RunError::UnknownName`] for no such input of `entry`.
-    pub fn input_mut(&mut self, entry: EntryId, name: &str) -> Result<&mut [f32], RunError> {
+    /// [`ExecError::UnknownEntry`], [`ExecError::UnknownName`] for no such input of `entry`.
+    pub fn input_mut(&mut self, entry: EntryId, name: &str) -> Result<&mut [f32], ExecError> {
         let b = self.input_binding(entry, name)?;
         Ok(self.slice_mut(&b))
     }
@@ -181,12 +181,15 @@ impl<'p, 'a> Session<'p, 'a> {
     /// entry runs, or inputs are set, since outputs may live in scratch).
     ///
     /// # Errors
-    /// [`RunError::UnknownEntry`], [`RunError::UnknownName`] for no such output of `entry`.
-    pub fn output(&self, entry: EntryId, name: &str) -> Result<&[f32], RunError> {
+    /// [`ExecError::UnknownEntry`], [`ExecError::UnknownName`] for no such output of `entry`.
+    pub fn output(&self, entry: EntryId, name: &str) -> Result<&[f32], ExecError> {
         self.check_entry(entry)?;
-        let b = self.plan.output(entry, name).ok_or(RunError::UnknownName {
-            kind: BindingKind::Output,
-        })?;
+        let b = self
+            .plan
+            .output(entry, name)
+            .ok_or(ExecError::UnknownName {
+                kind: BindingKind::Output,
+            })?;
         Ok(self.slice(&b))
     }
 
@@ -195,9 +198,13 @@ impl<'p, 'a> Session<'p, 'a> {
     /// without the lookup by name, for loops that run an entry many times.
     ///
     /// # Errors
-    /// [`RunError::LengthMismatch`] when `values.len()` is not the binding's element count (or
+    /// [`ExecError::LengthMismatch`] when `values.len()` is not the binding's element count (or
     /// the binding does not lie in this session's arena).
-    pub fn write_binding(&mut self, binding: &Binding<'_>, values: &[f32]) -> Result<(), RunError> {
+    pub fn write_binding(
+        &mut self,
+        binding: &Binding<'_>,
+        values: &[f32],
+    ) -> Result<(), ExecError> {
         Self::copy_in(self.slice_mut(binding), values)
     }
 
@@ -214,19 +221,19 @@ impl<'p, 'a> Session<'p, 'a> {
     /// [`Program`] borrows this session's plan (and `buf`), not the session.
     ///
     /// # Errors
-    /// [`RunError::UnknownEntry`]; [`RunError::LengthMismatch`] when `buf` holds fewer than
+    /// [`ExecError::UnknownEntry`]; [`ExecError::LengthMismatch`] when `buf` holds fewer than
     /// the entry's instructions (`expected_elems` is the count needed).
     pub fn decode<'b>(
         &self,
         entry: EntryId,
         buf: &'b mut [Decoded],
-    ) -> Result<Program<'b>, RunError>
+    ) -> Result<Program<'b>, ExecError>
     where
         'p: 'b,
     {
         let range = self.entry_range(entry)?;
         let (n, found_elems) = (range.len(), buf.len());
-        let slots = buf.get_mut(..n).ok_or(RunError::LengthMismatch {
+        let slots = buf.get_mut(..n).ok_or(ExecError::LengthMismatch {
             expected_elems: n,
             found_elems,
         })?;
@@ -247,11 +254,11 @@ impl<'p, 'a> Session<'p, 'a> {
     /// under it (see [`Program`]); one decoded from another plan is refused here.
     ///
     /// # Errors
-    /// As [`Session::run`]; [`RunError::ForeignProgram`] when `program` was decoded from
+    /// As [`Session::run`]; [`ExecError::ForeignProgram`] when `program` was decoded from
     /// another plan.
-    pub fn run_program(&mut self, program: &Program<'_>) -> Result<(), RunError> {
+    pub fn run_program(&mut self, program: &Program<'_>) -> Result<(), ExecError> {
         if !self.plan.same_plan(program.plan) {
-            return Err(RunError::ForeignProgram {
+            return Err(ExecError::ForeignProgram {
                 entry: program.entry.0,
             });
         }
@@ -272,10 +279,10 @@ impl<'p, 'a> Session<'p, 'a> {
     /// parameters.
     ///
     /// # Errors
-    /// [`RunError::UnknownEntry`]; [`RunError::Inconsistent`] or [`RunError::Kernel`] only if
+    /// [`ExecError::UnknownEntry`]; [`ExecError::Inconsistent`] or [`ExecError::Kernel`] only if
     /// the plan's records contradict themselves, which validation rules out;
-    /// [`RunError::NonFinite`] when a guarded entry refuses to commit.
-    pub fn run(&mut self, entry: EntryId) -> Result<(), RunError> {
+    /// [`ExecError::NonFinite`] when a guarded entry refuses to commit.
+    pub fn run(&mut self, entry: EntryId) -> Result<(), ExecError> {
         let range = self.entry_range(entry)?;
         let src = Records {
             plan: self.plan,
@@ -284,10 +291,10 @@ impl<'p, 'a> Session<'p, 'a> {
         run_entry(self.plan, self.arena, &mut self.regs, &src, entry)
     }
 
-    fn entry_range(&self, entry: EntryId) -> Result<Range<usize>, RunError> {
+    fn entry_range(&self, entry: EntryId) -> Result<Range<usize>, ExecError> {
         self.check_entry(entry)?;
         self.plan
             .entry_range(entry)
-            .ok_or(RunError::UnknownEntry { entry: entry.0 })
+            .ok_or(ExecError::UnknownEntry { entry: entry.0 })
     }
 }

@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use proptest::prelude::*;
-use tapeplan_runtime::{Plan, PlanError};
+use tapeplan_runtime::{DecodeError, ParseError, Plan};
 
 fn plans() -> Vec<Vec<u8>> {
     let mut v = vec![mlp_plan()];
@@ -43,10 +43,10 @@ fn truncated_at_every_length() {
             let e = Plan::parse(&p[..n]).unwrap_err();
             assert_eq!(
                 e,
-                PlanError::Truncated {
+                ParseError::Decode(DecodeError::Truncated {
                     needed_bytes: if n < 48 { 48 } else { p.len() },
                     found_bytes: n
-                }
+                })
             );
             // Still truncated with the header's total_bytes and CRC fixed up to match.
             if n >= 48 {

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use common::*;
 use tapeplan_core::format::{BindingKind, TensorKind};
 use tapeplan_core::{MathProfile, Opcode};
-use tapeplan_runtime::{Plan, RunError, Session};
+use tapeplan_runtime::{ExecError, Plan, Session};
 
 #[test]
 fn mlp_matches_reference_bits() {
@@ -88,7 +88,7 @@ fn api_errors_are_values() {
     let mut small = vec![0.0; 71];
     assert_eq!(
         Session::bind(&plan, &mut small).unwrap_err(),
-        RunError::ArenaTooSmall {
+        ExecError::ArenaTooSmall {
             needed_elems: 72,
             found_elems: 71
         }
@@ -97,26 +97,26 @@ fn api_errors_are_values() {
     let mut s = Session::bind(&plan, &mut arena).unwrap();
     assert_eq!(
         s.load_parameter("w", &[0.0; 11]),
-        Err(RunError::LengthMismatch {
+        Err(ExecError::LengthMismatch {
             expected_elems: 12,
             found_elems: 11
         })
     );
     assert_eq!(
         s.load_parameter("v", &[0.0; 12]),
-        Err(RunError::UnknownName {
+        Err(ExecError::UnknownName {
             kind: BindingKind::Parameter
         })
     );
     assert_eq!(
         s.set_input(fwd, "y", &[0.0; 6]),
-        Err(RunError::UnknownName {
+        Err(ExecError::UnknownName {
             kind: BindingKind::Input
         })
     );
     assert_eq!(
         s.output(fwd, "x").unwrap_err(),
-        RunError::UnknownName {
+        ExecError::UnknownName {
             kind: BindingKind::Output
         }
     );
@@ -126,10 +126,10 @@ fn api_errors_are_values() {
     let other_bytes = b.build();
     let other = Plan::parse(&other_bytes).unwrap();
     let third = other.entry("third").unwrap();
-    assert_eq!(s.run(third), Err(RunError::UnknownEntry { entry: 2 }));
+    assert_eq!(s.run(third), Err(ExecError::UnknownEntry { entry: 2 }));
     assert_eq!(plan.entry_name(third), None);
     // Displays are lowercase sentences.
-    let msg = RunError::ArenaTooSmall {
+    let msg = ExecError::ArenaTooSmall {
         needed_elems: 72,
         found_elems: 71,
     }
@@ -349,7 +349,6 @@ fn in_place_variants_match_reference_bits() {
 /// on `Program`.)
 #[test]
 fn a_program_runs_only_on_its_own_plan() {
-    use mlp::*;
     use tapeplan_runtime::Decoded;
     let bytes = mlp_plan();
     // Another plan, same layout and length: the learning rate's `fill` differs.
@@ -379,7 +378,7 @@ fn a_program_runs_only_on_its_own_plan() {
     let e = s.run_program(&program).unwrap_err();
     assert_eq!(
         e,
-        RunError::ForeignProgram {
+        ExecError::ForeignProgram {
             entry: train.index() as u32
         }
     );

@@ -24,7 +24,7 @@ use tapeplan_planner::oracle::{JobOptions, Oracle, TrainingJob};
 use tapeplan_planner::rng::SplitMix64;
 use tapeplan_planner::train::RuntimeModel;
 use tapeplan_planner::{plan_with, EntrySpec, Plan, PlanOptions, Root};
-use tapeplan_runtime::{Decoded, RunError, Session};
+use tapeplan_runtime::{Decoded, ExecError, Session};
 
 const SENTINEL: f32 = 3.0e-39;
 const PAD: usize = 29;
@@ -370,7 +370,7 @@ fn runtime(
         .collect();
     let outcome = match r {
         Ok(()) => (outs, Some(params)),
-        Err(RunError::NonFinite { .. }) => {
+        Err(ExecError::NonFinite { .. }) => {
             let before: Vec<Vec<u32>> = ps.iter().map(|v| bits(v)).collect();
             assert_eq!(params, before, "a refused step changed parameters");
             (outs, None)
@@ -662,7 +662,7 @@ fn exercise(bytes: &[u8]) -> bool {
             };
             match got {
                 Ok(()) => assert!(ok, "committed a step the spec refuses"),
-                Err(RunError::NonFinite { .. }) => assert!(!ok, "refused a finite step"),
+                Err(ExecError::NonFinite { .. }) => assert!(!ok, "refused a finite step"),
                 Err(e) => panic!("an accepted plan failed to run: {e:?}"),
             }
         }

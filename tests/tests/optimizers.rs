@@ -7,7 +7,7 @@ use tapeplan_planner::optim::Optimizer;
 use tapeplan_planner::oracle::{first_difference, JobOptions, Oracle, TrainingJob};
 use tapeplan_planner::rng::SplitMix64;
 use tapeplan_planner::train::{RuntimeModel, TrainError};
-use tapeplan_runtime::RunError;
+use tapeplan_runtime::ExecError;
 
 fn optimizers() -> Vec<Optimizer> {
     vec![
@@ -169,7 +169,7 @@ fn a_step_that_overflows_commits_nothing_and_training_continues() {
     let huge = [3e38f32, 3e38, 3e38, 3e38, -3e38, 3e38, -3e38, 3e38];
     let err = model.train_step(&huge, &[0.0, 1.0]).unwrap_err();
     assert!(
-        matches!(err, TrainError::Run(RunError::NonFinite { .. })),
+        matches!(err, TrainError::Run(ExecError::NonFinite { .. })),
         "{err}"
     );
     let after = model.persistent().to_vec();

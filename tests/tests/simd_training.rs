@@ -223,7 +223,7 @@ fn decoded_program_equals_run() {
         let mut c = Session::bind(&other_plan, &mut arena_c).unwrap();
         assert_eq!(
             c.run_program(&program),
-            Err(tapeplan_runtime::RunError::ForeignProgram {
+            Err(tapeplan_runtime::ExecError::ForeignProgram {
                 entry: e.index() as u32
             })
         );

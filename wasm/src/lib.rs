@@ -26,7 +26,7 @@
 use std::fmt;
 
 use tapeplan_core::format::digest_f32;
-use tapeplan_runtime::{Binding, BindingKind, EntryId, Plan, PlanError, RunError, Session};
+use tapeplan_runtime::{Binding, BindingKind, EntryId, ExecError, ParseError, Plan, Session};
 use wasm_bindgen::prelude::*;
 
 self_cell::self_cell!(
@@ -43,13 +43,13 @@ self_cell::self_cell!(
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Error {
     /// The plan's bytes were rejected by the runtime's decoder and validator.
-    Plan(PlanError),
+    Plan(ParseError),
     /// The runtime refused a call; `context` names the entry or binding involved.
     Run {
         /// What was being done: `parameter "w1"`, `input "x" of train_step`, ….
         context: String,
         /// The runtime's error.
-        error: RunError,
+        error: ExecError,
     },
     /// The plan has no entry of that name.
     NoEntry(String),
@@ -94,8 +94,8 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-impl From<PlanError> for Error {
-    fn from(e: PlanError) -> Self {
+impl From<ParseError> for Error {
+    fn from(e: ParseError) -> Self {
         Error::Plan(e)
     }
 }
@@ -156,7 +156,7 @@ impl Trainer {
     fn with_session<T>(
         &mut self,
         context: impl FnOnce() -> String,
-        f: impl FnOnce(&mut Session<'_, '_>) -> Result<T, RunError>,
+        f: impl FnOnce(&mut Session<'_, '_>) -> Result<T, ExecError>,
     ) -> Result<T, Error> {
         let Trainer { plan, arena, .. } = self;
         Session::bind(plan.borrow_dependent(), arena)
@@ -186,7 +186,7 @@ impl Trainer {
         };
         found.ok_or_else(|| Error::Run {
             context: binding_context(kind, name, entry),
-            error: RunError::UnknownName { kind },
+            error: ExecError::UnknownName { kind },
         })
     }
 

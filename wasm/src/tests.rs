@@ -7,7 +7,7 @@ use tapeplan_planner::data;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
 use tapeplan_planner::optim::Sgd;
 use tapeplan_planner::oracle::{Oracle, TrainingJob};
-use tapeplan_runtime::{BindingKind, RunError};
+use tapeplan_runtime::{BindingKind, ExecError};
 
 use super::{Error, Trainer};
 
@@ -163,7 +163,7 @@ fn misuse_is_an_error_naming_what_was_wrong() {
         e,
         Error::Run {
             context: "parameter \"w9\"".into(),
-            error: RunError::UnknownName {
+            error: ExecError::UnknownName {
                 kind: BindingKind::Parameter
             }
         }
