@@ -324,6 +324,9 @@ impl<'a> Plan<'a> {
         work
     }
 
+    /// Instruction record `index`, through `tapeplan_core::format`'s decoder: the runtime's one
+    /// reader of instruction records (the validator, the work count and the executor's
+    /// [`crate::program`] all call it), so a change to the record's bytes lands here.
     pub(crate) fn instr_record(&self, index: usize) -> Option<InstrRecord> {
         if index >= self.layout.n_instrs {
             return None;
