@@ -8,7 +8,7 @@
 //! - Recording the pairs: the payload [`dual::Pairs`] speaks the same pair arithmetic through any
 //!   payload's operations. Over `Trace` it records the tangent computation as ordinary nodes on
 //!   a new tape (printed below), which the oracle `Run` evaluates (and the planner plans and the
-//!   runtime runs: `tests/tests/forward_mode.rs`).
+//!   runtime runs: `tests/tests/cross/forward_mode.rs`).
 //!
 //! Both live in `examples/dual/mod.rs`, outside the crate. The two readings agree bit for bit
 //! on every node (asserted): the recorded arithmetic follows the order the kernels apply to the

@@ -1,1 +1,6 @@
-//! Cross-crate tests live in `tests/`.
+//! What the cross-crate tests share: the conformance cases (one or more per opcode) with their
+//! inputs and builders. The tests themselves are one binary, `tests/tests/cross/` (one module
+//! per subject), so the workspace links one test executable for them instead of one per file.
+#![allow(missing_docs, clippy::unwrap_used, clippy::indexing_slicing)]
+
+pub mod cases;

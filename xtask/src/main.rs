@@ -418,9 +418,10 @@ fn step_simd(ctx: &Ctx) -> Result<()> {
             "--features",
             "simd",
             "--test",
-            "simd_training",
-            "--test",
-            "fusion",
+            "cross",
+            "--",
+            "simd_training::",
+            "fusion::",
         ]);
         if let Some(dir) = target_dir {
             for cmd in [&mut runtime, &mut training] {

@@ -1,6 +1,6 @@
 //! Forward mode's two readings, outside the crate: computing the pairs and recording the pairs.
 //!
-//! Shared by `examples/forward_mode.rs` and `tests/tests/forward_mode.rs` (which includes this
+//! Shared by `examples/forward_mode.rs` and `tests/tests/cross/forward_mode.rs` (which includes this
 //! file by `#[path]`). Nothing here is a crate type: the crate only offers its two seams, the
 //! element ([`tapeplan_core::Element`]) and the payload ([`Recordable`]).
 //!

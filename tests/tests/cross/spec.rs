@@ -4,7 +4,7 @@
 use tapeplan_core::format;
 use tapeplan_core::{OpClass, Opcode};
 
-const SPEC: &str = include_str!("../../docs/plan-format.md");
+const SPEC: &str = include_str!("../../../docs/plan-format.md");
 
 #[test]
 fn the_spec_opcode_table_matches_the_enum() {

@@ -4,7 +4,7 @@
 //! the oracle reverse scan over the recorded first-order graph bit for bit, and agrees with
 //! finite differences of the first derivative. Every opcode a rule speaks is itself covered.
 
-mod common;
+use tapeplan_tests::cases as common;
 
 use std::collections::BTreeSet;
 

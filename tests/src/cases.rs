@@ -1,6 +1,5 @@
 //! The conformance cases shared by the first-order and second-order suites: one or more per
 //! opcode, each a small function of random inputs reduced to a scalar.
-#![allow(dead_code)]
 
 use tapeplan_core::{NodeId, Opcode, Recordable, Shape, Tape, Trace};
 use tapeplan_planner::rng::SplitMix64;

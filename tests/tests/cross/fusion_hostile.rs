@@ -890,7 +890,7 @@ proptest! {
 
 /// Every bit of every byte of a fused Adam plan (guarded and in place), CRC recomputed: accepted
 /// mutants must run as their instructions one after another. Slow in debug builds: run with
-/// `cargo test --release -p tapeplan-tests --test fusion_hostile -- --ignored`.
+/// `cargo test --release -p tapeplan-tests --test cross -- --ignored fusion_hostile::`.
 #[test]
 #[ignore]
 fn every_bit_of_fused_plans_flipped() {

@@ -10,8 +10,8 @@
 //! The pair arithmetic lives in `core/examples/dual/mod.rs` (forward mode is an example, not a
 //! crate type) and is included here by path.
 
-mod common;
-#[path = "../../core/examples/dual/mod.rs"]
+use tapeplan_tests::cases as common;
+#[path = "../../../core/examples/dual/mod.rs"]
 mod dual;
 
 use common::{bits, build, cases, random_input, Built, Case};

@@ -4,7 +4,7 @@
 //! host interpreter of the unserialized plan. All must agree bit for bit; finite differences of
 //! the forward must agree with the gradient within a stated tolerance.
 
-mod common;
+use tapeplan_tests::cases as common;
 
 use common::{bits, build, cases, near_kink, random_input};
 use tapeplan_core::{MathProfile, NodeId, Opcode, Run, Tensor};

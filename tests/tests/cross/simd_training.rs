@@ -1,7 +1,7 @@
 //! Whole training runs through the runtime's kernel catalog against the oracle, bit for bit:
 //! the loss after every step and every parameter after every step.
 //!
-//! `cargo test -p tapeplan-tests --test simd_training` checks the scalar catalog;
+//! `cargo test -p tapeplan-tests --test cross -- simd_training::` checks the scalar catalog;
 //! `--features simd` the vectorized one (SSE2 by default on x86_64; with
 //! `RUSTFLAGS="-C target-cpu=native"` AVX2 or AVX-512). Both equal the oracle, so the SIMD run
 //! equals the scalar run bit for bit.
