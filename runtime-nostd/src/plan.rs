@@ -176,6 +176,13 @@ fn record(bytes: &[u8], at: usize, index: usize, size: usize) -> Option<&[u8]> {
     bytes.get(start..start.checked_add(size)?)
 }
 
+/// [`record`] as an array of its size: a record decoder inlined over it reads each field
+/// without a bounds check (what `Session::run` does for every instruction of every step).
+#[inline(always)]
+fn record_array<const N: usize>(bytes: &[u8], at: usize, index: usize) -> Option<&[u8; N]> {
+    record(bytes, at, index, N)?.try_into().ok()
+}
+
 /// The name field at the start of a record, borrowed from the plan's bytes.
 pub(crate) fn name_in(rec: &[u8]) -> Option<&str> {
     let field: &[u8; NAME_BYTES] = rec.get(..NAME_BYTES)?.try_into().ok()?;
@@ -282,7 +289,8 @@ impl<'a> Plan<'a> {
     }
 
     pub(crate) fn tensor_record(&self, index: usize) -> Option<TensorRecord> {
-        record(self.bytes, HEADER_BYTES, index, TENSOR_RECORD_BYTES).map(TensorRecord::decode)
+        record_array::<TENSOR_RECORD_BYTES>(self.bytes, HEADER_BYTES, index)
+            .map(|r| TensorRecord::decode(r))
     }
 
     pub(crate) fn tensor_view(&self, index: u32) -> Option<TensorView> {
@@ -331,8 +339,8 @@ impl<'a> Plan<'a> {
         if index >= self.layout.n_instrs {
             return None;
         }
-        record(self.bytes, self.layout.instrs_at, index, INSTR_RECORD_BYTES)
-            .map(InstrRecord::decode)
+        record_array::<INSTR_RECORD_BYTES>(self.bytes, self.layout.instrs_at, index)
+            .map(|r| InstrRecord::decode(r))
     }
 
     pub(crate) fn entry_bytes(&self, index: usize) -> Option<&'a [u8]> {
