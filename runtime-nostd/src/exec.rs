@@ -227,7 +227,7 @@ pub(crate) fn pick_range<'s>(
 ///
 /// Without the `catalog` feature (flash-bound firmware) every instruction takes
 /// [`step_reference`]'s path: the least code, the same bits. Inlined into the run loop, its one
-/// caller, as it was before the loop became generic (W3-run: about 10% per step).
+/// caller, as it was before the loop became generic.
 #[inline(always)]
 fn step(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), ExecError> {
     if cfg!(feature = "catalog") {
@@ -305,8 +305,7 @@ fn execute(plan: &Plan<'_>, arena: &mut [f32], d: &Decoded) -> Result<(), ExecEr
 
 /// An argument of an instruction whose output `out` splits the arena into `left` and `right`:
 /// the output buffer itself (in place), or a disjoint range left or right of it; `None` when it
-/// straddles the output (validation rules that out). A function, not a closure, so that it is
-/// inlined into the run loop (as a closure it was called out of line: W3 about 10% slower).
+/// straddles the output (validation rules that out).
 #[inline(always)]
 fn arg_src<'s>(
     a: &Option<Placed>,
