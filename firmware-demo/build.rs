@@ -18,7 +18,8 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use tapeplan_planner::verify::{data_digest, RunConfig};
+use tapeplan_planner::model::RunConfig;
+use tapeplan_runtime::protocol::data_digest;
 use tapeplan_runtime::MathProfile;
 
 /// A board the firmware links for.
@@ -152,7 +153,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // device's runs fused chains only with this crate's feature `fusion`, and would otherwise
     // reject the plan at boot.
     let fused = job
-        .plan
+        .schedule
         .entries
         .iter()
         .flat_map(|e| &e.instrs)
@@ -166,7 +167,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .into());
     }
-    let plan_bytes = job.plan.to_bytes();
+    let plan_bytes = job.schedule.to_bytes();
     let plan = tapeplan_runtime::Plan::parse(&plan_bytes)
         .map_err(|e| format!("the planner's plan is rejected by the runtime: {e}"))?;
     let arena_bytes = plan.arena_bytes();

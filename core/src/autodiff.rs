@@ -38,10 +38,11 @@ impl<V> Adjoints<V> {
     }
 }
 
-/// The ancestor mask: nodes `0..=root` that are ancestors of `root` (or `root` itself) and depend
-/// differentiably on one of `wrt` (through no `detach` or piecewise-constant op). Only these nodes' rules are applied, and only they receive contributions.
-pub(crate) fn active_mask(nodes: &[Node], root: usize, wrt: &[usize]) -> Vec<bool> {
-    let n = root + 1;
+/// The ancestor mask: nodes `0..=max(roots)` that are ancestors of one of `roots` (or a root
+/// itself) and depend differentiably on one of `wrt` (through no `detach` or piecewise-constant
+/// op). Only these nodes' rules are applied, and only they receive contributions.
+pub(crate) fn active_mask(nodes: &[Node], roots: &[usize], wrt: &[usize]) -> Vec<bool> {
+    let n = roots.iter().max().map_or(0, |r| r + 1);
     let mut depends = vec![false; n];
     for &w in wrt {
         if w < n {
@@ -51,7 +52,7 @@ pub(crate) fn active_mask(nodes: &[Node], root: usize, wrt: &[usize]) -> Vec<boo
     for i in 0..n {
         // A stop-gradient or piecewise-constant op's output does not depend differentiably on
         // its arguments: its rule contributes nothing, so nothing upstream of it needs a rule.
-        if !depends[i] && !crate::ops::zero_derivative(nodes[i].op) {
+        if !depends[i] && !nodes[i].op.zero_derivative() {
             depends[i] = nodes[i]
                 .arg_indices()
                 .iter()
@@ -59,7 +60,9 @@ pub(crate) fn active_mask(nodes: &[Node], root: usize, wrt: &[usize]) -> Vec<boo
         }
     }
     let mut ancestor = vec![false; n];
-    ancestor[root] = true;
+    for &root in roots {
+        ancestor[root] = true;
+    }
     for i in (0..n).rev() {
         if ancestor[i] {
             for &a in nodes[i].arg_indices() {
@@ -72,12 +75,8 @@ pub(crate) fn active_mask(nodes: &[Node], root: usize, wrt: &[usize]) -> Vec<boo
     (0..n).map(|i| depends[i] && ancestor[i]).collect()
 }
 
-/// Walks `nodes[..=root]` in reverse with cotangent `seed` at `root`.
-///
-/// `values[i]` is node `i`'s value in the payload's reading (every node the walk reaches must
-/// have one). Accumulation happens here and only
-/// here: contributions are added in reverse node order, then argument order, as
-/// `adjoint = add(adjoint, contribution)`; the first contribution is taken as is.
+/// Walks `nodes[..=root]` in reverse with cotangent `seed` at `root`: [`reverse_scan_seeds`]
+/// with one seed.
 pub(crate) fn reverse_scan<R>(
     nodes: &[Node],
     values: &[Option<R::Value>],
@@ -90,19 +89,51 @@ where
     R: Recordable,
     R::Error: From<TapeError>,
 {
-    let root_shape = nodes[root].shape;
-    let seed_shape = r.shape_of(&seed);
-    if seed_shape != root_shape {
-        return Err(TapeError::SeedShape {
-            expected: root_shape,
-            found: seed_shape,
-        }
-        .into());
-    }
-    let active = active_mask(nodes, root, wrt);
+    reverse_scan_seeds(nodes, values, r, vec![(root, seed)], wrt)
+}
+
+/// Walks `nodes[..=max root]` in reverse with a cotangent seed at each root of `seeds` (a root
+/// named twice starts from the sum of its seeds, added in the order given).
+///
+/// `values[i]` is node `i`'s value in the payload's reading (every node the walk reaches must
+/// have one). Accumulation happens here and only
+/// here: contributions are added in reverse node order, then argument order, as
+/// `adjoint = add(adjoint, contribution)`; the first contribution is taken as is.
+pub(crate) fn reverse_scan_seeds<R>(
+    nodes: &[Node],
+    values: &[Option<R::Value>],
+    r: &mut R,
+    seeds: Vec<(usize, R::Value)>,
+    wrt: &[usize],
+) -> Result<Adjoints<R::Value>, R::Error>
+where
+    R: Recordable,
+    R::Error: From<TapeError>,
+{
+    let roots: Vec<usize> = seeds.iter().map(|(root, _)| *root).collect();
+    let Some(&root) = roots.iter().max() else {
+        return Ok(Adjoints {
+            entries: Vec::new(),
+        });
+    };
+    let active = active_mask(nodes, &roots, wrt);
     let mut adj: Vec<Option<R::Value>> = vec![None; root + 1];
-    if active[root] {
-        adj[root] = Some(seed);
+    for (root, seed) in seeds {
+        let root_shape = nodes[root].shape;
+        let seed_shape = r.shape_of(&seed);
+        if seed_shape != root_shape {
+            return Err(TapeError::SeedShape {
+                expected: root_shape,
+                found: seed_shape,
+            }
+            .into());
+        }
+        if active[root] {
+            adj[root] = Some(match adj[root].take() {
+                None => seed,
+                Some(prev) => r.add(&prev, &seed)?,
+            });
+        }
     }
     for i in (0..=root).rev() {
         if !active[i] {
@@ -141,7 +172,7 @@ where
                 out,
                 cotangent: &g,
                 wants,
-                attr_bits: node.attr.bits,
+                attr: node.attr,
             },
         )?;
         for (k, c) in contributions.into_iter().enumerate() {

@@ -2,7 +2,7 @@
 //!
 //! `f32` is the element of plans and runtimes (its kernels are the definition of the bits);
 //! `f64` interprets an `f32` tape in double precision to measure the rounding error of the
-//! `f32` results; a dual number (value, tangent) — see `examples/forward_mode.rs` — turns the
+//! `f32` results; a dual number (value, tangent) — see `tests/src/dual.rs` — turns the
 //! same kernels into forward-mode differentiation, because ordinary arithmetic on pairs already
 //! is the chain rule. A new number, not a new walk.
 //!

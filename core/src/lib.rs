@@ -37,6 +37,7 @@
 #[cfg(feature = "alloc")]
 extern crate alloc;
 
+mod attr;
 mod element;
 pub mod format;
 pub mod math;
@@ -48,23 +49,24 @@ mod shape;
 #[cfg(feature = "alloc")]
 mod autodiff;
 #[cfg(feature = "alloc")]
-mod entry;
+mod eager;
 #[cfg(feature = "alloc")]
 mod run;
 #[cfg(feature = "alloc")]
 mod tape;
 
+pub use attr::{Attr, AttrKind};
 pub use element::Element;
 pub use math::MathProfile;
 pub use opcode::{OpClass, Opcode, MAX_ARITY};
-pub use ops::{Attr, OpError};
+pub use ops::OpError;
 pub use recordable::Recordable;
 pub use shape::{Shape, ShapeError, MAX_RANK, MAX_TENSOR_ELEMS};
 
 #[cfg(feature = "alloc")]
 pub use autodiff::Adjoints;
 #[cfg(feature = "alloc")]
-pub use entry::Entry;
+pub use eager::Eager;
 #[cfg(feature = "alloc")]
 pub use run::{Compute, ComputeAs, Run, RunAs, Tensor, TensorOf};
 #[cfg(feature = "alloc")]

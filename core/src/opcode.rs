@@ -1,8 +1,12 @@
-//! The vocabulary: one table of opcodes. The enum, its checked decoding from a byte, the text
-//! names, the arities and the op classes all derive from the table below, and
-//! `docs/plan-format.md` lists the same rows (a test checks the document against it).
+//! The vocabulary: one table of opcodes, the one list of per-op facts. The enum, its checked
+//! decoding from a byte, the text names, arities, classes, attribute kinds, the core set and
+//! the zero-derivative opcodes derive from the table below, and so does the dispatch in
+//! [`crate::ops`]; `docs/plan-format.md` lists the same rows (a test checks the document against
+//! it).
 
 use core::fmt;
+
+use crate::AttrKind;
 
 /// The largest number of arguments any opcode takes.
 pub const MAX_ARITY: usize = 3;
@@ -21,8 +25,64 @@ pub enum OpClass {
     Structural,
 }
 
-macro_rules! opcodes {
-    ($( $code:literal $variant:ident $name:literal $arity:literal $class:ident $doc:literal ; )*) => {
+/// The opcode table: one row per opcode, the one list of per-op facts. It hands its rows to
+/// the macro named `$callback`: [`Opcode`]'s definition below, and the dispatch of
+/// [`crate::ops`] (shape rule, reference kernel, scalar functions, reverse rule).
+///
+/// Columns: byte, variant, text name, arity, [`OpClass`], [`AttrKind`] of its attribute, set
+/// (`core`: in every build; `ext`: only with the `all-ops` feature, so a firmware links only the
+/// core set), reverse rule (`grad`, or `zero` for the opcodes whose rule contributes nothing),
+/// kernel (`unary` / `unary_math` / `binary`: the module's `scalar` (and `scalar_fast` for the
+/// profile-dependent ones) applied elementwise; `node`: the module's own `infer` and `eval`),
+/// module in `core/src/ops/`, doc.
+macro_rules! opcode_table {
+    ($callback:ident) => {
+        $callback! {
+            0x00 Input        "input"         0 Leaf        Target core grad node       leaf          "A value set by the caller before an entry runs.";
+            0x01 Parameter    "parameter"     0 Leaf        Target core grad node       leaf          "A trainable value in the persistent region.";
+            0x02 Fill         "fill"          0 Leaf        Fill   core grad node       fill          "Every element equal to the attribute's value.";
+            0x10 Add          "add"           2 Elementwise None   core grad binary     add           "`a + b`.";
+            0x11 Sub          "sub"           2 Elementwise None   core grad binary     sub           "`a - b`.";
+            0x12 Mul          "mul"           2 Elementwise None   core grad binary     mul           "`a * b`.";
+            0x13 Div          "div"           2 Elementwise None   core grad binary     div           "`a / b`.";
+            0x14 Neg          "neg"           1 Elementwise None   core grad unary      neg           "`-x` (flips the sign bit, NaN included).";
+            0x15 Tanh         "tanh"          1 Elementwise None   core grad unary_math tanh          "`libm::tanhf(x)`; `fast` profile: `math::fast::tanh`.";
+            0x16 Relu         "relu"          1 Elementwise None   core grad unary      relu          "`x` where `x > 0`, NaN stays NaN, else `+0`.";
+            0x17 Heaviside    "heaviside"     1 Elementwise None   core zero unary      heaviside     "`1` where `x > 0`, NaN stays NaN, else `0`: relu's derivative.";
+            0x18 Exp          "exp"           1 Elementwise None   core grad unary_math exp           "`libm::expf(x)`; `fast` profile: micromath's `exp`.";
+            0x19 Log          "log"           1 Elementwise None   core grad unary_math log           "`libm::logf(x)`; `fast` profile: micromath's `ln`.";
+            0x1A Detach       "detach"        1 Elementwise None   core zero unary      detach        "`x`, with a reverse rule that contributes nothing.";
+            0x1B Equal        "equal"         2 Elementwise None   core zero binary     equal         "`1` where `a == b`, else `0` (a mask; NaN is never equal).";
+            0x1C Sqrt         "sqrt"          1 Elementwise None   core grad unary      sqrt          "`libm::sqrtf(x)` (correctly rounded, in both math profiles).";
+            0x1D Sigmoid      "sigmoid"       1 Elementwise None   ext  grad unary_math sigmoid       "`1 / (1 + exp(-x))` with the profile's `exp`.";
+            0x1E Softplus     "softplus"      1 Elementwise None   ext  grad unary_math softplus      "`log(1 + e^x)` with the profile's functions, `x` above 20 (PyTorch's threshold).";
+            0x1F Abs          "abs"           1 Elementwise None   ext  grad unary      abs           "`|x|`.";
+            0x20 MatMul       "matmul"        2 Structural  None   core grad node       matmul        "Matrix product `[m, k] x [k, n] -> [m, n]`.";
+            0x21 Transpose    "transpose"     1 Structural  None   core grad node       transpose     "Matrix transpose `[m, n] -> [n, m]`.";
+            0x22 Reshape      "reshape"       1 Structural  Target core grad node       reshape       "Same elements, same order, another shape.";
+            0x23 Broadcast    "broadcast"     1 Structural  Target core grad node       broadcast     "NumPy broadcasting to the target shape.";
+            0x24 SumTo        "sum_to"        1 Structural  Target core grad node       sum_to        "Sum down to a shape that broadcasts back (broadcast's adjoint).";
+            0x25 MaxTo        "max_to"        1 Structural  Target core grad node       max_to        "Maximum down to a shape that broadcasts back.";
+            0x26 OneHot       "one_hot"       1 Structural  Target core zero node       one_hot       "Labels `[batch]` (integers stored as `f32`) to `[batch, classes]`.";
+            0x27 Slice        "slice"         1 Structural  Window ext  grad node       slice         "A window along one axis (attribute: `Window { axis, start, len }`).";
+            0x28 Pad          "pad"           1 Structural  Window ext  grad node       pad           "Zero padding around `x` along one axis (slice's adjoint).";
+            0x29 Concat       "concat"        2 Structural  Axis   ext  grad node       concat        "`a` then `b` along one axis (attribute: `Axis`).";
+            0x30 Sign         "sign"          1 Elementwise None   ext  zero unary      sign          "`1`, `-1` or `0` by the sign of `x`; NaN stays NaN.";
+            0x31 Pow          "pow"           1 Elementwise Pow    ext  grad node       pow           "`libm::powf(x, p)` (`fast`: `math::fast::powf`), `p` the attribute.";
+            0x32 Maximum      "maximum"       2 Elementwise None   ext  grad binary     maximum       "The larger of `a` and `b` (ties: `a`; NaN wins).";
+            0x33 Minimum      "minimum"       2 Elementwise None   ext  grad binary     minimum       "The smaller of `a` and `b` (ties: `a`; NaN wins).";
+            0x34 Greater      "greater"       2 Elementwise None   ext  zero binary     greater       "`1` where `a > b`, else `0`.";
+            0x35 GreaterEqual "greater_equal" 2 Elementwise None   core zero binary     greater_equal "`1` where `a >= b`, else `0`.";
+            0x36 Select       "select"        3 Structural  None   ext  grad node       select        "`a` where `cond != 0`, else `b` (elementwise, never in place).";
+            0x37 Uniform      "uniform"       2 Structural  Target core zero node       uniform       "Counter-based uniform `[0, 1)` draws of the target shape from a key and a counter.";
+        }
+    };
+}
+pub(crate) use opcode_table;
+
+macro_rules! define_opcodes {
+    ($( $code:literal $variant:ident $name:literal $arity:literal $class:ident $attr:ident
+        $set:ident $rule:ident $kernel:ident $module:ident $doc:literal ; )*) => {
         /// One instruction of the vocabulary. The discriminant is the byte in the plan format.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[repr(u8)]
@@ -68,6 +128,31 @@ macro_rules! opcodes {
                 }
             }
 
+            /// The kind of attribute the opcode takes.
+            pub const fn attr_kind(self) -> AttrKind {
+                match self {
+                    $( Opcode::$variant => AttrKind::$attr, )*
+                }
+            }
+
+            /// True for the core set: the opcodes every build dispatches (an MLP, its losses,
+            /// SGD, momentum, Adam and dropout speak only these). The others need the `all-ops`
+            /// feature.
+            pub const fn in_core_set(self) -> bool {
+                match self {
+                    $( Opcode::$variant => set_is_core!($set), )*
+                }
+            }
+
+            /// True for the opcodes whose reverse rule contributes nothing: `detach` (a
+            /// stop-gradient), the piecewise-constant masks and the random draw. Their outputs
+            /// do not depend differentiably on their arguments, which the ancestor mask uses.
+            pub const fn zero_derivative(self) -> bool {
+                match self {
+                    $( Opcode::$variant => rule_is_zero!($rule), )*
+                }
+            }
+
             /// Looks an opcode up by its text name.
             pub fn from_name(name: &str) -> Option<Opcode> {
                 match name {
@@ -79,45 +164,25 @@ macro_rules! opcodes {
     };
 }
 
-opcodes! {
-    0x00 Input      "input"      0 Leaf        "A value set by the caller before an entry runs.";
-    0x01 Parameter  "parameter"  0 Leaf        "A trainable value in the persistent region.";
-    0x02 Fill       "fill"       0 Leaf        "Every element equal to the attribute (an `f32` bit pattern).";
-    0x10 Add        "add"        2 Elementwise "`a + b`.";
-    0x11 Sub        "sub"        2 Elementwise "`a - b`.";
-    0x12 Mul        "mul"        2 Elementwise "`a * b`.";
-    0x13 Div        "div"        2 Elementwise "`a / b`.";
-    0x14 Neg        "neg"        1 Elementwise "`-x` (flips the sign bit, NaN included).";
-    0x15 Tanh       "tanh"       1 Elementwise "`libm::tanhf(x)`; `fast` profile: `math::fast::tanh`.";
-    0x16 Relu       "relu"       1 Elementwise "`x` where `x > 0`, NaN stays NaN, else `+0`.";
-    0x17 Heaviside  "heaviside"  1 Elementwise "`1` where `x > 0`, NaN stays NaN, else `0`: relu's derivative.";
-    0x18 Exp        "exp"        1 Elementwise "`libm::expf(x)`; `fast` profile: micromath's `exp`.";
-    0x19 Log        "log"        1 Elementwise "`libm::logf(x)`; `fast` profile: micromath's `ln`.";
-    0x1A Detach     "detach"     1 Elementwise "`x`, with a reverse rule that contributes nothing.";
-    0x1B Equal      "equal"      2 Elementwise "`1` where `a == b`, else `0` (a mask; NaN is never equal).";
-    0x1C Sqrt       "sqrt"       1 Elementwise "`libm::sqrtf(x)` (correctly rounded, in both math profiles).";
-    0x1D Sigmoid    "sigmoid"    1 Elementwise "`1 / (1 + exp(-x))` with the profile's `exp`.";
-    0x1E Softplus   "softplus"   1 Elementwise "`log(1 + e^x)` with the profile's functions, `x` above 20 (PyTorch's threshold).";
-    0x1F Abs        "abs"        1 Elementwise "`|x|`.";
-    0x20 MatMul     "matmul"     2 Structural  "Matrix product `[m, k] x [k, n] -> [m, n]`.";
-    0x21 Transpose  "transpose"  1 Structural  "Matrix transpose `[m, n] -> [n, m]`.";
-    0x22 Reshape    "reshape"    1 Structural  "Same elements, same order, another shape.";
-    0x23 Broadcast  "broadcast"  1 Structural  "NumPy broadcasting to the target shape.";
-    0x24 SumTo      "sum_to"     1 Structural  "Sum down to a shape that broadcasts back (broadcast's adjoint).";
-    0x25 MaxTo      "max_to"     1 Structural  "Maximum down to a shape that broadcasts back.";
-    0x26 OneHot     "one_hot"    1 Structural  "Labels `[batch]` (integers stored as `f32`) to `[batch, classes]`.";
-    0x27 Slice      "slice"      1 Structural  "A window along one axis (attribute: `axis << 28 | start`).";
-    0x28 Pad        "pad"        1 Structural  "Zero padding around `x` along one axis (slice's adjoint).";
-    0x29 Concat     "concat"     2 Structural  "`a` then `b` along one axis (attribute: the axis).";
-    0x30 Sign       "sign"       1 Elementwise "`1`, `-1` or `0` by the sign of `x`; NaN stays NaN.";
-    0x31 Pow        "pow"        1 Elementwise "`libm::powf(x, p)` (`fast`: `math::fast::powf`), `p` the attribute's `f32` bits.";
-    0x32 Maximum    "maximum"    2 Elementwise "The larger of `a` and `b` (ties: `a`; NaN wins).";
-    0x33 Minimum    "minimum"    2 Elementwise "The smaller of `a` and `b` (ties: `a`; NaN wins).";
-    0x34 Greater    "greater"    2 Elementwise "`1` where `a > b`, else `0`.";
-    0x35 GreaterEqual "greater_equal" 2 Elementwise "`1` where `a >= b`, else `0`.";
-    0x36 Select     "select"     3 Structural  "`a` where `cond != 0`, else `b` (elementwise, never in place).";
-    0x37 Uniform    "uniform"    2 Structural  "Counter-based uniform `[0, 1)` draws of the target shape from a key and a counter.";
+macro_rules! set_is_core {
+    (core) => {
+        true
+    };
+    (ext) => {
+        false
+    };
 }
+
+macro_rules! rule_is_zero {
+    (grad) => {
+        false
+    };
+    (zero) => {
+        true
+    };
+}
+
+opcode_table!(define_opcodes);
 
 impl fmt::Display for Opcode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

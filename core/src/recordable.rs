@@ -6,7 +6,8 @@
 //! whose reverse walk is the oracle) and the record payload ([`crate::Trace`], whose values are
 //! handles and whose every operation appends a node to a tape).
 
-use crate::ops::{Attr, OpError};
+use crate::ops::OpError;
+use crate::Attr;
 use crate::{Opcode, Shape};
 
 /// A payload the vocabulary can be spoken over.
@@ -217,11 +218,7 @@ pub trait Recordable {
     /// # Errors
     /// As [`Recordable::apply`].
     fn pow_const(&mut self, x: &Self::Value, p: f32) -> Result<Self::Value, Self::Error> {
-        let attr = Attr {
-            bits: p.to_bits(),
-            target: None,
-        };
-        self.apply(Opcode::Pow, attr, &[x])
+        self.apply(Opcode::Pow, Attr::Pow(p), &[x])
     }
     /// The elementwise maximum (ties: `a`).
     ///
@@ -292,16 +289,7 @@ pub trait Recordable {
         start: usize,
         len: usize,
     ) -> Result<Self::Value, Self::Error> {
-        let s = self.shape_of(x);
-        let mut d = s.dims();
-        if axis < s.rank() {
-            d[axis] = len;
-        }
-        let target = Shape::new(&d[..s.rank()]).map_err(OpError::Shape)?;
-        let attr = Attr {
-            bits: crate::ops::slice::pack(axis, start),
-            target: Some(target),
-        };
+        let attr = Attr::Window { axis, start, len };
         self.apply(Opcode::Slice, attr, &[x])
     }
     /// `x` placed at `start` along `axis` in zeros of shape `target`.
@@ -315,11 +303,18 @@ pub trait Recordable {
         start: usize,
         target: Shape,
     ) -> Result<Self::Value, Self::Error> {
-        let attr = Attr {
-            bits: crate::ops::slice::pack(axis, start),
-            target: Some(target),
-        };
-        self.apply(Opcode::Pad, attr, &[x])
+        let len = target.dim(axis).unwrap_or(0);
+        let y = self.apply(Opcode::Pad, Attr::Window { axis, start, len }, &[x])?;
+        let found = self.shape_of(&y);
+        if found != target {
+            return Err(OpError::BadTarget {
+                op: Opcode::Pad,
+                from: found,
+                to: target,
+            }
+            .into());
+        }
+        Ok(y)
     }
     /// `a` then `b` along `axis`.
     ///
@@ -331,11 +326,7 @@ pub trait Recordable {
         b: &Self::Value,
         axis: usize,
     ) -> Result<Self::Value, Self::Error> {
-        let attr = Attr {
-            bits: axis as u32,
-            target: None,
-        };
-        self.apply(Opcode::Concat, attr, &[a, b])
+        self.apply(Opcode::Concat, Attr::Axis(axis), &[a, b])
     }
     /// The mean of `x` down to `shape` (a composition: `sum_to`, then a division by the number of
     /// elements summed into each output, as PyTorch's `mean` divides).

@@ -287,7 +287,7 @@ impl Tape {
         let shape = ops::infer(op, attr, &shapes[..args.len()])?;
         Ok(self.append(Node {
             op,
-            attr: Attr::from_parts(op, attr.bits, shape),
+            attr,
             args: idx,
             shape,
             name: None,
@@ -313,15 +313,29 @@ impl Tape {
         seed: NodeId,
         wrt: &[NodeId],
     ) -> Result<Adjoints<NodeId>, TapeError> {
-        let root_i = self.check(root)?;
-        self.check(seed)?;
+        self.vjp_seeds(&[(root, seed)], wrt)
+    }
+
+    /// [`Tape::vjp`] from several roots at once, each with its seed: one reverse scan whose
+    /// roots start from their seeds (a root named twice from the sum of its seeds).
+    fn vjp_seeds(
+        &mut self,
+        seeds: &[(NodeId, NodeId)],
+        wrt: &[NodeId],
+    ) -> Result<Adjoints<NodeId>, TapeError> {
+        let mut seeds_i = Vec::with_capacity(seeds.len());
+        for (root, seed) in seeds {
+            self.check(*seed)?;
+            seeds_i.push((self.check(*root)?, *seed));
+        }
         let mut wrt_i = Vec::with_capacity(wrt.len());
         for w in wrt {
             wrt_i.push(self.check(*w)?);
         }
+        let end = seeds_i.iter().map(|(root, _)| root + 1).max().unwrap_or(0);
         // The walk reads the nodes as they were before it started appending.
-        let nodes: Vec<Node> = self.nodes[..=root_i].to_vec();
-        let values: Vec<Option<NodeId>> = (0..=root_i)
+        let nodes: Vec<Node> = self.nodes[..end].to_vec();
+        let values: Vec<Option<NodeId>> = (0..nodes.len())
             .map(|i| {
                 Some(NodeId {
                     index: i as u32,
@@ -330,7 +344,78 @@ impl Tape {
             })
             .collect();
         let mut trace = self.trace();
-        crate::autodiff::reverse_scan(&nodes, &values, &mut trace, root_i, seed, &wrt_i)
+        crate::autodiff::reverse_scan_seeds(&nodes, &values, &mut trace, seeds_i, &wrt_i)
+    }
+
+    /// Forward mode as extra graph, derived from the reverse rules: appends nodes computing the
+    /// tangent of `root` when each input `x` of `tangents` moves along its direction `dx` (a
+    /// recorded node of `x`'s shape), that is the Jacobian-vector product `J·dx` summed over the
+    /// inputs. Answers `None` when `root` does not depend differentiably on any of them (its
+    /// tangent is zero: "not reached", as in [`Adjoints`]).
+    ///
+    /// There is no forward-mode rule. The vjp is linear in its seed, so the gradient recorded
+    /// from a seed `u` (a recorded `fill` of zeros: a leaf of the recorded vjp, whose value the
+    /// answer does not depend on) is `g(u) = Jᵀu`, ordinary graph; differentiating it again with
+    /// respect to `u`, with the seed `dx` at each `g_x`, gives `d⟨g(u), dx⟩/du = J·dx`. Both
+    /// walks are [`Tape::vjp`]'s (one rule body, one accumulation, the ancestor mask), so the
+    /// answer is made of ordinary nodes that the oracle runs and the planner plans like any
+    /// others. This is the transpose (or double-vjp) trick: the adjoint of the linear map
+    /// `u ↦ Jᵀu` is `v ↦ J·v`. The answer reads the first walk's slopes (`1 - y²`, `bᵀ`, …) but
+    /// none of its nodes that carry `u`; those stay on the tape, unread, and a plan prunes them.
+    /// One call records one root's tangent; the tangents of several nodes take one call each.
+    ///
+    /// # Shapes
+    /// `dx` has `x`'s shape; the answer has `root`'s shape.
+    ///
+    /// # Errors
+    /// Foreign or unknown handles, a direction whose shape is not its input's
+    /// ([`TapeError::SeedShape`]).
+    ///
+    /// ```
+    /// use tapeplan_core::{Recordable, Run, Shape, Tape, Tensor};
+    ///
+    /// // f = x · x at x = 3 along dx = 0.5: the tangent is 2x · dx = 3.
+    /// let mut tape = Tape::new();
+    /// let x = tape.input("x", Shape::SCALAR);
+    /// let f = tape.trace().mul(&x, &x)?;
+    /// let dx = tape.input("dx", Shape::SCALAR);
+    /// let df = tape.jvp(f, &[(x, dx)])?.unwrap();
+    /// let mut run = Run::new(&tape);
+    /// run.set(x, Tensor::scalar(3.0))?;
+    /// run.set(dx, Tensor::scalar(0.5))?;
+    /// run.forward_until(df)?;
+    /// assert_eq!(run.value(df).unwrap().data, [3.0]);
+    /// // A stop-gradient: not reached, a zero tangent.
+    /// let d = tape.trace().detach(&x)?;
+    /// assert_eq!(tape.jvp(d, &[(x, dx)])?, None);
+    /// # Ok::<(), tapeplan_core::TapeError>(())
+    /// ```
+    pub fn jvp(
+        &mut self,
+        root: NodeId,
+        tangents: &[(NodeId, NodeId)],
+    ) -> Result<Option<NodeId>, TapeError> {
+        let root_shape = self.shape(root)?;
+        let mut inputs = Vec::with_capacity(tangents.len());
+        for (x, dx) in tangents {
+            let (expected, found) = (self.shape(*x)?, self.shape(*dx)?);
+            if expected != found {
+                return Err(TapeError::SeedShape { expected, found });
+            }
+            inputs.push(*x);
+        }
+        // The transpose: g(u) = Jᵀu for a symbolic seed u.
+        let u = self.trace().fill(0.0, root_shape)?;
+        let g = self.vjp(root, u, &inputs)?;
+        // Its transpose again: the reverse scan of g from every reached g_x with the seed dx.
+        let seeds: Vec<(NodeId, NodeId)> = tangents
+            .iter()
+            .filter_map(|(x, dx)| g.get(*x).map(|gx| (*gx, *dx)))
+            .collect();
+        if seeds.is_empty() {
+            return Ok(None);
+        }
+        Ok(self.vjp_seeds(&seeds, &[u])?.get(u).copied())
     }
 
     /// [`Tape::vjp`] of a scalar root with the seed 1 (a recorded `fill`).
@@ -417,17 +502,20 @@ pub fn describe(tape: &Tape, marks: &[(usize, &str)]) -> String {
                 }
             }
             Opcode::Fill => {
-                let _ = write!(args, "value={}", f32::from_bits(n.attr.bits));
+                let _ = write!(args, "value={}", n.attr.scalar());
             }
             Opcode::Pow => {
-                let _ = write!(args, "  p={}", f32::from_bits(n.attr.bits));
+                let _ = write!(args, "  p={}", n.attr.scalar());
             }
             Opcode::Slice | Opcode::Pad => {
-                let (axis, start) = ops::slice::unpack(n.attr.bits);
-                let _ = write!(args, "  axis={axis} start={start}");
+                if let Attr::Window { axis, start, .. } = n.attr {
+                    let _ = write!(args, "  axis={axis} start={start}");
+                }
             }
             Opcode::Concat => {
-                let _ = write!(args, "  axis={}", n.attr.bits);
+                if let Attr::Axis(axis) = n.attr {
+                    let _ = write!(args, "  axis={axis}");
+                }
             }
             Opcode::Broadcast | Opcode::SumTo | Opcode::MaxTo | Opcode::Reshape => {
                 let _ = write!(args, "  shape={}", n.shape);

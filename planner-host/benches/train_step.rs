@@ -26,10 +26,10 @@ use std::io::Write;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use tapeplan_core::Opcode;
+use tapeplan_planner::model::optim::{Optimizer, Sgd};
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
-use tapeplan_planner::optim::{Optimizer, Sgd};
-use tapeplan_planner::oracle::{JobOptions, TrainingJob};
-use tapeplan_planner::rng::SplitMix64;
+use tapeplan_planner::model::{JobOptions, TrainingJob};
+use tapeplan_planner::protocol::SplitMix64;
 use tapeplan_planner::PlanOptions;
 use tapeplan_runtime::catalog::CATALOG;
 use tapeplan_runtime::{Decoded, Plan, Session};
@@ -39,7 +39,7 @@ use tapeplan_runtime::{Decoded, Plan, Session};
 /// per input element of `sum_to` and `max_to`; copies (`broadcast`, `transpose`, `reshape`,
 /// `fill`, `one_hot`) count nothing.
 fn flops(job: &TrainingJob, entry: &str) -> u64 {
-    let plan = &job.plan;
+    let plan = &job.schedule;
     let e = plan.entry(entry).expect("entry");
     let elems = |t: u32| plan.tensors[t as usize].shape.elems() as u64;
     e.instrs
@@ -89,12 +89,15 @@ fn workload(
         optimizer,
         batch,
         JobOptions {
-            planning: PlanOptions { fuse },
+            planning: PlanOptions {
+                fuse,
+                ..PlanOptions::default()
+            },
             ..Default::default()
         },
     )
     .expect("plan");
-    let bytes = job.plan.to_bytes();
+    let bytes = job.schedule.to_bytes();
     let plan = Plan::parse(&bytes).expect("valid plan");
     let mut arena = vec![0.0f32; plan.arena_elems()];
     let e = plan.entry("train_step").expect("entry");
@@ -116,7 +119,7 @@ fn workload(
         ),
         Loss::MeanSquaredError => ("y", (0..batch * d_out).map(|_| rng.next_f32()).collect()),
     };
-    let r = job.plan.entry("train_step").expect("entry").report;
+    let r = job.schedule.entry("train_step").expect("entry").report;
     let fl = flops(&job, "train_step");
     eprintln!(
         "{id} [{CATALOG}]: {fl} flop/step, arena {} B, liveness lower bound {} B ({:.3}x), retain-everything {} B",

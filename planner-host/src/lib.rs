@@ -1,24 +1,31 @@
 //! # tapeplan-planner
 //!
-//! The host side of tapeplan: build a model ([`model`]), record its loss, its gradient
-//! ([`tapeplan_core::Tape::differentiate`]) and its optimizer update ([`optim`]) as one tape,
-//! plan the entries `forward` and `train_step` over one static arena ([`planner`]), write the
-//! plan's bytes ([`writer`]), and check the runtime against the oracle ([`oracle`]).
+//! The host side of tapeplan, one folder per stage, in the order the data flows:
+//!
+//! 1. [`model`]: model building: the layer stack ([`model::Mlp`]), losses, dropout, optimizers
+//!    as recorded spec, and the **job description**: [`model::TrainingJob`] records the loss,
+//!    its gradient ([`tapeplan_core::Tape::differentiate`]) and the optimizer update as one
+//!    tape and plans it; [`model::RunConfig`] names a whole training run (what firmware builds
+//!    and a device transcript names).
+//! 2. [`plan`](mod@plan): planning, one pass per file (prune, fold/CSE, order, liveness, fusion, in-place,
+//!    offsets, persistent region), whose product is the planner's [`Schedule`]; and the writer
+//!    that turns a schedule into plan bytes.
+//! 3. [`exec`]: host execution: the [`exec::oracle`], the schedule's interpreter, the `no_std`
+//!    runtime driven from the host ([`exec::RuntimeModel`]), the training loop, device
+//!    verification and transcripts.
+//! 4. [`io`]: data sets, safetensors exchange and checkpoints, loss plots, plan listings.
+//! 5. The `tapeplan` CLI (the binary, `src/main.rs` and `src/cli/`), which only parses options
+//!    and prints.
+//!
+//! [`protocol`] holds what host and devices must compute alike (the seeded generator, the epoch
+//! shuffle seeds, the data digest).
 
-pub mod data;
-pub mod exchange;
-pub mod inspect;
-pub mod interp;
+pub mod exec;
+pub mod io;
 pub mod model;
-pub mod optim;
-pub mod oracle;
-pub mod passes;
-pub mod planner;
-pub mod plot;
-pub mod precision;
-pub mod rng;
-pub mod train;
-pub mod verify;
-pub mod writer;
+pub mod plan;
+pub mod protocol;
 
-pub use planner::{plan, plan_with, EntrySpec, MemoryReport, Plan, PlanError, PlanOptions, Root};
+pub use plan::{
+    plan, plan_with, EntrySpec, MemoryReport, PlanOptions, PlanningError, Root, Schedule,
+};

@@ -2,12 +2,12 @@
 //! steps straight, versus N steps, save a checkpoint, restore it into a fresh arena bound by a
 //! fresh session, and N more.
 
-use tapeplan_planner::data;
-use tapeplan_planner::exchange::{checkpoint_of, restore_into_model};
+use tapeplan_planner::exec::RuntimeModel;
+use tapeplan_planner::io::data;
+use tapeplan_planner::io::exchange::{checkpoint_of, restore_into_model};
+use tapeplan_planner::model::optim::{Optimizer, Sgd};
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
-use tapeplan_planner::optim::{Optimizer, Sgd};
-use tapeplan_planner::oracle::{JobOptions, TrainingJob};
-use tapeplan_planner::train::RuntimeModel;
+use tapeplan_planner::model::{JobOptions, TrainingJob};
 use tapeplan_runtime::{
     checkpoint_bytes, restore_checkpoint, save_checkpoint, Checkpoint, CheckpointError, Plan,
     Session,
@@ -102,7 +102,7 @@ fn adam_dropout_job() -> TrainingJob {
 #[test]
 fn resume_restores_optimizer_and_generator_state() {
     let job = adam_dropout_job();
-    let bytes = job.plan.to_bytes();
+    let bytes = job.schedule.to_bytes();
     let plan = Plan::parse(&bytes).unwrap();
     let names: Vec<&str> = plan.parameters().map(|b| b.name).collect();
     assert!(names.contains(&"rng.counter"), "{names:?}");
@@ -113,7 +113,7 @@ fn resume_restores_optimizer_and_generator_state() {
 }
 
 fn resume_is_bit_identical(job: &TrainingJob) {
-    let bytes = job.plan.to_bytes();
+    let bytes = job.schedule.to_bytes();
     let plan = Plan::parse(&bytes).unwrap();
     let data = batches();
     assert_eq!(data.len(), 2 * N);
@@ -169,7 +169,7 @@ fn runtime_model_resume_through_the_host_helpers_is_bit_identical() {
 }
 
 fn runtime_model_resume(job: &TrainingJob) {
-    let bytes = job.plan.to_bytes();
+    let bytes = job.schedule.to_bytes();
     let data = batches();
     let shapes = job.parameter_shapes();
     let init = glorot_uniform(&shapes, 42);
@@ -207,7 +207,7 @@ fn runtime_model_resume(job: &TrainingJob) {
 fn a_checkpoint_of_another_plan_is_refused() {
     let a = job(0.1);
     let b = job(0.05); // same layout, another learning rate: another plan_id
-    let (a_bytes, b_bytes) = (a.plan.to_bytes(), b.plan.to_bytes());
+    let (a_bytes, b_bytes) = (a.schedule.to_bytes(), b.schedule.to_bytes());
     let (pa, pb) = (
         Plan::parse(&a_bytes).unwrap(),
         Plan::parse(&b_bytes).unwrap(),

@@ -2,13 +2,15 @@
 //! round trip, the rejections, and the CLI flow (train → checkpoint → export → import →
 //! resume), with `scripts/check_export.py` run when numpy and safetensors are importable.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::Command;
 
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use safetensors::SafeTensorError;
 use tapeplan_core::Shape;
-use tapeplan_planner::exchange::{
+use tapeplan_planner::io::exchange::{
     export_safetensors, import_safetensors, torch_name, ExchangeError, Param, Role,
 };
 
@@ -242,32 +244,7 @@ fn a_non_dense_parameter_is_refused() {
 // ---------------------------------------------------------------------------------------------
 // The CLI flow.
 
-fn tapeplan(dir: &Path, args: &[&str]) -> std::process::Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_tapeplan"))
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .unwrap();
-    out
-}
-
-fn ok(dir: &Path, args: &[&str]) -> String {
-    let out = tapeplan(dir, args);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "tapeplan {args:?} failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
-fn scratch_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tapeplan-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+use common::{ok, scratch_dir, tapeplan};
 
 fn read(dir: &Path, name: &str) -> Vec<u8> {
     std::fs::read(dir.join(name)).unwrap()

@@ -7,7 +7,7 @@
 
 use core::fmt;
 
-use tapeplan_core::format::{BindingKind, TensorKind};
+use tapeplan_core::format::{AttrError, BindingKind, TensorKind};
 use tapeplan_core::{MathProfile, OpError, Opcode, Shape};
 
 /// A section of the plan: which array of records an index refers to.
@@ -152,7 +152,7 @@ pub enum DecodeError {
         /// The version found.
         found: u16,
     },
-    /// `header_bytes` is not 48.
+    /// `header_bytes` is not `tapeplan_core::format::HEADER_BYTES`.
     BadHeaderBytes {
         /// The value found.
         found: u16,
@@ -245,7 +245,8 @@ pub enum DecodeError {
         /// The value found.
         found: u32,
     },
-    /// A non-`fill` instruction has a non-zero attribute word.
+    /// An instruction whose opcode takes no attribute value (kind `none` or `target`) has a
+    /// non-zero attribute word.
     NonzeroAttr {
         /// The instruction's index.
         instr: u32,
@@ -254,6 +255,18 @@ pub enum DecodeError {
         op: Opcode,
         /// The word found.
         attr: u32,
+    },
+    /// An instruction's attribute block is malformed (outside the attribute section, or of the
+    /// wrong length for the opcode).
+    Attr {
+        /// The instruction's index.
+        instr: u32,
+        /// The opcode.
+        #[cfg_attr(feature = "defmt", defmt(Display2Format))]
+        op: Opcode,
+        /// What is wrong.
+        #[cfg_attr(feature = "defmt", defmt(Display2Format))]
+        error: AttrError,
     },
     /// A name field is empty, not UTF-8, or has non-NUL bytes after its padding starts.
     BadName {
@@ -299,8 +312,16 @@ impl fmt::Display for DecodeError {
                 f,
                 "plan format version {found} is newer than the supported version {supported}"
             ),
-            E::UnknownVersion { found } => write!(f, "unknown plan format version {found}"),
-            E::BadHeaderBytes { found } => write!(f, "header_bytes is {found}, expected 48"),
+            E::UnknownVersion { found } => write!(
+                f,
+                "plan format version {found} is not read here (this runtime reads version {}); plan the model again",
+                tapeplan_core::format::VERSION
+            ),
+            E::BadHeaderBytes { found } => write!(
+                f,
+                "header_bytes is {found}, expected {}",
+                tapeplan_core::format::HEADER_BYTES
+            ),
             E::BadChecksum { stored, computed } => write!(
                 f,
                 "checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"
@@ -350,6 +371,7 @@ impl fmt::Display for DecodeError {
                 f,
                 "instruction {instr}: {op} takes no attribute, found {attr:#x}"
             ),
+            E::Attr { instr, op, error } => write!(f, "instruction {instr}: {op}: {error}"),
             E::BadName { section, index } => {
                 write!(f, "{section} record {index}: malformed name")
             }

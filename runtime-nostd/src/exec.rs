@@ -4,7 +4,7 @@
 //! the single-instruction step (catalog kernel or reference kernel) and the guarded commit.
 //! Fused chains run in [`crate::fused`].
 
-use tapeplan_core::format::{BindingKind, TensorKind, FUSE_NEXT};
+use tapeplan_core::format::{decode_attr, BindingKind, TensorKind, FUSE_NEXT};
 use tapeplan_core::ops::elementwise::{binary_in_place, unary_in_place, InPlace};
 use tapeplan_core::ops::{binary_fn, eval, unary_fn, Attr};
 use tapeplan_core::{MathProfile, OpClass, Opcode, Shape, MAX_ARITY};
@@ -269,7 +269,7 @@ fn execute(plan: &Plan<'_>, arena: &mut [f32], d: &Decoded) -> Result<(), ExecEr
         // reference kernels: the same bits, less code.
         if cfg!(feature = "catalog")
             && lengths_ok
-            && catalog::elementwise(op, attr, plan.math(), a, b, buf)
+            && catalog::elementwise(op, attr.scalar(), plan.math(), a, b, buf)
         {
             return Ok(());
         }
@@ -290,7 +290,7 @@ fn execute(plan: &Plan<'_>, arena: &mut [f32], d: &Decoded) -> Result<(), ExecEr
             && disjoint
             && catalog::structural(
                 op,
-                attr,
+                attr.scalar(),
                 slices.get(..arity).ok_or(bad)?,
                 dims.get(..arity).ok_or(bad)?,
                 &out.dims,
@@ -339,6 +339,8 @@ fn step_reference(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), Ex
     let op = Opcode::from_u8(rec.opcode).ok_or(bad)?;
     let arity = op.arity();
     let out = plan.tensor_view(rec.out).ok_or(bad)?;
+    // The format's one attribute decoder (validation already accepted it).
+    let attr = decode_attr(op, rec.attr_word, plan.attr_section(), out.shape).map_err(|_| bad)?;
     if out.elems == 0 {
         // Nothing to write; skipping also spares loops over empty extents.
         return Ok(());
@@ -380,7 +382,7 @@ fn step_reference(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), Ex
         }
         // Any other elementwise opcode in place: through the reference kernel, a chunk at a
         // time from copies (elementwise, so chunking cannot change a bit).
-        return elementwise_chunked(op, rec.attr, math, views, arena, &out, instr);
+        return elementwise_chunked(op, attr, math, views, arena, &out, instr);
     }
 
     let (left, rest) = arena.split_at_mut_checked(out.offset).ok_or(bad)?;
@@ -390,7 +392,6 @@ fn step_reference(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), Ex
         let v = v.as_ref().ok_or(bad)?;
         *slot = pick(left, right, out.end, v).ok_or(bad)?;
     }
-    let attr = Attr::from_parts(op, rec.attr, out.shape);
     let args = args.get(..arity).ok_or(bad)?;
     eval(op, attr, math, args, shapes, buf).map_err(|error| ExecError::Kernel { instr, error })
 }
@@ -404,7 +405,7 @@ const CHUNK_ELEMS: usize = 64;
 /// the same-index argument elements only, so the bits are those of one whole-buffer call.
 fn elementwise_chunked(
     op: Opcode,
-    attr_bits: u32,
+    attr: Attr,
     math: MathProfile,
     views: &[Option<TensorView>],
     arena: &mut [f32],
@@ -440,7 +441,7 @@ fn elementwise_chunked(
             .ok_or(bad)?;
         eval(
             op,
-            Attr::from_parts(op, attr_bits, shape),
+            attr.with_target(shape),
             math,
             args.get(..arity).ok_or(bad)?,
             shapes.get(..arity).ok_or(bad)?,
@@ -505,7 +506,7 @@ mod tests {
                 &mut expect,
             )
             .unwrap();
-            elementwise_chunked(op, 0, m, views, &mut arena, &a, 0).unwrap();
+            elementwise_chunked(op, Attr::NONE, m, views, &mut arena, &a, 0).unwrap();
             let got: Vec<u32> = arena[..n].iter().map(|x| x.to_bits()).collect();
             let want: Vec<u32> = expect.iter().map(|x| x.to_bits()).collect();
             assert_eq!(got, want, "{op}");

@@ -35,7 +35,7 @@ enum Loc {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Member {
     op: Opcode,
-    attr: u32,
+    attr: Attr,
     arity: usize,
     elems: usize,
     out: Loc,
@@ -294,7 +294,7 @@ fn chain_step(
     let bad = ExecError::Inconsistent { instr };
     if m.op == Opcode::Fill {
         // The reference kernel's meaning: every element the attribute's bits.
-        dst.fill(f32::from_bits(m.attr));
+        dst.fill(m.attr.scalar());
         return Ok(());
     }
     let a = a.ok_or(bad)?;
@@ -303,7 +303,7 @@ fn chain_step(
     } else {
         Src::Out
     };
-    if cfg!(feature = "catalog") && catalog::elementwise(m.op, m.attr, math, a, b, dst) {
+    if cfg!(feature = "catalog") && catalog::elementwise(m.op, m.attr.scalar(), math, a, b, dst) {
         return Ok(());
     }
     let len = dst.len();
@@ -322,7 +322,7 @@ fn chain_step(
     let shapes = [shape; 2];
     eval(
         m.op,
-        Attr::from_parts(m.op, m.attr, shape),
+        m.attr.with_target(shape),
         math,
         args.get(..m.arity).ok_or(bad)?,
         shapes.get(..m.arity).ok_or(bad)?,

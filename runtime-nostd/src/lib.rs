@@ -18,6 +18,7 @@ mod fused;
 mod limits;
 mod plan;
 mod program;
+pub mod protocol;
 mod session;
 mod validate;
 

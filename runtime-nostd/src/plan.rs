@@ -4,9 +4,9 @@
 use core::ops::Range;
 
 use tapeplan_core::format::{
-    decode_name, BindingKind, BindingRecord, EntryRecord, Header, InstrRecord, TensorKind,
-    TensorRecord, ALL_ENTRIES, BINDING_RECORD_BYTES, ENTRY_RECORD_BYTES, HEADER_BYTES,
-    INSTR_RECORD_BYTES, NAME_BYTES, TENSOR_RECORD_BYTES,
+    decode_name, BindingKind, BindingRecord, EntryRecord, Header, Instr, InstrError, InstrRecord,
+    Sections, TensorKind, TensorRecord, ALL_ENTRIES, BINDING_RECORD_BYTES, ENTRY_RECORD_BYTES,
+    HEADER_BYTES, INSTR_RECORD_BYTES, NAME_BYTES, TENSOR_RECORD_BYTES,
 };
 use tapeplan_core::{MathProfile, Shape, MAX_RANK};
 
@@ -132,6 +132,7 @@ pub(crate) struct Layout {
     pub instrs_at: usize,
     pub entries_at: usize,
     pub bindings_at: usize,
+    pub attrs_at: usize,
     pub end_at: usize,
 }
 
@@ -142,19 +143,17 @@ impl Layout {
         let n_instrs = us(h.n_instrs);
         let n_entries = us(h.n_entries);
         let n_bindings = us(h.n_bindings);
-        let instrs_at = HEADER_BYTES.checked_add(n_tensors.checked_mul(TENSOR_RECORD_BYTES)?)?;
-        let entries_at = instrs_at.checked_add(n_instrs.checked_mul(INSTR_RECORD_BYTES)?)?;
-        let bindings_at = entries_at.checked_add(n_entries.checked_mul(ENTRY_RECORD_BYTES)?)?;
-        let end_at = bindings_at.checked_add(n_bindings.checked_mul(BINDING_RECORD_BYTES)?)?;
+        let at = Sections::of(h)?;
         Some(Layout {
             n_tensors,
             n_instrs,
             n_entries,
             n_bindings,
-            instrs_at,
-            entries_at,
-            bindings_at,
-            end_at,
+            instrs_at: at.instrs_at,
+            entries_at: at.entries_at,
+            bindings_at: at.bindings_at,
+            attrs_at: at.attrs_at,
+            end_at: at.end_at,
         })
     }
 }
@@ -341,6 +340,22 @@ impl<'a> Plan<'a> {
         }
         record_array::<INSTR_RECORD_BYTES>(self.bytes, self.layout.instrs_at, index)
             .map(|r| InstrRecord::decode(r))
+    }
+
+    /// The attribute section's bytes.
+    pub(crate) fn attr_section(&self) -> &'a [u8] {
+        self.bytes
+            .get(self.layout.attrs_at..self.layout.end_at)
+            .unwrap_or(&[])
+    }
+
+    /// Instruction `index` decoded with its typed attribute by the format's one decoder
+    /// ([`Instr::decode`]); `None` past the instruction section or for an output tensor index
+    /// past the tensor section.
+    pub(crate) fn instr(&self, index: usize) -> Option<Result<Instr, InstrError>> {
+        let rec = self.instr_record(index)?;
+        let out = self.tensor_view(rec.out)?.shape;
+        Some(Instr::decode(&rec, self.attr_section(), out))
     }
 
     pub(crate) fn entry_bytes(&self, index: usize) -> Option<&'a [u8]> {

@@ -7,7 +7,8 @@
 //! instruction as it runs it; [`Session::decode`](crate::Session::decode) decodes an entry once
 //! into a [`Program`] for [`Session::run_program`](crate::Session::run_program).
 
-use tapeplan_core::format::{TensorKind, FUSE_NEXT};
+use tapeplan_core::format::TensorKind;
+use tapeplan_core::ops::Attr;
 use tapeplan_core::{OpClass, Opcode, MAX_ARITY, MAX_RANK};
 
 use crate::catalog::Dims;
@@ -84,7 +85,7 @@ const ELEMENTWISE: u8 = 0x40;
 #[cfg(feature = "catalog")]
 const ARITY: u8 = 0x0f;
 
-/// One instruction of an entry decoded for execution: its opcode, attribute word and where its
+/// One instruction of an entry decoded for execution: its opcode, attribute and where its
 /// tensors live, read from the plan's records once by [`crate::Session::decode`] so that
 /// [`crate::Session::run_program`] does not read them again on every step. About 300 bytes
 /// each.
@@ -96,7 +97,7 @@ pub struct Decoded {
     pub(crate) op: Opcode,
     pub(crate) arity: usize,
     pub(crate) elementwise: bool,
-    pub(crate) attr: u32,
+    pub(crate) attr: Attr,
     pub(crate) out: Placed,
     pub(crate) args: [Option<Placed>; MAX_ARITY],
 }
@@ -110,7 +111,7 @@ impl Decoded {
         op: Opcode::Input,
         arity: 0,
         elementwise: false,
-        attr: 0,
+        attr: Attr::None,
         out: Placed::EMPTY,
         args: [None; MAX_ARITY],
     };
@@ -177,13 +178,14 @@ pub(crate) fn decode_instr(plan: &Plan<'_>, k: usize) -> Result<Decoded, ExecErr
     let bad = ExecError::Inconsistent {
         instr: u32::try_from(k).unwrap_or(u32::MAX),
     };
-    let rec = plan.instr_record(k).ok_or(bad)?;
-    let op = Opcode::from_u8(rec.opcode).ok_or(bad)?;
+    // The format's one decoder, the typed attribute included (`Plan::instr`).
+    let rec = plan.instr(k).ok_or(bad)?.map_err(|_| bad)?;
+    let op = rec.op;
     // With the catalog (hosts), a table lookup; without (flash-bound firmware), two calls and
     // 256 bytes less.
     #[cfg(feature = "catalog")]
     let (arity, elementwise) = {
-        let flags = DECODE.get(usize::from(rec.opcode)).copied().unwrap_or(0);
+        let flags = DECODE.get(usize::from(op.to_u8())).copied().unwrap_or(0);
         (usize::from(flags & ARITY), flags & ELEMENTWISE != 0)
     };
     #[cfg(not(feature = "catalog"))]
@@ -191,7 +193,7 @@ pub(crate) fn decode_instr(plan: &Plan<'_>, k: usize) -> Result<Decoded, ExecErr
     let out = place_tensor(plan, rec.out).ok_or(bad)?;
     let mut d = Decoded {
         k,
-        fuse_next: rec.flags & FUSE_NEXT != 0,
+        fuse_next: rec.fuse_next(),
         op,
         arity,
         elementwise,

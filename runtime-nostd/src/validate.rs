@@ -9,12 +9,13 @@
     clippy::arithmetic_side_effects
 )]
 
+use tapeplan_core::format::{decode_attr, AttrError};
 use tapeplan_core::format::{
     plan_crc, BindingKind, BindingRecord, Header, TensorKind, ALIGN_ELEMS, ALL_ENTRIES,
     BINDING_RECORD_BYTES, ENTRY_RECORD_BYTES, FUSE_NEXT, HEADER_BYTES, INSTR_RECORD_BYTES,
     KNOWN_FLAGS, MAGIC, MAX_CHAIN_INSTRS, MAX_REGISTERS, NO_ARG, TENSOR_RECORD_BYTES, VERSION,
 };
-use tapeplan_core::ops::{infer, Attr};
+use tapeplan_core::ops::infer;
 use tapeplan_core::{MathProfile, OpClass, Opcode, Shape, MAX_ARITY};
 
 use crate::error::{DecodeError, FusionRule, Operand, ParseError, Section, ValidateError};
@@ -198,6 +199,7 @@ fn expected_bytes(h: &Header) -> Option<u64> {
         (h.n_instrs, size(INSTR_RECORD_BYTES)?),
         (h.n_entries, size(ENTRY_RECORD_BYTES)?),
         (h.n_bindings, size(BINDING_RECORD_BYTES)?),
+        (h.attr_words, 4),
     ];
     let mut total = size(HEADER_BYTES)?;
     for (n, size) in parts {
@@ -307,14 +309,6 @@ fn check_instrs(plan: &Plan<'_>) -> Result<(), ParseError> {
                 .into());
             }
         }
-        if rec.attr != 0 && !tapeplan_core::ops::uses_attr(op) {
-            return Err(DecodeError::NonzeroAttr {
-                instr,
-                op,
-                attr: rec.attr,
-            }
-            .into());
-        }
         let out = plan
             .tensor_view(rec.out)
             .ok_or(ValidateError::TensorIndex {
@@ -323,8 +317,20 @@ fn check_instrs(plan: &Plan<'_>) -> Result<(), ParseError> {
                 tensor: rec.out,
             })?
             .shape;
+        let attr = match decode_attr(op, rec.attr_word, plan.attr_section(), out) {
+            Ok(attr) => attr,
+            Err(AttrError::NonzeroWord { word }) => {
+                return Err(DecodeError::NonzeroAttr {
+                    instr,
+                    op,
+                    attr: word,
+                }
+                .into())
+            }
+            Err(error) => return Err(DecodeError::Attr { instr, op, error }.into()),
+        };
         let arg_shapes = shapes.get(..arity).unwrap_or(&[]);
-        match infer(op, Attr::from_parts(op, rec.attr, out), arg_shapes) {
+        match infer(op, attr, arg_shapes) {
             Ok(s) if s == out => {}
             Ok(inferred) => {
                 return Err(ValidateError::OutputShape {

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 
 use common::*;
 use tapeplan_core::format::{BindingKind, TensorKind, FUSE_NEXT, MAX_CHAIN_INSTRS};
-use tapeplan_core::ops::{eval, Attr};
+use tapeplan_core::ops::eval;
 use tapeplan_core::Opcode;
 use tapeplan_runtime::{
     DecodeError, Decoded, ExecError, FusionRule, ParseError, Plan, Session, ValidateError,
@@ -59,7 +59,7 @@ fn sequential(b: &Builder, e: usize, arena: &mut [f32]) -> Result<(), u32> {
         let refs: Vec<&[f32]> = args.iter().map(Vec::as_slice).collect();
         eval(
             op,
-            Attr::from_parts(op, ins.attr, s),
+            tapeplan_core::format::decode_attr(op, ins.attr_word, &[], s).unwrap(),
             tapeplan_core::MathProfile::Precise,
             &refs,
             &shapes,

@@ -4,6 +4,7 @@ mod common;
 
 use common::*;
 use proptest::prelude::*;
+use tapeplan_core::format::HEADER_BYTES;
 use tapeplan_runtime::{DecodeError, ParseError, Plan};
 
 fn plans() -> Vec<Vec<u8>> {
@@ -44,12 +45,16 @@ fn truncated_at_every_length() {
             assert_eq!(
                 e,
                 ParseError::Decode(DecodeError::Truncated {
-                    needed_bytes: if n < 48 { 48 } else { p.len() },
+                    needed_bytes: if n < HEADER_BYTES {
+                        HEADER_BYTES
+                    } else {
+                        p.len()
+                    },
                     found_bytes: n
                 })
             );
             // Still truncated with the header's total_bytes and CRC fixed up to match.
-            if n >= 48 {
+            if n >= HEADER_BYTES {
                 let fixed = with_header(p[..n].to_vec(), |h| h.total_bytes = n as u32);
                 assert!(Plan::parse(&fixed).is_err(), "accepted truncation at {n}");
             }
@@ -124,10 +129,10 @@ proptest! {
     #[test]
     fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
         let mut b = bytes;
-        if b.len() >= 48 {
+        if b.len() >= HEADER_BYTES {
             b[..4].copy_from_slice(b"TPLN");
             b[4..6].copy_from_slice(&tapeplan_core::format::VERSION.to_le_bytes());
-            b[6..8].copy_from_slice(&48u16.to_le_bytes());
+            b[6..8].copy_from_slice(&(HEADER_BYTES as u16).to_le_bytes());
             let n = b.len() as u32;
             b[8..12].copy_from_slice(&n.to_le_bytes());
             recrc(&mut b);

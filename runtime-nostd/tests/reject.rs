@@ -8,7 +8,9 @@ mod common;
 
 use common::mlp::*;
 use common::*;
-use tapeplan_core::format::{BindingKind, TensorKind, ALL_ENTRIES, FUSE_NEXT, NO_ARG, VERSION};
+use tapeplan_core::format::{
+    BindingKind, TensorKind, ALL_ENTRIES, FUSE_NEXT, HEADER_BYTES, NO_ARG, VERSION,
+};
 use tapeplan_core::{OpError, Opcode, Shape};
 use tapeplan_runtime::{
     DecodeError, Limits, Operand, ParseError, Plan, Scratch, Section, Session, ValidateError,
@@ -35,10 +37,10 @@ fn truncated_and_trailing() {
     let b = mlp_plan();
     let n = b.len();
     assert_eq!(
-        err(b[..47].to_vec()),
+        err(b[..HEADER_BYTES - 1].to_vec()),
         ParseError::Decode(DecodeError::Truncated {
-            needed_bytes: 48,
-            found_bytes: 47
+            needed_bytes: HEADER_BYTES,
+            found_bytes: HEADER_BYTES - 1
         })
     );
     assert_eq!(
@@ -350,7 +352,7 @@ fn instruction_rules() {
         })
     );
     assert_eq!(
-        err(with_instr(b.clone(), 2, |i| i.attr = 1)),
+        err(with_instr(b.clone(), 2, |i| i.attr_word = 1)),
         ParseError::Decode(DecodeError::NonzeroAttr {
             instr: 2,
             op: Opcode::Add,
@@ -751,7 +753,7 @@ fn in_place_exception_is_exact() {
         flags: 0,
         out: c,
         args: [a, u32::MAX, u32::MAX],
-        attr: 0,
+        attr_word: 0,
     };
     assert_eq!(
         err(rs.build()),

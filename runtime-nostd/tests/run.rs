@@ -352,7 +352,7 @@ fn a_program_runs_only_on_its_own_plan() {
     use tapeplan_runtime::Decoded;
     let bytes = mlp_plan();
     // Another plan, same layout and length: the learning rate's `fill` differs.
-    let other = with_instr(bytes.clone(), 4, |r| r.attr = 0.5f32.to_bits());
+    let other = with_instr(bytes.clone(), 4, |r| r.attr_word = 0.5f32.to_bits());
     assert_eq!(other.len(), bytes.len());
     let plan = Plan::parse(&bytes).unwrap();
     let other_plan = Plan::parse(&other).unwrap();

@@ -178,7 +178,7 @@ proptest! {
 
     #[test]
     fn unary_matches_reference((op, d, x, p) in unary_case()) {
-        let attr = if op == Opcode::Pow { Attr { bits: p.to_bits(), target: None } } else { Attr::NONE };
+        let attr = if op == Opcode::Pow { Attr::Pow(p) } else { Attr::NONE };
         check(op, attr, &[&x], &[shp(&d)])?;
     }
 
@@ -311,7 +311,7 @@ fn in_place(op: Opcode, attr: u32, a: &[f32], b: &[f32]) -> Result<(), TestCaseE
         let mut want = vec![0.0; a.len()];
         reference(
             op,
-            Attr::from_parts(op, attr, sh),
+            tapeplan_core::format::decode_attr(op, attr, &[], sh).unwrap(),
             math,
             &ref_args,
             &shapes,
@@ -390,10 +390,7 @@ fn training_shapes_have_catalog_kernels() {
     for &op in UNARY.iter().chain(BINARY) {
         let shapes = vec![m; op.arity()];
         let attr = if op == Opcode::Pow {
-            Attr {
-                bits: 2.0f32.to_bits(),
-                target: None,
-            }
+            Attr::Pow(2.0)
         } else {
             Attr::NONE
         };

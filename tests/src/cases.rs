@@ -2,7 +2,7 @@
 //! opcode, each a small function of random inputs reduced to a scalar.
 
 use tapeplan_core::{NodeId, Opcode, Recordable, Shape, Tape, Trace};
-use tapeplan_planner::rng::SplitMix64;
+use tapeplan_planner::protocol::SplitMix64;
 
 /// A case: the inputs' shapes and value ranges, and the function body from inputs to a value
 /// that is then reduced as `sum(body * w)` with a random weight `w` so that every element's

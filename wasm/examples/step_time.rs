@@ -24,7 +24,7 @@ fn main() {
 mod native {
     use std::time::Instant;
 
-    use tapeplan_planner::train::RuntimeModel;
+    use tapeplan_planner::exec::RuntimeModel;
 
     fn read(name: &str) -> Vec<u8> {
         let path = format!("{}/www/assets/{name}", env!("CARGO_MANIFEST_DIR"));

@@ -25,7 +25,9 @@
 
 use std::fmt;
 
-use tapeplan_core::format::digest_f32;
+use tapeplan_runtime::protocol::{
+    digest_f32, ENTRY_FORWARD, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, INPUT_Y, OUTPUT_LOSS,
+};
 use tapeplan_runtime::{Binding, BindingKind, EntryId, ExecError, ParseError, Plan, Session};
 use wasm_bindgen::prelude::*;
 
@@ -138,8 +140,8 @@ impl Trainer {
         let plan = Loaded::try_new(bytes.to_vec().into_boxed_slice(), |b| Plan::parse(b))?;
         let p = plan.borrow_dependent();
         let arena = vec![0.0f32; p.arena_elems()];
-        let train = p.entry("train_step");
-        let forward = p.entry("forward");
+        let train = p.entry(ENTRY_TRAIN_STEP);
+        let forward = p.entry(ENTRY_FORWARD);
         Ok(Trainer {
             plan,
             arena,
@@ -384,20 +386,23 @@ impl Trainer {
     pub fn train_step(&mut self, x: &[f32], target: &[f32]) -> Result<f32, Error> {
         let e = self
             .train
-            .ok_or_else(|| Error::NoEntry("train_step".into()))?;
-        let target_name = if self.plan().input(e, "labels").is_some() {
-            "labels"
+            .ok_or_else(|| Error::NoEntry(ENTRY_TRAIN_STEP.into()))?;
+        let target_name = if self.plan().input(e, INPUT_LABELS).is_some() {
+            INPUT_LABELS
         } else {
-            "y"
+            INPUT_Y
         };
-        let ctx = |name: &str| binding_context(BindingKind::Input, name, "train_step");
-        self.with_session(|| ctx("x"), |s| s.set_input(e, "x", x))?;
+        let ctx = |name: &str| binding_context(BindingKind::Input, name, ENTRY_TRAIN_STEP);
+        self.with_session(|| ctx(INPUT_X), |s| s.set_input(e, INPUT_X, x))?;
         self.with_session(|| ctx(target_name), |s| s.set_input(e, target_name, target))?;
         self.with_session(
-            || "running train_step".into(),
+            || format!("running {ENTRY_TRAIN_STEP}"),
             |s| {
                 s.run(e)?;
-                Ok(s.output(e, "loss")?.first().copied().unwrap_or(f32::NAN))
+                Ok(s.output(e, OUTPUT_LOSS)?
+                    .first()
+                    .copied()
+                    .unwrap_or(f32::NAN))
             },
         )
     }
@@ -412,20 +417,20 @@ impl Trainer {
     pub fn forward(&mut self, x: &[f32]) -> Result<Vec<f32>, Error> {
         let e = self
             .forward
-            .ok_or_else(|| Error::NoEntry("forward".into()))?;
+            .ok_or_else(|| Error::NoEntry(ENTRY_FORWARD.into()))?;
         let out = self
             .plan()
             .outputs(e)
             .next()
             .ok_or_else(|| Error::NoBinding {
-                entry: "forward".into(),
+                entry: ENTRY_FORWARD.into(),
                 wanted: "output",
             })?;
         let range = out.range();
         self.with_session(
-            || binding_context(BindingKind::Input, "x", "forward"),
+            || binding_context(BindingKind::Input, INPUT_X, ENTRY_FORWARD),
             |s| {
-                s.set_input(e, "x", x)?;
+                s.set_input(e, INPUT_X, x)?;
                 s.run(e)
             },
         )?;

@@ -2,11 +2,12 @@
 //! [`Trainer`], against the planner's oracle, bit for bit; and every rejection path answers an
 //! [`Error`] rather than panicking.
 
-use tapeplan_core::format::digest_f32;
-use tapeplan_planner::data;
+use tapeplan_planner::exec::Oracle;
+use tapeplan_planner::io::data;
+use tapeplan_planner::model::optim::Sgd;
+use tapeplan_planner::model::TrainingJob;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
-use tapeplan_planner::optim::Sgd;
-use tapeplan_planner::oracle::{Oracle, TrainingJob};
+use tapeplan_runtime::protocol::digest_f32;
 use tapeplan_runtime::{BindingKind, ExecError};
 
 use super::{Error, Trainer};
@@ -20,7 +21,7 @@ fn digits_job() -> TrainingJob {
 }
 
 fn loaded(job: &TrainingJob, seed: u64) -> (Trainer, Vec<Vec<f32>>) {
-    let mut t = Trainer::from_bytes(&job.plan.to_bytes()).unwrap();
+    let mut t = Trainer::from_bytes(&job.schedule.to_bytes()).unwrap();
     let init = glorot_uniform(&job.parameter_shapes(), seed);
     for ((name, _), v) in job.parameter_shapes().iter().zip(&init) {
         t.load_parameter(name, v).unwrap();
@@ -91,11 +92,11 @@ fn parameters_and_persistent_round_trip() {
     assert_eq!(t.parameters(), all);
     let digest = t.digest();
     let saved = t.persistent().to_vec();
-    let mut u = Trainer::from_bytes(&job.plan.to_bytes()).unwrap();
+    let mut u = Trainer::from_bytes(&job.schedule.to_bytes()).unwrap();
     assert_ne!(u.digest(), digest);
     u.load_parameters(&all).unwrap();
     assert_eq!(u.digest(), digest);
-    let mut v = Trainer::from_bytes(&job.plan.to_bytes()).unwrap();
+    let mut v = Trainer::from_bytes(&job.schedule.to_bytes()).unwrap();
     v.load_persistent(&saved).unwrap();
     assert_eq!(v.digest(), digest);
     assert_eq!(
@@ -135,7 +136,7 @@ fn generic_entry_calls_match_the_convenience_ones() {
 #[test]
 fn bad_plan_bytes_are_errors_with_the_runtime_message() {
     let job = digits_job();
-    let bytes = job.plan.to_bytes();
+    let bytes = job.schedule.to_bytes();
     for bad in [
         &[][..],
         &bytes[..bytes.len() - 1],

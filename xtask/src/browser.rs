@@ -21,13 +21,13 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
-use tapeplan_core::format::digest_f32;
-use tapeplan_planner::data;
+use tapeplan_planner::exec::argmax;
+use tapeplan_planner::exec::Oracle;
+use tapeplan_planner::io::data;
+use tapeplan_planner::model::optim::Sgd;
+use tapeplan_planner::model::TrainingJob;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
-use tapeplan_planner::optim::Sgd;
-use tapeplan_planner::oracle::{Oracle, TrainingJob};
-use tapeplan_planner::rng::SplitMix64;
-use tapeplan_planner::train::argmax;
+use tapeplan_runtime::protocol::{digest_f32, epoch_seed};
 
 use crate::{output, run, show, Ctx};
 
@@ -67,11 +67,6 @@ fn assets_dir(ctx: &Ctx) -> PathBuf {
     ctx.root.join("wasm/www/assets")
 }
 
-/// The shuffle seed of one epoch: `tapeplan demo`'s (planner-host/src/main.rs, `epoch_seed`).
-fn epoch_seed(seed: u64, epoch: usize) -> u64 {
-    SplitMix64::new(seed ^ ((epoch as u64 + 1) << 32)).next_u64()
-}
-
 fn hex(d: u64) -> String {
     format!("{d:016x}")
 }
@@ -95,7 +90,7 @@ pub fn step_web_assets(ctx: &Ctx) -> Result<()> {
         DEMO.batch,
     )
     .map_err(|e| anyhow!("planning the digits MLP: {e}"))?;
-    let plan = job.plan.to_bytes();
+    let plan = job.schedule.to_bytes();
     let manifest_path = dir.join("manifest.json");
     let fresh = fs::read(dir.join("digits.plan")).is_ok_and(|b| b == plan)
         && fs::read_to_string(&manifest_path)

@@ -504,10 +504,10 @@ fn step_doc(ctx: &Ctx) -> Result<()> {
 fn step_demo(ctx: &Ctx) -> Result<()> {
     run(ctx.cargo(["run", "--release", "-p", "tapeplan-planner", "--", "demo"]))
         .context("the demo failed: the runtime's bits differ from the oracle's, or it crashed")?;
-    // The examples assert what they print (Plate 1's HVP; forward mode: computed pairs ==
-    // recorded pairs bit for bit, and against reverse mode).
-    for example in ["hvp", "forward_mode"] {
-        run(ctx.cargo(["run", "-q", "-p", "tapeplan-core", "--example", example]))
+    // The examples assert what they print (Plate 1's HVP; forward mode: dual tangents ==
+    // recorded jvp, and against reverse mode).
+    for (package, example) in [("tapeplan-core", "hvp"), ("tapeplan-tests", "forward_mode")] {
+        run(ctx.cargo(["run", "-q", "-p", package, "--example", example]))
             .with_context(|| format!("example {example} failed"))?;
     }
     Ok(())

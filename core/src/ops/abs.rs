@@ -4,7 +4,7 @@
 
 use crate::Element;
 
-use super::{want, Contributions, VjpArgs};
+use super::{unary_rule, Contributions, VjpArgs};
 use crate::Recordable;
 
 /// `|x|`.
@@ -16,11 +16,7 @@ pub(crate) fn vjp<R: Recordable>(
     r: &mut R,
     v: &VjpArgs<'_, R::Value>,
 ) -> Result<Contributions<R::Value>, R::Error> {
-    let d = want(v.wants[0], || {
-        let s = r.sign(v.args[0])?;
-        r.mul(v.cotangent, &s)
-    })?;
-    Ok([d, None, None])
+    unary_rule(r, v, |r, x, _y| r.sign(x))
 }
 
 #[cfg(test)]

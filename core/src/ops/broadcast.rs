@@ -3,17 +3,19 @@
 //!
 //! Rule: `x̄ += sum_to(ḡ, shape(x))`: summation is broadcasting's adjoint.
 
-use super::{want, Contributions, OpError, VjpArgs};
-use crate::{Element, Opcode, Recordable, Shape};
+use super::{target_of, want, Contributions, Kernel, OpError, VjpArgs};
+use crate::{Attr, Element, Opcode, Recordable, Shape};
 
 /// The shape rule.
 ///
 /// # Errors
 /// [`OpError::BadTarget`] when `x` does not broadcast to `target`.
-pub fn infer(x: Shape, target: Shape) -> Result<Shape, OpError> {
+#[inline(always)]
+pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
+    let (x, target) = (super::nth(args, 0), target_of(op, attr)?);
     if !x.broadcasts_to(&target) {
         return Err(OpError::BadTarget {
-            op: Opcode::Broadcast,
+            op,
             from: x,
             to: target,
         });
@@ -28,6 +30,12 @@ pub fn kernel<E: Element>(x: &[E], x_shape: Shape, out: &mut [E], out_shape: Sha
             *o = v;
         }
     }
+}
+
+/// Through [`kernel`].
+pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
+    kernel(k.arg(0), k.shape(0), k.out, k.out_shape);
+    Ok(())
 }
 
 pub(crate) fn vjp<R: Recordable>(

@@ -3,19 +3,25 @@
 //! Rule: `ā += slice(ḡ, axis, 0, len(a))`, `b̄ += slice(ḡ, axis, len(a), len(b))`.
 
 use super::slice::outer_inner;
-use super::{want, Contributions, OpError, VjpArgs};
-use crate::{Element, Opcode, Recordable, Shape};
+use super::{want, Contributions, Kernel, OpError, VjpArgs};
+use crate::{Attr, Element, Opcode, Recordable, Shape};
+
+/// The attribute's axis.
+fn axis_of(attr: Attr) -> usize {
+    match attr {
+        Attr::Axis(a) => a,
+        _ => 0,
+    }
+}
 
 /// The shape rule.
 ///
 /// # Errors
 /// [`OpError::ShapeMismatch`] when ranks or the other extents differ or the axis is out of range.
-pub fn infer(a: Shape, b: Shape, axis: usize) -> Result<Shape, OpError> {
-    let bad = OpError::ShapeMismatch {
-        op: Opcode::Concat,
-        lhs: a,
-        rhs: b,
-    };
+#[inline(always)]
+pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
+    let (a, b, axis) = (super::nth(args, 0), super::nth(args, 1), axis_of(attr));
+    let bad = OpError::ShapeMismatch { op, lhs: a, rhs: b };
     if a.rank() != b.rank() || axis >= a.rank() {
         return Err(bad);
     }
@@ -60,11 +66,18 @@ pub fn kernel<E: Element>(
     }
 }
 
+/// Through [`kernel`].
+pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
+    let axis = axis_of(k.attr);
+    kernel(k.arg(0), k.shape(0), k.arg(1), k.shape(1), k.out, axis);
+    Ok(())
+}
+
 pub(crate) fn vjp<R: Recordable>(
     r: &mut R,
-    axis: usize,
     v: &VjpArgs<'_, R::Value>,
 ) -> Result<Contributions<R::Value>, R::Error> {
+    let axis = axis_of(v.attr);
     let na = r.shape_of(v.args[0]).dim(axis).unwrap_or(0);
     let nb = r.shape_of(v.args[1]).dim(axis).unwrap_or(0);
     let g = v.cotangent;
@@ -89,10 +102,20 @@ mod tests {
             1,
         );
         assert_eq!(out, [1., 3., 4., 2., 5., 6.]);
+        let c = Opcode::Concat;
         assert_eq!(
-            infer(Shape::matrix(2, 1), Shape::matrix(2, 2), 1),
+            infer(
+                c,
+                Attr::Axis(1),
+                &[Shape::matrix(2, 1), Shape::matrix(2, 2)]
+            ),
             Ok(Shape::matrix(2, 3))
         );
-        assert!(infer(Shape::matrix(2, 1), Shape::matrix(3, 2), 1).is_err());
+        assert!(infer(
+            c,
+            Attr::Axis(1),
+            &[Shape::matrix(2, 1), Shape::matrix(3, 2)]
+        )
+        .is_err());
     }
 }

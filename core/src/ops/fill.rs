@@ -1,6 +1,21 @@
 //! `fill`: every element equal to the attribute. A leaf: constants, seeds and learning rates.
 
-use crate::Element;
+use super::{target_of, Kernel, OpError};
+use crate::{Attr, Element, Opcode, Shape};
+
+pub(crate) use super::no_rule as vjp;
+
+/// The shape rule: the attribute's shape.
+#[inline(always)]
+pub(crate) fn infer(op: Opcode, attr: Attr, _args: &[Shape]) -> Result<Shape, OpError> {
+    target_of(op, attr)
+}
+
+/// Through [`kernel`] with the attribute's value.
+pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
+    kernel(k.attr.scalar(), k.out);
+    Ok(())
+}
 
 /// Writes `value` to every element of `out`.
 pub fn kernel<E: Element>(value: f32, out: &mut [E]) {

@@ -2,16 +2,17 @@
 //!
 //! Rule: `Ā += ḡ · Bᵀ`, `B̄ += Aᵀ · ḡ` (spoken as `matmul` and `transpose`).
 
-use super::{want, Contributions, OpError, VjpArgs};
-use crate::{Element, Opcode, Recordable, Shape};
+use super::{want, Contributions, Kernel, OpError, VjpArgs};
+use crate::{Attr, Element, Opcode, Recordable, Shape};
 
 /// The shape rule: `[m, k] x [k, n] -> [m, n]`.
 ///
 /// # Errors
 /// [`OpError::NotMatrix`] for an argument of rank other than 2; [`OpError::ShapeMismatch`]
 /// when the inner extents differ.
-pub fn infer(a: Shape, b: Shape) -> Result<Shape, OpError> {
-    let op = Opcode::MatMul;
+#[inline(always)]
+pub fn infer(op: Opcode, _attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
+    let (a, b) = (super::nth(args, 0), super::nth(args, 1));
     for s in [a, b] {
         if s.rank() != 2 {
             return Err(OpError::NotMatrix { op, shape: s });
@@ -54,6 +55,14 @@ pub fn kernel<E: Element>(a: &[E], b: &[E], out: &mut [E], m: usize, k: usize, n
     }
 }
 
+/// Through [`kernel`].
+pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
+    let [m, kk, _, _] = k.shape(0).dims();
+    let n = k.shape(1).dim(1).unwrap_or(0);
+    kernel(k.arg(0), k.arg(1), k.out, m, kk, n);
+    Ok(())
+}
+
 pub(crate) fn vjp<R: Recordable>(
     r: &mut R,
     v: &VjpArgs<'_, R::Value>,
@@ -94,8 +103,12 @@ mod tests {
     #[test]
     fn shape_rule() {
         let a = Shape::matrix(2, 3);
-        assert_eq!(infer(a, Shape::matrix(3, 4)), Ok(Shape::matrix(2, 4)));
-        assert!(infer(a, Shape::matrix(2, 4)).is_err());
-        assert!(infer(Shape::vector(3), a).is_err());
+        let (op, none) = (Opcode::MatMul, Attr::None);
+        assert_eq!(
+            infer(op, none, &[a, Shape::matrix(3, 4)]),
+            Ok(Shape::matrix(2, 4))
+        );
+        assert!(infer(op, none, &[a, Shape::matrix(2, 4)]).is_err());
+        assert!(infer(op, none, &[Shape::vector(3), a]).is_err());
     }
 }

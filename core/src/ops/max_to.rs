@@ -8,9 +8,12 @@
 
 use crate::Element;
 
-use super::{want, Contributions, VjpArgs};
+use super::{want, Contributions, Kernel, OpError, VjpArgs};
 use crate::Recordable;
 use crate::Shape;
+
+/// The shape rule: `sum_to`'s.
+pub(crate) use super::sum_to::infer;
 
 /// The reference kernel.
 ///
@@ -29,6 +32,12 @@ pub fn kernel<E: Element>(x: &[E], x_shape: Shape, out: &mut [E], out_shape: Sha
             }
         }
     }
+}
+
+/// Through [`kernel`].
+pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
+    kernel(k.arg(0), k.shape(0), k.out, k.out_shape);
+    Ok(())
 }
 
 pub(crate) fn vjp<R: Recordable>(

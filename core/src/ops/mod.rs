@@ -9,7 +9,7 @@ use core::fmt;
 
 use crate::recordable::Recordable;
 use crate::shape::ShapeError;
-use crate::{Element, MathProfile, OpClass, Opcode, Shape, MAX_ARITY};
+use crate::{Element, MathProfile, Opcode, Shape, MAX_ARITY};
 
 pub mod abs;
 pub mod add;
@@ -49,96 +49,30 @@ pub mod tanh;
 pub mod transpose;
 pub mod uniform;
 
-/// An instruction's attribute: a 32-bit word (the fill value's bit pattern) and, for the ops
-/// that need one, the target shape (which is also the output shape).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct Attr {
-    /// The raw attribute word: for `fill` and `pow`, an `f32` bit pattern; for `slice` and `pad`,
-    /// `axis << 28 | start`; for `concat`, the axis; 0 for every other opcode.
-    pub bits: u32,
-    /// The target shape for leaves, `fill`, `reshape`, `broadcast`, `sum_to`, `max_to`,
-    /// `one_hot`, `slice`, `pad`, `uniform`; `None` for the rest.
-    pub target: Option<Shape>,
-}
+pub use crate::attr::{Attr, AttrKind};
 
-impl Attr {
-    /// No attribute.
-    pub const NONE: Attr = Attr {
-        bits: 0,
-        target: None,
-    };
-
-    /// A target shape.
-    pub fn target(shape: Shape) -> Attr {
-        Attr {
-            bits: 0,
-            target: Some(shape),
-        }
-    }
-
-    /// A fill value and its shape.
-    pub fn fill(value: f32, shape: Shape) -> Attr {
-        Attr {
-            bits: value.to_bits(),
-            target: Some(shape),
-        }
-    }
-
-    /// Rebuilds the attribute of `op` from the plan format's word and the output shape.
-    pub fn from_parts(op: Opcode, bits: u32, out: Shape) -> Attr {
-        Attr {
-            bits,
-            target: if needs_target(op) { Some(out) } else { None },
-        }
-    }
-}
-
-/// True for the opcodes whose output shape is given by the attribute rather than inferred.
+/// True for the opcodes whose output shape is given by the attribute (a target or a fill)
+/// rather than inferred.
 pub fn needs_target(op: Opcode) -> bool {
-    matches!(
-        op,
-        Opcode::Input
-            | Opcode::Parameter
-            | Opcode::Fill
-            | Opcode::Reshape
-            | Opcode::Broadcast
-            | Opcode::SumTo
-            | Opcode::MaxTo
-            | Opcode::OneHot
-            | Opcode::Slice
-            | Opcode::Pad
-            | Opcode::Uniform
-    )
+    matches!(op.attr_kind(), AttrKind::Target | AttrKind::Fill)
 }
 
 /// True for the opcodes this build dispatches: every opcode with the `all-ops` feature; without
-/// it, the core set an MLP, its losses, SGD, momentum, Adam and dropout speak.
+/// it, the core set ([`Opcode::in_core_set`]).
 pub fn in_vocabulary(op: Opcode) -> bool {
-    cfg!(feature = "all-ops")
-        || !matches!(
-            op,
-            Opcode::Sigmoid
-                | Opcode::Softplus
-                | Opcode::Abs
-                | Opcode::Sign
-                | Opcode::Pow
-                | Opcode::Maximum
-                | Opcode::Minimum
-                | Opcode::Greater
-                | Opcode::Select
-                | Opcode::Slice
-                | Opcode::Pad
-                | Opcode::Concat
-        )
+    cfg!(feature = "all-ops") || op.in_core_set()
 }
 
-/// True for the opcodes whose attribute word carries meaning (see [`Attr::bits`]); every other
-/// opcode's attribute is 0.
+/// True for the opcodes whose reverse rule contributes nothing (the table's `rule` column; see
+/// [`Opcode::zero_derivative`]).
+pub fn zero_derivative(op: Opcode) -> bool {
+    op.zero_derivative()
+}
+
+/// True for the opcodes whose attribute carries a value besides a shape (`fill`, `pow`,
+/// `slice`, `pad`, `concat`): the ones a plan's instruction record stores an attribute for.
 pub fn uses_attr(op: Opcode) -> bool {
-    matches!(
-        op,
-        Opcode::Fill | Opcode::Pow | Opcode::Slice | Opcode::Pad | Opcode::Concat
-    )
+    !matches!(op.attr_kind(), AttrKind::None | AttrKind::Target)
 }
 
 /// Why an instruction cannot be applied to its arguments.
@@ -197,6 +131,13 @@ pub enum OpError {
         /// The buffer's length.
         found_elems: usize,
     },
+    /// An attribute of another kind than the opcode takes.
+    BadAttr {
+        /// The instruction.
+        op: Opcode,
+        /// The kind given.
+        found: AttrKind,
+    },
     /// A shape could not be built.
     Shape(ShapeError),
     /// An opcode this build leaves out (built without the `all-ops` feature).
@@ -240,6 +181,14 @@ impl fmt::Display for OpError {
                 f,
                 "{op}: buffer of {found_elems} elements where the shape needs {expected_elems}"
             ),
+            OpError::BadAttr { op, found } => {
+                write!(
+                    f,
+                    "{op} takes a {} attribute, found {}",
+                    op.attr_kind().name(),
+                    found.name()
+                )
+            }
             OpError::Shape(e) => write!(f, "{e}"),
             OpError::Unsupported { op } => {
                 write!(
@@ -265,103 +214,16 @@ impl From<ShapeError> for OpError {
     }
 }
 
-fn target_of(op: Opcode, attr: Attr) -> Result<Shape, OpError> {
-    attr.target.ok_or(OpError::MissingTarget { op })
+/// The target shape an attribute gives (checked against the opcode's kind by [`infer`]).
+pub(crate) fn target_of(op: Opcode, attr: Attr) -> Result<Shape, OpError> {
+    attr.target_shape().ok_or(OpError::MissingTarget { op })
 }
 
-/// The output shape of `op` over arguments of `args` shapes: the shape rule. Pure; the tape,
-/// the compute payload and the runtime's validator all call it.
-///
-/// # Errors
-/// [`OpError`] naming what does not fit.
-pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
-    if !in_vocabulary(op) {
-        return Err(OpError::Unsupported { op });
-    }
-    if args.len() != op.arity() {
-        return Err(OpError::Arity {
-            op,
-            expected: op.arity(),
-            found: args.len(),
-        });
-    }
-    match op.class() {
-        OpClass::Leaf => target_of(op, attr),
-        OpClass::Elementwise => {
-            if let [a, b] = args {
-                if a != b {
-                    return Err(OpError::ShapeMismatch {
-                        op,
-                        lhs: *a,
-                        rhs: *b,
-                    });
-                }
-            }
-            Ok(args[0])
-        }
-        OpClass::Structural => match op {
-            Opcode::MatMul => matmul::infer(args[0], args[1]),
-            Opcode::Transpose => transpose::infer(args[0]),
-            Opcode::Reshape => reshape::infer(args[0], target_of(op, attr)?),
-            Opcode::Broadcast => broadcast::infer(args[0], target_of(op, attr)?),
-            Opcode::SumTo => sum_to::infer(op, args[0], target_of(op, attr)?),
-            Opcode::MaxTo => sum_to::infer(op, args[0], target_of(op, attr)?),
-            Opcode::OneHot => one_hot::infer(args[0], target_of(op, attr)?),
-            #[cfg(feature = "all-ops")]
-            Opcode::Select => same_shapes(op, args),
-            #[cfg(feature = "all-ops")]
-            Opcode::Slice => {
-                let t = target_of(op, attr)?;
-                slice::check_window(op, args[0], t, attr.bits)?;
-                Ok(t)
-            }
-            #[cfg(feature = "all-ops")]
-            Opcode::Pad => {
-                let t = target_of(op, attr)?;
-                slice::check_window(op, t, args[0], attr.bits)?;
-                Ok(t)
-            }
-            #[cfg(feature = "all-ops")]
-            Opcode::Concat => concat::infer(args[0], args[1], attr.bits as usize),
-            Opcode::Uniform => {
-                for a in args {
-                    if a.elems() != 1 {
-                        return Err(OpError::ShapeMismatch {
-                            op,
-                            lhs: args[0],
-                            rhs: args[1],
-                        });
-                    }
-                }
-                target_of(op, attr)
-            }
-            _ => Err(OpError::Leaf { op }),
-        },
-    }
-}
-
-/// True for the opcodes whose reverse rule contributes nothing: `detach` (a stop-gradient) and
-/// the piecewise-constant `heaviside`, `equal`, `one_hot`, `sign`, `greater`, `greater_equal`,
-/// and the random draw `uniform`. Their outputs do not depend
-/// differentiably on their arguments, which the ancestor mask uses.
-pub fn zero_derivative(op: Opcode) -> bool {
-    matches!(
-        op,
-        Opcode::Detach
-            | Opcode::Heaviside
-            | Opcode::Equal
-            | Opcode::OneHot
-            | Opcode::Sign
-            | Opcode::Greater
-            | Opcode::GreaterEqual
-            | Opcode::Uniform
-    )
-}
-
-#[cfg(feature = "all-ops")]
-fn same_shapes(op: Opcode, args: &[Shape]) -> Result<Shape, OpError> {
-    let first = args[0];
-    for a in &args[1..] {
+/// The shape rule of the elementwise opcodes: every argument of one shape, the output of that
+/// shape.
+pub(crate) fn same_shapes(op: Opcode, args: &[Shape]) -> Result<Shape, OpError> {
+    let first = args.first().copied().unwrap_or(Shape::SCALAR);
+    for a in args.iter().skip(1) {
         if *a != first {
             return Err(OpError::ShapeMismatch {
                 op,
@@ -373,20 +235,193 @@ fn same_shapes(op: Opcode, args: &[Shape]) -> Result<Shape, OpError> {
     Ok(first)
 }
 
-/// The `precise` or the `fast` kernel by `math`; `return None` for a profile this build leaves
-/// out, so that a firmware built with one profile links none of the other's code.
+/// The output shape of `op` over arguments of `args` shapes: the shape rule. Pure; the tape,
+/// the compute payload and the runtime's validator all call it.
+///
+/// # Errors
+/// [`OpError`] naming what does not fit: an opcode outside this build's vocabulary, the wrong
+/// number of arguments, an attribute of another kind than the opcode takes, or the opcode's own
+/// shape rule.
+#[inline(always)]
+pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
+    if !in_vocabulary(op) {
+        return Err(OpError::Unsupported { op });
+    }
+    if args.len() != op.arity() {
+        return Err(OpError::Arity {
+            op,
+            expected: op.arity(),
+            found: args.len(),
+        });
+    }
+    if attr.kind() != op.attr_kind() {
+        return Err(OpError::BadAttr {
+            op,
+            found: attr.kind(),
+        });
+    }
+    infer_by_table(op, attr, args)
+}
+
+/// What a `node` kernel (see the opcode table) is given by [`eval`]: lengths and shapes are
+/// checked, `out_shape` is the shape rule's answer.
+pub(crate) struct Kernel<'a, E> {
+    pub(crate) op: Opcode,
+    pub(crate) attr: Attr,
+    pub(crate) math: MathProfile,
+    pub(crate) args: &'a [&'a [E]],
+    pub(crate) shapes: &'a [Shape],
+    pub(crate) out: &'a mut [E],
+    pub(crate) out_shape: Shape,
+}
+
+impl<'a, E: Copy> Kernel<'a, E> {
+    /// Argument `i` (empty past the arity: [`eval`] checked it).
+    pub(crate) fn arg(&self, i: usize) -> &'a [E] {
+        self.args.get(i).copied().unwrap_or(&[])
+    }
+
+    /// Argument `i`'s shape.
+    pub(crate) fn shape(&self, i: usize) -> Shape {
+        nth(self.shapes, i)
+    }
+}
+
+/// Argument shape `i` (a scalar past the arity, which [`infer`] checked first): no panic path.
+pub(crate) fn nth(args: &[Shape], i: usize) -> Shape {
+    args.get(i).copied().unwrap_or(Shape::SCALAR)
+}
+
+/// `$e` in a build that carries the opcode's set, `$otherwise` in one that leaves it out (a
+/// constant condition: a firmware built without `all-ops` does not link the kernel).
+macro_rules! gate {
+    (core, $e:expr, $otherwise:expr) => {
+        $e
+    };
+    (ext, $e:expr, $otherwise:expr) => {
+        if cfg!(feature = "all-ops") {
+            $e
+        } else {
+            $otherwise
+        }
+    };
+}
+
+/// The `precise` or the `fast` kernel by `math`; `None` for a profile this build leaves out, so
+/// that a firmware built with one profile links none of the other's code.
 macro_rules! by_math {
     ($math:expr, $precise:expr, $fast:expr) => {
         match $math {
             #[cfg(feature = "math-precise")]
-            MathProfile::Precise => $precise,
+            MathProfile::Precise => Some($precise),
             #[cfg(feature = "math-fast")]
-            MathProfile::Fast => $fast,
+            MathProfile::Fast => Some($fast),
             #[allow(unreachable_patterns)]
-            _ => return None,
+            _ => None,
         }
     };
 }
+
+macro_rules! unary_of {
+    (unary, $set:ident, $m:ident, $e:ty, $math:expr) => {
+        gate!($set, Some($m::scalar::<$e> as fn($e) -> $e), None)
+    };
+    (unary_math, $set:ident, $m:ident, $e:ty, $math:expr) => {
+        gate!(
+            $set,
+            by_math!(
+                $math,
+                $m::scalar::<$e> as fn($e) -> $e,
+                $m::scalar_fast::<$e> as fn($e) -> $e
+            ),
+            None
+        )
+    };
+    ($other:ident, $set:ident, $m:ident, $e:ty, $math:expr) => {
+        None
+    };
+}
+
+macro_rules! binary_of {
+    (binary, $set:ident, $m:ident, $e:ty) => {
+        gate!($set, Some($m::scalar::<$e> as fn($e, $e) -> $e), None)
+    };
+    ($other:ident, $set:ident, $m:ident, $e:ty) => {
+        None
+    };
+}
+
+macro_rules! infer_of {
+    (node, $set:ident, $m:ident, $op:expr, $attr:expr, $args:expr) => {
+        gate!(
+            $set,
+            $m::infer($op, $attr, $args),
+            Err(OpError::Unsupported { op: $op })
+        )
+    };
+    ($elementwise:ident, $set:ident, $m:ident, $op:expr, $attr:expr, $args:expr) => {
+        same_shapes($op, $args)
+    };
+}
+
+macro_rules! eval_of {
+    (node, $set:ident, $m:ident, $k:expr) => {
+        gate!($set, $m::eval($k), Err(OpError::Unsupported { op: $k.op }))
+    };
+    ($elementwise:ident, $set:ident, $m:ident, $k:expr) => {
+        Err(OpError::Leaf { op: $k.op })
+    };
+}
+
+/// The dispatch the opcode table derives: every per-op `match` of this module.
+macro_rules! define_dispatch {
+    ($( $code:literal $variant:ident $name:literal $arity:literal $class:ident $attr:ident
+        $set:ident $rule:ident $kernel:ident $module:ident $doc:literal ; )*) => {
+        /// [`unary_fn`] for any element.
+        pub fn unary_fn_of<E: Element>(op: Opcode, math: MathProfile) -> Option<fn(E) -> E> {
+            match op {
+                $( Opcode::$variant => unary_of!($kernel, $set, $module, E, math), )*
+            }
+        }
+
+        /// [`binary_fn`] for any element.
+        pub fn binary_fn_of<E: Element>(op: Opcode) -> Option<fn(E, E) -> E> {
+            match op {
+                $( Opcode::$variant => binary_of!($kernel, $set, $module, E), )*
+            }
+        }
+
+        /// The shape rule once arity and attribute kind are checked.
+        fn infer_by_table(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
+            match op {
+                $( Opcode::$variant => infer_of!($kernel, $set, $module, op, attr, args), )*
+            }
+        }
+
+        /// The reference kernel of a `node` opcode.
+        fn eval_by_table<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
+            match k.op {
+                $( Opcode::$variant => eval_of!($kernel, $set, $module, k), )*
+            }
+        }
+
+        /// Runs the reverse rule of `op` over the payload `r`.
+        ///
+        /// # Errors
+        /// Whatever the payload's operations answer.
+        pub fn vjp<R: Recordable>(
+            op: Opcode,
+            r: &mut R,
+            v: &VjpArgs<'_, R::Value>,
+        ) -> Result<Contributions<R::Value>, R::Error> {
+            match op {
+                $( Opcode::$variant => $module::vjp(r, v), )*
+            }
+        }
+    };
+}
+
+crate::opcode::opcode_table!(define_dispatch);
 
 /// The scalar function of a unary elementwise opcode under the math profile `math` (`pow` is
 /// not one: its exponent is an attribute; see [`eval_in_place_unary`]). `None` for another
@@ -395,57 +430,18 @@ pub fn unary_fn(op: Opcode, math: MathProfile) -> Option<fn(f32) -> f32> {
     unary_fn_of::<f32>(op, math)
 }
 
-/// [`unary_fn`] for any element.
-pub fn unary_fn_of<E: Element>(op: Opcode, math: MathProfile) -> Option<fn(E) -> E> {
-    Some(match op {
-        Opcode::Neg => neg::scalar::<E>,
-        Opcode::Tanh => by_math!(math, tanh::scalar::<E>, tanh::scalar_fast::<E>),
-        Opcode::Relu => relu::scalar::<E>,
-        Opcode::Heaviside => heaviside::scalar::<E>,
-        Opcode::Exp => by_math!(math, exp::scalar::<E>, exp::scalar_fast::<E>),
-        Opcode::Log => by_math!(math, log::scalar::<E>, log::scalar_fast::<E>),
-        Opcode::Detach => detach::scalar::<E>,
-        Opcode::Sqrt => sqrt::scalar::<E>,
-        #[cfg(feature = "all-ops")]
-        Opcode::Sigmoid => by_math!(math, sigmoid::scalar::<E>, sigmoid::scalar_fast::<E>),
-        #[cfg(feature = "all-ops")]
-        Opcode::Softplus => by_math!(math, softplus::scalar::<E>, softplus::scalar_fast::<E>),
-        #[cfg(feature = "all-ops")]
-        Opcode::Abs => abs::scalar::<E>,
-        #[cfg(feature = "all-ops")]
-        Opcode::Sign => sign::scalar::<E>,
-        _ => return None,
-    })
-}
-
 /// `pow`'s scalar function (`x^p`) under `math`; `None` for a profile this build leaves out.
-#[allow(unreachable_code)] // a build with neither profile
 pub fn pow_fn_of<E: Element>(math: MathProfile) -> Option<fn(E, E) -> E> {
-    Some(by_math!(math, pow::scalar::<E>, pow::scalar_fast::<E>))
+    by_math!(
+        math,
+        pow::scalar::<E> as fn(E, E) -> E,
+        pow::scalar_fast::<E> as fn(E, E) -> E
+    )
 }
 
 /// The scalar function of a binary elementwise opcode (none depends on the math profile).
 pub fn binary_fn(op: Opcode) -> Option<fn(f32, f32) -> f32> {
     binary_fn_of::<f32>(op)
-}
-
-/// [`binary_fn`] for any element.
-pub fn binary_fn_of<E: Element>(op: Opcode) -> Option<fn(E, E) -> E> {
-    Some(match op {
-        Opcode::Add => add::scalar::<E>,
-        Opcode::Sub => sub::scalar::<E>,
-        Opcode::Mul => mul::scalar::<E>,
-        Opcode::Div => div::scalar::<E>,
-        Opcode::Equal => equal::scalar::<E>,
-        #[cfg(feature = "all-ops")]
-        Opcode::Maximum => maximum::scalar::<E>,
-        #[cfg(feature = "all-ops")]
-        Opcode::Minimum => minimum::scalar::<E>,
-        #[cfg(feature = "all-ops")]
-        Opcode::Greater => greater::scalar::<E>,
-        Opcode::GreaterEqual => greater_equal::scalar::<E>,
-        _ => return None,
-    })
 }
 
 fn check_len<E>(op: Opcode, buf: &[E], shape: Shape) -> Result<(), OpError> {
@@ -500,50 +496,15 @@ pub fn eval<E: Element>(
         elementwise::binary(f, args[0], args[1], out);
         return Ok(());
     }
-    match op {
-        Opcode::Input | Opcode::Parameter => return Err(OpError::Leaf { op }),
-        Opcode::Fill => fill::kernel(f32::from_bits(attr.bits), out),
-        #[cfg(feature = "all-ops")]
-        Opcode::Pow => {
-            let f = pow_fn_of::<E>(math).ok_or(OpError::MathProfile { math })?;
-            let p = E::from_f32(f32::from_bits(attr.bits));
-            for (o, &x) in out.iter_mut().zip(args[0]) {
-                *o = f(x, p);
-            }
-        }
-        #[cfg(feature = "all-ops")]
-        Opcode::Select => select::kernel(args[0], args[1], args[2], out),
-        Opcode::Uniform => uniform::kernel(args[0], args[1], out),
-        #[cfg(feature = "all-ops")]
-        Opcode::Slice => slice::kernel(args[0], arg_shapes[0], out, out_shape, attr.bits),
-        #[cfg(feature = "all-ops")]
-        Opcode::Pad => pad::kernel(args[0], arg_shapes[0], out, out_shape, attr.bits),
-        #[cfg(feature = "all-ops")]
-        Opcode::Concat => concat::kernel(
-            args[0],
-            arg_shapes[0],
-            args[1],
-            arg_shapes[1],
-            out,
-            attr.bits as usize,
-        ),
-        Opcode::MatMul => {
-            let [m, k, _, _] = arg_shapes[0].dims();
-            let n = arg_shapes[1].dim(1).unwrap_or(0);
-            matmul::kernel(args[0], args[1], out, m, k, n);
-        }
-        Opcode::Transpose => {
-            let [m, n, _, _] = arg_shapes[0].dims();
-            transpose::kernel(args[0], out, m, n);
-        }
-        Opcode::Reshape => reshape::kernel(args[0], out),
-        Opcode::Broadcast => broadcast::kernel(args[0], arg_shapes[0], out, out_shape),
-        Opcode::SumTo => sum_to::kernel(args[0], arg_shapes[0], out, out_shape),
-        Opcode::MaxTo => max_to::kernel(args[0], arg_shapes[0], out, out_shape),
-        Opcode::OneHot => one_hot::kernel(args[0], out, out_shape.dim(1).unwrap_or(0)),
-        _ => return Err(OpError::Leaf { op }),
-    }
-    Ok(())
+    eval_by_table(Kernel {
+        op,
+        attr,
+        math,
+        args,
+        shapes: arg_shapes,
+        out,
+        out_shape,
+    })
 }
 
 /// Runs a one-argument elementwise opcode in place over `buf` (the runtime's in-place path)
@@ -565,9 +526,9 @@ pub fn eval_in_place_unary(
         elementwise::unary_in_place(f, buf);
         return Ok(());
     }
-    if cfg!(feature = "all-ops") && op == Opcode::Pow {
+    if in_vocabulary(op) && op == Opcode::Pow {
         let f = pow_fn_of::<f32>(math).ok_or(OpError::MathProfile { math })?;
-        let p = f32::from_bits(attr.bits);
+        let p = attr.scalar();
         for o in buf.iter_mut() {
             *o = f(*o, p);
         }
@@ -587,60 +548,12 @@ pub struct VjpArgs<'a, V> {
     pub cotangent: &'a V,
     /// `wants[i]`: argument `i` lies on a differentiated path and needs a contribution.
     pub wants: [bool; MAX_ARITY],
-    /// The node's attribute word.
-    pub attr_bits: u32,
+    /// The node's attribute.
+    pub attr: Attr,
 }
 
 /// One contribution per argument position (`None`: none owed or none wanted).
 pub type Contributions<V> = [Option<V>; MAX_ARITY];
-
-/// Runs the reverse rule of `op` over the payload `r`.
-///
-/// # Errors
-/// Whatever the payload's operations answer.
-pub fn vjp<R: Recordable>(
-    op: Opcode,
-    r: &mut R,
-    v: &VjpArgs<'_, R::Value>,
-) -> Result<Contributions<R::Value>, R::Error> {
-    match op {
-        Opcode::Input | Opcode::Parameter | Opcode::Fill => Ok([None, None, None]),
-        Opcode::Add => add::vjp(r, v),
-        Opcode::Sub => sub::vjp(r, v),
-        Opcode::Mul => mul::vjp(r, v),
-        Opcode::Div => div::vjp(r, v),
-        Opcode::Neg => neg::vjp(r, v),
-        Opcode::Tanh => tanh::vjp(r, v),
-        Opcode::Relu => relu::vjp(r, v),
-        Opcode::Heaviside => heaviside::vjp(r, v),
-        Opcode::Exp => exp::vjp(r, v),
-        Opcode::Log => log::vjp(r, v),
-        Opcode::Detach => detach::vjp(r, v),
-        Opcode::Equal => equal::vjp(r, v),
-        Opcode::MatMul => matmul::vjp(r, v),
-        Opcode::Transpose => transpose::vjp(r, v),
-        Opcode::Reshape => reshape::vjp(r, v),
-        Opcode::Broadcast => broadcast::vjp(r, v),
-        Opcode::SumTo => sum_to::vjp(r, v),
-        Opcode::MaxTo => max_to::vjp(r, v),
-        Opcode::OneHot => one_hot::vjp(r, v),
-        Opcode::Sqrt => sqrt::vjp(r, v),
-        Opcode::Sigmoid => sigmoid::vjp(r, v),
-        Opcode::Softplus => softplus::vjp(r, v),
-        Opcode::Abs => abs::vjp(r, v),
-        Opcode::Sign => sign::vjp(r, v),
-        Opcode::Pow => pow::vjp(r, f32::from_bits(v.attr_bits), v),
-        Opcode::Maximum => maximum::vjp(r, v),
-        Opcode::Minimum => minimum::vjp(r, v),
-        Opcode::Greater => greater::vjp(r, v),
-        Opcode::GreaterEqual => greater_equal::vjp(r, v),
-        Opcode::Select => select::vjp(r, v),
-        Opcode::Slice => slice::vjp(r, v.attr_bits, v),
-        Opcode::Pad => pad::vjp(r, v.attr_bits, v),
-        Opcode::Concat => concat::vjp(r, v.attr_bits as usize, v),
-        Opcode::Uniform => uniform::vjp(r, v),
-    }
-}
 
 /// Helper for rules: computes a contribution only when it is wanted.
 pub(crate) fn want<V, E>(wanted: bool, f: impl FnOnce() -> Result<V, E>) -> Result<Option<V>, E> {
@@ -649,4 +562,29 @@ pub(crate) fn want<V, E>(wanted: bool, f: impl FnOnce() -> Result<V, E>) -> Resu
     } else {
         Ok(None)
     }
+}
+
+/// The reverse rule of a one-argument opcode whose contribution is `ḡ · slope`:
+/// `x̄ += mul(ḡ, slope(r, x, y))` with `x` the argument and `y` the node's output, computed only
+/// when wanted. `slope` records its own operations first, then the product is recorded: the
+/// same operations in the same order as the rule written out.
+pub(crate) fn unary_rule<R: Recordable>(
+    r: &mut R,
+    v: &VjpArgs<'_, R::Value>,
+    slope: impl FnOnce(&mut R, &R::Value, &R::Value) -> Result<R::Value, R::Error>,
+) -> Result<Contributions<R::Value>, R::Error> {
+    let d = want(v.wants[0], || {
+        let s = slope(r, v.args[0], v.out)?;
+        r.mul(v.cotangent, &s)
+    })?;
+    Ok([d, None, None])
+}
+
+/// The reverse rule of an opcode whose derivative is zero wherever it exists (a mask, a
+/// stop-gradient, a random draw, a leaf): no contribution.
+pub(crate) fn no_rule<R: Recordable>(
+    _r: &mut R,
+    _v: &VjpArgs<'_, R::Value>,
+) -> Result<Contributions<R::Value>, R::Error> {
+    Ok([None, None, None])
 }

@@ -5,14 +5,16 @@
 //!
 //! Rule: none (labels are not differentiable).
 
-use super::{Contributions, OpError, VjpArgs};
-use crate::{Element, Opcode, Recordable, Shape};
+use super::{target_of, Kernel, OpError};
+use crate::{Attr, Element, Opcode, Shape};
 
 /// The shape rule: `[batch] -> [batch, classes]`, at most 2^24 classes.
 ///
 /// # Errors
 /// [`OpError::BadTarget`] when the target is not `[batch, _]`.
-pub fn infer(x: Shape, target: Shape) -> Result<Shape, OpError> {
+#[inline(always)]
+pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
+    let (x, target) = (super::nth(args, 0), target_of(op, attr)?);
     // Class indices are compared as f32: every index up to 2^24 is exact.
     if x.rank() != 1
         || target.rank() != 2
@@ -20,7 +22,7 @@ pub fn infer(x: Shape, target: Shape) -> Result<Shape, OpError> {
         || target.dim(1).unwrap_or(0) > 1 << 24
     {
         return Err(OpError::BadTarget {
-            op: Opcode::OneHot,
+            op,
             from: x,
             to: target,
         });
@@ -44,12 +46,13 @@ pub fn kernel<E: Element>(labels: &[E], out: &mut [E], classes: usize) {
     }
 }
 
-pub(crate) fn vjp<R: Recordable>(
-    _r: &mut R,
-    _v: &VjpArgs<'_, R::Value>,
-) -> Result<Contributions<R::Value>, R::Error> {
-    Ok([None, None, None])
+/// Through [`kernel`].
+pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
+    kernel(k.arg(0), k.out, k.out_shape.dim(1).unwrap_or(0));
+    Ok(())
 }
+
+pub(crate) use super::no_rule as vjp;
 
 #[cfg(test)]
 mod tests {

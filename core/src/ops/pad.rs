@@ -3,13 +3,39 @@
 //!
 //! Rule: `x̄ += slice(ḡ, axis, start, len(x))`.
 
-use super::slice::{copy_window, outer_inner, unpack, Window};
-use super::{want, Contributions, VjpArgs};
-use crate::{Element, Recordable, Shape};
+use super::slice::{check_window, copy_window, outer_inner, window, with_extent, Window};
+use super::{want, Contributions, Kernel, OpError, VjpArgs};
+use crate::{Attr, Element, Opcode, Recordable, Shape};
+
+/// The shape rule: `x` with its extent along `axis` replaced by `len`, `x` inside it at
+/// `start`.
+///
+/// # Errors
+/// [`OpError::BadTarget`] when `x` does not fit.
+#[inline(always)]
+pub(crate) fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
+    let (axis, start, len) = window(attr);
+    let out = with_extent(op, super::nth(args, 0), axis, len)?;
+    check_window(op, out, super::nth(args, 0), axis, start)?;
+    Ok(out)
+}
+
+/// Through [`kernel`].
+pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
+    let (axis, start, _) = window(k.attr);
+    kernel(k.arg(0), k.shape(0), k.out, k.out_shape, axis, start);
+    Ok(())
+}
 
 /// Zeros `out`, then `out[o, start + j, i] = x[o, j, i]`.
-pub fn kernel<E: Element>(x: &[E], x_shape: Shape, out: &mut [E], out_shape: Shape, bits: u32) {
-    let (axis, start) = unpack(bits);
+pub fn kernel<E: Element>(
+    x: &[E],
+    x_shape: Shape,
+    out: &mut [E],
+    out_shape: Shape,
+    axis: usize,
+    start: usize,
+) {
     for o in out.iter_mut() {
         *o = E::ZERO;
     }
@@ -30,11 +56,10 @@ pub fn kernel<E: Element>(x: &[E], x_shape: Shape, out: &mut [E], out_shape: Sha
 
 pub(crate) fn vjp<R: Recordable>(
     r: &mut R,
-    bits: u32,
     v: &VjpArgs<'_, R::Value>,
 ) -> Result<Contributions<R::Value>, R::Error> {
     let s = r.shape_of(v.args[0]);
-    let (axis, start) = unpack(bits);
+    let (axis, start, _) = window(v.attr);
     let len = s.dim(axis).unwrap_or(0);
     Ok([
         want(v.wants[0], || r.slice(v.cotangent, axis, start, len))?,
@@ -55,7 +80,8 @@ mod tests {
             Shape::matrix(2, 1),
             &mut out,
             Shape::matrix(2, 3),
-            super::super::slice::pack(1, 1),
+            1,
+            1,
         );
         assert_eq!(out, [0., 7., 0., 0., 8., 0.]);
     }

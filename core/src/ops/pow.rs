@@ -8,8 +8,26 @@
 
 use crate::Element;
 
-use super::{want, Contributions, VjpArgs};
-use crate::Recordable;
+use super::{unary_rule, Contributions, Kernel, OpError, VjpArgs};
+use crate::{Attr, Opcode, Recordable, Shape};
+
+/// The shape rule: elementwise.
+#[inline(always)]
+pub(crate) fn infer(op: Opcode, _attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
+    super::same_shapes(op, args)
+}
+
+/// `out[i] = x[i]^p` with the profile's function, `p` the attribute.
+pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
+    let math = k.math;
+    let f = super::pow_fn_of::<E>(math).ok_or(OpError::MathProfile { math })?;
+    let p = E::from_f32(k.attr.scalar());
+    let x = k.arg(0);
+    for (o, &x) in k.out.iter_mut().zip(x) {
+        *o = f(x, p);
+    }
+    Ok(())
+}
 
 /// `x^p` (`precise`).
 pub fn scalar<E: Element>(x: E, p: E) -> E {
@@ -23,22 +41,18 @@ pub fn scalar_fast<E: Element>(x: E, p: E) -> E {
 
 pub(crate) fn vjp<R: Recordable>(
     r: &mut R,
-    p: f32,
     v: &VjpArgs<'_, R::Value>,
 ) -> Result<Contributions<R::Value>, R::Error> {
-    let d = want(v.wants[0], || {
-        let x = v.args[0];
+    let p = v.attr.scalar();
+    unary_rule(r, v, |r, x, _y| {
         let s = r.shape_of(x);
         if p == 0.0 {
-            let zero = r.fill(0.0, s)?;
-            return r.mul(v.cotangent, &zero);
+            return r.fill(0.0, s);
         }
         let lower = r.pow_const(x, p - 1.0)?;
         let k = r.fill(p, s)?;
-        let slope = r.mul(&k, &lower)?;
-        r.mul(v.cotangent, &slope)
-    })?;
-    Ok([d, None, None])
+        r.mul(&k, &lower)
+    })
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use crate::Element;
 
-use super::{want, Contributions, VjpArgs};
+use super::{unary_rule, Contributions, VjpArgs};
 use crate::Recordable;
 
 /// `relu(x)`.
@@ -20,11 +20,7 @@ pub(crate) fn vjp<R: Recordable>(
     r: &mut R,
     v: &VjpArgs<'_, R::Value>,
 ) -> Result<Contributions<R::Value>, R::Error> {
-    let d = want(v.wants[0], || {
-        let mask = r.heaviside(v.args[0])?;
-        r.mul(v.cotangent, &mask)
-    })?;
-    Ok([d, None, None])
+    unary_rule(r, v, |r, x, _y| r.heaviside(x))
 }
 
 #[cfg(test)]

@@ -2,17 +2,19 @@
 //!
 //! Rule: `x̄ += reshape(ḡ, shape(x))`.
 
-use super::{want, Contributions, OpError, VjpArgs};
-use crate::{Element, Opcode, Recordable, Shape};
+use super::{target_of, want, Contributions, Kernel, OpError, VjpArgs};
+use crate::{Attr, Element, Opcode, Recordable, Shape};
 
 /// The shape rule: element counts must match.
 ///
 /// # Errors
 /// [`OpError::BadTarget`] when they do not.
-pub fn infer(x: Shape, target: Shape) -> Result<Shape, OpError> {
+#[inline(always)]
+pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
+    let (x, target) = (super::nth(args, 0), target_of(op, attr)?);
     if x.elems() != target.elems() {
         return Err(OpError::BadTarget {
-            op: Opcode::Reshape,
+            op,
             from: x,
             to: target,
         });
@@ -25,6 +27,12 @@ pub fn kernel<E: Element>(x: &[E], out: &mut [E]) {
     for (o, &v) in out.iter_mut().zip(x) {
         *o = v;
     }
+}
+
+/// Through [`kernel`].
+pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
+    kernel(k.arg(0), k.out);
+    Ok(())
 }
 
 pub(crate) fn vjp<R: Recordable>(

@@ -7,8 +7,14 @@
 
 use crate::Element;
 
-use super::{want, Contributions, VjpArgs};
-use crate::Recordable;
+use super::{want, Contributions, Kernel, OpError, VjpArgs};
+use crate::{Attr, Opcode, Recordable, Shape};
+
+/// The shape rule: three arguments of one shape.
+#[inline(always)]
+pub(crate) fn infer(op: Opcode, _attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
+    super::same_shapes(op, args)
+}
 
 /// `if cond != 0 { a } else { b }`.
 pub fn scalar<E: Element>(cond: E, a: E, b: E) -> E {
@@ -24,6 +30,12 @@ pub fn kernel<E: Element>(cond: &[E], a: &[E], b: &[E], out: &mut [E]) {
     for (((o, &c), &x), &y) in out.iter_mut().zip(cond).zip(a).zip(b) {
         *o = scalar(c, x, y);
     }
+}
+
+/// Through [`kernel`].
+pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
+    kernel(k.arg(0), k.arg(1), k.arg(2), k.out);
+    Ok(())
 }
 
 pub(crate) fn vjp<R: Recordable>(

@@ -6,7 +6,7 @@
 
 use crate::Element;
 
-use super::{want, Contributions, VjpArgs};
+use super::{unary_rule, Contributions, VjpArgs};
 use crate::Recordable;
 
 /// `1 / (1 + e^(-x))`: exactly `0` below about −88.7 (`expf` overflows to `inf`), `1` above 17.
@@ -24,15 +24,12 @@ pub(crate) fn vjp<R: Recordable>(
     r: &mut R,
     v: &VjpArgs<'_, R::Value>,
 ) -> Result<Contributions<R::Value>, R::Error> {
-    let d = want(v.wants[0], || {
-        let y = v.out;
+    unary_rule(r, v, |r, _x, y| {
         let s = r.shape_of(y);
         let one = r.fill(1.0, s)?;
         let one_minus = r.sub(&one, y)?;
-        let slope = r.mul(y, &one_minus)?;
-        r.mul(v.cotangent, &slope)
-    })?;
-    Ok([d, None, None])
+        r.mul(y, &one_minus)
+    })
 }
 
 #[cfg(test)]

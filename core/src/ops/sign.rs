@@ -5,9 +5,6 @@
 
 use crate::Element;
 
-use super::{Contributions, VjpArgs};
-use crate::Recordable;
-
 /// `sign(x)`.
 pub fn scalar<E: Element>(x: E) -> E {
     if x > E::ZERO {
@@ -21,12 +18,7 @@ pub fn scalar<E: Element>(x: E) -> E {
     }
 }
 
-pub(crate) fn vjp<R: Recordable>(
-    _r: &mut R,
-    _v: &VjpArgs<'_, R::Value>,
-) -> Result<Contributions<R::Value>, R::Error> {
-    Ok([None, None, None])
-}
+pub(crate) use super::no_rule as vjp;
 
 #[cfg(test)]
 mod tests {

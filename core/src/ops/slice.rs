@@ -1,20 +1,48 @@
 //! `slice`: a contiguous range `[start, start + len)` of `x` along one axis; the output shape is
-//! `x`'s with that axis's extent replaced by `len`. The attribute packs the axis and the start:
-//! `axis << 28 | start` (see [`pack`]). Exact: a copy.
+//! `x`'s with that axis's extent replaced by `len`. The attribute is
+//! [`Attr::Window`]` { axis, start, len }`. Exact: a copy.
 //!
 //! Rule: `x̄ += pad(ḡ, axis, start, shape(x))`.
 
-use super::{want, Contributions, OpError, VjpArgs};
-use crate::{Element, Opcode, Recordable, Shape};
+use super::{want, Contributions, Kernel, OpError, VjpArgs};
+use crate::{Attr, Element, Opcode, Recordable, Shape};
 
-/// Packs an axis and a start offset into the attribute word (`start < 2^28`, `axis < 16`).
-pub fn pack(axis: usize, start: usize) -> u32 {
-    ((axis as u32) << 28) | (start as u32 & 0x0fff_ffff)
+/// `(axis, start, len)` of a window attribute (zeros for another kind, which [`super::infer`]
+/// has rejected before any caller gets here).
+pub(crate) fn window(attr: Attr) -> (usize, usize, usize) {
+    match attr {
+        Attr::Window { axis, start, len } => (axis, start, len),
+        _ => (0, 0, 0),
+    }
 }
 
-/// Unpacks `(axis, start)` from the attribute word.
-pub fn unpack(bits: u32) -> (usize, usize) {
-    ((bits >> 28) as usize, (bits & 0x0fff_ffff) as usize)
+/// `s` with its extent along `axis` replaced by `len`.
+pub(crate) fn with_extent(op: Opcode, s: Shape, axis: usize, len: usize) -> Result<Shape, OpError> {
+    if axis >= s.rank() {
+        return Err(OpError::BadTarget { op, from: s, to: s });
+    }
+    let mut d = s.dims();
+    d[axis] = len;
+    Ok(Shape::new(&d[..s.rank()])?)
+}
+
+/// The shape rule: `x` with its extent along `axis` replaced by `len`, the window inside `x`.
+///
+/// # Errors
+/// [`OpError::BadTarget`] when the window does not fit.
+#[inline(always)]
+pub(crate) fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
+    let (axis, start, len) = window(attr);
+    let out = with_extent(op, super::nth(args, 0), axis, len)?;
+    check_window(op, super::nth(args, 0), out, axis, start)?;
+    Ok(out)
+}
+
+/// Through [`kernel`].
+pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
+    let (axis, start, _) = window(k.attr);
+    kernel(k.arg(0), k.shape(0), k.out, k.out_shape, axis, start);
+    Ok(())
 }
 
 /// The shape rule of `slice` (`small` is the output) and `pad` (`small` is the input): the two
@@ -22,8 +50,13 @@ pub fn unpack(bits: u32) -> (usize, usize) {
 ///
 /// # Errors
 /// [`OpError::BadTarget`] otherwise.
-pub fn check_window(op: Opcode, big: Shape, small: Shape, bits: u32) -> Result<(), OpError> {
-    let (axis, start) = unpack(bits);
+pub fn check_window(
+    op: Opcode,
+    big: Shape,
+    small: Shape,
+    axis: usize,
+    start: usize,
+) -> Result<(), OpError> {
     let bad = OpError::BadTarget {
         op,
         from: big,
@@ -84,8 +117,14 @@ pub(crate) fn copy_window<E: Copy>(w: Window, src: &[E], dst: &mut [E], small_is
 }
 
 /// Copies the window: `out[o, j, i] = x[o, start + j, i]` over `x: [outer, n_x, inner]`.
-pub fn kernel<E: Element>(x: &[E], x_shape: Shape, out: &mut [E], out_shape: Shape, bits: u32) {
-    let (axis, start) = unpack(bits);
+pub fn kernel<E: Element>(
+    x: &[E],
+    x_shape: Shape,
+    out: &mut [E],
+    out_shape: Shape,
+    axis: usize,
+    start: usize,
+) {
     let (outer, inner) = outer_inner(x_shape, axis);
     let (nx, no) = (
         x_shape.dim(axis).unwrap_or(0),
@@ -103,11 +142,10 @@ pub fn kernel<E: Element>(x: &[E], x_shape: Shape, out: &mut [E], out_shape: Sha
 
 pub(crate) fn vjp<R: Recordable>(
     r: &mut R,
-    bits: u32,
     v: &VjpArgs<'_, R::Value>,
 ) -> Result<Contributions<R::Value>, R::Error> {
     let s = r.shape_of(v.args[0]);
-    let (axis, start) = unpack(bits);
+    let (axis, start, _) = window(v.attr);
     Ok([
         want(v.wants[0], || r.pad(v.cotangent, axis, start, s))?,
         None,
@@ -123,28 +161,17 @@ mod tests {
     fn literal() {
         let x = [0., 1., 2., 3., 4., 5.];
         let mut out = [0.0f32; 2];
-        kernel(
-            &x,
-            Shape::matrix(2, 3),
-            &mut out,
-            Shape::matrix(2, 1),
-            pack(1, 2),
-        );
+        kernel(&x, Shape::matrix(2, 3), &mut out, Shape::matrix(2, 1), 1, 2);
         assert_eq!(out, [2., 5.]);
         let mut row = [0.0f32; 3];
-        kernel(
-            &x,
-            Shape::matrix(2, 3),
-            &mut row,
-            Shape::matrix(1, 3),
-            pack(0, 1),
-        );
+        kernel(&x, Shape::matrix(2, 3), &mut row, Shape::matrix(1, 3), 0, 1);
         assert_eq!(row, [3., 4., 5.]);
         assert!(check_window(
             Opcode::Slice,
             Shape::matrix(2, 3),
             Shape::matrix(2, 2),
-            pack(1, 2)
+            1,
+            2
         )
         .is_err());
     }

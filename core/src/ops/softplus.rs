@@ -7,7 +7,7 @@
 
 use crate::Element;
 
-use super::{want, Contributions, VjpArgs};
+use super::{unary_rule, Contributions, VjpArgs};
 use crate::Recordable;
 
 /// PyTorch's linear threshold.
@@ -35,11 +35,7 @@ pub(crate) fn vjp<R: Recordable>(
     r: &mut R,
     v: &VjpArgs<'_, R::Value>,
 ) -> Result<Contributions<R::Value>, R::Error> {
-    let d = want(v.wants[0], || {
-        let s = r.sigmoid(v.args[0])?;
-        r.mul(v.cotangent, &s)
-    })?;
-    Ok([d, None, None])
+    unary_rule(r, v, |r, x, _y| r.sigmoid(x))
 }
 
 #[cfg(test)]

@@ -3,14 +3,16 @@
 //!
 //! Rule: `x̄ += broadcast(ḡ, shape(x))`.
 
-use super::{want, Contributions, OpError, VjpArgs};
-use crate::{Element, Opcode, Recordable, Shape};
+use super::{target_of, want, Contributions, Kernel, OpError, VjpArgs};
+use crate::{Attr, Element, Opcode, Recordable, Shape};
 
 /// The shape rule of `sum_to` and `max_to`: the target must broadcast back to `x`'s shape.
 ///
 /// # Errors
 /// [`OpError::BadTarget`] otherwise.
-pub fn infer(op: Opcode, x: Shape, target: Shape) -> Result<Shape, OpError> {
+#[inline(always)]
+pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
+    let (x, target) = (super::nth(args, 0), target_of(op, attr)?);
     if !target.broadcasts_to(&x) {
         return Err(OpError::BadTarget {
             op,
@@ -38,6 +40,12 @@ pub fn kernel<E: Element>(x: &[E], x_shape: Shape, out: &mut [E], out_shape: Sha
             *o = *o + v;
         }
     }
+}
+
+/// Through [`kernel`].
+pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
+    kernel(k.arg(0), k.shape(0), k.out, k.out_shape);
+    Ok(())
 }
 
 pub(crate) fn vjp<R: Recordable>(

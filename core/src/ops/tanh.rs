@@ -7,7 +7,7 @@
 
 use crate::Element;
 
-use super::{want, Contributions, VjpArgs};
+use super::{unary_rule, Contributions, VjpArgs};
 use crate::Recordable;
 
 /// `tanh(x)` (`precise`).
@@ -24,15 +24,12 @@ pub(crate) fn vjp<R: Recordable>(
     r: &mut R,
     v: &VjpArgs<'_, R::Value>,
 ) -> Result<Contributions<R::Value>, R::Error> {
-    let d = want(v.wants[0], || {
-        let y = v.out;
+    unary_rule(r, v, |r, _x, y| {
         let shape = r.shape_of(y);
         let one = r.fill(1.0, shape)?;
         let yy = r.mul(y, y)?;
-        let slope = r.sub(&one, &yy)?;
-        r.mul(v.cotangent, &slope)
-    })?;
-    Ok([d, None, None])
+        r.sub(&one, &yy)
+    })
 }
 
 #[cfg(test)]

@@ -2,19 +2,18 @@
 //!
 //! Rule: `x̄ += ḡᵀ`.
 
-use super::{want, Contributions, OpError, VjpArgs};
-use crate::{Element, Opcode, Recordable, Shape};
+use super::{want, Contributions, Kernel, OpError, VjpArgs};
+use crate::{Attr, Element, Opcode, Recordable, Shape};
 
 /// The shape rule.
 ///
 /// # Errors
 /// [`OpError::NotMatrix`] for a non-matrix.
-pub fn infer(x: Shape) -> Result<Shape, OpError> {
+#[inline(always)]
+pub fn infer(op: Opcode, _attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
+    let x = super::nth(args, 0);
     if x.rank() != 2 {
-        return Err(OpError::NotMatrix {
-            op: Opcode::Transpose,
-            shape: x,
-        });
+        return Err(OpError::NotMatrix { op, shape: x });
     }
     let [m, n, _, _] = x.dims();
     Ok(Shape::new(&[n, m])?)
@@ -30,6 +29,13 @@ pub fn kernel<E: Element>(x: &[E], out: &mut [E], m: usize, n: usize) {
             out[j * m + i] = x[i * n + j];
         }
     }
+}
+
+/// Through [`kernel`].
+pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
+    let [m, n, _, _] = k.shape(0).dims();
+    kernel(k.arg(0), k.out, m, n);
+    Ok(())
 }
 
 pub(crate) fn vjp<R: Recordable>(

@@ -12,10 +12,32 @@
 //!
 //! Rule: none (the draw does not depend differentiably on its arguments).
 
-use crate::Element;
+use super::{target_of, Kernel, OpError};
+use crate::{Attr, Element, Opcode, Shape};
 
-use super::{Contributions, VjpArgs};
-use crate::Recordable;
+/// The shape rule: two scalars (key and counter) to the target shape.
+///
+/// # Errors
+/// [`OpError::ShapeMismatch`] when an argument is not one element.
+#[inline(always)]
+pub(crate) fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
+    for a in args {
+        if a.elems() != 1 {
+            return Err(OpError::ShapeMismatch {
+                op,
+                lhs: super::nth(args, 0),
+                rhs: super::nth(args, 1),
+            });
+        }
+    }
+    target_of(op, attr)
+}
+
+/// Through [`kernel`].
+pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
+    kernel(k.arg(0), k.arg(1), k.out);
+    Ok(())
+}
 
 /// The `index`-th number of stream `(key_bits, counter_bits)`.
 pub fn draw(key_bits: u32, counter_bits: u32, index: u64) -> f32 {
@@ -36,12 +58,7 @@ pub fn kernel<E: Element>(key: &[E], counter: &[E], out: &mut [E]) {
     }
 }
 
-pub(crate) fn vjp<R: Recordable>(
-    _r: &mut R,
-    _v: &VjpArgs<'_, R::Value>,
-) -> Result<Contributions<R::Value>, R::Error> {
-    Ok([None, None, None])
-}
+pub(crate) use super::no_rule as vjp;
 
 #[cfg(test)]
 mod tests {

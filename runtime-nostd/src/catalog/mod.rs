@@ -228,11 +228,12 @@ macro_rules! by_math {
 }
 
 /// Runs an elementwise instruction (`op`'s class is elementwise) over `out` under the math
-/// profile `math`, its arguments given as [`Src`]s. Answers `false` (having written nothing)
-/// for an opcode it does not know.
+/// profile `math`, its arguments given as [`Src`]s; `scalar` is the attribute's scalar
+/// ([`Attr::scalar`]: `pow`'s exponent). Answers `false` (having written nothing) for an opcode
+/// it does not know.
 pub(crate) fn elementwise(
     op: Opcode,
-    attr_bits: u32,
+    scalar: f32,
     math: MathProfile,
     a: Src<'_>,
     b: Src<'_>,
@@ -287,7 +288,7 @@ pub(crate) fn elementwise(
                 not(any(feature = "math-precise", feature = "math-fast")),
                 allow(unused_variables)
             )]
-            let p = f32::from_bits(attr_bits);
+            let p = scalar;
             by_math!(
                 math,
                 lanes::unary(Pow(p), a, out),
@@ -307,7 +308,7 @@ pub(crate) fn elementwise(
 /// are disjoint from `out`; lengths equal the dims' element counts (the caller checked).
 pub(crate) fn structural(
     op: Opcode,
-    attr_bits: u32,
+    scalar: f32,
     args: &[&[f32]],
     arg_dims: &[Dims],
     out_dims: &Dims,
@@ -315,7 +316,7 @@ pub(crate) fn structural(
 ) -> bool {
     match (op, args, arg_dims) {
         (Opcode::Fill, _, _) => {
-            out.fill(f32::from_bits(attr_bits));
+            out.fill(scalar);
             true
         }
         (Opcode::MatMul, [a, b], [da, db]) => {
@@ -558,7 +559,7 @@ pub fn eval(
     if op.class() == tapeplan_core::OpClass::Elementwise {
         let a = args.first().map_or(Src::Out, |a| Src::Buf(a));
         let b = args.get(1).map_or(Src::Out, |b| Src::Buf(b));
-        if elementwise(op, attr.bits, math, a, b, out) {
+        if elementwise(op, attr.scalar(), math, a, b, out) {
             return Ok(());
         }
     } else {
@@ -569,7 +570,7 @@ pub fn eval(
         let n = arg_shapes.len().min(dims.len());
         if structural(
             op,
-            attr.bits,
+            attr.scalar(),
             args,
             dims.get(..n).unwrap_or(&[]),
             &Dims::of(out_shape),
@@ -582,7 +583,8 @@ pub fn eval(
 }
 
 /// True when the catalog has its own kernel for `op` over arguments of `arg_shapes` (else
-/// [`eval`] runs the reference kernel). For tests and benchmarks.
+/// [`eval`] runs the reference kernel). For tests and benchmarks. For an elementwise opcode the
+/// catalog's own elementwise dispatch answers (run over empty buffers, it writes nothing).
 pub fn has_kernel(op: Opcode, attr: Attr, arg_shapes: &[Shape]) -> bool {
     let Ok(out) = tapeplan_core::ops::infer(op, attr, arg_shapes) else {
         return false;
@@ -595,9 +597,24 @@ pub fn has_kernel(op: Opcode, attr: Attr, arg_shapes: &[Shape]) -> bool {
         Opcode::SumTo | Opcode::MaxTo => arg_shapes
             .first()
             .is_some_and(|x| pattern(&d(&out), &d(x)) != Pattern::Other),
-        Opcode::OneHot | Opcode::Slice | Opcode::Pad | Opcode::Concat => false,
-        Opcode::Input | Opcode::Parameter => false,
-        _ => true,
+        Opcode::Fill | Opcode::MatMul | Opcode::Transpose | Opcode::Reshape | Opcode::Select => {
+            true
+        }
+        _ if op.class() == tapeplan_core::OpClass::Elementwise => {
+            let math = [MathProfile::Precise, MathProfile::Fast]
+                .into_iter()
+                .find(|m| m.in_build())
+                .unwrap_or(MathProfile::Precise);
+            elementwise(
+                op,
+                attr.scalar(),
+                math,
+                Src::Buf(&[]),
+                Src::Buf(&[]),
+                &mut [],
+            )
+        }
+        _ => false,
     }
 }
 

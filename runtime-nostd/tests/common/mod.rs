@@ -5,11 +5,12 @@
 use std::collections::HashMap;
 
 use tapeplan_core::format::{
-    encode_name, plan_crc, BindingKind, BindingRecord, EntryRecord, Header, InstrRecord,
-    TensorKind, TensorRecord, ALL_ENTRIES, BINDING_RECORD_BYTES, CRC_OFFSET, ENTRY_RECORD_BYTES,
-    HEADER_BYTES, INSTR_RECORD_BYTES, MAGIC, NO_ARG, TENSOR_RECORD_BYTES, VERSION,
+    decode_attr, encode_name, plan_crc, BindingKind, BindingRecord, EntryRecord, Header,
+    InstrRecord, TensorKind, TensorRecord, ALL_ENTRIES, BINDING_RECORD_BYTES, CRC_OFFSET,
+    ENTRY_RECORD_BYTES, HEADER_BYTES, INSTR_RECORD_BYTES, MAGIC, NO_ARG, TENSOR_RECORD_BYTES,
+    VERSION,
 };
-use tapeplan_core::ops::{eval, Attr};
+use tapeplan_core::ops::eval;
 use tapeplan_core::MathProfile;
 use tapeplan_core::{Opcode, Shape};
 use tapeplan_runtime::{EntryId, Plan, Session};
@@ -25,6 +26,8 @@ pub struct Builder {
     pub instrs: Vec<InstrRecord>,
     pub entries: Vec<EntryRecord>,
     pub bindings: Vec<BindingRecord>,
+    /// The attribute section (`u32` words).
+    pub attr_words: Vec<u32>,
 }
 
 pub fn dims4(dims: &[u32]) -> [u32; 4] {
@@ -73,7 +76,7 @@ impl Builder {
             flags: 0,
             out,
             args: a,
-            attr,
+            attr_word: attr,
         });
         (self.instrs.len() - 1) as u32
     }
@@ -106,7 +109,8 @@ impl Builder {
             + TENSOR_RECORD_BYTES * self.tensors.len()
             + INSTR_RECORD_BYTES * self.instrs.len()
             + ENTRY_RECORD_BYTES * self.entries.len()
-            + BINDING_RECORD_BYTES * self.bindings.len();
+            + BINDING_RECORD_BYTES * self.bindings.len()
+            + 4 * self.attr_words.len();
         let mut b = vec![0u8; total];
         Header {
             magic: MAGIC,
@@ -122,6 +126,7 @@ impl Builder {
             n_bindings: self.bindings.len() as u32,
             flags: self.flags,
             plan_id: self.plan_id,
+            attr_words: self.attr_words.len() as u32,
         }
         .encode(&mut b);
         let mut at = HEADER_BYTES;
@@ -140,6 +145,10 @@ impl Builder {
         for x in &self.bindings {
             x.encode(&mut b[at..]);
             at += BINDING_RECORD_BYTES;
+        }
+        for w in &self.attr_words {
+            b[at..at + 4].copy_from_slice(&w.to_le_bytes());
+            at += 4;
         }
         assert_eq!(at, total);
         recrc(&mut b);
@@ -287,6 +296,7 @@ pub fn shape_of(r: &TensorRecord) -> Shape {
 /// Runs instructions `first..first + n` of `b` over `vals`, which holds the values of the
 /// parameters and inputs by tensor index, and receives the defined ones.
 pub fn reference(b: &Builder, first: usize, n: usize, vals: &mut HashMap<u32, Vec<f32>>) {
+    let attr_section: Vec<u8> = b.attr_words.iter().flat_map(|w| w.to_le_bytes()).collect();
     for ins in &b.instrs[first..first + n] {
         let op = Opcode::from_u8(ins.opcode).unwrap();
         let out_shape = shape_of(&b.tensors[ins.out as usize]);
@@ -300,7 +310,7 @@ pub fn reference(b: &Builder, first: usize, n: usize, vals: &mut HashMap<u32, Ve
         let mut out = vec![0.0; out_shape.elems()];
         eval(
             op,
-            Attr::from_parts(op, ins.attr, out_shape),
+            decode_attr(op, ins.attr_word, &attr_section, out_shape).unwrap(),
             MathProfile::from_flags(b.flags),
             &arg_refs,
             &shapes,

@@ -10,9 +10,9 @@
 use proptest::prelude::*;
 use tapeplan_core::format::*;
 use tapeplan_core::{OpClass, Opcode};
+use tapeplan_planner::model::optim::Sgd;
+use tapeplan_planner::model::TrainingJob;
 use tapeplan_planner::model::{Activation, Loss, Mlp};
-use tapeplan_planner::optim::Sgd;
-use tapeplan_planner::oracle::TrainingJob;
 
 struct Decoded {
     header: Header,
@@ -210,7 +210,7 @@ fn the_checker_catches_an_overlap() {
         2,
     )
     .unwrap();
-    let mut plan = job.plan.clone();
+    let mut plan = job.schedule.clone();
     check(&plan.to_bytes()).unwrap();
     // Move every scratch tensor to the scratch base: simultaneously live buffers now collide.
     let base = plan.persistent_elems;
@@ -237,10 +237,10 @@ proptest! {
             Sgd { lr: 0.05 },
             batch,
         ).unwrap();
-        let bytes = job.plan.to_bytes();
+        let bytes = job.schedule.to_bytes();
         prop_assert_eq!(check(&bytes), Ok(()));
         tapeplan_runtime::Plan::parse(&bytes).unwrap();
-        for e in &job.plan.entries {
+        for e in &job.schedule.entries {
             let r = e.report;
             prop_assert!(r.lower_bound_bytes <= r.entry_bytes);
             prop_assert!(r.entry_bytes <= r.arena_bytes);

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 
 use common::{bits, build, cases, near_kink, random_input};
 use tapeplan_core::{NodeId, Opcode, Run, Tensor};
-use tapeplan_planner::rng::SplitMix64;
+use tapeplan_planner::protocol::SplitMix64;
 use tapeplan_planner::{plan, EntrySpec, Root};
 use tapeplan_runtime::{Plan as RtPlan, Session};
 

@@ -8,8 +8,8 @@ use tapeplan_tests::cases as common;
 
 use common::{bits, build, cases, near_kink, random_input};
 use tapeplan_core::{MathProfile, NodeId, Opcode, Run, Tensor};
-use tapeplan_planner::rng::SplitMix64;
-use tapeplan_planner::{plan, EntrySpec, Root};
+use tapeplan_planner::protocol::SplitMix64;
+use tapeplan_planner::{plan_with, EntrySpec, PlanOptions, Root};
 use tapeplan_runtime::{Plan as RtPlan, Session};
 
 #[test]
@@ -109,16 +109,19 @@ fn agree(math: MathProfile, finite_differences: bool) {
                     }
                 }
             }
-            let mut p = plan(
+            let p = plan_with(
                 &b.tape,
                 &[EntrySpec {
                     name: "grad".into(),
                     roots,
                     guarded: false,
                 }],
+                PlanOptions {
+                    math,
+                    ..PlanOptions::default()
+                },
             )
             .unwrap();
-            p.math = math;
             let bytes = p.to_bytes();
             let rt = RtPlan::parse(&bytes).unwrap_or_else(|e| panic!("{}: {e}", case.name));
             assert_eq!(rt.math(), math);

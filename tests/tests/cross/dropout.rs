@@ -3,11 +3,12 @@
 //! runtime equals the oracle bit for bit, and inference (`forward`) never drops.
 
 use tapeplan_core::{Recordable, Run, Shape, Tape, Tensor};
+use tapeplan_planner::exec::Oracle;
+use tapeplan_planner::exec::RuntimeModel;
+use tapeplan_planner::model::optim::Optimizer;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
-use tapeplan_planner::optim::Optimizer;
-use tapeplan_planner::oracle::{JobOptions, Oracle, TrainingJob};
-use tapeplan_planner::rng::SplitMix64;
-use tapeplan_planner::train::RuntimeModel;
+use tapeplan_planner::model::{JobOptions, TrainingJob};
+use tapeplan_planner::protocol::SplitMix64;
 
 #[test]
 fn the_gradient_uses_the_forward_mask() {
@@ -72,7 +73,7 @@ fn train(seed: u64, steps: usize) -> (Vec<f32>, Vec<f32>) {
         options,
     )
     .unwrap();
-    let bytes = job.plan.to_bytes();
+    let bytes = job.schedule.to_bytes();
     let mut model = RuntimeModel::new(&bytes).unwrap();
     let shapes = job.parameter_shapes();
     let init = glorot_uniform(&shapes, 1);

@@ -1,10 +1,10 @@
-//! The eager entry point: values recorded as they are computed, `Entry::backward` over the
+//! The eager entry point: values recorded as they are computed, `Eager::backward` over the
 //! retained values, the recorded gradient interpreted, and the recorded gradient planned and run
 //! by the runtime all agree bit for bit on a small model.
 
-use tapeplan_core::{Entry, Run, Shape, Tensor};
+use tapeplan_core::{Eager, Run, Shape, Tensor};
 use tapeplan_planner::model::{glorot_uniform, softmax_cross_entropy, Activation, Mlp};
-use tapeplan_planner::rng::SplitMix64;
+use tapeplan_planner::protocol::SplitMix64;
 use tapeplan_planner::{plan, EntrySpec, Root};
 use tapeplan_runtime::{Plan, Session};
 
@@ -20,7 +20,7 @@ fn eager_recorded_and_runtime_gradients_agree() {
     let xs: Vec<f32> = (0..10).map(|_| rng.next_f32() - 0.5).collect();
     let labels = vec![2.0, 0.0];
 
-    let mut e = Entry::new();
+    let mut e = Eager::new();
     let x = e.input("x", Tensor::new(Shape::matrix(2, 5), xs.clone()).unwrap());
     let y = e.input(
         "labels",

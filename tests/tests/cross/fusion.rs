@@ -7,19 +7,20 @@
 
 use tapeplan_core::format::TensorKind;
 use tapeplan_core::{Recordable, Run, Shape, Tape, Tensor};
+use tapeplan_planner::exec::Oracle;
+use tapeplan_planner::exec::RuntimeModel;
+use tapeplan_planner::model::optim::Optimizer;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
-use tapeplan_planner::optim::Optimizer;
-use tapeplan_planner::oracle::{JobOptions, Oracle, TrainingJob};
-use tapeplan_planner::rng::SplitMix64;
-use tapeplan_planner::train::RuntimeModel;
-use tapeplan_planner::{plan_with, EntrySpec, Plan, PlanOptions, Root};
+use tapeplan_planner::model::{JobOptions, TrainingJob};
+use tapeplan_planner::protocol::SplitMix64;
+use tapeplan_planner::{plan_with, EntrySpec, PlanOptions, Root, Schedule};
 use tapeplan_runtime::{Decoded, Session};
 
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
-fn chains(plan: &Plan) -> (usize, usize) {
+fn chains(plan: &Schedule) -> (usize, usize) {
     let fused: usize = plan
         .entries
         .iter()
@@ -58,19 +59,22 @@ fn train_both(c: &Config) {
                 guarded: c.guarded,
                 dropout: c.dropout,
                 seed: 5,
-                planning: PlanOptions { fuse },
+                planning: PlanOptions {
+                    fuse,
+                    ..PlanOptions::default()
+                },
                 ..Default::default()
             },
         )
         .unwrap()
     };
     let (fused, plain) = (job(true), job(false));
-    let (n_fused, n_registers) = chains(&fused.plan);
+    let (n_fused, n_registers) = chains(&fused.schedule);
     assert!(n_fused > 0 && n_registers > 0, "the fused plan has chains");
-    assert_eq!(chains(&plain.plan), (0, 0), "the unfused plan has none");
-    assert!(fused.plan.arena_elems <= plain.plan.arena_elems);
+    assert_eq!(chains(&plain.schedule), (0, 0), "the unfused plan has none");
+    assert!(fused.schedule.arena_elems <= plain.schedule.arena_elems);
 
-    let (fb, pb) = (fused.plan.to_bytes(), plain.plan.to_bytes());
+    let (fb, pb) = (fused.schedule.to_bytes(), plain.schedule.to_bytes());
     let mut models = [
         RuntimeModel::new(&fb).unwrap(),
         RuntimeModel::new(&pb).unwrap(),
@@ -196,7 +200,7 @@ fn long_chain(n: usize) -> (Tape, [tapeplan_core::NodeId; 4]) {
     (tape, [x, y, out, sum])
 }
 
-fn run_runtime(p: &Plan, x: &[f32], y: &[f32], decoded: bool) -> (Vec<f32>, Vec<f32>) {
+fn run_runtime(p: &Schedule, x: &[f32], y: &[f32], decoded: bool) -> (Vec<f32>, Vec<f32>) {
     let bytes = p.to_bytes();
     let rt = tapeplan_runtime::Plan::parse(&bytes).unwrap();
     let e = rt.entry("e").unwrap();
@@ -235,8 +239,16 @@ fn long_chains_and_odd_lengths_match_the_oracle() {
             ],
             guarded: false,
         }];
-        let fused = plan_with(&tape, &spec, PlanOptions { fuse: true }).unwrap();
-        let plain = plan_with(&tape, &spec, PlanOptions { fuse: false }).unwrap();
+        let fused = plan_with(&tape, &spec, PlanOptions::default()).unwrap();
+        let plain = plan_with(
+            &tape,
+            &spec,
+            PlanOptions {
+                fuse: false,
+                ..PlanOptions::default()
+            },
+        )
+        .unwrap();
         let (n_fused, n_registers) = chains(&fused);
         assert!(n_fused >= 8, "n = {n}: {n_fused} fused instructions");
         assert!(n_registers >= 4, "n = {n}: {n_registers} registers");

@@ -12,18 +12,19 @@ use std::collections::HashMap;
 
 use proptest::prelude::*;
 use tapeplan_core::format::{
-    plan_crc, BindingKind, BindingRecord, EntryRecord, Header, InstrRecord, TensorKind,
+    self, plan_crc, BindingKind, BindingRecord, EntryRecord, Header, InstrRecord, TensorKind,
     TensorRecord, BINDING_RECORD_BYTES, CRC_OFFSET, ENTRY_RECORD_BYTES, FUSE_NEXT, HEADER_BYTES,
     INSTR_RECORD_BYTES, TENSOR_RECORD_BYTES,
 };
 use tapeplan_core::ops::{eval, Attr};
 use tapeplan_core::{NodeId, Opcode, Run, Shape, Tape, Tensor};
+use tapeplan_planner::exec::Oracle;
+use tapeplan_planner::exec::RuntimeModel;
+use tapeplan_planner::model::optim::Optimizer;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
-use tapeplan_planner::optim::Optimizer;
-use tapeplan_planner::oracle::{JobOptions, Oracle, TrainingJob};
-use tapeplan_planner::rng::SplitMix64;
-use tapeplan_planner::train::RuntimeModel;
-use tapeplan_planner::{plan_with, EntrySpec, Plan, PlanOptions, Root};
+use tapeplan_planner::model::{JobOptions, TrainingJob};
+use tapeplan_planner::protocol::SplitMix64;
+use tapeplan_planner::{plan_with, EntrySpec, PlanOptions, Root, Schedule};
 use tapeplan_runtime::{Decoded, ExecError, Session};
 
 const SENTINEL: f32 = 3.0e-39;
@@ -139,12 +140,12 @@ fn random_model(rng: &mut Rng) -> Model {
         let v = if roll < 45 {
             let op = UNARY[rng.below(UNARY.len())];
             let x = pick(rng, &pools[which]);
-            let bits = if op == Opcode::Pow {
-                [2.0f32, 0.5, 3.0, -1.0][rng.below(4)].to_bits()
+            let attr = if op == Opcode::Pow {
+                Attr::Pow([2.0f32, 0.5, 3.0, -1.0][rng.below(4)])
             } else {
-                0
+                Attr::NONE
             };
-            tape.push(op, Attr { bits, target: None }, &[x]).unwrap()
+            tape.push(op, attr, &[x]).unwrap()
         } else if roll < 80 {
             let op = BINARY[rng.below(BINARY.len())];
             let (x, y) = (pick(rng, &pools[which]), pick(rng, &pools[which]));
@@ -386,7 +387,7 @@ fn runtime(
 
 /// The host interpreter's answer (outputs; parameters after a commit done here for guarded
 /// entries).
-fn host(p: &Plan, entry: &str, ins: &[Vec<f32>], ps: &[Vec<f32>], names: &[String]) -> Outcome {
+fn host(p: &Schedule, entry: &str, ins: &[Vec<f32>], ps: &[Vec<f32>], names: &[String]) -> Outcome {
     let mut arena = vec![f32::NAN; p.arena_elems];
     let e = p.entry(entry).unwrap();
     let put = |arena: &mut Vec<f32>, t: u32, v: &[f32]| {
@@ -439,8 +440,15 @@ fn host(p: &Plan, entry: &str, ins: &[Vec<f32>], ps: &[Vec<f32>], names: &[Strin
 /// (fused and unfused alike).
 fn check_model(m: &Model, guarded: bool, rng: &mut Rng) -> Option<usize> {
     let specs = specs(m, guarded);
-    let fused = plan_with(&m.tape, &specs, PlanOptions { fuse: true });
-    let plain = plan_with(&m.tape, &specs, PlanOptions { fuse: false });
+    let fused = plan_with(&m.tape, &specs, PlanOptions::default());
+    let plain = plan_with(
+        &m.tape,
+        &specs,
+        PlanOptions {
+            fuse: false,
+            ..PlanOptions::default()
+        },
+    );
     let (fused, plain) = match (fused, plain) {
         (Ok(f), Ok(p)) => (f, p),
         (Err(f), Err(p)) => {
@@ -529,6 +537,8 @@ struct Records {
     instrs: Vec<InstrRecord>,
     entries: Vec<EntryRecord>,
     bindings: Vec<BindingRecord>,
+    /// The attribute section's bytes.
+    attrs: Vec<u8>,
 }
 
 fn records(bytes: &[u8]) -> Records {
@@ -553,6 +563,9 @@ fn records(bytes: &[u8]) -> Records {
         bindings: (0..header.n_bindings)
             .map(|_| BindingRecord::decode(next(BINDING_RECORD_BYTES)))
             .collect(),
+        attrs: format::Sections::of(&header)
+            .map(|s| bytes[s.attrs_at..s.end_at].to_vec())
+            .unwrap(),
     }
 }
 
@@ -585,7 +598,7 @@ fn sequential(r: &Records, e: usize, arena: &mut [f32]) -> bool {
         let refs: Vec<&[f32]> = args.iter().map(Vec::as_slice).collect();
         eval(
             op,
-            Attr::from_parts(op, ins.attr, shape(t)),
+            format::decode_attr(op, ins.attr_word, &r.attrs, shape(t)).unwrap(),
             tapeplan_core::MathProfile::from_flags(r.header.flags),
             &refs,
             &shapes,
@@ -693,18 +706,18 @@ fn job_bytes(optimizer: Optimizer, guarded: bool) -> Vec<u8> {
         2,
         JobOptions {
             guarded,
-            planning: PlanOptions { fuse: true },
+            planning: PlanOptions::default(),
             ..Default::default()
         },
     )
     .unwrap();
     assert!(job
-        .plan
+        .schedule
         .entries
         .iter()
         .flat_map(|e| &e.instrs)
         .any(|i| i.fuse_next));
-    job.plan.to_bytes()
+    job.schedule.to_bytes()
 }
 
 const ADAM: Optimizer = Optimizer::Adam {
@@ -845,15 +858,18 @@ proptest! {
                     guarded,
                     dropout,
                     seed,
-                    planning: PlanOptions { fuse },
+                    planning: PlanOptions {
+                        fuse,
+                        ..PlanOptions::default()
+                    },
                     ..Default::default()
                 },
             )
             .unwrap()
         };
         let (fused, plain) = (job(true), job(false));
-        prop_assert!(fused.plan.arena_elems <= plain.plan.arena_elems);
-        let (fb, pb) = (fused.plan.to_bytes(), plain.plan.to_bytes());
+        prop_assert!(fused.schedule.arena_elems <= plain.schedule.arena_elems);
+        let (fb, pb) = (fused.schedule.to_bytes(), plain.schedule.to_bytes());
         let mut models = [RuntimeModel::new(&fb).unwrap(), RuntimeModel::new(&pb).unwrap()];
         let shapes = fused.parameter_shapes();
         let init = glorot_uniform(&shapes, seed);

@@ -4,9 +4,9 @@
 //! damage. Nothing may panic; a mutated plan that still validates must run inside its arena.
 
 use tapeplan_core::format::{self, plan_crc, CRC_OFFSET, HEADER_BYTES, TENSOR_RECORD_BYTES};
+use tapeplan_planner::model::optim::Sgd;
+use tapeplan_planner::model::TrainingJob;
 use tapeplan_planner::model::{Activation, Loss, Mlp};
-use tapeplan_planner::optim::Sgd;
-use tapeplan_planner::oracle::TrainingJob;
 use tapeplan_runtime::{DecodeError, ParseError, Plan, Session};
 
 fn small_plan() -> Vec<u8> {
@@ -20,7 +20,7 @@ fn small_plan() -> Vec<u8> {
         2,
     )
     .unwrap()
-    .plan
+    .schedule
     .to_bytes()
 }
 

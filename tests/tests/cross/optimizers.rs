@@ -2,11 +2,12 @@
 //! every optimizer, guarded and in place; Adam's first two steps against hand-computed values;
 //! a step that overflows commits nothing and training continues.
 
+use tapeplan_planner::exec::{first_difference, Oracle};
+use tapeplan_planner::exec::{RuntimeModel, TrainError};
+use tapeplan_planner::model::optim::Optimizer;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
-use tapeplan_planner::optim::Optimizer;
-use tapeplan_planner::oracle::{first_difference, JobOptions, Oracle, TrainingJob};
-use tapeplan_planner::rng::SplitMix64;
-use tapeplan_planner::train::{RuntimeModel, TrainError};
+use tapeplan_planner::model::{JobOptions, TrainingJob};
+use tapeplan_planner::protocol::SplitMix64;
 use tapeplan_runtime::ExecError;
 
 fn optimizers() -> Vec<Optimizer> {
@@ -52,7 +53,7 @@ fn runtime_equals_oracle_for_every_optimizer_guarded_and_in_place() {
                 },
             )
             .unwrap();
-            let bytes = job.plan.to_bytes();
+            let bytes = job.schedule.to_bytes();
             let mut model = RuntimeModel::new(&bytes).unwrap();
             let shapes = job.parameter_shapes();
             let init = glorot_uniform(&shapes, 3);
@@ -103,7 +104,7 @@ fn adam_first_two_steps_match_hand_computed_values() {
     let opt = Optimizer::adam(0.1);
     let job = TrainingJob::build(mlp, Loss::MeanSquaredError, opt, 1).unwrap();
     let mut oracle = Oracle::new(&job, &[vec![0.0], vec![0.0]]).unwrap();
-    let bytes = job.plan.to_bytes();
+    let bytes = job.schedule.to_bytes();
     let mut model = RuntimeModel::new(&bytes).unwrap();
     model.load_parameter("w1", &[0.0]).unwrap();
     model.load_parameter("b1", &[0.0]).unwrap();
@@ -155,7 +156,7 @@ fn a_step_that_overflows_commits_nothing_and_training_continues() {
         },
     )
     .unwrap();
-    let bytes = job.plan.to_bytes();
+    let bytes = job.schedule.to_bytes();
     let mut model = RuntimeModel::new(&bytes).unwrap();
     let shapes = job.parameter_shapes();
     for ((n, _), v) in shapes.iter().zip(glorot_uniform(&shapes, 1)) {

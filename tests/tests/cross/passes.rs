@@ -2,12 +2,12 @@
 //! a plan's results are bit-identical with the passes on and off, over whole training runs.
 //! Run with `--nocapture` to see the instruction counts and memory reports before and after.
 
+use tapeplan_planner::exec::RuntimeModel;
+use tapeplan_planner::model::optim::Optimizer;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
-use tapeplan_planner::optim::Optimizer;
-use tapeplan_planner::oracle::{JobOptions, TrainingJob};
-use tapeplan_planner::passes::Passes;
-use tapeplan_planner::rng::SplitMix64;
-use tapeplan_planner::train::RuntimeModel;
+use tapeplan_planner::model::{JobOptions, TrainingJob};
+use tapeplan_planner::plan::rewrite::Passes;
+use tapeplan_planner::protocol::SplitMix64;
 
 fn run(
     sizes: &[usize],
@@ -27,7 +27,7 @@ fn run(
         ..Default::default()
     };
     let job = TrainingJob::build_with(mlp, Loss::SoftmaxCrossEntropy, opt, 8, options).unwrap();
-    let train = job.plan.entry("train_step").unwrap();
+    let train = job.schedule.entry("train_step").unwrap();
     let summary = format!(
         "{:>3} train_step instructions, entry {} B, lower bound {} B, arena {} B ({:?})",
         train.instrs.len(),
@@ -36,7 +36,7 @@ fn run(
         train.report.arena_bytes,
         job.rewrite_stats
     );
-    let bytes = job.plan.to_bytes();
+    let bytes = job.schedule.to_bytes();
     let mut model = RuntimeModel::new(&bytes).unwrap();
     let shapes = job.parameter_shapes();
     for ((n, _), v) in shapes.iter().zip(glorot_uniform(&shapes, 11)) {

@@ -7,11 +7,13 @@
 //! equals the scalar run bit for bit.
 
 use tapeplan_core::MathProfile;
+use tapeplan_planner::exec::RuntimeModel;
+use tapeplan_planner::exec::{first_difference, Oracle};
+use tapeplan_planner::model::optim::Sgd;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
-use tapeplan_planner::optim::Sgd;
-use tapeplan_planner::oracle::{first_difference, JobOptions, Oracle, TrainingJob};
-use tapeplan_planner::rng::SplitMix64;
-use tapeplan_planner::train::RuntimeModel;
+use tapeplan_planner::model::{JobOptions, TrainingJob};
+use tapeplan_planner::protocol::SplitMix64;
+use tapeplan_planner::PlanOptions;
 use tapeplan_runtime::catalog;
 
 fn run(sizes: &[usize], activation: Activation, loss: Loss, batch: usize, steps: usize) {
@@ -31,11 +33,14 @@ fn run_with(
         activation,
     };
     let options = JobOptions {
-        math,
+        planning: PlanOptions {
+            math,
+            ..PlanOptions::default()
+        },
         ..JobOptions::default()
     };
     let job = TrainingJob::build_with(mlp, loss, Sgd { lr: 0.05 }.into(), batch, options).unwrap();
-    let bytes = job.plan.to_bytes();
+    let bytes = job.schedule.to_bytes();
     let mut model = RuntimeModel::new(&bytes).unwrap();
     let shapes = job.parameter_shapes();
     let init = glorot_uniform(&shapes, 11);
@@ -161,7 +166,7 @@ fn decoded_program_equals_run() {
             activation,
         };
         let job = TrainingJob::build(mlp, loss, Sgd { lr: 0.05 }, batch).unwrap();
-        let bytes = job.plan.to_bytes();
+        let bytes = job.schedule.to_bytes();
         let plan = Plan::parse(&bytes).unwrap();
         let e = plan.entry("train_step").unwrap();
         let shapes = job.parameter_shapes();
@@ -215,7 +220,7 @@ fn decoded_program_equals_run() {
         };
         let other = TrainingJob::build(mlp, loss, Sgd { lr: 0.06 }, batch)
             .unwrap()
-            .plan
+            .schedule
             .to_bytes();
         assert_eq!(other.len(), bytes.len());
         let other_plan = Plan::parse(&other).unwrap();

@@ -2,12 +2,14 @@
 //! planner's host interpreter of the unserialized plan, bit for bit after every step.
 
 use tapeplan_core::MathProfile;
+use tapeplan_planner::exec::RuntimeModel;
+use tapeplan_planner::exec::{first_difference, Oracle};
+use tapeplan_planner::model::optim::Optimizer;
+use tapeplan_planner::model::optim::Sgd;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
-use tapeplan_planner::optim::Optimizer;
-use tapeplan_planner::optim::Sgd;
-use tapeplan_planner::oracle::{first_difference, JobOptions, Oracle, TrainingJob};
-use tapeplan_planner::rng::SplitMix64;
-use tapeplan_planner::train::RuntimeModel;
+use tapeplan_planner::model::{JobOptions, TrainingJob};
+use tapeplan_planner::protocol::SplitMix64;
+use tapeplan_planner::PlanOptions;
 
 fn run_case(mlp: Mlp, loss: Loss, batch: usize, steps: usize) {
     run_case_with(
@@ -31,12 +33,15 @@ fn run_case_with(
     math: MathProfile,
 ) -> Vec<f32> {
     let options = JobOptions {
-        math,
+        planning: PlanOptions {
+            math,
+            ..PlanOptions::default()
+        },
         ..JobOptions::default()
     };
     let job = TrainingJob::build_with(mlp.clone(), loss, optimizer, batch, options).unwrap();
-    assert_eq!(job.plan.math, math);
-    let bytes = job.plan.to_bytes();
+    assert_eq!(job.schedule.math, math);
+    let bytes = job.schedule.to_bytes();
     let mut model = RuntimeModel::new(&bytes).unwrap();
     let shapes = job.parameter_shapes();
     let init = glorot_uniform(&shapes, 7);
@@ -45,16 +50,16 @@ fn run_case_with(
     }
     let mut oracle = Oracle::new(&job, &init).unwrap();
     // The host interpreter's arena, parameters at their offsets.
-    let mut host = vec![0.0f32; job.plan.arena_elems];
-    for ((_, t, _), v) in job.plan.parameters.iter().zip(&init) {
-        let o = job.plan.tensors[*t as usize].offset_elems;
+    let mut host = vec![0.0f32; job.schedule.arena_elems];
+    for ((_, t, _), v) in job.schedule.parameters.iter().zip(&init) {
+        let o = job.schedule.tensors[*t as usize].offset_elems;
         host[o..o + v.len()].copy_from_slice(v);
     }
     // An optimizer with state: the runtime ran `init` when it loaded the plan.
-    if job.plan.entry("init").is_some() {
-        job.plan.run_host("init", &mut host).unwrap();
+    if job.schedule.entry("init").is_some() {
+        job.schedule.run_host("init", &mut host).unwrap();
     }
-    let train = job.plan.entry("train_step").unwrap();
+    let train = job.schedule.entry("train_step").unwrap();
     let (d_in, d_out) = (mlp.sizes[0], *mlp.sizes.last().unwrap());
     let mut rng = SplitMix64::new(99);
     assert_eq!(model.plan().math(), math);
@@ -72,13 +77,13 @@ fn run_case_with(
         let l_or = oracle.step(&x, &target).unwrap();
         losses.push(l_or);
         for (name, t) in &train.inputs {
-            let o = job.plan.tensors[*t as usize].offset_elems;
+            let o = job.schedule.tensors[*t as usize].offset_elems;
             let src = if name == "x" { &x } else { &target };
             host[o..o + src.len()].copy_from_slice(src);
         }
-        job.plan.run_host("train_step", &mut host).unwrap();
+        job.schedule.run_host("train_step", &mut host).unwrap();
         let (_, lt) = &train.outputs[0];
-        let l_host = host[job.plan.tensors[*lt as usize].offset_elems];
+        let l_host = host[job.schedule.tensors[*lt as usize].offset_elems];
         assert_eq!(
             l_rt.to_bits(),
             l_or.to_bits(),
@@ -97,7 +102,7 @@ fn run_case_with(
         }
         assert_eq!(
             model.persistent(),
-            &host[..job.plan.persistent_elems],
+            &host[..job.schedule.persistent_elems],
             "step {step}: host plan"
         );
     }

@@ -24,7 +24,7 @@ use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::rng::SplitMix64;
+use crate::protocol::SplitMix64;
 
 /// The digits set, gzip-compressed CSV, embedded at build time from `data/digits.csv.gz`.
 pub const DIGITS_GZ: &[u8] = include_bytes!(concat!(

@@ -29,8 +29,8 @@ use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use tapeplan_core::{Opcode, Shape};
 use tapeplan_runtime::{Checkpoint, CheckpointError, Plan as RtPlan};
 
-use crate::inspect::PlanInfo;
-use crate::train::{RuntimeModel, TrainError};
+use crate::exec::runtime::{RuntimeModel, TrainError};
+use crate::io::inspect::PlanInfo;
 
 /// Errors of exporting, importing, and of checkpoint files.
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +96,25 @@ pub enum ExchangeError {
     UnboundState {
         /// The element's index in the persistent region.
         element: usize,
+    },
+    /// A trainable parameter holds a NaN or an infinity (a diverged model): a guarded plan
+    /// would refuse every step from it, so training could make no progress.
+    #[error("parameter {name} element {element} is {value}, not finite: the model diverged before it was saved; start from another checkpoint or from a fresh initialization")]
+    NonFiniteParameter {
+        /// The parameter.
+        name: String,
+        /// The element's index within the parameter (row-major).
+        element: usize,
+        /// Its value.
+        value: f32,
+    },
+    /// An output path cannot be written (checked before any work is done).
+    #[error("{path}: {reason} (checked before any work is done, so none is lost)")]
+    Unwritable {
+        /// The output.
+        path: PathBuf,
+        /// Why, in words.
+        reason: String,
     },
     /// Reading or writing a file failed.
     #[error("{path}: {source}")]
@@ -192,7 +211,7 @@ pub fn forward_activation(plan_bytes: &[u8]) -> &'static str {
     let Some(fwd) = info.entries.iter().find(|e| e.name == "forward") else {
         return "unknown";
     };
-    let has = |op: Opcode| fwd.instrs.iter().any(|i| i.opcode == op.to_u8());
+    let has = |op: Opcode| fwd.instrs.iter().any(|i| i.op == op);
     match (has(Opcode::Tanh), has(Opcode::Relu)) {
         (true, false) => "tanh",
         (false, true) => "relu",
@@ -491,24 +510,131 @@ pub fn reference_file(
 // ---------------------------------------------------------------------------------------------
 // Checkpoint files on the host.
 
+/// `path` with `suffix` appended to its last component (`a/b.ckpt` + `.tmp` → `a/b.ckpt.tmp`).
+pub fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(suffix);
+    PathBuf::from(p)
+}
+
+/// The folder `path` is in (`.` for a bare file name).
+fn parent_dir(path: &Path) -> &Path {
+    path.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
 /// Writes `bytes` to `path` atomically: to `path.tmp` first (flushed to disk), then renamed
-/// over `path`, so a crash leaves either the old file or the new one, never half of one.
+/// over `path`, then the folder flushed (so the rename itself survives a power cut). A crash
+/// leaves either the old file or the new one, never half of one; on an error the `.tmp` file is
+/// removed.
 ///
 /// # Errors
 /// [`ExchangeError::Io`].
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ExchangeError> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
+    let tmp = with_suffix(path, ".tmp");
     let io = |p: &Path| {
         let p = p.to_path_buf();
         move |source| ExchangeError::Io { path: p, source }
     };
-    let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
-    f.write_all(bytes).map_err(io(&tmp))?;
-    f.sync_all().map_err(io(&tmp))?;
-    drop(f);
-    std::fs::rename(&tmp, path).map_err(io(path))
+    let written = (|| {
+        let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+        f.write_all(bytes).map_err(io(&tmp))?;
+        f.sync_all().map_err(io(&tmp))?;
+        drop(f);
+        std::fs::rename(&tmp, path).map_err(io(path))
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+        return written;
+    }
+    sync_dir(parent_dir(path)).map_err(io(parent_dir(path)))
+}
+
+/// Flushes a folder's entries (a rename in it) to disk. Only Unix can open a folder as a file;
+/// elsewhere this does nothing.
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    std::fs::File::open(dir)?.sync_all()?;
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
+}
+
+/// Checks, before any work is done, that a file can be written at `path` (by
+/// [`write_atomic`] or a plain write): `path` is not a folder, its folder exists and accepts a
+/// new file, and an existing `path` is writable. Probes with a uniquely named empty file in the
+/// folder, removed again; nothing else is created or changed.
+///
+/// # Errors
+/// [`ExchangeError::Unwritable`] saying why.
+pub fn check_writable(path: &Path) -> Result<(), ExchangeError> {
+    let unwritable = |reason: String| ExchangeError::Unwritable {
+        path: path.to_path_buf(),
+        reason,
+    };
+    if path.is_dir() {
+        return Err(unwritable(
+            "is a folder; give a file name in it".to_string(),
+        ));
+    }
+    let dir = parent_dir(path);
+    if !dir.is_dir() {
+        return Err(unwritable(format!(
+            "the folder {} does not exist",
+            dir.display()
+        )));
+    }
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let probe = dir.join(format!(".{name}.{}.probe", std::process::id()));
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+    {
+        Ok(f) => {
+            drop(f);
+            let _ = std::fs::remove_file(&probe);
+        }
+        Err(e) => {
+            return Err(unwritable(format!(
+                "cannot create a file in the folder {}: {e}",
+                dir.display()
+            )))
+        }
+    }
+    if path.exists() {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map_err(|e| unwritable(format!("cannot be overwritten: {e}")))?;
+    }
+    Ok(())
+}
+
+/// Checks that every trainable parameter of `plan` (a name without a `.`: optimizer and
+/// generator state, whose elements may be raw bits, are not checked) is finite in `persistent`.
+///
+/// # Shapes
+/// `persistent: [persistent_elems]`.
+///
+/// # Errors
+/// [`ExchangeError::NonFiniteParameter`] naming the first non-finite element.
+pub fn check_finite_parameters(plan: &RtPlan<'_>, persistent: &[f32]) -> Result<(), ExchangeError> {
+    for b in plan
+        .parameters()
+        .filter(|b| !crate::model::optim::is_state_name(b.name))
+    {
+        let values = persistent.get(b.range()).unwrap_or_default();
+        if let Some((element, &value)) = values.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+            return Err(ExchangeError::NonFiniteParameter {
+                name: b.name.to_string(),
+                element,
+                value,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The checkpoint blob of a model's whole persistent region (see
@@ -536,6 +662,7 @@ pub fn checkpoint_of(model: &RuntimeModel<'_>, sequence: u32) -> Result<Vec<u8>,
 ///
 /// # Errors
 /// [`ExchangeError::Checkpoint`] for a checkpoint of another plan;
+/// [`ExchangeError::NonFiniteParameter`] for a diverged model ([`check_finite_parameters`]);
 /// [`ExchangeError::UnboundState`]; [`ExchangeError::Train`]. The model is unchanged on error.
 pub fn restore_into_model(
     model: &mut RuntimeModel<'_>,
@@ -544,6 +671,7 @@ pub fn restore_into_model(
     let plan = *model.plan();
     ckpt.check_plan(&plan)?;
     let values: Vec<f32> = ckpt.values().collect();
+    check_finite_parameters(&plan, &values)?;
     let mut bound = vec![false; values.len()];
     for b in plan.parameters() {
         if let Some(s) = bound.get_mut(b.range()) {
@@ -583,7 +711,8 @@ pub fn export_checkpoint(plan: &RtPlan<'_>, ckpt_bytes: &[u8]) -> Result<Vec<u8>
 ///
 /// # Errors
 /// [`ExchangeError::Checkpoint`] for a rejected base; [`ExchangeError::Train`] when the plan
-/// cannot make a [`RuntimeModel`]; as [`import_into_persistent`].
+/// cannot make a [`RuntimeModel`]; [`ExchangeError::NonFiniteParameter`] when a parameter of
+/// the result is not finite ([`check_finite_parameters`]); as [`import_into_persistent`].
 pub fn import_to_checkpoint(
     plan: &RtPlan<'_>,
     st_bytes: &[u8],
@@ -598,6 +727,7 @@ pub fn import_to_checkpoint(
         None => (RuntimeModel::new(plan.bytes())?.persistent().to_vec(), 0),
     };
     let persistent = import_into_persistent(plan, &values, st_bytes)?;
+    check_finite_parameters(plan, &persistent)?;
     let mut buf = vec![0u8; tapeplan_runtime::checkpoint_bytes(plan)];
     let n = tapeplan_runtime::write_checkpoint(plan, &persistent, sequence, &mut buf)?;
     buf.truncate(n);

@@ -1,19 +1,18 @@
-//! The training job as one tape, and the host oracle that checks the runtime.
+//! The job description: a model, its loss and optimizer recorded as one tape (forward, recorded
+//! gradient, recorded update) and planned.
 //!
 //! [`TrainingJob::build`] records the model's loss, its gradient (recorded reverse mode) and the
 //! optimizer update as one tape, and plans two entries over it: `forward` (inference: logits) and
-//! `train_step` (loss, and every parameter updated in place). [`Oracle`] trains the same model
-//! without the plan: the tape interpreter ([`Run`]) computes the loss, the engine reverse scan
-//! ([`Run::backward`]) the gradient, and the same update body computes the new parameters.
+//! `train_step` (loss, and every parameter updated in place). The
+//! [`Oracle`](crate::exec::oracle::Oracle) trains the same job without its schedule.
 
-use tapeplan_core::{
-    Compute, MathProfile, NodeId, Recordable, Run, Shape, Tape, TapeError, Tensor,
-};
+use tapeplan_core::{MathProfile, NodeId, Recordable, Shape, Tape, TapeError};
 
-use crate::model::{self, Loss, Mlp};
-use crate::optim::{Optimizer, StateSpec};
-use crate::passes::{self, Passes, RewriteStats};
-use crate::planner::{self, EntrySpec, Plan, PlanError, PlanOptions, Root};
+use crate::model::mlp::{self as model, Loss, Mlp};
+use crate::model::optim::{Optimizer, StateSpec};
+use crate::plan::rewrite::{self as passes, Passes, RewriteStats};
+use crate::plan::{self as planner, EntrySpec, PlanOptions, PlanningError, Root, Schedule};
+use crate::protocol::{ENTRY_FORWARD, ENTRY_INIT, ENTRY_TRAIN_STEP, OUTPUT_LOGITS, OUTPUT_LOSS};
 
 /// A model, its loss and optimizer, recorded and planned.
 #[derive(Clone, Debug)]
@@ -33,7 +32,8 @@ pub struct TrainingJob {
     pub state: Vec<NodeId>,
     /// Whether `train_step` commits its updates only when the loss and every update are finite.
     pub guarded: bool,
-    /// The math profile of the plan and of the oracle's kernels.
+    /// The math profile of the schedule and of the oracle's kernels
+    /// ([`JobOptions::planning`]'s).
     pub math: MathProfile,
     /// What the bit-preserving rewrites did before planning (the plan is made from the rewritten
     /// tape; `tape` stays as recorded, for the oracle and listings).
@@ -54,8 +54,9 @@ pub struct TrainingJob {
     pub gradient_start: usize,
     /// The index of the first node of the recorded update.
     pub update_start: usize,
-    /// The plan.
-    pub plan: Plan,
+    /// The planner's schedule of the entries, over the rewritten tape; its bytes
+    /// ([`Schedule::to_bytes`]) are the plan a runtime runs.
+    pub schedule: Schedule,
 }
 
 impl TrainingJob {
@@ -63,13 +64,13 @@ impl TrainingJob {
     /// (no non-finite guard: the smallest arena).
     ///
     /// # Errors
-    /// [`PlanError`] from recording or planning.
+    /// [`PlanningError`] from recording or planning.
     pub fn build(
         mlp: Mlp,
         loss: Loss,
         optimizer: impl Into<Optimizer>,
         batch: usize,
-    ) -> Result<TrainingJob, PlanError> {
+    ) -> Result<TrainingJob, PlanningError> {
         TrainingJob::build_with(mlp, loss, optimizer.into(), batch, JobOptions::default())
     }
 
@@ -80,16 +81,16 @@ impl TrainingJob {
     /// `init` (writes the state's initial values; run it once).
     ///
     /// # Errors
-    /// [`PlanError`] from recording or planning.
+    /// [`PlanningError`] from recording or planning.
     pub fn build_with(
         mlp: Mlp,
         loss: Loss,
         optimizer: Optimizer,
         batch: usize,
         options: JobOptions,
-    ) -> Result<TrainingJob, PlanError> {
+    ) -> Result<TrainingJob, PlanningError> {
         let guarded = options.guarded;
-        let math = options.math;
+        let math = options.planning.math;
         mlp.check(batch)
             .map_err(|e| TapeError::Op(tapeplan_core::OpError::Shape(e)))?;
         let mut tape = Tape::new();
@@ -143,7 +144,7 @@ impl TrainingJob {
             &state[optimizer_state..],
         )?);
         let mut train_roots = vec![Root::Output {
-            name: "loss".into(),
+            name: OUTPUT_LOSS.into(),
             node: loss_node,
         }];
         for (p, v) in params
@@ -168,22 +169,22 @@ impl TrainingJob {
         }
         let mut entries = vec![
             EntrySpec {
-                name: "forward".into(),
+                name: ENTRY_FORWARD.into(),
                 roots: vec![Root::Output {
-                    name: "logits".into(),
+                    name: OUTPUT_LOGITS.into(),
                     node: logits,
                 }],
                 guarded: false,
             },
             EntrySpec {
-                name: "train_step".into(),
+                name: ENTRY_TRAIN_STEP.into(),
                 roots: train_roots,
                 guarded,
             },
         ];
         if !init_roots.is_empty() {
             entries.push(EntrySpec {
-                name: "init".into(),
+                name: ENTRY_INIT.into(),
                 roots: init_roots,
                 guarded: false,
             });
@@ -194,12 +195,11 @@ impl TrainingJob {
             math,
             &passes::update_values(&entries),
         )?;
-        let mut plan = planner::plan_with(
+        let schedule = planner::plan_with(
             &rewritten,
             &passes::remap_entries(&entries, &map),
             options.planning,
         )?;
-        plan.math = math;
         Ok(TrainingJob {
             mlp,
             loss,
@@ -218,7 +218,7 @@ impl TrainingJob {
             loss_node,
             gradient_start,
             update_start,
-            plan,
+            schedule,
         })
     }
 
@@ -242,11 +242,9 @@ pub struct JobOptions {
     pub seed: u64,
     /// The bit-preserving rewrites applied before planning (all by default).
     pub passes: Passes,
-    /// How to plan (fusion on by default).
+    /// How to plan: fusion (on by default) and the math profile (`precise` by default), which
+    /// the schedule records and the oracle, the constant folding and every runtime follow.
     pub planning: PlanOptions,
-    /// The math profile (`precise` by default): recorded in the plan, and followed by the
-    /// oracle, the planner's constant folding and every runtime.
-    pub math: MathProfile,
 }
 
 /// Advances the model's own state by one training step: dropout's counter `c ← c + 1`. Written
@@ -265,191 +263,4 @@ pub fn advance_model_state<R: Recordable>(
         }
         _ => Ok(vec![None; state.len()]),
     }
-}
-
-/// The host oracle: trains a [`TrainingJob`]'s model with the tape interpreter, the engine
-/// reverse scan and the same update body, holding its own parameters.
-pub struct Oracle<'j> {
-    job: &'j TrainingJob,
-    /// The current parameters, in the job's order.
-    pub params: Vec<Tensor>,
-    /// The current optimizer state, in [`Optimizer::state`] order.
-    pub state: Vec<Tensor>,
-}
-
-impl<'j> Oracle<'j> {
-    /// An oracle starting from `params` (in the job's parameter order) and the optimizer state's
-    /// initial values.
-    ///
-    /// # Errors
-    /// [`TapeError::ValueShape`] when a parameter has the wrong length.
-    pub fn new(job: &'j TrainingJob, params: &[Vec<f32>]) -> Result<Oracle<'j>, TapeError> {
-        let tensors = job
-            .params
-            .iter()
-            .zip(params)
-            .map(|(p, v)| Tensor::new(job.tape.shape(*p)?, v.clone()))
-            .collect::<Result<Vec<_>, _>>()?;
-        let state = job
-            .state_specs
-            .iter()
-            .map(|s| Tensor {
-                shape: s.shape,
-                data: vec![s.init; s.shape.elems()],
-            })
-            .collect();
-        Ok(Oracle {
-            job,
-            params: tensors,
-            state,
-        })
-    }
-
-    fn run_with(&self, x: &[f32], target: &[f32]) -> Result<Run<'j>, TapeError> {
-        let job = self.job;
-        let mut run = Run::with_math(&job.tape, job.math);
-        run.set(
-            job.inputs.x,
-            Tensor::new(job.tape.shape(job.inputs.x)?, x.to_vec())?,
-        )?;
-        run.set(
-            job.inputs.target,
-            Tensor::new(job.tape.shape(job.inputs.target)?, target.to_vec())?,
-        )?;
-        for (p, v) in job.params.iter().zip(&self.params) {
-            run.set(*p, v.clone())?;
-        }
-        for (p, v) in job.state.iter().zip(&self.state) {
-            run.set(*p, v.clone())?;
-        }
-        Ok(run)
-    }
-
-    /// One training step on a batch: answers the loss and updates the parameters and state. When
-    /// the job is guarded and the loss or an update is not finite, nothing is updated (as the
-    /// runtime's commit refuses) and the loss is still answered.
-    ///
-    /// # Shapes
-    /// `x: [batch, d_in]` row-major; `target`: `[batch]` labels or `[batch, d_out]`.
-    ///
-    /// # Errors
-    /// Shape errors.
-    pub fn step(&mut self, x: &[f32], target: &[f32]) -> Result<f32, TapeError> {
-        let job = self.job;
-        let mut run = self.run_with(x, target)?;
-        let adjoints = run.backward(job.loss_node, Tensor::scalar(1.0), &job.params)?;
-        let loss = run
-            .value(job.loss_node)
-            .map(|t| t.data[0])
-            .unwrap_or(f32::NAN);
-        let grads: Vec<Option<Tensor>> = job
-            .params
-            .iter()
-            .map(|p| adjoints.get(*p).cloned())
-            .collect();
-        let k = job.optimizer_state;
-        let mut compute = Compute::with_math(job.math);
-        let (new_params, mut new_state) =
-            job.optimizer
-                .step(&mut compute, &self.params, &grads, &self.state[..k])?;
-        new_state.extend(advance_model_state(&mut compute, &self.state[k..])?);
-        let finite = |v: &Option<Tensor>| {
-            v.as_ref()
-                .is_none_or(|t| t.data.iter().all(|x| x.is_finite()))
-        };
-        if job.guarded
-            && !(loss.is_finite() && new_params.iter().all(finite) && new_state.iter().all(finite))
-        {
-            return Ok(loss);
-        }
-        for (p, n) in self.params.iter_mut().zip(new_params) {
-            if let Some(n) = n {
-                *p = n;
-            }
-        }
-        for (p, n) in self.state.iter_mut().zip(new_state) {
-            if let Some(n) = n {
-                *p = n;
-            }
-        }
-        Ok(loss)
-    }
-
-    /// The logits of a batch, `[batch, d_out]`.
-    ///
-    /// # Errors
-    /// Shape errors.
-    pub fn logits(&self, x: &[f32]) -> Result<Vec<f32>, TapeError> {
-        let job = self.job;
-        let target = vec![0.0; job.tape.shape(job.inputs.target)?.elems()];
-        let mut run = self.run_with(x, &target)?;
-        run.forward_until(job.logits)?;
-        Ok(run
-            .value(job.logits)
-            .map(|t| t.data.clone())
-            .unwrap_or_default())
-    }
-}
-
-/// The first difference between two sets of named tensors, compared bit for bit (every NaN
-/// equals every NaN: payloads may legally differ between targets).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BitDiff {
-    /// The tensor's name.
-    pub tensor: String,
-    /// The element's index.
-    pub element: usize,
-    /// The first set's bits.
-    pub left_bits: u32,
-    /// The second set's bits.
-    pub right_bits: u32,
-}
-
-impl std::fmt::Display for BitDiff {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "tensor {} element {}: {:#010x} ({}) vs {:#010x} ({})",
-            self.tensor,
-            self.element,
-            self.left_bits,
-            f32::from_bits(self.left_bits),
-            self.right_bits,
-            f32::from_bits(self.right_bits)
-        )
-    }
-}
-
-/// True when two floats have the same bits, or are both NaN.
-pub fn same_bits(a: f32, b: f32) -> bool {
-    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
-}
-
-/// Compares `left[i]` with `right[i]` element by element; answers the first difference.
-pub fn first_difference<'a>(
-    names: impl IntoIterator<Item = &'a str>,
-    left: &[&[f32]],
-    right: &[&[f32]],
-) -> Option<BitDiff> {
-    for ((name, l), r) in names.into_iter().zip(left).zip(right) {
-        if l.len() != r.len() {
-            return Some(BitDiff {
-                tensor: name.to_string(),
-                element: l.len().min(r.len()),
-                left_bits: 0,
-                right_bits: 0,
-            });
-        }
-        for (e, (a, b)) in l.iter().zip(r.iter()).enumerate() {
-            if !same_bits(*a, *b) {
-                return Some(BitDiff {
-                    tensor: name.to_string(),
-                    element: e,
-                    left_bits: a.to_bits(),
-                    right_bits: b.to_bits(),
-                });
-            }
-        }
-    }
-    None
 }

@@ -1,16 +1,16 @@
-//! A host interpreter of a [`Plan`] as the planner holds it, before serialization: every
-//! instruction through the reference kernels over a `Vec` arena, each argument copied out first.
+//! A host interpreter of the planner's [`Schedule`], before serialization: every instruction
+//! through the reference kernels over a `Vec` arena, each argument copied out first.
 //! Slow and simple on purpose: it is the check that serialization, decoding and the runtime's
 //! executor (in-place paths, slicing) change nothing.
 
 use std::collections::BTreeMap;
 
 use tapeplan_core::format::TensorKind;
-use tapeplan_core::{ops, Attr};
+use tapeplan_core::ops;
 
-use crate::planner::Plan;
+use crate::plan::Schedule;
 
-impl Plan {
+impl Schedule {
     /// Runs entry `entry` over `arena` (at least `arena_elems` long; inputs and parameters already
     /// in place at their tensors' offsets), under the plan's math profile.
     ///
@@ -51,14 +51,7 @@ impl Plan {
                         found_elems: 0,
                     })?
             };
-            ops::eval(
-                i.op,
-                Attr::from_parts(i.op, i.attr, out.shape),
-                self.math,
-                &arg_refs,
-                &shapes,
-                dst,
-            )?;
+            ops::eval(i.op, i.attr, self.math, &arg_refs, &shapes, dst)?;
             if out.kind == TensorKind::Register {
                 registers.insert(i.out, register);
             }

@@ -1,13 +1,14 @@
-//! Serialization of a [`Plan`] to the binary plan format (`docs/plan-format.md`), through the
-//! record encoders `tapeplan-core` shares with the runtime's decoder.
+//! The writer: the planner's [`Schedule`] serialized to the binary plan format
+//! (`docs/plan-format.md`), through the record encoders `tapeplan-core` shares with the
+//! runtime's decoder.
 
 use tapeplan_core::format::{
-    self, BindingKind, BindingRecord, EntryRecord, Header, InstrRecord, TensorRecord, ALL_ENTRIES,
-    BINDING_RECORD_BYTES, ENTRY_RECORD_BYTES, HEADER_BYTES, INSTR_RECORD_BYTES,
+    self, BindingKind, BindingRecord, EncodedAttr, EntryRecord, Header, InstrRecord, TensorRecord,
+    ALL_ENTRIES, BINDING_RECORD_BYTES, ENTRY_RECORD_BYTES, HEADER_BYTES, INSTR_RECORD_BYTES,
     TENSOR_RECORD_BYTES,
 };
 
-use crate::planner::Plan;
+use crate::plan::Schedule;
 
 fn name(n: &str) -> [u8; format::NAME_BYTES] {
     // The planner checked every name with the same encoder.
@@ -20,11 +21,13 @@ fn push<const N: usize>(out: &mut Vec<u8>, f: impl FnOnce(&mut [u8])) {
     out.extend_from_slice(&rec);
 }
 
-impl Plan {
-    /// The plan's bytes. The header's `plan_id` is the CRC-32 of every record (the plan's
-    /// content) followed, for a plan with flags (the `fast` math profile), by the flags word's
-    /// four little-endian bytes, so the two profiles of one model have distinct identities; its
-    /// `crc32` covers the whole plan.
+impl Schedule {
+    /// The plan's bytes. The header's `plan_id` is the CRC-32 of every byte after the header
+    /// (the records and the attribute section: the plan's content) followed, for a plan with
+    /// flags (the `fast` math profile), by the flags word's four little-endian bytes, so the two
+    /// profiles of one model have distinct identities; its `crc32` covers the whole plan.
+    /// Attributes are encoded by `tapeplan_core::format::encode_attr`, their blocks laid out in
+    /// instruction order.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut body = Vec::new();
         for t in &self.tensors {
@@ -41,6 +44,7 @@ impl Plan {
         }
         let mut n_instrs = 0u32;
         let mut entry_records = Vec::new();
+        let mut attr_section: Vec<u32> = Vec::new();
         for e in &self.entries {
             entry_records.push(EntryRecord {
                 name: name(&e.name),
@@ -48,6 +52,15 @@ impl Plan {
                 n_instrs: e.instrs.len() as u32,
             });
             for i in &e.instrs {
+                let attr_word = match format::encode_attr(&i.attr) {
+                    EncodedAttr::Inline(word) => word,
+                    EncodedAttr::Block { words, len } => {
+                        let at = attr_section.len() as u32;
+                        attr_section.push(len as u32);
+                        attr_section.extend_from_slice(&words[..len]);
+                        at
+                    }
+                };
                 push::<INSTR_RECORD_BYTES>(&mut body, |b| {
                     InstrRecord {
                         opcode: i.op.to_u8(),
@@ -55,7 +68,7 @@ impl Plan {
                         flags: if i.fuse_next { format::FUSE_NEXT } else { 0 },
                         out: i.out,
                         args: i.args,
-                        attr: i.attr,
+                        attr_word,
                     }
                     .encode(b)
                 });
@@ -94,6 +107,9 @@ impl Plan {
                 binding(&mut body, n, BindingKind::Update, ei, *t);
             }
         }
+        for w in &attr_section {
+            body.extend_from_slice(&w.to_le_bytes());
+        }
         let total = HEADER_BYTES + body.len();
         let flags = self.math.flags();
         let plan_id = if flags == 0 {
@@ -118,6 +134,7 @@ impl Plan {
             n_bindings,
             flags,
             plan_id,
+            attr_words: attr_section.len() as u32,
         };
         let mut out = vec![0u8; HEADER_BYTES];
         header.encode(&mut out);

@@ -86,6 +86,28 @@ impl LossCurve {
         self.first_step + self.step_losses.len()
     }
 
+    /// The curve cut back to end at global step `end_step`, which must be one of its epoch
+    /// ends (or its start): `None` when it is not, or lies outside the curve. A resumed run uses
+    /// it to drop the epochs recorded after its checkpoint (docs/checkpoints.md).
+    pub fn truncated_to(&self, end_step: usize) -> Option<LossCurve> {
+        let keep = end_step.checked_sub(self.first_step)?;
+        if keep > self.step_losses.len()
+            || (keep > 0 && !self.epoch_means.iter().any(|&(end, _)| end == end_step))
+        {
+            return None;
+        }
+        Some(LossCurve {
+            first_step: self.first_step,
+            step_losses: self.step_losses[..keep].to_vec(),
+            epoch_means: self
+                .epoch_means
+                .iter()
+                .copied()
+                .filter(|&(end, _)| end <= end_step)
+                .collect(),
+        })
+    }
+
     /// Records one step's loss.
     pub fn push_step(&mut self, loss: f32) {
         self.step_losses.push(loss);
@@ -204,6 +226,26 @@ mod tests {
             .unwrap_err()
             .contains("not consecutive"));
         assert!(LossCurve::from_csv("step,loss\nx,1\n").is_err());
+    }
+
+    #[test]
+    fn truncates_only_at_an_epoch_end() {
+        let mut c = LossCurve::starting_at(10);
+        c.push_step(2.5);
+        c.push_step(1.25);
+        c.end_epoch(2);
+        for l in [0.75f32, 0.5, 0.25] {
+            c.push_step(l);
+        }
+        c.end_epoch(3);
+        let first = c.truncated_to(12).unwrap();
+        assert_eq!(first.step_losses, vec![2.5, 1.25]);
+        assert_eq!(first.epoch_means, vec![(12, c.epoch_means[0].1)]);
+        assert_eq!(c.truncated_to(15), Some(c.clone()));
+        assert_eq!(c.truncated_to(10).unwrap().end_step(), 10);
+        for mid_or_outside in [9, 11, 13, 16] {
+            assert_eq!(c.truncated_to(mid_or_outside), None, "{mid_or_outside}");
+        }
     }
 
     #[test]

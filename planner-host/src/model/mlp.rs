@@ -3,7 +3,7 @@
 
 use tapeplan_core::{NodeId, Recordable, Shape, Tape, TapeError};
 
-use crate::rng::SplitMix64;
+use crate::protocol::{SplitMix64, INPUT_LABELS, INPUT_X, INPUT_Y};
 
 /// A hidden layer's activation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -187,14 +187,14 @@ pub fn mean_squared_error<R: Recordable>(
 /// `nn.init.xavier_uniform_`): each weight of a `[fan_in, fan_out]` matrix is
 /// `(2u - 1) · sqrt(6 / (fan_in + fan_out))` with `u` uniform in `[0, 1)` from a SplitMix64
 /// stream seeded with `seed`, drawn in parameter order then row-major order; biases are zero.
-/// Optimizer state (names with a `.`, see [`crate::optim::is_state_name`]) gets zeros and
+/// Optimizer state (names with a `.`, see [`crate::model::optim::is_state_name`]) gets zeros and
 /// draws nothing: its initial values come from the plan's `init` entry.
 pub fn glorot_uniform(shapes: &[(String, Shape)], seed: u64) -> Vec<Vec<f32>> {
     let mut rng = SplitMix64::new(seed);
     shapes
         .iter()
         .map(|(name, s)| {
-            if s.rank() == 2 && !crate::optim::is_state_name(name) {
+            if s.rank() == 2 && !crate::model::optim::is_state_name(name) {
                 let [fan_in, fan_out, _, _] = s.dims();
                 let a = (6.0f32 / (fan_in + fan_out) as f32).sqrt();
                 (0..s.elems())
@@ -288,10 +288,10 @@ pub fn loss_of<R: Recordable>(
 pub fn record_inputs(tape: &mut Tape, mlp: &Mlp, loss: Loss, batch: usize) -> TrainInputs {
     let d_in = mlp.sizes[0];
     let d_out = *mlp.sizes.last().unwrap_or(&0);
-    let x = tape.input("x", Shape::matrix(batch, d_in));
+    let x = tape.input(INPUT_X, Shape::matrix(batch, d_in));
     let target = match loss {
-        Loss::SoftmaxCrossEntropy => tape.input("labels", Shape::vector(batch)),
-        Loss::MeanSquaredError => tape.input("y", Shape::matrix(batch, d_out)),
+        Loss::SoftmaxCrossEntropy => tape.input(INPUT_LABELS, Shape::vector(batch)),
+        Loss::MeanSquaredError => tape.input(INPUT_Y, Shape::matrix(batch, d_out)),
     };
     TrainInputs { x, target }
 }

@@ -1,5 +1,5 @@
-//! `Entry`: eager recording. Each operation computes its value now (like PyTorch's eager mode)
-//! and appends its node to a tape; [`Entry::backward`] runs the engine reverse scan over the
+//! `Eager`: eager recording. Each operation computes its value now (like PyTorch's eager mode)
+//! and appends its node to a tape; [`Eager::backward`] runs the engine reverse scan over the
 //! retained values. Retaining every value for the backward walk is a memory posture, not a second
 //! compiler: the nodes are the same, the rules are the same, and the tape can still be
 //! differentiated as graph ([`Tape::vjp`]) and planned.
@@ -12,16 +12,19 @@ use crate::tape::{NodeId, Tape, TapeError};
 use crate::{Adjoints, Opcode, Recordable, Shape};
 
 /// An eager recording: a tape and the value of every node on it.
+///
+/// (Named `Eager`, not `Entry`: an *entry* is a named run of a plan's instructions, such as
+/// `forward` or `train_step`.)
 #[derive(Clone, Debug, Default)]
-pub struct Entry {
+pub struct Eager {
     tape: Tape,
     values: Vec<Option<Tensor>>,
 }
 
-impl Entry {
+impl Eager {
     /// An empty recording.
-    pub fn new() -> Entry {
-        Entry::default()
+    pub fn new() -> Eager {
+        Eager::default()
     }
 
     /// The tape recorded so far.
@@ -76,7 +79,7 @@ impl Entry {
     }
 }
 
-impl Recordable for Entry {
+impl Recordable for Eager {
     type Value = NodeId;
     type Error = TapeError;
 
@@ -104,7 +107,7 @@ mod tests {
 
     #[test]
     fn eager_backward_equals_the_recorded_gradient() {
-        let mut e = Entry::new();
+        let mut e = Eager::new();
         let x = e.parameter(
             "x",
             Tensor::new(Shape::vector(3), alloc::vec![0.5, -0.25, 1.5]).unwrap(),

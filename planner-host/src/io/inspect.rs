@@ -1,17 +1,18 @@
 //! A host-side view of plan bytes, for listings and for tools that need a plan's bindings and
-//! shapes. It decodes with the same record decoders as the runtime; callers validate the bytes
-//! with the runtime first (`tapeplan_runtime::Plan::parse`).
+//! shapes. It decodes with the same decoders as the runtime (`tapeplan_core::format`: the
+//! sections, the records, [`Instr::decode`] for instructions and their attributes); callers
+//! validate the bytes with the runtime first (`tapeplan_runtime::Plan::parse`).
 
 use tapeplan_core::format::{
-    decode_name, BindingKind, BindingRecord, EntryRecord, Header, InstrRecord, TensorKind,
-    TensorRecord, BINDING_RECORD_BYTES, ENTRY_RECORD_BYTES, HEADER_BYTES, INSTR_RECORD_BYTES,
+    decode_name, BindingKind, BindingRecord, EntryRecord, Header, Instr, InstrRecord, Sections,
+    TensorKind, TensorRecord, BINDING_RECORD_BYTES, ENTRY_RECORD_BYTES, INSTR_RECORD_BYTES,
     TENSOR_RECORD_BYTES,
 };
-use tapeplan_core::{Opcode, Shape};
+use tapeplan_core::{Attr, Shape};
 
 /// A decoded binding.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Binding {
+pub struct DecodedBinding {
     /// The name.
     pub name: String,
     /// The kind.
@@ -24,13 +25,13 @@ pub struct Binding {
     pub shape: Shape,
 }
 
-/// A decoded entry.
+/// A decoded entry of a plan.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Entry {
+pub struct DecodedEntry {
     /// The name.
     pub name: String,
     /// The instructions.
-    pub instrs: Vec<InstrRecord>,
+    pub instrs: Vec<Instr>,
 }
 
 /// A plan's records, decoded.
@@ -41,9 +42,9 @@ pub struct PlanInfo {
     /// The tensors.
     pub tensors: Vec<TensorRecord>,
     /// The entries.
-    pub entries: Vec<Entry>,
+    pub entries: Vec<DecodedEntry>,
     /// The bindings.
-    pub bindings: Vec<Binding>,
+    pub bindings: Vec<DecodedBinding>,
 }
 
 fn shape_of(t: &TensorRecord) -> Shape {
@@ -54,34 +55,57 @@ impl PlanInfo {
     /// Decodes validated plan bytes.
     pub fn decode(bytes: &[u8]) -> PlanInfo {
         let header = Header::decode(bytes);
-        let mut at = HEADER_BYTES;
-        let mut take = |n: usize| {
-            let s = bytes.get(at..at + n).unwrap_or(&[]);
-            at += n;
-            s
+        let at = Sections::of(&header).unwrap_or(Sections {
+            tensors_at: 0,
+            instrs_at: 0,
+            entries_at: 0,
+            bindings_at: 0,
+            attrs_at: 0,
+            end_at: 0,
+        });
+        let records = |start: usize, size: usize, n: u32| {
+            (0..n as usize).map(move |k| {
+                let lo = start + k * size;
+                bytes.get(lo..lo + size).unwrap_or(&[])
+            })
         };
-        let tensors: Vec<TensorRecord> = (0..header.n_tensors)
-            .map(|_| TensorRecord::decode(take(TENSOR_RECORD_BYTES)))
+        let attr_section = bytes.get(at.attrs_at..at.end_at).unwrap_or(&[]);
+        let tensors: Vec<TensorRecord> =
+            records(at.tensors_at, TENSOR_RECORD_BYTES, header.n_tensors)
+                .map(TensorRecord::decode)
+                .collect();
+        let instrs: Vec<Instr> = records(at.instrs_at, INSTR_RECORD_BYTES, header.n_instrs)
+            .map(|b| {
+                let rec = InstrRecord::decode(b);
+                let out = tensors
+                    .get(rec.out as usize)
+                    .map_or(Shape::SCALAR, shape_of);
+                // Validated bytes decode; a placeholder keeps a listing of anything else going.
+                Instr::decode(&rec, attr_section, out).unwrap_or(Instr {
+                    op: tapeplan_core::Opcode::Input,
+                    flags: rec.flags,
+                    out: rec.out,
+                    args: rec.args,
+                    attr: Attr::None,
+                })
+            })
             .collect();
-        let instrs: Vec<InstrRecord> = (0..header.n_instrs)
-            .map(|_| InstrRecord::decode(take(INSTR_RECORD_BYTES)))
-            .collect();
-        let entries = (0..header.n_entries)
-            .map(|_| {
-                let e = EntryRecord::decode(take(ENTRY_RECORD_BYTES));
+        let entries = records(at.entries_at, ENTRY_RECORD_BYTES, header.n_entries)
+            .map(|b| {
+                let e = EntryRecord::decode(b);
                 let lo = (e.first_instr as usize).min(instrs.len());
                 let hi = (lo + e.n_instrs as usize).min(instrs.len());
-                Entry {
+                DecodedEntry {
                     name: decode_name(&e.name).unwrap_or("?").to_string(),
                     instrs: instrs[lo..hi].to_vec(),
                 }
             })
             .collect();
-        let bindings = (0..header.n_bindings)
-            .map(|_| {
-                let b = BindingRecord::decode(take(BINDING_RECORD_BYTES));
+        let bindings = records(at.bindings_at, BINDING_RECORD_BYTES, header.n_bindings)
+            .map(|b| {
+                let b = BindingRecord::decode(b);
                 let t = tensors.get(b.tensor as usize);
-                Binding {
+                DecodedBinding {
                     name: decode_name(&b.name).unwrap_or("?").to_string(),
                     kind: BindingKind::from_u8(b.kind).unwrap_or(BindingKind::Input),
                     entry: (b.entry != tapeplan_core::format::ALL_ENTRIES)
@@ -149,7 +173,7 @@ impl PlanInfo {
             );
             let mut in_chain = false;
             for (k, i) in e.instrs.iter().enumerate() {
-                let fused = i.flags & tapeplan_core::format::FUSE_NEXT != 0;
+                let fused = i.fuse_next();
                 let mark = match (in_chain, fused) {
                     (false, true) => '┬',
                     (true, true) => '│',
@@ -157,20 +181,18 @@ impl PlanInfo {
                     (false, false) => ' ',
                 };
                 in_chain = fused;
-                let op = Opcode::from_u8(i.opcode).map(Opcode::name).unwrap_or("?");
-                let args: Vec<String> = i
-                    .args
-                    .iter()
-                    .take(i.n_args as usize)
-                    .map(|a| format!("t{a}"))
-                    .collect();
+                let op = i.op.name();
+                let args: Vec<String> = i.arg_indices().iter().map(|a| format!("t{a}")).collect();
                 let t = self.tensors.get(i.out as usize);
                 let shape = t.map(shape_of).unwrap_or(Shape::SCALAR);
-                let attr = match Opcode::from_u8(i.opcode) {
-                    Some(Opcode::Fill) => format!("value={}", f32::from_bits(i.attr)),
-                    Some(Opcode::Pow) => format!("p={}", f32::from_bits(i.attr)),
-                    Some(op) if tapeplan_core::ops::uses_attr(op) => format!("attr={:#x}", i.attr),
-                    _ => String::new(),
+                let attr = match i.attr {
+                    Attr::Fill { value, .. } => format!("value={value}"),
+                    Attr::Pow(p) => format!("p={p}"),
+                    Attr::Window { axis, start, len } => {
+                        format!("axis={axis} start={start} len={len}")
+                    }
+                    Attr::Axis(axis) => format!("axis={axis}"),
+                    Attr::None | Attr::Target(_) => String::new(),
                 };
                 let at = match t {
                     Some(t) if t.kind == TensorKind::Register as u8 => {

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use tapeplan_core::ops::{self, Attr};
 use tapeplan_core::{Compute, MathProfile, NodeId, Opcode, Tape, TapeError, Tensor};
 
-use crate::planner::{EntrySpec, Root};
+use crate::plan::{EntrySpec, Root};
 
 /// Which rewrites to apply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,8 +40,9 @@ impl Passes {
     };
 }
 
-/// What identifies a node's value: opcode byte, attribute word, target extents, arguments.
-type NodeKey = (u8, u32, Option<[u32; 4]>, Vec<usize>);
+/// What identifies a node's value: opcode byte, attribute (floats by their bits, target shapes
+/// included), arguments.
+type NodeKey = (u8, Attr, Vec<usize>);
 
 /// What a rewrite did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -106,8 +107,7 @@ pub fn rewrite(
                 };
                 let key = (
                     op.to_u8(),
-                    attr.bits,
-                    attr.target.map(|s| s.dims_u32()),
+                    attr,
                     args.iter().map(|a| a.index()).collect::<Vec<_>>(),
                 );
                 // Uniform and random draws are pure too (same key and counter, same numbers).
@@ -125,7 +125,7 @@ pub fn rewrite(
                         let id = out.push(op, attr, &args)?;
                         if op == Opcode::Fill {
                             let mut t = Tensor::zeros(node.shape);
-                            ops::fill::kernel(f32::from_bits(attr.bits), &mut t.data);
+                            ops::fill::kernel(attr.scalar(), &mut t.data);
                             constant.insert(id.index(), t);
                         }
                         seen.entry(key).or_insert(id);

@@ -1,0 +1,202 @@
+//! The options the commands share: the model to plan, and `train`'s outputs.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+use clap::{Args, ValueEnum};
+
+use tapeplan_planner::model::optim::Optimizer;
+use tapeplan_planner::model::{Activation, JobOptions, Loss, Mlp, TrainingJob};
+use tapeplan_planner::plan::PlanOptions;
+
+/// `tapeplan train`'s state files and outputs.
+#[derive(Args, Clone)]
+pub struct TrainOutputs {
+    /// Write the whole training state to this checkpoint after every epoch (atomically:
+    /// FILE.tmp, then renamed over FILE), and the loss curve so far to FILE.losses.csv (which
+    /// --resume FILE reads back, so a resumed run plots the whole curve).
+    #[arg(long, value_name = "FILE")]
+    pub checkpoint: Option<PathBuf>,
+    /// Restore the training state from this checkpoint of the same plan and go on from the
+    /// epoch it reached (give the same --seed and data for a bit-identical continuation).
+    #[arg(long, value_name = "FILE")]
+    pub resume: Option<PathBuf>,
+    /// Write the trained parameters as safetensors (PyTorch nn.Sequential names).
+    #[arg(long, value_name = "FILE")]
+    pub save_params: Option<PathBuf>,
+    /// Write the test split and the runtime's logits on it as safetensors (x, labels,
+    /// logits), for scripts/check_export.py.
+    #[arg(long, value_name = "FILE")]
+    pub save_test_logits: Option<PathBuf>,
+    /// Where to draw the loss curve (SVG). Default: the plan's path with `.loss.svg`.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum ActivationArg {
+    Tanh,
+    Relu,
+}
+
+/// The math profile (`tapeplan_core::MathProfile`).
+#[derive(Clone, Copy, ValueEnum)]
+pub enum MathArg {
+    /// libm's functions (faithfully rounded): the default.
+    Precise,
+    /// micromath's approximations (about 1e-3 relative error; less code, not necessarily faster: see docs/math-profiles.md).
+    Fast,
+}
+
+impl From<MathArg> for tapeplan_core::MathProfile {
+    fn from(m: MathArg) -> Self {
+        match m {
+            MathArg::Precise => tapeplan_core::MathProfile::Precise,
+            MathArg::Fast => tapeplan_core::MathProfile::Fast,
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum LossArg {
+    /// Softmax cross-entropy over integer labels.
+    Ce,
+    /// Mean squared error.
+    Mse,
+}
+
+#[derive(Args, Clone)]
+pub struct ModelArgs {
+    /// Layer widths, input first, output last.
+    #[arg(long, value_delimiter = ',', default_value = "64,32,10")]
+    pub layers: Vec<usize>,
+    /// Hidden activation.
+    #[arg(long, value_enum, default_value_t = ActivationArg::Tanh)]
+    pub activation: ActivationArg,
+    /// Loss.
+    #[arg(long, value_enum, default_value_t = LossArg::Ce)]
+    pub loss: LossArg,
+    /// Batch size of both entries.
+    #[arg(long, default_value_t = 32)]
+    pub batch: usize,
+    /// Learning rate.
+    #[arg(long, default_value_t = 0.1)]
+    pub lr: f32,
+    /// Optimizer, recorded into the plan as update nodes (PyTorch's documented rules: SGD,
+    /// SGD with momentum, Nesterov momentum, Adam, AdamW).
+    #[arg(long, value_enum, default_value_t = OptimizerArg::Sgd)]
+    pub optimizer: OptimizerArg,
+    /// Momentum for `--optimizer momentum|nesterov`.
+    #[arg(long, default_value_t = 0.9)]
+    pub momentum: f32,
+    /// AdamW's decoupled weight decay.
+    #[arg(long, default_value_t = 0.01)]
+    pub weight_decay: f32,
+    /// Dropout probability after each hidden activation during training (0: none); inference
+    /// (the `forward` entry) never drops.
+    #[arg(long, default_value_t = 0.0)]
+    pub dropout: f32,
+    /// The dropout generator's key (stored in the plan's persistent state).
+    #[arg(long, default_value_t = 1)]
+    pub dropout_seed: u64,
+    /// Write updates in place as they are computed (smallest arena) instead of committing a
+    /// step only when its loss and every update are finite.
+    #[arg(long)]
+    pub no_guard: bool,
+    /// Plan without fusing elementwise chains (every value in the arena; same bits).
+    #[arg(long)]
+    pub no_fusion: bool,
+    /// Math profile of the transcendental kernels (exp, log, tanh, sigmoid, softplus, pow),
+    /// recorded in the plan and followed by the oracle and every runtime: `precise` (libm) or
+    /// `fast` (micromath's approximations). sqrt stays correctly rounded in both.
+    #[arg(long, value_enum, default_value_t = MathArg::Precise)]
+    pub math: MathArg,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum OptimizerArg {
+    Sgd,
+    Momentum,
+    Nesterov,
+    Adam,
+    Adamw,
+}
+
+impl ModelArgs {
+    /// Records and plans the job these options describe.
+    pub fn job(&self) -> Result<TrainingJob> {
+        if self.layers.len() < 2 || self.layers.contains(&0) {
+            bail!("--layers needs at least two non-zero widths, e.g. 64,32,10");
+        }
+        if self.batch == 0 {
+            bail!("--batch must be at least 1");
+        }
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            bail!("--lr must be a positive, finite number");
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            bail!("--dropout must be in [0, 1)");
+        }
+        let elems: Option<usize> = self
+            .layers
+            .windows(2)
+            .try_fold(0usize, |acc, w| acc.checked_add(w[0].checked_mul(w[1])?));
+        if elems.is_none_or(|e| e > 1 << 26) || self.batch > 1 << 20 {
+            bail!("the model is too large for one plan (over 2^26 weights or a batch over 2^20)");
+        }
+        let mlp = Mlp {
+            sizes: self.layers.clone(),
+            activation: match self.activation {
+                ActivationArg::Tanh => Activation::Tanh,
+                ActivationArg::Relu => Activation::Relu,
+            },
+        };
+        let loss = match self.loss {
+            LossArg::Ce => Loss::SoftmaxCrossEntropy,
+            LossArg::Mse => Loss::MeanSquaredError,
+        };
+        let lr = self.lr;
+        let optimizer = match self.optimizer {
+            OptimizerArg::Sgd => Optimizer::sgd(lr),
+            OptimizerArg::Momentum | OptimizerArg::Nesterov => Optimizer::Momentum {
+                lr,
+                momentum: self.momentum,
+                nesterov: matches!(self.optimizer, OptimizerArg::Nesterov),
+            },
+            OptimizerArg::Adam => Optimizer::adam(lr),
+            OptimizerArg::Adamw => match Optimizer::adamw(lr) {
+                Optimizer::Adam {
+                    beta1, beta2, eps, ..
+                } => Optimizer::Adam {
+                    lr,
+                    beta1,
+                    beta2,
+                    eps,
+                    decoupled_weight_decay: self.weight_decay,
+                },
+                other => other,
+            },
+        };
+        let options = JobOptions {
+            guarded: !self.no_guard,
+            dropout: self.dropout,
+            seed: self.dropout_seed,
+            planning: PlanOptions {
+                fuse: !self.no_fusion,
+                math: self.math.into(),
+            },
+            ..Default::default()
+        };
+        Ok(TrainingJob::build_with(
+            mlp, loss, optimizer, self.batch, options,
+        )?)
+    }
+
+    /// The hidden activation's name.
+    pub fn activation_name(&self) -> &'static str {
+        match self.activation {
+            ActivationArg::Tanh => "tanh",
+            ActivationArg::Relu => "relu",
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! The `tapeplan` commands, one module each; [`args`] holds the options they share. They parse
+//! and print; the work is the library's.
+
+pub mod args;
+pub mod demo;
+pub mod describe;
+pub mod exchange;
+pub mod plan;
+pub mod train;
+pub mod verify;
+
+use anyhow::{bail, Context, Result};
+
+use args::{MathArg, ModelArgs};
+
+/// The bytes of `path`, or an error naming it.
+pub fn read(path: &std::path::Path) -> Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// Validates plan bytes read from `path` with the runtime.
+pub fn parse_plan<'b>(
+    path: &std::path::Path,
+    bytes: &'b [u8],
+) -> Result<tapeplan_runtime::Plan<'b>> {
+    tapeplan_runtime::Plan::parse(bytes)
+        .map_err(|e| anyhow::anyhow!("{}: plan rejected: {e}", path.display()))
+}
+
+/// `--math fast` or `--no-fusion` beside a plan file: the plan already records how it was
+/// planned, so the options would be silently ignored.
+pub fn planning_options_need_no_plan(model: &ModelArgs, plan: &std::path::Path) -> Result<()> {
+    if matches!(model.math, MathArg::Fast) || model.no_fusion {
+        bail!(
+            "{} records its own math profile and fusion; --math and --no-fusion apply when \
+             planning (`tapeplan plan`, or `train`/`describe --tape` without a plan)",
+            plan.display()
+        );
+    }
+    Ok(())
+}
+
+/// A clear error for the common mix-up of passing a checkpoint where a plan goes.
+pub fn not_a_checkpoint(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
+    if bytes.starts_with(&tapeplan_runtime::CHECKPOINT_MAGIC) {
+        bail!(
+            "{} is a checkpoint (magic TPCK), not a plan: give the .plan it was saved from, and the checkpoint with --resume or --checkpoint",
+            path.display()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,97 @@
+//! `tapeplan plan`: plan a model into a .plan file and print its memory report.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+
+use tapeplan_planner::model::TrainingJob;
+use tapeplan_planner::MemoryReport;
+
+use super::args::ModelArgs;
+
+/// `tapeplan plan`: plans `model` and writes the plan to `output`.
+///
+/// # Errors
+/// An unwritable `output` (checked before planning), bad model options, planning errors.
+pub fn plan(model: &ModelArgs, output: &Path) -> Result<ExitCode> {
+    tapeplan_planner::io::exchange::check_writable(output)?;
+    let job = model.job()?;
+    let bytes = job.schedule.to_bytes();
+    std::fs::write(output, &bytes).with_context(|| format!("writing {}", output.display()))?;
+    println!(
+        "wrote {} ({} bytes, {} instructions in {} entries, math {})",
+        output.display(),
+        bytes.len(),
+        job.schedule
+            .entries
+            .iter()
+            .map(|e| e.instrs.len())
+            .sum::<usize>(),
+        job.schedule.entries.len(),
+        job.schedule.math
+    );
+    println!("memory report:");
+    print_report(&reports(&job));
+    print_fusion(&job, model)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The memory report of every entry, one line each.
+pub fn print_report(entries: &[(String, MemoryReport)]) {
+    for (name, r) in entries {
+        println!(
+            "  {name:<11} arena {:>8} B   entry {:>8} B   liveness lower bound {:>8} B ({:.3}x)   retain-everything {:>8} B",
+            r.arena_bytes,
+            r.entry_bytes,
+            r.lower_bound_bytes,
+            r.entry_bytes as f64 / r.lower_bound_bytes.max(1) as f64,
+            r.retain_everything_bytes
+        );
+    }
+}
+
+/// The fusion line of `tapeplan plan`: chains, registers, and the arena against the same model
+/// planned unfused.
+pub fn print_fusion(job: &TrainingJob, model: &ModelArgs) -> Result<()> {
+    if model.no_fusion {
+        println!("fusion: off");
+        return Ok(());
+    }
+    let instrs = job.schedule.entries.iter().flat_map(|e| &e.instrs);
+    let chains = instrs
+        .clone()
+        .zip(instrs.clone().skip(1))
+        .filter(|(a, b)| !a.fuse_next && b.fuse_next)
+        .count()
+        + usize::from(instrs.clone().next().is_some_and(|i| i.fuse_next));
+    let fused = instrs
+        .clone()
+        .zip(std::iter::once(false).chain(instrs.clone().map(|i| i.fuse_next)))
+        .filter(|(i, prev)| i.fuse_next || *prev)
+        .count();
+    let registers = job
+        .schedule
+        .tensors
+        .iter()
+        .filter(|t| t.kind == tapeplan_core::format::TensorKind::Register)
+        .count();
+    let mut plain = model.clone();
+    plain.no_fusion = true;
+    let plain = plain.job()?;
+    let (a, b) = (job.schedule.arena_elems * 4, plain.schedule.arena_elems * 4);
+    println!(
+        "fusion: {chains} chains ({fused} instructions), {registers} values in registers; arena {a} B, unfused {b} B ({:+.1}%)",
+        (a as f64 - b as f64) * 100.0 / b.max(1) as f64
+    );
+    Ok(())
+}
+
+/// Every entry's name and memory report.
+pub fn reports(job: &TrainingJob) -> Vec<(String, MemoryReport)> {
+    job.schedule
+        .entries
+        .iter()
+        .map(|e| (e.name.clone(), e.report))
+        .collect()
+}

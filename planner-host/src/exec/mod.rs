@@ -1,0 +1,16 @@
+//! Stage 3, host execution: the oracle ([`oracle`]), the schedule's interpreter ([`interp`]),
+//! the `no_std` runtime driven from the host ([`runtime`]), rounding-error reports
+//! ([`precision`]), and device verification: transcripts ([`transcript`]), the check
+//! ([`verify`]) and its outcome ([`report`]).
+
+pub mod interp;
+pub mod oracle;
+pub mod precision;
+pub mod report;
+pub mod runtime;
+pub mod training;
+pub mod transcript;
+pub mod verify;
+
+pub use oracle::{first_difference, same_bits, BitDiff, Oracle};
+pub use runtime::{argmax, RuntimeModel, TrainError};

@@ -1,0 +1,380 @@
+//! Verifying a device's training run bit for bit against the host oracle.
+//!
+//! A target (the Cortex-M firmware in `firmware-demo/`, or any other) trains a model from a
+//! plan and sends back a **transcript** ([`transcript`](crate::exec::transcript)): which run it
+//! did ([`RunConfig`]), which plan and data it used, the bits of every step's loss, and the bits
+//! of every final parameter. [`verify`] rebuilds the same job from the run's description,
+//! retrains it with the [`Oracle`](crate::exec::oracle::Oracle) (tape interpreter + engine
+//! reverse scan, no plan involved) over the same samples in the same order from the same
+//! initial parameters, and compares every bit.
+//!
+//! The run and how both sides derive its data, initial parameters and order are in
+//! [`crate::model::run`]; the shared arithmetic in [`crate::protocol`]; the outcome is a
+//! [`Report`].
+
+use crate::exec::oracle::{first_difference, oracle_run, same_bits};
+use crate::exec::report::{Report, StepDiff};
+use crate::exec::transcript::Transcript;
+use crate::model::{RunConfig, RunConfigError};
+use crate::protocol::{data_digest, digest_f32};
+
+/// Why a run description, a transcript or a verification failed before any bit was compared.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum VerifyError {
+    /// The run description is refused, or its job or data could not be made.
+    #[error(transparent)]
+    Run(#[from] RunConfigError),
+    /// A transcript line is malformed.
+    #[error("transcript line {line}: {message}")]
+    Transcript {
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// The transcript is missing something verification needs.
+    #[error("transcript: {0}")]
+    Incomplete(String),
+    /// The device reported a failure in its `end` line.
+    #[error("the device reported an error: {0}")]
+    DeviceError(String),
+    /// The device ran something other than what the host rebuilds.
+    #[error("mismatch: {0}")]
+    Mismatch(String),
+    /// The oracle failed.
+    #[error("oracle: {0}")]
+    Oracle(#[from] tapeplan_core::TapeError),
+}
+
+/// Rebuilds the transcript's run on the host, retrains it with the oracle ([`oracle_run`]) and
+/// compares every loss and final parameter bit for bit (NaNs compare as one class).
+///
+/// `expected`, when given, is the run the caller meant the device to do: a transcript of
+/// another run is a [`VerifyError::Mismatch`].
+///
+/// # Errors
+/// [`VerifyError::Mismatch`] when the device ran another run, plan (id or arena size) or data
+/// (digest or rows); [`VerifyError::Incomplete`] for missing or extra steps or parameters;
+/// planning, data and oracle errors. Bit differences are not errors: they are in the
+/// [`Report`] (see [`Report::passed`]).
+pub fn verify(t: &Transcript, expected: Option<&RunConfig>) -> Result<Report, VerifyError> {
+    let cfg = &t.config;
+    if let Some(e) = expected {
+        if e != cfg {
+            return Err(VerifyError::Mismatch(format!(
+                "the device ran `{cfg}`, expected `{e}`"
+            )));
+        }
+    }
+    let job = cfg.job()?;
+    let bytes = job.schedule.to_bytes();
+    let plan = tapeplan_runtime::Plan::parse(&bytes)
+        .map_err(|e| VerifyError::Mismatch(format!("the host's own plan is rejected: {e}")))?;
+    if let Some((id, arena)) = t.plan {
+        if (id, arena) != (plan.plan_id(), plan.arena_elems()) {
+            return Err(VerifyError::Mismatch(format!(
+                "the device ran plan {id:#010x} (arena {arena} elems), the host plans {:#010x} (arena {} elems) from the run description: do its model, math= and fusion= match the device's build?",
+                plan.plan_id(),
+                plan.arena_elems()
+            )));
+        }
+    }
+    let train = cfg.training_set()?;
+    if let Some((digest, rows)) = t.data {
+        let host = data_digest(&train.pixels, &train.labels);
+        if (digest, rows) != (host, train.len()) {
+            return Err(VerifyError::Mismatch(format!(
+                "the device's data digest is {digest:#018x} over {rows} rows, the host's {host:#018x} over {}",
+                train.len()
+            )));
+        }
+    }
+    let steps = cfg.total_steps();
+    if t.losses.len() != steps {
+        return Err(VerifyError::Incomplete(format!(
+            "{} loss lines for a run of {steps} steps",
+            t.losses.len()
+        )));
+    }
+    if t.epoch_means.len() > cfg.epochs {
+        return Err(VerifyError::Incomplete(format!(
+            "{} epoch lines for a run of {} epochs",
+            t.epoch_means.len(),
+            cfg.epochs
+        )));
+    }
+
+    let run = oracle_run(cfg, &job, &train)?;
+    let mut identical = 0;
+    let mut first_step_diff = None;
+    for (step, (&device, &loss)) in t.losses.iter().zip(&run.losses).enumerate() {
+        if same_bits(f32::from_bits(device), loss) {
+            identical += 1;
+        } else if first_step_diff.is_none() {
+            first_step_diff = Some(StepDiff {
+                step: step + 1,
+                epoch: step / cfg.steps_per_epoch().max(1) + 1,
+                device_bits: device,
+                oracle_bits: loss.to_bits(),
+            });
+        }
+    }
+    let mut epochs_same = 0;
+    let mut first_epoch_diff = None;
+    for (epoch, (&device, &mean)) in t.epoch_means.iter().zip(&run.epoch_means).enumerate() {
+        if same_bits(f32::from_bits(device), mean) {
+            epochs_same += 1;
+        } else if first_epoch_diff.is_none() {
+            first_epoch_diff = Some((epoch + 1, device, mean.to_bits()));
+        }
+    }
+    let oracle = run.oracle;
+
+    // Final parameters, in the job's order.
+    let shapes = job.parameter_shapes();
+    for (name, _) in &t.params {
+        if !shapes.iter().any(|(n, _)| n == name) {
+            return Err(VerifyError::Incomplete(format!(
+                "the device sent an unknown parameter {name:?}"
+            )));
+        }
+    }
+    let mut device: Vec<Vec<f32>> = Vec::new();
+    for (name, shape) in &shapes {
+        let bits = t
+            .params
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, b)| b)
+            .ok_or_else(|| {
+                VerifyError::Incomplete(format!("no `param {name}` lines: parameter missing"))
+            })?;
+        if bits.len() != shape.elems() {
+            return Err(VerifyError::Incomplete(format!(
+                "parameter {name} has {} elements, the device sent {}",
+                shape.elems(),
+                bits.len()
+            )));
+        }
+        device.push(bits.iter().map(|&b| f32::from_bits(b)).collect());
+    }
+    let names: Vec<&str> = shapes.iter().map(|(n, _)| n.as_str()).collect();
+    let left: Vec<&[f32]> = device.iter().map(Vec::as_slice).collect();
+    let right: Vec<&[f32]> = oracle.params.iter().map(|p| p.data.as_slice()).collect();
+    let first_param_diff = first_difference(names.iter().copied(), &left, &right);
+    let elems: usize = right.iter().map(|p| p.len()).sum();
+    let same_elems = left
+        .iter()
+        .zip(&right)
+        .flat_map(|(l, r)| l.iter().zip(r.iter()))
+        .filter(|(a, b)| same_bits(**a, **b))
+        .count();
+
+    // The digest over the parameters in the order the device sent them.
+    let mut concat: Vec<f32> = Vec::with_capacity(elems);
+    for (name, _) in &t.params {
+        if let Some(i) = names.iter().position(|n| n == name) {
+            concat.extend_from_slice(right[i]);
+        }
+    }
+    let host_digest = digest_f32(&concat);
+
+    Ok(Report {
+        config: cfg.clone(),
+        target: t.target.clone(),
+        steps,
+        identical_steps: identical,
+        first_step_diff,
+        epoch_means: (t.epoch_means.len(), epochs_same),
+        first_epoch_diff,
+        param_elems: (elems, same_elems),
+        first_param_diff,
+        digest: (host_digest, t.digest.map(|d| d == host_digest)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::transcript::oracle_transcript;
+    use crate::model::run::tests::small;
+    use tapeplan_core::MathProfile;
+
+    #[test]
+    fn the_math_profile_is_part_of_the_run() {
+        let precise = small();
+        let fast = RunConfig {
+            math: MathProfile::Fast,
+            ..small()
+        };
+        // `math=fast` round-trips; precise lines do not name the profile.
+        assert!(fast.to_line().ends_with(" math=fast"), "{}", fast.to_line());
+        assert!(!precise.to_line().contains("math="));
+        assert_eq!(RunConfig::parse(&fast.to_line()).unwrap(), fast);
+        assert_eq!(
+            RunConfig::parse(&format!("{} math=precise", precise.to_line())).unwrap(),
+            precise
+        );
+        let e = RunConfig::parse(&format!("{} math=approx", precise.to_line())).unwrap_err();
+        assert!(e.to_string().contains("precise or fast"), "{e}");
+        // The two profiles plan different plans (flag bit 0 and the id), and train differently.
+        let (pj, fj) = (precise.job().unwrap(), fast.job().unwrap());
+        let (pb, fb) = (pj.schedule.to_bytes(), fj.schedule.to_bytes());
+        let (pp, fp) = (
+            tapeplan_runtime::Plan::parse(&pb).unwrap(),
+            tapeplan_runtime::Plan::parse(&fb).unwrap(),
+        );
+        assert_eq!(
+            (pp.math(), fp.math()),
+            (MathProfile::Precise, MathProfile::Fast)
+        );
+        assert_ne!(pp.plan_id(), fp.plan_id());
+        // A fast run's transcript verifies under its own description, and is a mismatch for
+        // the precise one.
+        let text = oracle_transcript(&fast).unwrap();
+        let t = Transcript::parse(&text).unwrap();
+        assert!(verify(&t, Some(&fast)).unwrap().passed());
+        assert!(matches!(
+            verify(&t, Some(&precise)),
+            Err(VerifyError::Mismatch(_))
+        ));
+        // Relabelled as precise, its plan id no longer matches the host's precise plan.
+        let relabelled = text.replace(" math=fast", "");
+        let t = Transcript::parse(&relabelled).unwrap();
+        assert!(matches!(verify(&t, None), Err(VerifyError::Mismatch(_))));
+    }
+
+    #[test]
+    fn a_good_transcript_verifies() {
+        let c = small();
+        let text = oracle_transcript(&c).unwrap();
+        let t = Transcript::parse(&text).unwrap();
+        assert_eq!(t.losses.len(), 8);
+        let r = verify(&t, Some(&c)).unwrap();
+        assert!(r.passed(), "{r}");
+        let shown = r.to_string();
+        assert!(
+            shown.starts_with("bitwise: 8/8 steps identical\n"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("parameters: 610/610 elements bitwise identical"),
+            "{shown}"
+        );
+        assert!(shown.contains("(device agrees)"), "{shown}");
+    }
+
+    /// Flips the lowest bit of the `index`-th hex word of the first line starting with `prefix`.
+    fn flip(text: &str, prefix: &str, word: usize) -> String {
+        let mut done = false;
+        text.lines()
+            .map(|l| {
+                if !done && l.starts_with(prefix) {
+                    done = true;
+                    let mut f: Vec<String> = l.split(' ').map(str::to_string).collect();
+                    let v = u32::from_str_radix(&f[word], 16).unwrap() ^ 1;
+                    f[word] = format!("{v:08x}");
+                    f.join(" ") + "\n"
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_flipped_loss_bit_names_the_step() {
+        let c = small();
+        let text = flip(&oracle_transcript(&c).unwrap(), "loss 3 ", 2);
+        let r = verify(&Transcript::parse(&text).unwrap(), None).unwrap();
+        assert!(!r.passed());
+        assert_eq!(r.identical_steps, 7);
+        let d = r.first_step_diff.as_ref().unwrap();
+        assert_eq!((d.step, d.epoch), (3, 1));
+        assert_eq!(d.device_bits ^ d.oracle_bits, 1);
+        let shown = r.to_string();
+        assert!(shown.starts_with("bitwise: 7/8 steps identical"), "{shown}");
+        assert!(
+            shown.contains("step 3 (epoch 1), tensor loss element 0"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn a_flipped_parameter_bit_names_tensor_and_element() {
+        let c = small();
+        // `param w2 8 …`: elements 8..16 of w2; flip element 8 + 2 = 10.
+        let text = flip(&oracle_transcript(&c).unwrap(), "param w2 8 ", 5);
+        let r = verify(&Transcript::parse(&text).unwrap(), None).unwrap();
+        assert!(!r.passed());
+        assert_eq!(r.identical_steps, 8);
+        let d = r.first_param_diff.as_ref().unwrap();
+        assert_eq!((d.tensor.as_str(), d.element), ("w2", 10));
+        assert_eq!(d.left_bits ^ d.right_bits, 1);
+        assert_eq!(r.param_elems, (610, 609));
+        assert_eq!(
+            r.digest.1,
+            Some(true),
+            "the digest is the oracle's; the device's agrees"
+        );
+        let shown = r.to_string();
+        assert!(shown.contains("tensor w2 element 10"), "{shown}");
+        assert!(shown.contains("DIFFER"), "{shown}");
+    }
+
+    #[test]
+    fn nan_payloads_compare_as_one_class() {
+        assert!(same_bits(
+            f32::from_bits(0x7fc0_0000),
+            f32::from_bits(0xffc0_0000)
+        ));
+    }
+
+    #[test]
+    fn broken_transcripts_are_rejected() {
+        let c = small();
+        let good = oracle_transcript(&c).unwrap();
+        let truncated: String = good.lines().take(12).map(|l| format!("{l}\n")).collect();
+        assert!(matches!(
+            Transcript::parse(&truncated),
+            Err(VerifyError::Incomplete(_))
+        ));
+        let e = Transcript::parse(&good.replace("loss 2 ", "loss 9 ")).unwrap_err();
+        assert!(matches!(e, VerifyError::Transcript { line: 7, .. }), "{e}");
+        let e =
+            Transcript::parse(&good.replace("end ok", "end error arena too small")).unwrap_err();
+        assert!(matches!(e, VerifyError::DeviceError(ref m) if m == "arena too small"));
+        let e = Transcript::parse(&good.replace("tapeplan-transcript 1", "hello")).unwrap_err();
+        assert!(matches!(e, VerifyError::Incomplete(_)), "{e}");
+        // Noise before the first line is skipped; noise inside is an error.
+        assert!(Transcript::parse(&format!("Timer with period zero, disabling\n{good}")).is_ok());
+        let e = Transcript::parse(&good.replace("loss 2 ", "noise\nloss 2 ")).unwrap_err();
+        assert!(matches!(e, VerifyError::Transcript { line: 7, .. }), "{e}");
+        // A different plan or data set is a mismatch, not a bit difference.
+        let other_plan = good
+            .lines()
+            .map(|l| {
+                if l.starts_with("plan ") {
+                    "plan 00000000 1\n".to_string()
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect::<String>();
+        let e = verify(&Transcript::parse(&other_plan).unwrap(), None).unwrap_err();
+        assert!(matches!(e, VerifyError::Mismatch(_)), "{e}");
+        let mut other = c.clone();
+        other.epochs = 3;
+        let e = verify(&Transcript::parse(&good).unwrap(), Some(&other)).unwrap_err();
+        assert!(matches!(e, VerifyError::Mismatch(_)), "{e}");
+        // A missing step is incomplete.
+        let missing: String = good
+            .lines()
+            .filter(|l| !l.starts_with("loss 8 ") && !l.starts_with("epoch 2 "))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let e = verify(&Transcript::parse(&missing).unwrap(), None).unwrap_err();
+        assert!(matches!(e, VerifyError::Incomplete(_)), "{e}");
+    }
+}

@@ -1,0 +1,15 @@
+//! Stage 1, model building: the layer stack, its losses and dropout ([`mlp`]), optimizers as
+//! recorded spec ([`optim`]), and the job description: a training job recorded and planned
+//! ([`job`]) and a whole training run named by a few keys ([`run`]).
+
+pub mod job;
+pub mod mlp;
+pub mod optim;
+pub mod run;
+
+pub use job::{advance_model_state, JobOptions, TrainingJob};
+pub use mlp::{
+    glorot_uniform, loss_of, mean_squared_error, record_inputs, record_loss, softmax_cross_entropy,
+    Activation, Dense, Dropout, Loss, Mlp, TrainInputs,
+};
+pub use run::{RunConfig, RunConfigError};

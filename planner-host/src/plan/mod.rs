@@ -1,0 +1,465 @@
+//! Stage 2, planning: a tape and its entries' roots become the planner's [`Schedule`], every
+//! entry's instructions in order over one arena. One pass per file, in the order they run:
+//!
+//! 1. [`rewrite`] (optional, before planning): bit-preserving constant folding and
+//!    common-subexpression elimination, replaying the tape into a new one;
+//! 2. [`persistent`]: the persistent region, every parameter an entry reaches, at the start of
+//!    the arena;
+//!
+//! then, per entry:
+//!
+//! 3. [`roots`]: the entry's roots checked, sorted into outputs and in-place updates;
+//! 4. [`prune`]: only the roots' ancestors are planned;
+//! 5. [`order`]: the schedule's order;
+//! 6. [`liveness`]: each value's interval, from definition to last read;
+//! 7. [`fusion`]: elementwise chains, their intermediates in registers;
+//! 8. [`in_place`]: values grouped into buffers, an elementwise result over a dying argument,
+//!    an update over its parameter;
+//! 9. [`offsets`]: each buffer's place in the scratch region;
+//! 10. [`emit`]: tensors and instructions; and [`memory`], the entry's memory report.
+//!
+//! [`writer`] turns a schedule into plan bytes (`docs/plan-format.md`).
+
+pub mod emit;
+pub mod fusion;
+pub mod in_place;
+pub mod liveness;
+pub mod memory;
+pub mod offsets;
+pub mod order;
+pub mod persistent;
+pub mod prune;
+pub mod rewrite;
+pub mod roots;
+pub mod writer;
+
+use tapeplan_core::format::{TensorKind, ALIGN_ELEMS};
+use tapeplan_core::{MathProfile, NodeId, Opcode, Shape, Tape, TapeError};
+
+pub use memory::MemoryReport;
+pub use rewrite::{Passes, RewriteStats};
+
+use fusion::Fusion;
+use persistent::Persistent;
+
+/// What an entry must produce.
+#[derive(Clone, Debug)]
+pub enum Root {
+    /// A value the caller reads after the entry.
+    Output {
+        /// The binding's name.
+        name: String,
+        /// The node.
+        node: NodeId,
+    },
+    /// The new value of a parameter, written in place over it.
+    Update {
+        /// The parameter leaf.
+        param: NodeId,
+        /// Its new value.
+        value: NodeId,
+    },
+}
+
+/// An entry to plan: a name and its roots.
+#[derive(Clone, Debug)]
+pub struct EntrySpec {
+    /// The entry's name (`forward`, `train_step`, …), at most 24 bytes.
+    pub name: String,
+    /// What it produces.
+    pub roots: Vec<Root>,
+    /// Commit updates only when every output and update is finite: updates are computed into
+    /// scratch and the runtime copies them over the parameters after checking them (see
+    /// `docs/plan-format.md`, guarded entries). Without it, updates are written in place.
+    pub guarded: bool,
+}
+
+/// Why a tape could not be planned: the planning stage's error (the runtime's
+/// `tapeplan_runtime::ParseError` is another thing: why plan bytes were refused).
+#[derive(Debug, thiserror::Error)]
+pub enum PlanningError {
+    /// A handle or shape problem in the tape.
+    #[error("tape: {0}")]
+    Tape(#[from] TapeError),
+    /// An update whose parameter is still read after the update is computed, or that is not an
+    /// elementwise function of it; it cannot be written in place.
+    #[error("entry {entry}: the update of parameter {param} cannot be written in place ({why})")]
+    UpdateNotInPlace {
+        /// The entry.
+        entry: String,
+        /// The parameter's name.
+        param: String,
+        /// What is wrong.
+        why: &'static str,
+    },
+    /// A root of the wrong kind (an update of a non-parameter, an output that is a parameter).
+    #[error("entry {entry}: bad root: {why}")]
+    BadRoot {
+        /// The entry.
+        entry: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// A name that does not fit the plan format (empty, over 24 bytes, or containing NUL).
+    #[error("name {0:?} does not fit the plan format (1 to 24 bytes, no NUL)")]
+    BadName(String),
+    /// The arena would exceed the format's `u32` element offsets.
+    #[error("the arena would exceed 2^32 elements")]
+    TooLarge,
+}
+
+/// A planned tensor: where it lives and what shape it has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TensorInfo {
+    /// Offset in the arena, in elements.
+    pub offset_elems: usize,
+    /// Shape.
+    pub shape: Shape,
+    /// Region.
+    pub kind: TensorKind,
+}
+
+/// A planned instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Instr {
+    /// The opcode.
+    pub op: Opcode,
+    /// The output tensor.
+    pub out: u32,
+    /// The argument tensors, `op.arity()` of them.
+    pub args: [u32; 3],
+    /// The attribute (its bytes are written by `tapeplan_core::format::encode_attr`).
+    pub attr: tapeplan_core::Attr,
+    /// The tape node this instruction computes.
+    pub node: usize,
+    /// This instruction and the next are one fused chain (the format's `FUSE_NEXT`).
+    pub fuse_next: bool,
+}
+
+/// How to plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanOptions {
+    /// Fuse elementwise chains (see [`fusion::fuse`]): values that live only between
+    /// neighbouring elementwise instructions of one shape become registers, out of the arena. On
+    /// by default; the bits are the same either way (a test checks). Never costs memory: an entry
+    /// whose fused schedule would need more scratch than its unfused one is planned unfused.
+    pub fuse: bool,
+    /// The math profile the schedule records (header flag bit 0), which every reader runs it
+    /// under: `precise` by default. Planning itself computes nothing; a caller that folded
+    /// constants first ([`rewrite::rewrite`]) folds them under the same profile.
+    pub math: MathProfile,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions {
+            fuse: true,
+            math: MathProfile::Precise,
+        }
+    }
+}
+
+/// A planned entry.
+#[derive(Clone, Debug)]
+pub struct PlannedEntry {
+    /// Its name.
+    pub name: String,
+    /// Its instructions, in schedule order.
+    pub instrs: Vec<Instr>,
+    /// Input bindings: name and tensor.
+    pub inputs: Vec<(String, u32)>,
+    /// Output bindings.
+    pub outputs: Vec<(String, u32)>,
+    /// Update bindings: the parameter's name and the new value's tensor.
+    pub updates: Vec<(String, u32)>,
+    /// Its memory report.
+    pub report: MemoryReport,
+}
+
+/// The planner's schedule: every entry's instructions in order, over one arena whose every
+/// tensor has its place. It is what the planner makes and the writer turns into plan bytes
+/// ([`Schedule::to_bytes`]); the runtime's `tapeplan_runtime::Plan` is those bytes decoded and
+/// validated.
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    /// Every tensor.
+    pub tensors: Vec<TensorInfo>,
+    /// Parameters: name, tensor, and the leaf in the tape.
+    pub parameters: Vec<(String, u32, NodeId)>,
+    /// The entries.
+    pub entries: Vec<PlannedEntry>,
+    /// The arena, in elements.
+    pub arena_elems: usize,
+    /// The persistent region `[0, persistent_elems)`.
+    pub persistent_elems: usize,
+    /// The math profile every reader runs the plan under (header flag bit 0), as
+    /// [`PlanOptions::math`] asked.
+    pub math: MathProfile,
+}
+
+fn align(n: usize) -> usize {
+    n.div_ceil(ALIGN_ELEMS) * ALIGN_ELEMS
+}
+
+fn check_name(name: &str) -> Result<(), PlanningError> {
+    tapeplan_core::format::encode_name(name)
+        .map(|_| ())
+        .ok_or_else(|| PlanningError::BadName(name.to_string()))
+}
+
+/// Plans `entries` over `tape` with the default [`PlanOptions`] (fused, math `precise`): one
+/// arena, the parameters every entry names in a persistent region at its start (in tape order),
+/// each entry's scratch after it.
+///
+/// # Errors
+/// [`PlanningError`] for bad roots or names, or an update that cannot be written in place.
+pub fn plan(tape: &Tape, entries: &[EntrySpec]) -> Result<Schedule, PlanningError> {
+    plan_with(tape, entries, PlanOptions::default())
+}
+
+/// [`plan`] with explicit [`PlanOptions`], the math profile among them.
+///
+/// # Errors
+/// As [`plan`].
+pub fn plan_with(
+    tape: &Tape,
+    entries: &[EntrySpec],
+    options: PlanOptions,
+) -> Result<Schedule, PlanningError> {
+    let region = persistent::persistent_region(tape, entries)?;
+    let mut tensors = region.tensors.clone();
+    let mut planned = Vec::new();
+    for spec in entries {
+        // Each attempt plans into its own copy of the tensor list; the kept one replaces it.
+        let attempt = |fuse: bool| {
+            let mut t = tensors.clone();
+            let e = plan_entry(tape, spec, &mut t, &region, fuse)?;
+            Ok::<_, PlanningError>((t, e))
+        };
+        let (mut kept_tensors, mut kept) = attempt(options.fuse)?;
+        // Fusion never costs memory: an entry whose fused schedule needs more scratch than its
+        // unfused one (the greedy offsets can land either way) is planned unfused.
+        if options.fuse {
+            let (plain_tensors, plain) = attempt(false)?;
+            if plain.1 < kept.1 {
+                (kept_tensors, kept) = (plain_tensors, plain);
+            }
+        }
+        tensors = kept_tensors;
+        planned.push(kept);
+    }
+    let scratch_high = planned.iter().map(|(_, h)| *h).max().unwrap_or(0);
+    let arena_elems = region.elems + scratch_high;
+    if arena_elems > u32::MAX as usize || tensors.len() > u32::MAX as usize {
+        return Err(PlanningError::TooLarge);
+    }
+    let entries = planned
+        .into_iter()
+        .map(|(mut e, _)| {
+            e.report.arena_bytes = arena_elems * 4;
+            e
+        })
+        .collect();
+    Ok(Schedule {
+        tensors,
+        parameters: region.parameters,
+        entries,
+        arena_elems,
+        persistent_elems: region.elems,
+        math: options.math,
+    })
+}
+
+/// Plans one entry: its tensors are appended to `tensors`; answers the entry and its scratch
+/// high-water mark, in elements.
+fn plan_entry(
+    tape: &Tape,
+    spec: &EntrySpec,
+    tensors: &mut Vec<TensorInfo>,
+    region: &Persistent,
+    fuse: bool,
+) -> Result<(PlannedEntry, usize), PlanningError> {
+    check_name(&spec.name)?;
+    let roots = roots::entry_roots(tape, spec)?;
+    let live = prune::prune(tape, &roots.nodes);
+    let order = order::order(tape, &live);
+    let leaves = order::leaves(tape, &live);
+    let iv = liveness::liveness(tape, &order, &leaves, &roots.nodes);
+    let fusion = if fuse {
+        fusion::fuse(tape, &order, &iv, &roots.nodes)
+    } else {
+        Fusion::none(order.len())
+    };
+    let param_name = |p: usize| {
+        region
+            .parameters
+            .iter()
+            .find(|(_, t, _)| Some(t) == region.param_tensor.get(&p))
+            .map(|(n, _, _)| n.clone())
+            .unwrap_or_default()
+    };
+    let buffers = in_place::group(
+        tape,
+        spec,
+        &roots,
+        &order,
+        &leaves,
+        &iv,
+        &fusion,
+        &param_name,
+    )?;
+    let (offsets, high) = offsets::assign_offsets(&buffers.buffers);
+    let emitted = emit::emit(
+        tape,
+        spec.guarded,
+        &order,
+        &live,
+        &roots,
+        &buffers,
+        &offsets,
+        &fusion,
+        region,
+        &param_name,
+        tensors,
+    );
+    let peak_elems = memory::lower_bound_elems(&buffers.buffers, order.len());
+    let all_values = memory::retain_everything_elems(
+        tape,
+        buffers
+            .buffer_of
+            .keys()
+            .chain(fusion.registers.keys())
+            .copied(),
+    );
+    let persistent_bytes = region.elems * 4;
+    let binding = |(name, n): (String, usize)| (name, emitted.tensor_of[&n]);
+    let entry = PlannedEntry {
+        name: spec.name.clone(),
+        inputs: buffers.inputs.into_iter().map(binding).collect(),
+        outputs: roots.outputs.into_iter().map(binding).collect(),
+        instrs: emitted.instrs,
+        updates: emitted.updates,
+        report: MemoryReport {
+            arena_bytes: 0,
+            persistent_bytes,
+            entry_bytes: persistent_bytes + high * 4,
+            lower_bound_bytes: persistent_bytes + peak_elems * 4,
+            retain_everything_bytes: persistent_bytes + all_values * 4,
+        },
+    };
+    Ok((entry, high))
+}
+
+impl Schedule {
+    /// The entry named `name`.
+    pub fn entry(&self, name: &str) -> Option<&PlannedEntry> {
+        self.entries.iter().find(|e| e.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tapeplan_core::Recordable;
+
+    /// `forward`: `y = tanh(x · w)`; `train_step`: `w ← w − 0.5 · (x · w)`, in place.
+    fn small() -> (Tape, Vec<EntrySpec>) {
+        let mut tape = Tape::new();
+        let x = tape.input("x", Shape::matrix(2, 3));
+        let w = tape.parameter("w", Shape::matrix(3, 3));
+        let (y, new_w) = {
+            let mut t = tape.trace();
+            let xw = t.matmul(&x, &w).unwrap();
+            let y = t.tanh(&xw).unwrap();
+            let g = t.sum_to(&xw, Shape::matrix(1, 3)).unwrap();
+            let g = t.broadcast(&g, Shape::matrix(3, 3)).unwrap();
+            let step = t.scale(&g, 0.5).unwrap();
+            let new_w = t.sub(&w, &step).unwrap();
+            (y, new_w)
+        };
+        let entries = vec![
+            EntrySpec {
+                name: "forward".into(),
+                roots: vec![Root::Output {
+                    name: "y".into(),
+                    node: y,
+                }],
+                guarded: false,
+            },
+            EntrySpec {
+                name: "train_step".into(),
+                roots: vec![Root::Update {
+                    param: w,
+                    value: new_w,
+                }],
+                guarded: false,
+            },
+        ];
+        (tape, entries)
+    }
+
+    #[test]
+    fn plans_entries_over_one_arena_with_the_persistent_region_first() {
+        let (tape, entries) = small();
+        let s = plan(&tape, &entries).unwrap();
+        assert_eq!(s.entries.len(), 2);
+        assert_eq!(s.persistent_elems, align(9));
+        assert_eq!(s.parameters.len(), 1);
+        assert_eq!(s.tensors[0].kind, TensorKind::Persistent);
+        for t in &s.tensors {
+            if t.kind != TensorKind::Register {
+                assert!(t.offset_elems + t.shape.elems() <= s.arena_elems);
+            }
+        }
+        let f = s.entry("forward").unwrap();
+        assert_eq!(f.inputs.len(), 1);
+        assert_eq!(f.outputs.len(), 1);
+        assert!(f.updates.is_empty());
+        // The in-place update writes the parameter's own memory.
+        let t = s.entry("train_step").unwrap();
+        let (_, new_w) = &t.updates[0];
+        assert_eq!(s.tensors[*new_w as usize].offset_elems, 0);
+        assert_eq!(s.tensors[*new_w as usize].kind, TensorKind::Persistent);
+        for e in &s.entries {
+            assert_eq!(e.report.arena_bytes, s.arena_elems * 4);
+            assert!(e.report.lower_bound_bytes <= e.report.entry_bytes);
+            assert!(e.report.entry_bytes <= e.report.retain_everything_bytes);
+        }
+    }
+
+    #[test]
+    fn the_math_profile_is_an_input() {
+        let (tape, entries) = small();
+        assert_eq!(plan(&tape, &entries).unwrap().math, MathProfile::Precise);
+        let fast = PlanOptions {
+            math: MathProfile::Fast,
+            ..PlanOptions::default()
+        };
+        let s = plan_with(&tape, &entries, fast).unwrap();
+        assert_eq!(s.math, MathProfile::Fast);
+    }
+
+    #[test]
+    fn fusion_never_costs_memory() {
+        let (tape, entries) = small();
+        let fused = plan(&tape, &entries).unwrap();
+        let plain = PlanOptions {
+            fuse: false,
+            ..PlanOptions::default()
+        };
+        let plain = plan_with(&tape, &entries, plain).unwrap();
+        assert!(fused.arena_elems <= plain.arena_elems);
+        assert!(plain
+            .entries
+            .iter()
+            .all(|e| e.instrs.iter().all(|i| !i.fuse_next)));
+    }
+
+    #[test]
+    fn names_that_do_not_fit_the_format_are_refused() {
+        let (tape, mut entries) = small();
+        entries[0].name = "a name longer than twenty-four bytes".into();
+        let e = plan(&tape, &entries).unwrap_err();
+        assert!(matches!(e, PlanningError::BadName(_)), "{e}");
+    }
+}

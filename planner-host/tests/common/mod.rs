@@ -1,0 +1,33 @@
+//! Helpers the CLI tests share: run the built `tapeplan` binary in a scratch folder.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Runs `tapeplan args` in `dir`.
+pub fn tapeplan(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tapeplan"))
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Runs `tapeplan args` in `dir`, which must succeed; answers its standard output.
+pub fn ok(dir: &Path, args: &[&str]) -> String {
+    let out = tapeplan(dir, args);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "tapeplan {args:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// A new, empty folder for test `name` under the system's temporary folder.
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tapeplan-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
