@@ -12,7 +12,7 @@ use tapeplan_runtime::protocol::{
     data_digest, epoch_shuffle, LineSink, TranscriptWriter, ENTRY_TRAIN_STEP, INPUT_LABELS,
     INPUT_X, OUTPUT_LOSS,
 };
-use tapeplan_runtime::{Limits, Plan, PlanError, RunError, Scratch, Session};
+use tapeplan_runtime::{Limits, Plan, ParseError, ExecError, Scratch, Session};
 
 use crate::board::Clock;
 use crate::gen;
@@ -24,9 +24,9 @@ const PIXEL_SCALE: f32 = 0.0625;
 #[derive(Debug)]
 pub enum Failure<E> {
     /// The embedded plan was rejected.
-    Plan(PlanError),
+    Plan(ParseError),
     /// Binding or running failed.
-    Run(RunError),
+    Run(ExecError),
     /// The plan lacks an entry or binding the trainer needs: its kind (`entry`, `output`) and
     /// name.
     Missing(&'static str, &'static str),
@@ -36,14 +36,14 @@ pub enum Failure<E> {
     Link(E),
 }
 
-impl<E> From<PlanError> for Failure<E> {
-    fn from(e: PlanError) -> Self {
+impl<E> From<ParseError> for Failure<E> {
+    fn from(e: ParseError) -> Self {
         Failure::Plan(e)
     }
 }
 
-impl<E> From<RunError> for Failure<E> {
-    fn from(e: RunError) -> Self {
+impl<E> From<ExecError> for Failure<E> {
+    fn from(e: ExecError) -> Self {
         Failure::Run(e)
     }
 }

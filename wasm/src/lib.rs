@@ -28,7 +28,7 @@ use std::fmt;
 use tapeplan_runtime::protocol::{
     digest_f32, ENTRY_FORWARD, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, INPUT_Y, OUTPUT_LOSS,
 };
-use tapeplan_runtime::{Binding, BindingKind, EntryId, Plan, PlanError, RunError, Session};
+use tapeplan_runtime::{Binding, BindingKind, EntryId, ExecError, ParseError, Plan, Session};
 use wasm_bindgen::prelude::*;
 
 self_cell::self_cell!(
@@ -45,13 +45,13 @@ self_cell::self_cell!(
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Error {
     /// The plan's bytes were rejected by the runtime's decoder and validator.
-    Plan(PlanError),
+    Plan(ParseError),
     /// The runtime refused a call; `context` names the entry or binding involved.
     Run {
         /// What was being done: `parameter "w1"`, `input "x" of train_step`, ….
         context: String,
         /// The runtime's error.
-        error: RunError,
+        error: ExecError,
     },
     /// The plan has no entry of that name.
     NoEntry(String),
@@ -96,8 +96,8 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-impl From<PlanError> for Error {
-    fn from(e: PlanError) -> Self {
+impl From<ParseError> for Error {
+    fn from(e: ParseError) -> Self {
         Error::Plan(e)
     }
 }
@@ -158,7 +158,7 @@ impl Trainer {
     fn with_session<T>(
         &mut self,
         context: impl FnOnce() -> String,
-        f: impl FnOnce(&mut Session<'_, '_>) -> Result<T, RunError>,
+        f: impl FnOnce(&mut Session<'_, '_>) -> Result<T, ExecError>,
     ) -> Result<T, Error> {
         let Trainer { plan, arena, .. } = self;
         Session::bind(plan.borrow_dependent(), arena)
@@ -188,7 +188,7 @@ impl Trainer {
         };
         found.ok_or_else(|| Error::Run {
             context: binding_context(kind, name, entry),
-            error: RunError::UnknownName { kind },
+            error: ExecError::UnknownName { kind },
         })
     }
 

@@ -13,10 +13,10 @@ use crate::protocol::{
 pub enum TrainError {
     /// The plan's bytes were rejected.
     #[error("plan rejected: {0}")]
-    Plan(tapeplan_runtime::PlanError),
+    Plan(tapeplan_runtime::ParseError),
     /// Binding or running failed.
     #[error("runtime: {0}")]
-    Run(tapeplan_runtime::RunError),
+    Run(tapeplan_runtime::ExecError),
     /// The plan lacks an entry the trainer needs.
     #[error("the plan has no entry named {0:?}")]
     MissingEntry(&'static str),
@@ -25,14 +25,14 @@ pub enum TrainError {
     Oracle(#[from] tapeplan_core::TapeError),
 }
 
-impl From<tapeplan_runtime::PlanError> for TrainError {
-    fn from(e: tapeplan_runtime::PlanError) -> Self {
+impl From<tapeplan_runtime::ParseError> for TrainError {
+    fn from(e: tapeplan_runtime::ParseError) -> Self {
         TrainError::Plan(e)
     }
 }
 
-impl From<tapeplan_runtime::RunError> for TrainError {
-    fn from(e: tapeplan_runtime::RunError) -> Self {
+impl From<tapeplan_runtime::ExecError> for TrainError {
+    fn from(e: tapeplan_runtime::ExecError) -> Self {
         TrainError::Run(e)
     }
 }
