@@ -322,33 +322,36 @@ macro_rules! by_math {
     };
 }
 
+/// `return`s the scalar function when `op` is the row's opcode; nothing for a row of another
+/// kernel kind or (without `all-ops`) of the ext set. An `if` chain over the matching rows only,
+/// not a `match` over every opcode: the latter compiles to a table of one function pointer per
+/// opcode byte, which costs the firmware more than the few compares.
 macro_rules! unary_of {
-    (unary, $set:ident, $m:ident, $e:ty, $math:expr) => {
-        gate!($set, Some($m::scalar::<$e> as fn($e) -> $e), None)
+    (unary, $set:ident, $v:ident, $m:ident, $e:ty, $op:expr, $math:expr) => {
+        if gate!($set, $op == Opcode::$v, false) {
+            return Some($m::scalar::<$e> as fn($e) -> $e);
+        }
     };
-    (unary_math, $set:ident, $m:ident, $e:ty, $math:expr) => {
-        gate!(
-            $set,
-            by_math!(
+    (unary_math, $set:ident, $v:ident, $m:ident, $e:ty, $op:expr, $math:expr) => {
+        if gate!($set, $op == Opcode::$v, false) {
+            return by_math!(
                 $math,
                 $m::scalar::<$e> as fn($e) -> $e,
                 $m::scalar_fast::<$e> as fn($e) -> $e
-            ),
-            None
-        )
+            );
+        }
     };
-    ($other:ident, $set:ident, $m:ident, $e:ty, $math:expr) => {
-        None
-    };
+    ($other:ident, $set:ident, $v:ident, $m:ident, $e:ty, $op:expr, $math:expr) => {};
 }
 
+/// [`unary_of`] for the binary rows.
 macro_rules! binary_of {
-    (binary, $set:ident, $m:ident, $e:ty) => {
-        gate!($set, Some($m::scalar::<$e> as fn($e, $e) -> $e), None)
+    (binary, $set:ident, $v:ident, $m:ident, $e:ty, $op:expr) => {
+        if gate!($set, $op == Opcode::$v, false) {
+            return Some($m::scalar::<$e> as fn($e, $e) -> $e);
+        }
     };
-    ($other:ident, $set:ident, $m:ident, $e:ty) => {
-        None
-    };
+    ($other:ident, $set:ident, $v:ident, $m:ident, $e:ty, $op:expr) => {};
 }
 
 macro_rules! infer_of {
@@ -379,16 +382,14 @@ macro_rules! define_dispatch {
         $set:ident $rule:ident $kernel:ident $module:ident $doc:literal ; )*) => {
         /// [`unary_fn`] for any element.
         pub fn unary_fn_of<E: Element>(op: Opcode, math: MathProfile) -> Option<fn(E) -> E> {
-            match op {
-                $( Opcode::$variant => unary_of!($kernel, $set, $module, E, math), )*
-            }
+            $( unary_of!($kernel, $set, $variant, $module, E, op, math); )*
+            None
         }
 
         /// [`binary_fn`] for any element.
         pub fn binary_fn_of<E: Element>(op: Opcode) -> Option<fn(E, E) -> E> {
-            match op {
-                $( Opcode::$variant => binary_of!($kernel, $set, $module, E), )*
-            }
+            $( binary_of!($kernel, $set, $variant, $module, E, op); )*
+            None
         }
 
         /// The shape rule once arity and attribute kind are checked.
