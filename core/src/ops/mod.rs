@@ -354,26 +354,25 @@ macro_rules! binary_of {
     ($other:ident, $set:ident, $v:ident, $m:ident, $e:ty, $op:expr) => {};
 }
 
+/// `return`s the module's shape rule when `op` is the row's opcode, for a `node` row in this
+/// build's vocabulary; nothing for an elementwise row (the fallthrough after the chain).
 macro_rules! infer_of {
-    (node, $set:ident, $m:ident, $op:expr, $attr:expr, $args:expr) => {
-        gate!(
-            $set,
-            $m::infer($op, $attr, $args),
-            Err(OpError::Unsupported { op: $op })
-        )
+    (node, $set:ident, $v:ident, $m:ident, $op:expr, $attr:expr, $args:expr) => {
+        if gate!($set, $op == Opcode::$v, false) {
+            return $m::infer($op, $attr, $args);
+        }
     };
-    ($elementwise:ident, $set:ident, $m:ident, $op:expr, $attr:expr, $args:expr) => {
-        same_shapes($op, $args)
-    };
+    ($elementwise:ident, $set:ident, $v:ident, $m:ident, $op:expr, $attr:expr, $args:expr) => {};
 }
 
+/// [`infer_of`] for the kernels.
 macro_rules! eval_of {
-    (node, $set:ident, $m:ident, $k:expr) => {
-        gate!($set, $m::eval($k), Err(OpError::Unsupported { op: $k.op }))
+    (node, $set:ident, $v:ident, $m:ident, $k:ident) => {
+        if gate!($set, $k.op == Opcode::$v, false) {
+            return $m::eval($k);
+        }
     };
-    ($elementwise:ident, $set:ident, $m:ident, $k:expr) => {
-        Err(OpError::Leaf { op: $k.op })
-    };
+    ($elementwise:ident, $set:ident, $v:ident, $m:ident, $k:ident) => {};
 }
 
 /// The dispatch the opcode table derives: every per-op `match` of this module.
@@ -392,18 +391,21 @@ macro_rules! define_dispatch {
             None
         }
 
-        /// The shape rule once arity and attribute kind are checked.
+        /// The shape rule once vocabulary, arity and attribute kind are checked: a `node`
+        /// opcode's own rule, else (elementwise) one shape for every argument. An `if` chain
+        /// over the `node` rows rather than a `match` over every opcode: smaller code for the
+        /// firmware.
         fn infer_by_table(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
-            match op {
-                $( Opcode::$variant => infer_of!($kernel, $set, $module, op, attr, args), )*
-            }
+            $( infer_of!($kernel, $set, $variant, $module, op, attr, args); )*
+            same_shapes(op, args)
         }
 
         /// The reference kernel of a `node` opcode.
+        /// ([`eval`] checked the vocabulary first; an opcode without a `node` kernel answers
+        /// [`OpError::Leaf`].)
         fn eval_by_table<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
-            match k.op {
-                $( Opcode::$variant => eval_of!($kernel, $set, $module, k), )*
-            }
+            $( eval_of!($kernel, $set, $variant, $module, k); )*
+            Err(OpError::Leaf { op: k.op })
         }
 
         /// Runs the reverse rule of `op` over the payload `r`.
