@@ -242,7 +242,6 @@ pub(crate) fn same_shapes(op: Opcode, args: &[Shape]) -> Result<Shape, OpError> 
 /// [`OpError`] naming what does not fit: an opcode outside this build's vocabulary, the wrong
 /// number of arguments, an attribute of another kind than the opcode takes, or the opcode's own
 /// shape rule.
-#[inline(always)]
 pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
     if !in_vocabulary(op) {
         return Err(OpError::Unsupported { op });
