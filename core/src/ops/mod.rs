@@ -222,17 +222,15 @@ pub(crate) fn target_of(op: Opcode, attr: Attr) -> Result<Shape, OpError> {
 /// The shape rule of the elementwise opcodes: every argument of one shape, the output of that
 /// shape.
 pub(crate) fn same_shapes(op: Opcode, args: &[Shape]) -> Result<Shape, OpError> {
-    let first = args.first().copied().unwrap_or(Shape::SCALAR);
-    for a in args.iter().skip(1) {
-        if *a != first {
-            return Err(OpError::ShapeMismatch {
-                op,
-                lhs: first,
-                rhs: *a,
-            });
-        }
+    let first = nth(args, 0);
+    match args.iter().find(|a| **a != first) {
+        Some(other) => Err(OpError::ShapeMismatch {
+            op,
+            lhs: first,
+            rhs: *other,
+        }),
+        None => Ok(first),
     }
-    Ok(first)
 }
 
 /// The output shape of `op` over arguments of `args` shapes: the shape rule. Pure; the tape,
