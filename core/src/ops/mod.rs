@@ -377,6 +377,7 @@ macro_rules! define_dispatch {
     ($( $code:literal $variant:ident $name:literal $arity:literal $class:ident $attr:ident
         $set:ident $rule:ident $kernel:ident $module:ident $doc:literal ; )*) => {
         /// [`unary_fn`] for any element.
+        #[inline(never)] // one copy, shared by `eval` and `unary_fn` (the firmware's code budget)
         pub fn unary_fn_of<E: Element>(op: Opcode, math: MathProfile) -> Option<fn(E) -> E> {
             $( unary_of!($kernel, $set, $variant, $module, E, op, math); )*
             None
