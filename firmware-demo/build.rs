@@ -19,7 +19,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use tapeplan_planner::model::RunConfig;
-use tapeplan_planner::protocol::data_digest;
+use tapeplan_runtime::protocol::data_digest;
 use tapeplan_runtime::MathProfile;
 
 /// A board the firmware links for.

@@ -5,14 +5,12 @@
 //! xtask firmware` reports the runtime's code as the difference between the two builds.
 //! Its transcript is not a valid run (its "losses" are not computed).
 
-use core::fmt::Write as _;
-
 use embedded_hal::delay::DelayNs;
 use embedded_io::Write;
+use tapeplan_runtime::protocol::{data_digest, epoch_shuffle, Fnv1a64};
 
 use crate::board::Clock;
 use crate::gen;
-use crate::rng::{epoch_seed, Fnv64, SplitMix64};
 use crate::trainer::{Failure, Summary, Transcript};
 
 /// As [`crate::trainer::train`], without the runtime.
@@ -27,36 +25,22 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
     pause_ms: u32,
 ) -> Result<Summary, Failure<W::Error>> {
     let link = Failure::Link;
-    out.line(format_args!("tapeplan-transcript 1"))
+    out.header().map_err(link)?;
+    out.config(gen::RUN).map_err(link)?;
+    out.target(format_args!("{} {} size-baseline", gen::TARGET, gen::BOARD))
         .map_err(link)?;
-    out.line(format_args!("config {}", gen::RUN))
-        .map_err(link)?;
-    out.line(format_args!(
-        "target {} {} size-baseline",
-        gen::TARGET,
-        gen::BOARD
-    ))
-    .map_err(link)?;
-    let mut plan = Fnv64::new();
+    let mut plan = Fnv1a64::new();
     plan.bytes(gen::PLAN);
-    out.line(format_args!(
-        "plan {:08x} {}",
-        plan.finish() as u32,
-        arena.len()
-    ))
-    .map_err(link)?;
-    let mut data = Fnv64::new();
-    data.bytes(gen::PIXELS);
-    data.bytes(gen::LABELS);
-    out.line(format_args!("data {:016x} {}", data.finish(), gen::SAMPLES))
-        .map_err(link)?;
+    out.plan(plan.finish() as u32, arena.len()).map_err(link)?;
+    let data = data_digest(gen::PIXELS, gen::LABELS);
+    out.data(data, gen::SAMPLES).map_err(link)?;
     defmt::info!(
         "plan {=u32:#010x}: arena {=usize} B, {=usize} instructions; {=usize} rows, data digest {=u64:#018x} (host {=u64:#018x})",
         gen::PLAN_ID,
         arena.len() * 4,
         gen::PLAN.len(),
         gen::SAMPLES,
-        data.finish(),
+        data,
         gen::DATA_DIGEST
     );
     for (d, b) in arena.iter_mut().zip(gen::INIT.chunks_exact(4)) {
@@ -75,7 +59,7 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
         for (i, o) in order.iter_mut().enumerate() {
             *o = i as u16;
         }
-        SplitMix64::new(epoch_seed(gen::SEED, epoch)).shuffle(&mut order);
+        epoch_shuffle(gen::SEED, epoch, &mut order);
         let mut sum = 0.0f32;
         for rows in order.chunks_exact(gen::BATCH) {
             for (dst, &row) in x.chunks_exact_mut(gen::D_IN).zip(rows) {
@@ -95,12 +79,7 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
             summary.step_ticks_total += ticks;
             summary.step_ticks_min = summary.step_ticks_min.min(ticks);
             summary.step_ticks_max = summary.step_ticks_max.max(ticks);
-            out.line(format_args!(
-                "loss {} {:08x}",
-                summary.steps,
-                loss.to_bits()
-            ))
-            .map_err(link)?;
+            out.loss(summary.steps, loss).map_err(link)?;
         }
         let mean = sum / (gen::SAMPLES / gen::BATCH) as f32;
         summary.last_mean_loss = mean;
@@ -111,31 +90,20 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
             mean,
             mean.to_bits()
         );
-        out.line(format_args!("epoch {} {:08x}", epoch + 1, mean.to_bits()))
-            .map_err(link)?;
+        out.epoch(epoch + 1, mean).map_err(link)?;
         delay.delay_ms(pause_ms);
     }
-    let mut digest = Fnv64::new();
     let mut at = 0;
     for &(name, elems) in gen::INIT_PARAMS {
         let values = rest.get(at..at + elems).unwrap_or(&[]);
-        for (k, chunk) in values.chunks(8).enumerate() {
-            out.start();
-            let _ = write!(out, "param {} {}", name, k * 8);
-            for v in chunk {
-                let _ = write!(out, " {:08x}", v.to_bits());
-            }
-            out.finish().map_err(link)?;
-            digest.f32s(chunk);
-        }
+        out.param(name, values).map_err(link)?;
         at += elems;
     }
-    out.line(format_args!("digest {:016x}", digest.finish()))
-        .map_err(link)?;
+    let digest = out.digest().map_err(link)?;
     defmt::info!(
         "trained {=usize} steps; parameter digest {=u64:#018x}",
         summary.steps,
-        digest.finish()
+        digest
     );
     Ok(summary)
 }

@@ -16,7 +16,6 @@ use defmt_semihosting as _;
 #[cfg(feature = "size-baseline")]
 pub mod baseline;
 pub mod board;
-pub mod rng;
 pub mod rt;
 pub mod trainer;
 
@@ -28,7 +27,7 @@ pub mod gen {
 }
 
 use board::{ClockDelay, SemihostingLink, SysTickClock};
-use trainer::Transcript;
+use trainer::{LineLink, Transcript};
 
 /// Epoch pause under QEMU: none.
 const PAUSE_MS: u32 = 0;
@@ -43,15 +42,15 @@ fn run() -> ! {
     let Some(mut link) = SemihostingLink::stderr() else {
         semihosting::process::exit(EXIT_FAILED)
     };
-    let mut out = Transcript::new(&mut link);
+    let mut out = Transcript::new(LineLink::new(&mut link));
     let Some(peripherals) = cortex_m::Peripherals::take() else {
-        let _ = out.line(format_args!("end error core peripherals already taken"));
+        let _ = out.end_error("core peripherals already taken");
         semihosting::process::exit(EXIT_FAILED)
     };
     let clock = SysTickClock::start(peripherals.SYST, gen::CORE_HZ);
     let mut delay = ClockDelay(&clock);
     let Some(arena) = rt::take_arena() else {
-        let _ = out.line(format_args!("end error arena already taken"));
+        let _ = out.end_error("arena already taken");
         semihosting::process::exit(EXIT_FAILED)
     };
     defmt::info!(
@@ -76,18 +75,18 @@ fn run() -> ! {
                 statics,
                 stack
             );
-            let _ = out.line(format_args!(
-                "info ram arena_bytes {} statics_bytes {} stack_bytes {}",
+            let _ = out.info(format_args!(
+                "ram arena_bytes {} statics_bytes {} stack_bytes {}",
                 gen::ARENA_ELEMS * 4,
                 statics,
                 stack
             ));
-            let _ = out.line(format_args!("end ok"));
+            let _ = out.end_ok();
             semihosting::process::exit(EXIT_OK)
         }
         Err(e) => {
             defmt::error!("training failed");
-            let _ = out.line(format_args!("end error {e}"));
+            let _ = out.end_error(e);
             semihosting::process::exit(EXIT_FAILED)
         }
     }
@@ -96,8 +95,8 @@ fn run() -> ! {
 /// Reports a hard fault (e.g. a stack overflow into the statics) and exits.
 fn fail_hard(pc: u32) -> ! {
     if let Some(mut link) = SemihostingLink::stderr() {
-        let _ =
-            Transcript::new(&mut link).line(format_args!("end error hard fault at pc {pc:#010x}"));
+        let _ = Transcript::new(LineLink::new(&mut link))
+            .end_error(format_args!("hard fault at pc {pc:#010x}"));
     }
     semihosting::process::exit(EXIT_FAILED)
 }
@@ -105,7 +104,7 @@ fn fail_hard(pc: u32) -> ! {
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
     if let Some(mut link) = SemihostingLink::stderr() {
-        let _ = Transcript::new(&mut link).line(format_args!("end error panic: {info}"));
+        let _ = Transcript::new(LineLink::new(&mut link)).end_error(format_args!("panic: {info}"));
     }
     semihosting::process::exit(EXIT_FAILED)
 }

@@ -1,47 +1,49 @@
 //! The training run, independent of the board: decode and validate the embedded plan, bind it
 //! to the arena, load the initial parameters, train `EPOCHS` passes over the embedded rows in
-//! the run's shuffled order, and send the transcript `tapeplan verify` reads (its format is
-//! documented in `tapeplan_planner::exec::transcript` and README.md).
+//! the run's shuffled order, and send the transcript `tapeplan verify` reads: the run protocol
+//! (`tapeplan_runtime::protocol`: binding names, epoch order, digests, the transcript's format
+//! and writer), the same code the host runs.
 
 use core::fmt::{self, Write as _};
 
 use embedded_hal::delay::DelayNs;
 use embedded_io::Write;
-use tapeplan_runtime::{Limits, Plan, PlanError, RunError, Scratch, Session};
+use tapeplan_runtime::protocol::{
+    data_digest, epoch_shuffle, LineSink, TranscriptWriter, ENTRY_TRAIN_STEP, INPUT_LABELS,
+    INPUT_X, OUTPUT_LOSS,
+};
+use tapeplan_runtime::{Limits, Plan, ParseError, ExecError, Scratch, Session};
 
 use crate::board::Clock;
 use crate::gen;
-use crate::rng::{epoch_seed, Fnv64, SplitMix64};
 
 /// Factor from a pixel count to a feature: `1/16`, exact (the host's `DIGITS_PIXEL_SCALE`).
 const PIXEL_SCALE: f32 = 0.0625;
-
-/// Parameter values per `param` line.
-const PARAMS_PER_LINE: usize = 8;
 
 /// Why a run stopped.
 #[derive(Debug)]
 pub enum Failure<E> {
     /// The embedded plan was rejected.
-    Plan(PlanError),
+    Plan(ParseError),
     /// Binding or running failed.
-    Run(RunError),
-    /// The plan lacks an entry or binding the trainer needs.
-    Missing(&'static str),
+    Run(ExecError),
+    /// The plan lacks an entry or binding the trainer needs: its kind (`entry`, `output`) and
+    /// name.
+    Missing(&'static str, &'static str),
     /// The initial parameters do not fit the plan's.
     InitLength(&'static str),
     /// The link failed.
     Link(E),
 }
 
-impl<E> From<PlanError> for Failure<E> {
-    fn from(e: PlanError) -> Self {
+impl<E> From<ParseError> for Failure<E> {
+    fn from(e: ParseError) -> Self {
         Failure::Plan(e)
     }
 }
 
-impl<E> From<RunError> for Failure<E> {
-    fn from(e: RunError) -> Self {
+impl<E> From<ExecError> for Failure<E> {
+    fn from(e: ExecError) -> Self {
         Failure::Run(e)
     }
 }
@@ -51,7 +53,7 @@ impl<E: fmt::Debug> fmt::Display for Failure<E> {
         match self {
             Failure::Plan(e) => write!(f, "plan rejected: {e}"),
             Failure::Run(e) => write!(f, "runtime: {e}"),
-            Failure::Missing(what) => write!(f, "the plan has no {what}"),
+            Failure::Missing(kind, name) => write!(f, "the plan has no {name} {kind}"),
             Failure::InitLength(name) => write!(f, "initial values of {name} do not fit"),
             Failure::Link(e) => write!(f, "link: {e:?}"),
         }
@@ -73,19 +75,24 @@ pub struct Summary {
     pub last_mean_loss: f32,
 }
 
-/// One transcript line at a time, formatted into a buffer and written whole (one link write
-/// per line). A line longer than the buffer is cut.
-pub struct Transcript<'w, W: Write> {
+/// The transcript's link: each line is formatted into a buffer and written whole (one link
+/// write per line). A line longer than the buffer is cut.
+pub struct LineLink<'w, W: Write> {
     link: &'w mut W,
-    buf: [u8; 192],
+    line: LineBuf,
+}
+
+/// One line being formatted.
+struct LineBuf {
+    bytes: [u8; 192],
     len: usize,
 }
 
-impl<W: Write> fmt::Write for Transcript<'_, W> {
+impl fmt::Write for LineBuf {
     fn write_str(&mut self, s: &str) -> fmt::Result {
-        let room = self.buf.len() - 1 - self.len; // keep one byte for the newline
+        let room = self.bytes.len() - 1 - self.len; // keep one byte for the newline
         let n = s.len().min(room);
-        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.bytes[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
         self.len += n;
         if n < s.len() {
             Err(fmt::Error)
@@ -95,40 +102,32 @@ impl<W: Write> fmt::Write for Transcript<'_, W> {
     }
 }
 
-impl<'w, W: Write> Transcript<'w, W> {
-    /// A transcript over `link`.
+impl<'w, W: Write> LineLink<'w, W> {
+    /// A line link over `link`.
     pub fn new(link: &'w mut W) -> Self {
-        Transcript {
+        LineLink {
             link,
-            buf: [0; 192],
-            len: 0,
+            line: LineBuf {
+                bytes: [0; 192],
+                len: 0,
+            },
         }
     }
+}
 
-    /// Writes one line (`args` and a newline).
-    ///
-    /// # Errors
-    /// The link's.
-    pub fn line(&mut self, args: fmt::Arguments<'_>) -> Result<(), W::Error> {
-        self.start();
-        let _cut = self.write_fmt(args); // an over-long line is cut, not lost
-        self.finish()
-    }
+impl<W: Write> LineSink for LineLink<'_, W> {
+    type Error = W::Error;
 
-    /// Starts a line to build with `write!`.
-    pub fn start(&mut self) {
-        self.len = 0;
-    }
-
-    /// Ends the line started with [`Transcript::start`] and writes it.
-    ///
-    /// # Errors
-    /// The link's.
-    pub fn finish(&mut self) -> Result<(), W::Error> {
-        self.buf[self.len] = b'\n';
-        self.link.write_all(&self.buf[..=self.len])
+    fn write_line(&mut self, line: fmt::Arguments<'_>) -> Result<(), W::Error> {
+        self.line.len = 0;
+        let _cut = self.line.write_fmt(line); // an over-long line is cut, not lost
+        self.line.bytes[self.line.len] = b'\n';
+        self.link.write_all(&self.line.bytes[..=self.line.len])
     }
 }
+
+/// The transcript (`tapeplan_runtime::protocol`'s format and writer) over a link.
+pub type Transcript<'w, W> = TranscriptWriter<LineLink<'w, W>>;
 
 /// Trains the embedded run over `arena` and writes its transcript, up to the `digest` and
 /// `info` lines; the caller ends it (`end ok` / `end error …`) once it has added its own.
@@ -146,35 +145,25 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
     pause_ms: u32,
 ) -> Result<Summary, Failure<W::Error>> {
     let link = Failure::Link;
-    out.line(format_args!("tapeplan-transcript 1"))
-        .map_err(link)?;
-    out.line(format_args!("config {}", gen::RUN))
-        .map_err(link)?;
-    out.line(format_args!("target {} {}", gen::TARGET, gen::BOARD))
+    out.header().map_err(link)?;
+    out.config(gen::RUN).map_err(link)?;
+    out.target(format_args!("{} {}", gen::TARGET, gen::BOARD))
         .map_err(link)?;
 
     // Decode and validate, with the validator's scratch sized by the plan (on the stack: 7
     // bytes per tensor).
     let mut scratch = Scratch::<{ gen::PLAN_TENSORS }>::new();
     let plan = Plan::parse_with_scratch(gen::PLAN, &Limits::DEFAULT, &mut scratch)?;
-    out.line(format_args!(
-        "plan {:08x} {}",
-        plan.plan_id(),
-        plan.arena_elems()
-    ))
-    .map_err(link)?;
-    let mut data = Fnv64::new();
-    data.bytes(gen::PIXELS);
-    data.bytes(gen::LABELS);
-    out.line(format_args!("data {:016x} {}", data.finish(), gen::SAMPLES))
-        .map_err(link)?;
+    out.plan(plan.plan_id(), plan.arena_elems()).map_err(link)?;
+    let data = data_digest(gen::PIXELS, gen::LABELS);
+    out.data(data, gen::SAMPLES).map_err(link)?;
     defmt::info!(
         "plan {=u32:#010x}: arena {=usize} B, {=usize} instructions; {=usize} rows, data digest {=u64:#018x} (host {=u64:#018x})",
         plan.plan_id(),
         plan.arena_bytes(),
         plan.n_instrs(),
         gen::SAMPLES,
-        data.finish(),
+        data,
         gen::DATA_DIGEST
     );
 
@@ -194,8 +183,8 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
         at += elems;
     }
     let train = plan
-        .entry("train_step")
-        .ok_or(Failure::Missing("train_step entry"))?;
+        .entry(ENTRY_TRAIN_STEP)
+        .ok_or(Failure::Missing("entry", ENTRY_TRAIN_STEP))?;
 
     let steps_per_epoch = gen::SAMPLES / gen::BATCH;
     let mut order = [0u16; gen::SAMPLES];
@@ -210,11 +199,11 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
         for (i, o) in order.iter_mut().enumerate() {
             *o = i as u16; // SAMPLES ≤ 65535, checked by build.rs
         }
-        SplitMix64::new(epoch_seed(gen::SEED, epoch)).shuffle(&mut order);
+        epoch_shuffle(gen::SEED, epoch, &mut order);
         let mut sum = 0.0f32;
         let mut epoch_ticks = 0u64;
         for rows in order.chunks_exact(gen::BATCH) {
-            let x = s.input_mut(train, "x")?;
+            let x = s.input_mut(train, INPUT_X)?;
             for (dst, &row) in x.chunks_exact_mut(gen::D_IN).zip(rows) {
                 let start = usize::from(row) * gen::D_IN;
                 let src = &gen::PIXELS[start..start + gen::D_IN];
@@ -222,7 +211,7 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
                     *d = f32::from(p) * PIXEL_SCALE;
                 }
             }
-            let labels = s.input_mut(train, "labels")?;
+            let labels = s.input_mut(train, INPUT_LABELS)?;
             for (d, &row) in labels.iter_mut().zip(rows) {
                 *d = f32::from(gen::LABELS[usize::from(row)]);
             }
@@ -230,22 +219,17 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
             s.run(train)?;
             let ticks = clock.now_ticks().wrapping_sub(t0);
             let loss = s
-                .output(train, "loss")?
+                .output(train, OUTPUT_LOSS)?
                 .first()
                 .copied()
-                .ok_or(Failure::Missing("loss output"))?;
+                .ok_or(Failure::Missing("output", OUTPUT_LOSS))?;
             sum += loss;
             summary.steps += 1;
             summary.step_ticks_total += ticks;
             epoch_ticks += ticks;
             summary.step_ticks_min = summary.step_ticks_min.min(ticks);
             summary.step_ticks_max = summary.step_ticks_max.max(ticks);
-            out.line(format_args!(
-                "loss {} {:08x}",
-                summary.steps,
-                loss.to_bits()
-            ))
-            .map_err(link)?;
+            out.loss(summary.steps, loss).map_err(link)?;
         }
         let mean = sum / steps_per_epoch as f32;
         summary.last_mean_loss = mean;
@@ -256,10 +240,9 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
             mean,
             mean.to_bits()
         );
-        out.line(format_args!("epoch {} {:08x}", epoch + 1, mean.to_bits()))
-            .map_err(link)?;
-        out.line(format_args!(
-            "info epoch_ticks {} {} steps {}",
+        out.epoch(epoch + 1, mean).map_err(link)?;
+        out.info(format_args!(
+            "epoch_ticks {} {} steps {}",
             epoch + 1,
             epoch_ticks,
             steps_per_epoch
@@ -269,29 +252,18 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
     }
 
     // The final parameters, in the plan's order, and their digest.
-    let mut digest = Fnv64::new();
     for b in plan.parameters() {
-        let values = s.parameter(b.name)?;
-        for (k, chunk) in values.chunks(PARAMS_PER_LINE).enumerate() {
-            out.start();
-            let _ = write!(out, "param {} {}", b.name, k * PARAMS_PER_LINE);
-            for v in chunk {
-                let _ = write!(out, " {:08x}", v.to_bits());
-            }
-            out.finish().map_err(link)?;
-            digest.f32s(chunk);
-        }
+        out.param(b.name, s.parameter(b.name)?).map_err(link)?;
     }
-    out.line(format_args!("digest {:016x}", digest.finish()))
-        .map_err(link)?;
+    let digest = out.digest().map_err(link)?;
     defmt::info!(
         "trained {=usize} steps; parameter digest {=u64:#018x}",
         summary.steps,
-        digest.finish()
+        digest
     );
     let steps = summary.steps.max(1) as u64;
-    out.line(format_args!(
-        "info steps {} step_ticks mean {} min {} max {} at {} Hz math {}",
+    out.info(format_args!(
+        "steps {} step_ticks mean {} min {} max {} at {} Hz math {}",
         summary.steps,
         summary.step_ticks_total / steps,
         summary.step_ticks_min,
@@ -300,8 +272,8 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
         gen::MATH
     ))
     .map_err(link)?;
-    out.line(format_args!(
-        "info flash plan_bytes {} data_bytes {} init_bytes {}",
+    out.info(format_args!(
+        "flash plan_bytes {} data_bytes {} init_bytes {}",
         gen::PLAN.len(),
         gen::PIXELS.len() + gen::LABELS.len(),
         gen::INIT.len()

@@ -1,5 +1,9 @@
-//! The runtime's errors, one small `Copy` enum per stage: [`PlanError`] for decoding and
-//! validation, [`RunError`] for binding and execution.
+//! The runtime's errors, one small `Copy` enum per stage: [`DecodeError`] (the bytes),
+//! [`ValidateError`] (the rules), both answered by [`crate::Plan::parse`] as a [`ParseError`],
+//! and [`ExecError`] (binding an arena, moving data, running an entry). Each is
+//! `#[non_exhaustive]`, has a lowercase `Display`, implements `core::error::Error`, and with
+//! feature `defmt` implements `defmt::Format` (fields of `tapeplan_core` types through their
+//! `Display`, or `Debug` for the kinds).
 
 use core::fmt;
 
@@ -8,6 +12,7 @@ use tapeplan_core::{MathProfile, OpError, Opcode, Shape};
 
 /// A section of the plan: which array of records an index refers to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum Section {
     /// The tensor records.
     Tensors,
@@ -32,6 +37,7 @@ impl fmt::Display for Section {
 
 /// An operand position of an instruction record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum Operand {
     /// The `out` field.
     Out,
@@ -67,6 +73,8 @@ fn tensor_kind_name(kind: TensorKind) -> &'static str {
 
 /// Which rule of fused chains (see `docs/plan-format.md`, "Fused chains") an instruction breaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub enum FusionRule {
     /// A chain member that is not elementwise, `fill` or `broadcast`, or a `broadcast` member
     /// whose source is a register.
@@ -80,7 +88,7 @@ pub enum FusionRule {
     RegisterOutsideChain,
     /// A chain member reads a register that no earlier member of its own chain left in its slot:
     /// another value took the slot in between, or the register was written by another chain.
-    /// (A slot past `MAX_REGISTERS` is a [`PlanError::TensorOutsideRegion`] of the tensor.)
+    /// (A slot past `MAX_REGISTERS` is a [`ValidateError::TensorOutsideRegion`] of the tensor.)
     RegisterSlot,
     /// Two arena ranges of one chain, at least one written by it, that meet without being the
     /// same range (a tile at a time, they would not compute what one instruction at a time does).
@@ -105,10 +113,14 @@ impl fmt::Display for FusionRule {
     }
 }
 
-/// Why a byte string is not a valid plan: what [`crate::Plan::parse`] found. Indices are record
-/// positions in their section; `instr` is a global instruction index (not relative to an entry).
+/// Why a byte string does not decode as a plan: its framing (header, size, checksum, the
+/// [`crate::Limits`]) or a record's own fields (reserved bytes, kinds, opcodes, names) are
+/// malformed. Indices are record positions in their section; `instr` is a global instruction
+/// index (not relative to an entry).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PlanError {
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum DecodeError {
     /// The bytes end before the header or before `total_bytes` says the plan ends.
     Truncated {
         /// The bytes the plan needs.
@@ -157,12 +169,6 @@ pub enum PlanError {
         /// The flags word found.
         found: u32,
     },
-    /// The plan records a math profile this build leaves out (a firmware built with only
-    /// feature `math-precise` or `math-fast`).
-    MathProfile {
-        /// The profile the plan records.
-        found: MathProfile,
-    },
     /// A section has more records than the [`crate::Limits`] allow.
     TooMany {
         /// The section.
@@ -172,21 +178,12 @@ pub enum PlanError {
         /// The cap.
         limit: u32,
     },
-    /// The plan has no entry.
-    NoEntries,
     /// `total_bytes` differs from the size the record counts imply.
     SizeMismatch {
         /// `48 + 24·n_tensors + 20·n_instrs + 32·n_entries + 36·n_bindings`.
         expected_bytes: u64,
         /// `total_bytes` from the header.
         total_bytes: u32,
-    },
-    /// `persistent_elems` is not a multiple of 4 or exceeds `arena_elems`.
-    BadPersistentRegion {
-        /// The persistent region's size.
-        persistent_elems: u32,
-        /// The arena's size.
-        arena_elems: u32,
     },
     /// A tensor record's reserved field is not 0.
     TensorReserved {
@@ -210,19 +207,215 @@ pub enum PlanError {
         /// The tensor's index.
         tensor: u32,
     },
-    /// A tensor's offset is not a multiple of 4 elements.
-    TensorMisaligned {
-        /// The tensor's index.
-        tensor: u32,
-        /// The offset found.
-        offset_elems: u32,
-    },
     /// A tensor's kind byte is neither scratch (0) nor persistent (1).
     TensorKind {
         /// The tensor's index.
         tensor: u32,
         /// The byte found.
         kind: u8,
+    },
+    /// An instruction's opcode byte is not in the opcode table.
+    UnknownOpcode {
+        /// The instruction's index.
+        instr: u32,
+        /// The byte found.
+        byte: u8,
+    },
+    /// An instruction's `n_args` differs from its opcode's arity.
+    ArityMismatch {
+        /// The instruction's index.
+        instr: u32,
+        /// The opcode.
+        #[cfg_attr(feature = "defmt", defmt(Display2Format))]
+        op: Opcode,
+        /// The `n_args` found.
+        n_args: u8,
+    },
+    /// An instruction record's flags hold a bit this version does not define.
+    InstrReserved {
+        /// The instruction's index.
+        instr: u32,
+    },
+    /// An argument slot past the opcode's arity is not `0xFFFFFFFF`.
+    UnusedArgSlot {
+        /// The instruction's index.
+        instr: u32,
+        /// The slot's position.
+        slot: u8,
+        /// The value found.
+        found: u32,
+    },
+    /// An instruction whose opcode takes no attribute value (kind `none` or `target`) has a
+    /// non-zero attribute word.
+    NonzeroAttr {
+        /// The instruction's index.
+        instr: u32,
+        /// The opcode.
+        #[cfg_attr(feature = "defmt", defmt(Display2Format))]
+        op: Opcode,
+        /// The word found.
+        attr: u32,
+    },
+    /// An instruction's attribute block is malformed (outside the attribute section, or of the
+    /// wrong length for the opcode).
+    Attr {
+        /// The instruction's index.
+        instr: u32,
+        /// The opcode.
+        #[cfg_attr(feature = "defmt", defmt(Display2Format))]
+        op: Opcode,
+        /// What is wrong.
+        #[cfg_attr(feature = "defmt", defmt(Display2Format))]
+        error: AttrError,
+    },
+    /// A name field is empty, not UTF-8, or has non-NUL bytes after its padding starts.
+    BadName {
+        /// The section (entries or bindings).
+        section: Section,
+        /// The record's index.
+        index: u32,
+    },
+    /// A binding's kind byte is not 0..=3.
+    BindingKind {
+        /// The binding's index.
+        binding: u32,
+        /// The byte found.
+        kind: u8,
+    },
+    /// A binding record's reserved bytes are not 0.
+    BindingReserved {
+        /// The binding's index.
+        binding: u32,
+    },
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use DecodeError as E;
+        match *self {
+            E::Truncated {
+                needed_bytes,
+                found_bytes,
+            } => write!(
+                f,
+                "plan truncated: {found_bytes} bytes where {needed_bytes} are needed"
+            ),
+            E::TrailingBytes {
+                expected_bytes,
+                found_bytes,
+            } => write!(
+                f,
+                "{found_bytes} bytes given where the plan says it has {expected_bytes}"
+            ),
+            E::BadMagic { found } => write!(f, "bad magic {found:02x?}, expected \"TPLN\""),
+            E::FutureVersion { found, supported } => write!(
+                f,
+                "plan format version {found} is newer than the supported version {supported}"
+            ),
+            E::UnknownVersion { found } => write!(
+                f,
+                "plan format version {found} is not read here (this runtime reads version {}); plan the model again",
+                tapeplan_core::format::VERSION
+            ),
+            E::BadHeaderBytes { found } => write!(
+                f,
+                "header_bytes is {found}, expected {}",
+                tapeplan_core::format::HEADER_BYTES
+            ),
+            E::BadChecksum { stored, computed } => write!(
+                f,
+                "checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"
+            ),
+            E::UnknownFlags { found } => write!(f, "unknown flags {found:#x}"),
+            E::TooMany {
+                section,
+                found,
+                limit,
+            } => write!(f, "{found} {section} exceed the limit {limit}"),
+            E::SizeMismatch {
+                expected_bytes,
+                total_bytes,
+            } => write!(
+                f,
+                "total_bytes is {total_bytes} but the record counts imply {expected_bytes}"
+            ),
+            E::TensorReserved { tensor } => {
+                write!(f, "tensor {tensor}: reserved field is not zero")
+            }
+            E::TensorRank { tensor, rank } => {
+                write!(f, "tensor {tensor}: rank {rank} exceeds 4")
+            }
+            E::TensorDims { tensor } => {
+                write!(f, "tensor {tensor}: non-zero extent past its rank")
+            }
+            E::TensorTooLarge { tensor } => {
+                write!(f, "tensor {tensor}: more than 2^28 elements")
+            }
+            E::TensorKind { tensor, kind } => write!(f, "tensor {tensor}: unknown kind {kind}"),
+            E::UnknownOpcode { instr, byte } => {
+                write!(f, "instruction {instr}: unknown opcode {byte:#04x}")
+            }
+            E::ArityMismatch { instr, op, n_args } => write!(
+                f,
+                "instruction {instr}: {op} takes {} arguments, n_args is {n_args}",
+                op.arity()
+            ),
+            E::InstrReserved { instr } => {
+                write!(f, "instruction {instr}: undefined flag bits are set")
+            }
+            E::UnusedArgSlot { instr, slot, found } => write!(
+                f,
+                "instruction {instr}: unused argument slot {slot} holds {found:#x}, not 0xffffffff"
+            ),
+            E::NonzeroAttr { instr, op, attr } => write!(
+                f,
+                "instruction {instr}: {op} takes no attribute, found {attr:#x}"
+            ),
+            E::Attr { instr, op, error } => write!(f, "instruction {instr}: {op}: {error}"),
+            E::BadName { section, index } => {
+                write!(f, "{section} record {index}: malformed name")
+            }
+            E::BindingKind { binding, kind } => {
+                write!(f, "binding {binding}: unknown kind {kind}")
+            }
+            E::BindingReserved { binding } => {
+                write!(f, "binding {binding}: reserved bytes are not zero")
+            }
+        }
+    }
+}
+
+impl core::error::Error for DecodeError {}
+
+/// Why a plan that decodes breaks a rule of `docs/plan-format.md` (regions, references between
+/// records, shapes, liveness, fused chains, the caps on work), or asks for a capability this
+/// build leaves out. Indices as in [`DecodeError`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum ValidateError {
+    /// The plan records a math profile this build leaves out (a firmware built with only
+    /// feature `math-precise` or `math-fast`).
+    MathProfile {
+        /// The profile the plan records.
+        #[cfg_attr(feature = "defmt", defmt(Display2Format))]
+        found: MathProfile,
+    },
+    /// The plan has no entry.
+    NoEntries,
+    /// `persistent_elems` is not a multiple of 4 or exceeds `arena_elems`.
+    BadPersistentRegion {
+        /// The persistent region's size.
+        persistent_elems: u32,
+        /// The arena's size.
+        arena_elems: u32,
+    },
+    /// A tensor's offset is not a multiple of 4 elements.
+    TensorMisaligned {
+        /// The tensor's index.
+        tensor: u32,
+        /// The offset found.
+        offset_elems: u32,
     },
     /// A tensor does not lie inside the region its kind names.
     TensorOutsideRegion {
@@ -233,35 +426,16 @@ pub enum PlanError {
         /// Its element count.
         elems: u32,
         /// Its kind.
+        #[cfg_attr(feature = "defmt", defmt(Debug2Format))]
         kind: TensorKind,
-    },
-    /// An instruction's opcode byte is not in the opcode table.
-    UnknownOpcode {
-        /// The instruction's index.
-        instr: u32,
-        /// The byte found.
-        byte: u8,
     },
     /// An instruction names a leaf (`input`, `parameter`), which is not an instruction.
     LeafInstruction {
         /// The instruction's index.
         instr: u32,
         /// The opcode.
+        #[cfg_attr(feature = "defmt", defmt(Display2Format))]
         op: Opcode,
-    },
-    /// An instruction's `n_args` differs from its opcode's arity.
-    ArityMismatch {
-        /// The instruction's index.
-        instr: u32,
-        /// The opcode.
-        op: Opcode,
-        /// The `n_args` found.
-        n_args: u8,
-    },
-    /// An instruction record's flags hold a bit this version does not define.
-    InstrReserved {
-        /// The instruction's index.
-        instr: u32,
     },
     /// A fused chain that breaks one of the format's rules.
     Fusion {
@@ -281,40 +455,12 @@ pub enum PlanError {
         /// The index found.
         tensor: u32,
     },
-    /// An argument slot past the opcode's arity is not `0xFFFFFFFF`.
-    UnusedArgSlot {
-        /// The instruction's index.
-        instr: u32,
-        /// The slot's position.
-        slot: u8,
-        /// The value found.
-        found: u32,
-    },
-    /// An instruction whose opcode takes no attribute value (kind `none` or `target`) has a
-    /// non-zero attribute word.
-    NonzeroAttr {
-        /// The instruction's index.
-        instr: u32,
-        /// The opcode.
-        op: Opcode,
-        /// The word found.
-        attr: u32,
-    },
-    /// An instruction's attribute block is malformed (outside the attribute section, or of the
-    /// wrong length for the opcode).
-    Attr {
-        /// The instruction's index.
-        instr: u32,
-        /// The opcode.
-        op: Opcode,
-        /// What is wrong.
-        error: AttrError,
-    },
     /// The opcode's shape rule rejects the argument shapes.
     ShapeRule {
         /// The instruction's index.
         instr: u32,
         /// What the rule says.
+        #[cfg_attr(feature = "defmt", defmt(Display2Format))]
         error: OpError,
     },
     /// The output tensor's shape is not the one the shape rule gives.
@@ -322,18 +468,14 @@ pub enum PlanError {
         /// The instruction's index.
         instr: u32,
         /// The opcode.
+        #[cfg_attr(feature = "defmt", defmt(Display2Format))]
         op: Opcode,
         /// The shape the rule gives.
+        #[cfg_attr(feature = "defmt", defmt(Display2Format))]
         inferred: Shape,
         /// The output tensor's shape.
+        #[cfg_attr(feature = "defmt", defmt(Display2Format))]
         found: Shape,
-    },
-    /// A name field is empty, not UTF-8, or has non-NUL bytes after its padding starts.
-    BadName {
-        /// The section (entries or bindings).
-        section: Section,
-        /// The record's index.
-        index: u32,
     },
     /// Two records that must have distinct names share one.
     DuplicateName {
@@ -352,18 +494,6 @@ pub enum PlanError {
         first_instr: u32,
         /// Its `n_instrs`.
         n_instrs: u32,
-    },
-    /// A binding's kind byte is not 0..=3.
-    BindingKind {
-        /// The binding's index.
-        binding: u32,
-        /// The byte found.
-        kind: u8,
-    },
-    /// A binding record's reserved bytes are not 0.
-    BindingReserved {
-        /// The binding's index.
-        binding: u32,
     },
     /// A binding's entry field is out of range, or is `0xFFFFFFFF` for a non-parameter, or is
     /// not `0xFFFFFFFF` for a parameter.
@@ -385,6 +515,7 @@ pub enum PlanError {
         /// The binding's index.
         binding: u32,
         /// The binding's kind.
+        #[cfg_attr(feature = "defmt", defmt(Debug2Format))]
         kind: BindingKind,
     },
     /// An update whose name is not a parameter's.
@@ -479,59 +610,16 @@ pub enum PlanError {
     },
 }
 
-impl fmt::Display for PlanError {
+impl fmt::Display for ValidateError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use PlanError as E;
+        use ValidateError as E;
         match *self {
-            E::Truncated {
-                needed_bytes,
-                found_bytes,
-            } => write!(f, "plan truncated: {found_bytes} bytes where {needed_bytes} are needed"),
-            E::TrailingBytes {
-                expected_bytes,
-                found_bytes,
-            } => write!(
-                f,
-                "{found_bytes} bytes given where the plan says it has {expected_bytes}"
-            ),
-            E::BadMagic { found } => write!(f, "bad magic {found:02x?}, expected \"TPLN\""),
-            E::FutureVersion { found, supported } => write!(
-                f,
-                "plan format version {found} is newer than the supported version {supported}"
-            ),
-            E::UnknownVersion { found } => write!(
-                f,
-                "plan format version {found} is not read here (this runtime reads version {}); plan the model again",
-                tapeplan_core::format::VERSION
-            ),
-            E::BadHeaderBytes { found } => write!(
-                f,
-                "header_bytes is {found}, expected {}",
-                tapeplan_core::format::HEADER_BYTES
-            ),
-            E::BadChecksum { stored, computed } => write!(
-                f,
-                "checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"
-            ),
-            E::UnknownFlags { found } => write!(f, "unknown flags {found:#x}"),
             E::MathProfile { found } => write!(
                 f,
                 "the plan runs under the {found} math profile, which this build leaves out \
                  (feature `math-{found}`)"
             ),
-            E::TooMany {
-                section,
-                found,
-                limit,
-            } => write!(f, "{found} {section} exceed the limit {limit}"),
             E::NoEntries => f.write_str("the plan has no entry"),
-            E::SizeMismatch {
-                expected_bytes,
-                total_bytes,
-            } => write!(
-                f,
-                "total_bytes is {total_bytes} but the record counts imply {expected_bytes}"
-            ),
             E::BadPersistentRegion {
                 persistent_elems,
                 arena_elems,
@@ -540,18 +628,6 @@ impl fmt::Display for PlanError {
                 "persistent region of {persistent_elems} elements is not a multiple of 4 \
                  within the arena of {arena_elems}"
             ),
-            E::TensorReserved { tensor } => {
-                write!(f, "tensor {tensor}: reserved field is not zero")
-            }
-            E::TensorRank { tensor, rank } => {
-                write!(f, "tensor {tensor}: rank {rank} exceeds 4")
-            }
-            E::TensorDims { tensor } => {
-                write!(f, "tensor {tensor}: non-zero extent past its rank")
-            }
-            E::TensorTooLarge { tensor } => {
-                write!(f, "tensor {tensor}: more than 2^28 elements")
-            }
             E::TensorMisaligned {
                 tensor,
                 offset_elems,
@@ -559,7 +635,6 @@ impl fmt::Display for PlanError {
                 f,
                 "tensor {tensor}: offset {offset_elems} is not a multiple of 4 elements"
             ),
-            E::TensorKind { tensor, kind } => write!(f, "tensor {tensor}: unknown kind {kind}"),
             E::TensorOutsideRegion {
                 tensor,
                 offset_elems,
@@ -571,19 +646,8 @@ impl fmt::Display for PlanError {
                  {} region",
                 tensor_kind_name(kind)
             ),
-            E::UnknownOpcode { instr, byte } => {
-                write!(f, "instruction {instr}: unknown opcode {byte:#04x}")
-            }
             E::LeafInstruction { instr, op } => {
                 write!(f, "instruction {instr}: {op} is a leaf, not an instruction")
-            }
-            E::ArityMismatch { instr, op, n_args } => write!(
-                f,
-                "instruction {instr}: {op} takes {} arguments, n_args is {n_args}",
-                op.arity()
-            ),
-            E::InstrReserved { instr } => {
-                write!(f, "instruction {instr}: undefined flag bits are set")
             }
             E::Fusion { entry, instr, rule } => {
                 write!(f, "entry {entry}, instruction {instr}: fused chain: {rule}")
@@ -596,15 +660,6 @@ impl fmt::Display for PlanError {
                 f,
                 "instruction {instr}: {operand} names tensor {tensor}, past the tensor records"
             ),
-            E::UnusedArgSlot { instr, slot, found } => write!(
-                f,
-                "instruction {instr}: unused argument slot {slot} holds {found:#x}, not 0xffffffff"
-            ),
-            E::NonzeroAttr { instr, op, attr } => write!(
-                f,
-                "instruction {instr}: {op} takes no attribute, found {attr:#x}"
-            ),
-            E::Attr { instr, op, error } => write!(f, "instruction {instr}: {op}: {error}"),
             E::ShapeRule { instr, error } => write!(f, "instruction {instr}: {error}"),
             E::OutputShape {
                 instr,
@@ -615,9 +670,6 @@ impl fmt::Display for PlanError {
                 f,
                 "instruction {instr}: {op} gives shape {inferred}, its output has shape {found}"
             ),
-            E::BadName { section, index } => {
-                write!(f, "{section} record {index}: malformed name")
-            }
             E::DuplicateName {
                 section,
                 index,
@@ -634,12 +686,6 @@ impl fmt::Display for PlanError {
                 f,
                 "entry {entry}: instructions {first_instr}+{n_instrs} run past the instruction records"
             ),
-            E::BindingKind { binding, kind } => {
-                write!(f, "binding {binding}: unknown kind {kind}")
-            }
-            E::BindingReserved { binding } => {
-                write!(f, "binding {binding}: reserved bytes are not zero")
-            }
             E::BindingEntry { binding, entry } => {
                 write!(f, "binding {binding}: bad entry field {entry:#x}")
             }
@@ -726,11 +772,47 @@ impl fmt::Display for PlanError {
     }
 }
 
-impl core::error::Error for PlanError {}
+impl core::error::Error for ValidateError {}
+
+/// Why [`crate::Plan::parse`] refused a byte string: it does not decode, or it breaks a rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum ParseError {
+    /// The bytes do not decode.
+    Decode(DecodeError),
+    /// The plan decodes but breaks a rule.
+    Validate(ValidateError),
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParseError::Decode(e) => e.fmt(f),
+            ParseError::Validate(e) => e.fmt(f),
+        }
+    }
+}
+
+impl core::error::Error for ParseError {}
+
+impl From<DecodeError> for ParseError {
+    fn from(e: DecodeError) -> Self {
+        ParseError::Decode(e)
+    }
+}
+
+impl From<ValidateError> for ParseError {
+    fn from(e: ValidateError) -> Self {
+        ParseError::Validate(e)
+    }
+}
 
 /// Why binding an arena, moving data in or out, or running an entry failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RunError {
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum ExecError {
     /// The arena is shorter than the plan's `arena_elems`.
     ArenaTooSmall {
         /// The plan's `arena_elems`.
@@ -746,6 +828,7 @@ pub enum RunError {
     /// No binding of this kind has this name (in this entry, for inputs, outputs and updates).
     UnknownName {
         /// The kind of binding looked for.
+        #[cfg_attr(feature = "defmt", defmt(Debug2Format))]
         kind: BindingKind,
     },
     /// A slice whose length is not the tensor's element count.
@@ -760,6 +843,7 @@ pub enum RunError {
         /// The instruction's index.
         instr: u32,
         /// The kernel's error.
+        #[cfg_attr(feature = "defmt", defmt(Display2Format))]
         error: OpError,
     },
     /// An instruction whose records are inconsistent with the arena (cannot happen for a
@@ -767,6 +851,12 @@ pub enum RunError {
     Inconsistent {
         /// The instruction's index.
         instr: u32,
+    },
+    /// A [`crate::Program`] run in a session of another plan (another `plan_id`, CRC-32 or
+    /// bytes than the plan it was decoded from).
+    ForeignProgram {
+        /// The program's entry index.
+        entry: u32,
     },
     /// A guarded entry produced a value that is not finite (NaN or ±inf) in an output or an
     /// update, so it committed nothing: the parameters and optimizer state are exactly as they
@@ -781,35 +871,39 @@ pub enum RunError {
     },
 }
 
-impl fmt::Display for RunError {
+impl fmt::Display for ExecError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            RunError::ArenaTooSmall {
+            ExecError::ArenaTooSmall {
                 needed_elems,
                 found_elems,
             } => write!(
                 f,
                 "arena of {found_elems} elements is smaller than the {needed_elems} the plan needs"
             ),
-            RunError::UnknownEntry { entry } => write!(f, "entry {entry} is not in the plan"),
-            RunError::UnknownName { kind } => {
+            ExecError::UnknownEntry { entry } => write!(f, "entry {entry} is not in the plan"),
+            ExecError::UnknownName { kind } => {
                 write!(f, "no {} of that name", binding_kind_name(kind))
             }
-            RunError::LengthMismatch {
+            ExecError::LengthMismatch {
                 expected_elems,
                 found_elems,
             } => write!(
                 f,
                 "{found_elems} elements given where the tensor has {expected_elems}"
             ),
-            RunError::Kernel { instr, error } => write!(f, "instruction {instr}: {error}"),
-            RunError::Inconsistent { instr } => {
+            ExecError::Kernel { instr, error } => write!(f, "instruction {instr}: {error}"),
+            ExecError::Inconsistent { instr } => {
                 write!(
                     f,
                     "instruction {instr}: records inconsistent with the arena"
                 )
             }
-            RunError::NonFinite {
+            ExecError::ForeignProgram { entry } => write!(
+                f,
+                "the program of entry {entry} was decoded from another plan than the session's"
+            ),
+            ExecError::NonFinite {
                 entry,
                 binding,
                 element,
@@ -821,4 +915,32 @@ impl fmt::Display for RunError {
     }
 }
 
-impl core::error::Error for RunError {}
+impl core::error::Error for ExecError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::mem::size_of;
+
+    /// Errors travel by value through every `?` of the decode, validate and run paths, so they
+    /// stay small: at most 24 bytes for [`DecodeError`] (the bytes found and a record index),
+    /// 56 for the others, whose largest variants carry a shape rule's [`OpError`] (48 bytes:
+    /// the shapes it names) or two [`Shape`]s. A variant that grows past these is a deliberate
+    /// change to this test.
+    #[test]
+    fn errors_stay_small() {
+        assert!(
+            size_of::<DecodeError>() <= 24,
+            "{}",
+            size_of::<DecodeError>()
+        );
+        assert!(
+            size_of::<ValidateError>() <= 56,
+            "{}",
+            size_of::<ValidateError>()
+        );
+        assert!(size_of::<ParseError>() <= 56, "{}", size_of::<ParseError>());
+        assert!(size_of::<ExecError>() <= 56, "{}", size_of::<ExecError>());
+        assert!(size_of::<FusionRule>() <= 1 && size_of::<Section>() <= 1);
+    }
+}

@@ -13,8 +13,12 @@
 pub mod catalog;
 mod checkpoint;
 mod error;
+mod exec;
+mod fused;
 mod limits;
 mod plan;
+mod program;
+pub mod protocol;
 mod session;
 mod validate;
 
@@ -23,10 +27,11 @@ pub use checkpoint::{
     CheckpointError, CHECKPOINT_CRC_OFFSET, CHECKPOINT_HEADER_BYTES, CHECKPOINT_MAGIC,
     CHECKPOINT_VERSION,
 };
-pub use error::{FusionRule, Operand, PlanError, RunError, Section};
+pub use error::{DecodeError, ExecError, FusionRule, Operand, ParseError, Section, ValidateError};
 pub use limits::Limits;
 pub use plan::{Binding, EntryId, Plan};
-pub use session::{Decoded, Program, Session};
+pub use program::{Decoded, Program};
+pub use session::Session;
 pub use validate::{Scratch, DEFAULT_SCRATCH_TENSORS};
 
 pub use tapeplan_core::format::{BindingKind, TensorKind};

@@ -10,7 +10,7 @@ use tapeplan_core::format::{
 };
 use tapeplan_core::{MathProfile, Shape, MAX_RANK};
 
-use crate::error::PlanError;
+use crate::error::{DecodeError, ParseError, ValidateError};
 use crate::validate::{self, Scratch};
 use crate::Limits;
 
@@ -54,23 +54,24 @@ pub(crate) struct TensorView {
 
 impl TensorView {
     /// Checks a tensor record's own fields (not its region) and converts it.
-    pub(crate) fn new(rec: &TensorRecord, tensor: u32) -> Result<TensorView, PlanError> {
+    pub(crate) fn new(rec: &TensorRecord, tensor: u32) -> Result<TensorView, ParseError> {
         if rec.reserved != 0 {
-            return Err(PlanError::TensorReserved { tensor });
+            return Err(DecodeError::TensorReserved { tensor }.into());
         }
         let rank = usize::from(rec.rank);
         if rank > MAX_RANK {
-            return Err(PlanError::TensorRank {
+            return Err(DecodeError::TensorRank {
                 tensor,
                 rank: rec.rank,
-            });
+            }
+            .into());
         }
         if rec.dims.iter().skip(rank).any(|&d| d != 0) {
-            return Err(PlanError::TensorDims { tensor });
+            return Err(DecodeError::TensorDims { tensor }.into());
         }
         let shape =
-            Shape::from_u32(rank, rec.dims).map_err(|_| PlanError::TensorTooLarge { tensor })?;
-        let kind = TensorKind::from_u8(rec.kind).ok_or(PlanError::TensorKind {
+            Shape::from_u32(rank, rec.dims).map_err(|_| DecodeError::TensorTooLarge { tensor })?;
+        let kind = TensorKind::from_u8(rec.kind).ok_or(DecodeError::TensorKind {
             tensor,
             kind: rec.kind,
         })?;
@@ -78,7 +79,7 @@ impl TensorView {
         let elems = shape.elems();
         let end = offset
             .checked_add(elems)
-            .ok_or(PlanError::TensorOutsideRegion {
+            .ok_or(ValidateError::TensorOutsideRegion {
                 tensor,
                 offset_elems: rec.offset_elems,
                 elems: u32::try_from(elems).unwrap_or(u32::MAX),
@@ -174,6 +175,13 @@ fn record(bytes: &[u8], at: usize, index: usize, size: usize) -> Option<&[u8]> {
     bytes.get(start..start.checked_add(size)?)
 }
 
+/// [`record`] as an array of its size: a record decoder inlined over it reads each field
+/// without a bounds check (what `Session::run` does for every instruction of every step).
+#[inline(always)]
+fn record_array<const N: usize>(bytes: &[u8], at: usize, index: usize) -> Option<&[u8; N]> {
+    record(bytes, at, index, N)?.try_into().ok()
+}
+
 /// The name field at the start of a record, borrowed from the plan's bytes.
 pub(crate) fn name_in(rec: &[u8]) -> Option<&str> {
     let field: &[u8; NAME_BYTES] = rec.get(..NAME_BYTES)?.try_into().ok()?;
@@ -188,8 +196,8 @@ impl<'a> Plan<'a> {
     /// [`Plan::parse_with_scratch`] and keep the scratch elsewhere.
     ///
     /// # Errors
-    /// [`PlanError`] naming the first rule of `docs/plan-format.md` the bytes break.
-    pub fn parse(bytes: &'a [u8]) -> Result<Plan<'a>, PlanError> {
+    /// [`ParseError`] naming the first rule of `docs/plan-format.md` the bytes break.
+    pub fn parse(bytes: &'a [u8]) -> Result<Plan<'a>, ParseError> {
         Plan::parse_with_limits(bytes, &Limits::DEFAULT)
     }
 
@@ -197,8 +205,8 @@ impl<'a> Plan<'a> {
     /// [`Limits::DEFAULT`] are treated as the spec's).
     ///
     /// # Errors
-    /// As [`Plan::parse`]; [`PlanError::TooMany`] when a section exceeds its cap.
-    pub fn parse_with_limits(bytes: &'a [u8], limits: &Limits) -> Result<Plan<'a>, PlanError> {
+    /// As [`Plan::parse`]; [`DecodeError::TooMany`] when a section exceeds its cap.
+    pub fn parse_with_limits(bytes: &'a [u8], limits: &Limits) -> Result<Plan<'a>, ParseError> {
         let mut scratch = Scratch::<{ validate::DEFAULT_SCRATCH_TENSORS }>::new();
         Plan::parse_with_scratch(bytes, limits, &mut scratch)
     }
@@ -213,7 +221,7 @@ impl<'a> Plan<'a> {
         bytes: &'a [u8],
         limits: &Limits,
         scratch: &mut Scratch<N>,
-    ) -> Result<Plan<'a>, PlanError> {
+    ) -> Result<Plan<'a>, ParseError> {
         validate::validate(bytes, limits, scratch)
     }
 
@@ -249,6 +257,16 @@ impl<'a> Plan<'a> {
         self.header.plan_id
     }
 
+    /// Whether `other` is this plan: the same identity (`plan_id`, CRC-32, size) and the same
+    /// bytes (compared only when the two are not the same borrowed buffer; while both plans
+    /// borrow it, a buffer cannot change). A copy of a plan's bytes elsewhere is the same plan.
+    pub fn same_plan(&self, other: &Plan<'_>) -> bool {
+        self.header.plan_id == other.header.plan_id
+            && self.header.crc32 == other.header.crc32
+            && self.bytes.len() == other.bytes.len()
+            && (core::ptr::eq(self.bytes, other.bytes) || self.bytes == other.bytes)
+    }
+
     /// The number of tensor records.
     pub fn n_tensors(&self) -> usize {
         self.layout.n_tensors
@@ -270,7 +288,8 @@ impl<'a> Plan<'a> {
     }
 
     pub(crate) fn tensor_record(&self, index: usize) -> Option<TensorRecord> {
-        record(self.bytes, HEADER_BYTES, index, TENSOR_RECORD_BYTES).map(TensorRecord::decode)
+        record_array::<TENSOR_RECORD_BYTES>(self.bytes, HEADER_BYTES, index)
+            .map(|r| TensorRecord::decode(r))
     }
 
     pub(crate) fn tensor_view(&self, index: u32) -> Option<TensorView> {
@@ -312,12 +331,15 @@ impl<'a> Plan<'a> {
         work
     }
 
+    /// Instruction record `index`, through `tapeplan_core::format`'s decoder: the runtime's one
+    /// reader of instruction records (the validator, the work count and the executor's
+    /// [`crate::program`] all call it), so a change to the record's bytes lands here.
     pub(crate) fn instr_record(&self, index: usize) -> Option<InstrRecord> {
         if index >= self.layout.n_instrs {
             return None;
         }
-        record(self.bytes, self.layout.instrs_at, index, INSTR_RECORD_BYTES)
-            .map(InstrRecord::decode)
+        record_array::<INSTR_RECORD_BYTES>(self.bytes, self.layout.instrs_at, index)
+            .map(|r| InstrRecord::decode(r))
     }
 
     /// The attribute section's bytes.

@@ -18,7 +18,7 @@ use tapeplan_core::format::{
 use tapeplan_core::ops::infer;
 use tapeplan_core::{MathProfile, OpClass, Opcode, Shape, MAX_ARITY};
 
-use crate::error::{FusionRule, Operand, PlanError, Section};
+use crate::error::{DecodeError, FusionRule, Operand, ParseError, Section, ValidateError};
 use crate::plan::{name_in, us, Layout, Plan, TensorView};
 use crate::Limits;
 
@@ -80,57 +80,63 @@ fn idx32(i: usize) -> u32 {
     u32::try_from(i).unwrap_or(u32::MAX)
 }
 
-fn check_header(bytes: &[u8], limits: &Limits, cap_tensors: usize) -> Result<Header, PlanError> {
+fn check_header(bytes: &[u8], limits: &Limits, cap_tensors: usize) -> Result<Header, ParseError> {
     if bytes.len() < HEADER_BYTES {
-        return Err(PlanError::Truncated {
+        return Err(DecodeError::Truncated {
             needed_bytes: HEADER_BYTES,
             found_bytes: bytes.len(),
-        });
+        }
+        .into());
     }
     let h = Header::decode(bytes);
     if h.magic != MAGIC {
-        return Err(PlanError::BadMagic { found: h.magic });
+        return Err(DecodeError::BadMagic { found: h.magic }.into());
     }
     if h.version > VERSION {
-        return Err(PlanError::FutureVersion {
+        return Err(DecodeError::FutureVersion {
             found: h.version,
             supported: VERSION,
-        });
+        }
+        .into());
     }
     if h.version != VERSION {
-        return Err(PlanError::UnknownVersion { found: h.version });
+        return Err(DecodeError::UnknownVersion { found: h.version }.into());
     }
     if usize::from(h.header_bytes) != HEADER_BYTES {
-        return Err(PlanError::BadHeaderBytes {
+        return Err(DecodeError::BadHeaderBytes {
             found: h.header_bytes,
-        });
+        }
+        .into());
     }
     let total = us(h.total_bytes);
     if bytes.len() < total {
-        return Err(PlanError::Truncated {
+        return Err(DecodeError::Truncated {
             needed_bytes: total,
             found_bytes: bytes.len(),
-        });
+        }
+        .into());
     }
     if bytes.len() > total {
-        return Err(PlanError::TrailingBytes {
+        return Err(DecodeError::TrailingBytes {
             expected_bytes: total,
             found_bytes: bytes.len(),
-        });
+        }
+        .into());
     }
     let computed = plan_crc(bytes).unwrap_or(!h.crc32);
     if computed != h.crc32 {
-        return Err(PlanError::BadChecksum {
+        return Err(DecodeError::BadChecksum {
             stored: h.crc32,
             computed,
-        });
+        }
+        .into());
     }
     if h.flags & !KNOWN_FLAGS != 0 {
-        return Err(PlanError::UnknownFlags { found: h.flags });
+        return Err(DecodeError::UnknownFlags { found: h.flags }.into());
     }
     let math = MathProfile::from_flags(h.flags);
     if !math.in_build() {
-        return Err(PlanError::MathProfile { found: math });
+        return Err(ValidateError::MathProfile { found: math }.into());
     }
     let d = Limits::DEFAULT;
     let cap_t = limits
@@ -156,28 +162,31 @@ fn check_header(bytes: &[u8], limits: &Limits, cap_tensors: usize) -> Result<Hea
         ),
     ] {
         if found > limit {
-            return Err(PlanError::TooMany {
+            return Err(DecodeError::TooMany {
                 section,
                 found,
                 limit,
-            });
+            }
+            .into());
         }
     }
     if h.n_entries == 0 {
-        return Err(PlanError::NoEntries);
+        return Err(ValidateError::NoEntries.into());
     }
     let expected = expected_bytes(&h);
     if expected != Some(u64::from(h.total_bytes)) {
-        return Err(PlanError::SizeMismatch {
+        return Err(DecodeError::SizeMismatch {
             expected_bytes: expected.unwrap_or(u64::MAX),
             total_bytes: h.total_bytes,
-        });
+        }
+        .into());
     }
     if !h.persistent_elems.is_multiple_of(4) || h.persistent_elems > h.arena_elems {
-        return Err(PlanError::BadPersistentRegion {
+        return Err(ValidateError::BadPersistentRegion {
             persistent_elems: h.persistent_elems,
             arena_elems: h.arena_elems,
-        });
+        }
+        .into());
     }
     Ok(h)
 }
@@ -199,12 +208,12 @@ fn expected_bytes(h: &Header) -> Option<u64> {
     Some(total)
 }
 
-fn check_tensors(plan: &Plan<'_>) -> Result<(), PlanError> {
+fn check_tensors(plan: &Plan<'_>) -> Result<(), ParseError> {
     let arena = plan.arena_elems();
     let persistent = plan.persistent_elems();
     for i in 0..plan.layout.n_tensors {
         let tensor = idx32(i);
-        let rec = plan.tensor_record(i).ok_or(PlanError::Truncated {
+        let rec = plan.tensor_record(i).ok_or(DecodeError::Truncated {
             needed_bytes: plan.layout.end_at,
             found_bytes: plan.bytes.len(),
         })?;
@@ -212,91 +221,97 @@ fn check_tensors(plan: &Plan<'_>) -> Result<(), PlanError> {
         if v.kind == TensorKind::Register {
             // Not in the arena: the offset is a register slot.
             if v.offset >= MAX_REGISTERS {
-                return Err(PlanError::TensorOutsideRegion {
+                return Err(ValidateError::TensorOutsideRegion {
                     tensor,
                     offset_elems: rec.offset_elems,
                     elems: idx32(v.elems),
                     kind: v.kind,
-                });
+                }
+                .into());
             }
             continue;
         }
         if !v.offset.is_multiple_of(ALIGN_ELEMS) {
-            return Err(PlanError::TensorMisaligned {
+            return Err(ValidateError::TensorMisaligned {
                 tensor,
                 offset_elems: rec.offset_elems,
-            });
+            }
+            .into());
         }
         let (lo, hi) = match v.kind {
             TensorKind::Scratch | TensorKind::Register => (persistent, arena),
             TensorKind::Persistent => (0, persistent),
         };
         if v.offset < lo || v.end > hi {
-            return Err(PlanError::TensorOutsideRegion {
+            return Err(ValidateError::TensorOutsideRegion {
                 tensor,
                 offset_elems: rec.offset_elems,
                 elems: idx32(v.elems),
                 kind: v.kind,
-            });
+            }
+            .into());
         }
     }
     Ok(())
 }
 
-fn check_instrs(plan: &Plan<'_>) -> Result<(), PlanError> {
+fn check_instrs(plan: &Plan<'_>) -> Result<(), ParseError> {
     let n_tensors = plan.layout.n_tensors;
     for i in 0..plan.layout.n_instrs {
         let instr = idx32(i);
-        let rec = plan.instr_record(i).ok_or(PlanError::Truncated {
+        let rec = plan.instr_record(i).ok_or(DecodeError::Truncated {
             needed_bytes: plan.layout.end_at,
             found_bytes: plan.bytes.len(),
         })?;
-        let op = Opcode::from_u8(rec.opcode).ok_or(PlanError::UnknownOpcode {
+        let op = Opcode::from_u8(rec.opcode).ok_or(DecodeError::UnknownOpcode {
             instr,
             byte: rec.opcode,
         })?;
         if matches!(op, Opcode::Input | Opcode::Parameter) {
-            return Err(PlanError::LeafInstruction { instr, op });
+            return Err(ValidateError::LeafInstruction { instr, op }.into());
         }
         let arity = op.arity();
         if usize::from(rec.n_args) != arity {
-            return Err(PlanError::ArityMismatch {
+            return Err(DecodeError::ArityMismatch {
                 instr,
                 op,
                 n_args: rec.n_args,
-            });
+            }
+            .into());
         }
         if rec.flags & !FUSE_NEXT != 0 {
-            return Err(PlanError::InstrReserved { instr });
+            return Err(DecodeError::InstrReserved { instr }.into());
         }
         if us(rec.out) >= n_tensors {
-            return Err(PlanError::TensorIndex {
+            return Err(ValidateError::TensorIndex {
                 instr,
                 operand: Operand::Out,
                 tensor: rec.out,
-            });
+            }
+            .into());
         }
         let mut shapes = [Shape::SCALAR; MAX_ARITY];
         for (slot, (&a, s)) in rec.args.iter().zip(shapes.iter_mut()).enumerate() {
             let slot8 = u8::try_from(slot).unwrap_or(u8::MAX);
             if slot < arity {
-                let v = plan.tensor_view(a).ok_or(PlanError::TensorIndex {
+                let v = plan.tensor_view(a).ok_or(ValidateError::TensorIndex {
                     instr,
                     operand: Operand::Arg(slot8),
                     tensor: a,
                 })?;
                 *s = v.shape;
             } else if a != NO_ARG {
-                return Err(PlanError::UnusedArgSlot {
+                return Err(DecodeError::UnusedArgSlot {
                     instr,
                     slot: slot8,
                     found: a,
-                });
+                }
+                .into());
             }
         }
         let out = plan
             .tensor_view(rec.out)
-            .ok_or(PlanError::TensorIndex {
+            .ok_or(ValidateError::TensorIndex {
                 instr,
                 operand: Operand::Out,
                 tensor: rec.out,
@@ -305,37 +320,39 @@ fn check_instrs(plan: &Plan<'_>) -> Result<(), PlanError> {
         let attr = match decode_attr(op, rec.attr_word, plan.attr_section(), out) {
             Ok(attr) => attr,
             Err(AttrError::NonzeroWord { word }) => {
-                return Err(PlanError::NonzeroAttr {
+                return Err(DecodeError::NonzeroAttr {
                     instr,
                     op,
                     attr: word,
-                })
+                }
+                .into())
             }
-            Err(error) => return Err(PlanError::Attr { instr, op, error }),
+            Err(error) => return Err(DecodeError::Attr { instr, op, error }.into()),
         };
         let arg_shapes = shapes.get(..arity).unwrap_or(&[]);
         match infer(op, attr, arg_shapes) {
             Ok(s) if s == out => {}
             Ok(inferred) => {
-                return Err(PlanError::OutputShape {
+                return Err(ValidateError::OutputShape {
                     instr,
                     op,
                     inferred,
                     found: out,
-                })
+                }
+                .into())
             }
-            Err(error) => return Err(PlanError::ShapeRule { instr, error }),
+            Err(error) => return Err(ValidateError::ShapeRule { instr, error }.into()),
         }
     }
     Ok(())
 }
 
-fn check_entries(plan: &Plan<'_>) -> Result<(), PlanError> {
+fn check_entries(plan: &Plan<'_>) -> Result<(), ParseError> {
     let n_instrs = plan.layout.n_instrs;
     for i in 0..plan.layout.n_entries {
         let entry = idx32(i);
         let raw = plan.entry_bytes(i).unwrap_or(&[]);
-        let name = name_in(raw).ok_or(PlanError::BadName {
+        let name = name_in(raw).ok_or(DecodeError::BadName {
             section: Section::Entries,
             index: entry,
         })?;
@@ -344,11 +361,12 @@ fn check_entries(plan: &Plan<'_>) -> Result<(), PlanError> {
             .checked_add(us(rec.n_instrs))
             .is_some_and(|end| end <= n_instrs);
         if !fits {
-            return Err(PlanError::EntryRange {
+            return Err(ValidateError::EntryRange {
                 entry,
                 first_instr: rec.first_instr,
                 n_instrs: rec.n_instrs,
-            });
+            }
+            .into());
         }
         for j in 0..i {
             if plan
@@ -356,11 +374,12 @@ fn check_entries(plan: &Plan<'_>) -> Result<(), PlanError> {
                 .and_then(name_in)
                 .is_some_and(|other| other == name)
             {
-                return Err(PlanError::DuplicateName {
+                return Err(ValidateError::DuplicateName {
                     section: Section::Entries,
                     index: entry,
                     first: idx32(j),
-                });
+                }
+                .into());
             }
         }
     }
@@ -373,36 +392,37 @@ fn binding_at(plan: &Plan<'_>, i: usize) -> Option<(BindingRecord, BindingKind)>
     Some((rec, BindingKind::from_u8(rec.kind)?))
 }
 
-fn check_bindings(plan: &Plan<'_>) -> Result<(), PlanError> {
+fn check_bindings(plan: &Plan<'_>) -> Result<(), ParseError> {
     let n_entries = plan.layout.n_entries;
     for i in 0..plan.layout.n_bindings {
         let binding = idx32(i);
         let raw = plan.binding_bytes(i).unwrap_or(&[]);
-        let name = name_in(raw).ok_or(PlanError::BadName {
+        let name = name_in(raw).ok_or(DecodeError::BadName {
             section: Section::Bindings,
             index: binding,
         })?;
         let rec = BindingRecord::decode(raw);
-        let kind = BindingKind::from_u8(rec.kind).ok_or(PlanError::BindingKind {
+        let kind = BindingKind::from_u8(rec.kind).ok_or(DecodeError::BindingKind {
             binding,
             kind: rec.kind,
         })?;
         if rec.reserved != [0; 3] {
-            return Err(PlanError::BindingReserved { binding });
+            return Err(DecodeError::BindingReserved { binding }.into());
         }
         let entry_ok = match kind {
             BindingKind::Parameter => rec.entry == ALL_ENTRIES,
             _ => us(rec.entry) < n_entries,
         };
         if !entry_ok {
-            return Err(PlanError::BindingEntry {
+            return Err(ValidateError::BindingEntry {
                 binding,
                 entry: rec.entry,
-            });
+            }
+            .into());
         }
         let t = plan
             .tensor_view(rec.tensor)
-            .ok_or(PlanError::BindingTensor {
+            .ok_or(ValidateError::BindingTensor {
                 binding,
                 tensor: rec.tensor,
             })?;
@@ -414,7 +434,7 @@ fn check_bindings(plan: &Plan<'_>) -> Result<(), PlanError> {
             BindingKind::Input => t.kind == TensorKind::Scratch,
         };
         if !region_ok {
-            return Err(PlanError::BindingRegion { binding, kind });
+            return Err(ValidateError::BindingRegion { binding, kind }.into());
         }
         for j in 0..i {
             let Some((other, other_kind)) = binding_at(plan, j) else {
@@ -427,11 +447,12 @@ fn check_bindings(plan: &Plan<'_>) -> Result<(), PlanError> {
                     .and_then(name_in)
                     .is_some_and(|n| n == name)
             {
-                return Err(PlanError::DuplicateName {
+                return Err(ValidateError::DuplicateName {
                     section: Section::Bindings,
                     index: binding,
                     first: idx32(j),
-                });
+                }
+                .into());
             }
         }
         if kind == BindingKind::Update {
@@ -443,39 +464,40 @@ fn check_bindings(plan: &Plan<'_>) -> Result<(), PlanError> {
                         .is_some_and(|n| n == name)
             });
             let Some(p) = param else {
-                return Err(PlanError::UpdateWithoutParameter { binding });
+                return Err(ValidateError::UpdateWithoutParameter { binding }.into());
             };
             let pt = plan
                 .binding_record(p)
                 .and_then(|r| plan.tensor_view(r.tensor));
             let in_place = t.kind == TensorKind::Persistent;
             if !pt.is_some_and(|pt| pt.shape == t.shape && (!in_place || pt.offset == t.offset)) {
-                return Err(PlanError::UpdateMismatch {
+                return Err(ValidateError::UpdateMismatch {
                     binding,
                     parameter: idx32(p),
-                });
+                }
+                .into());
             }
         }
     }
     Ok(())
 }
 
-fn code(i: usize) -> Result<u16, PlanError> {
+fn code(i: usize) -> Result<u16, ParseError> {
     // Entries are at most `max_instrs` ≤ 8192 long, so `i + 1` fits.
     i.checked_add(1)
         .and_then(|c| u16::try_from(c).ok())
         .filter(|&c| c != NOT_IN)
-        .ok_or(PlanError::TooMany {
+        .ok_or(ParseError::Decode(DecodeError::TooMany {
             section: Section::Instrs,
             found: idx32(i),
             limit: Limits::DEFAULT.max_instrs,
-        })
+        }))
 }
 
 /// Entry `entry`'s instruction range (checked by `check_entries` before the per-entry passes).
-fn entry_range(plan: &Plan<'_>, entry: u32) -> Result<core::ops::Range<usize>, PlanError> {
+fn entry_range(plan: &Plan<'_>, entry: u32) -> Result<core::ops::Range<usize>, ValidateError> {
     plan.entry_range(crate::EntryId(entry))
-        .ok_or(PlanError::EntryRange {
+        .ok_or(ValidateError::EntryRange {
             entry,
             first_instr: 0,
             n_instrs: 0,
@@ -487,7 +509,7 @@ fn check_entry<const N: usize>(
     plan: &Plan<'_>,
     e: usize,
     s: &mut Scratch<N>,
-) -> Result<(), PlanError> {
+) -> Result<(), ParseError> {
     let entry = idx32(e);
     let nt = plan.layout.n_tensors;
     let range = entry_range(plan, entry)?;
@@ -498,11 +520,12 @@ fn check_entry<const N: usize>(
         s.end.get_mut(..nt),
         s.flags.get_mut(..nt),
     ) else {
-        return Err(PlanError::TooMany {
+        return Err(DecodeError::TooMany {
             section: Section::Tensors,
             found: idx32(nt),
             limit: idx32(N),
-        });
+        }
+        .into());
     };
     def.fill(NOT_IN);
     end.fill(NOT_IN);
@@ -536,7 +559,7 @@ fn check_entry<const N: usize>(
         let k = first.saturating_add(li);
         let instr = idx32(k);
         let c = code(li)?;
-        let rec = plan.instr_record(k).ok_or(PlanError::EntryRange {
+        let rec = plan.instr_record(k).ok_or(ValidateError::EntryRange {
             entry,
             first_instr: idx32(first),
             n_instrs: idx32(len),
@@ -547,11 +570,12 @@ fn check_entry<const N: usize>(
             match def.get(t) {
                 Some(&d) if d != NOT_IN => {}
                 _ => {
-                    return Err(PlanError::UseBeforeDefinition {
+                    return Err(ValidateError::UseBeforeDefinition {
                         entry,
                         instr,
                         tensor: a,
-                    })
+                    }
+                    .into())
                 }
             }
             if let Some(l) = end.get_mut(t) {
@@ -562,35 +586,36 @@ fn check_entry<const N: usize>(
         let f = flags.get(t).copied().unwrap_or(0);
         if def.get(t).is_some_and(|&d| d != NOT_IN) {
             let tensor = rec.out;
-            return Err(if f & PARAM != 0 {
-                PlanError::WritesParameter {
+            return Err(ParseError::Validate(if f & PARAM != 0 {
+                ValidateError::WritesParameter {
                     entry,
                     instr,
                     tensor,
                 }
             } else if f & INPUT != 0 {
-                PlanError::WritesInput {
+                ValidateError::WritesInput {
                     entry,
                     instr,
                     tensor,
                 }
             } else {
-                PlanError::Redefinition {
+                ValidateError::Redefinition {
                     entry,
                     instr,
                     tensor,
                 }
-            });
+            }));
         }
         let persistent = plan
             .tensor_view(rec.out)
             .is_some_and(|v| v.kind == TensorKind::Persistent);
         if persistent && f & UPDATE == 0 {
-            return Err(PlanError::PersistentNotUpdate {
+            return Err(ValidateError::PersistentNotUpdate {
                 entry,
                 instr,
                 tensor: rec.out,
-            });
+            }
+            .into());
         }
         if let (Some(d), Some(l)) = (def.get_mut(t), end.get_mut(t)) {
             *d = c;
@@ -615,7 +640,7 @@ fn check_entry<const N: usize>(
         }
     }
     if kinds.0 && kinds.1 {
-        return Err(PlanError::MixedUpdates { entry });
+        return Err(ValidateError::MixedUpdates { entry }.into());
     }
 
     // Outputs and updates must be defined by an instruction, and outlive the entry.
@@ -631,11 +656,12 @@ fn check_entry<const N: usize>(
         match def.get(t) {
             Some(&d) if d != NOT_IN && d != 0 => {}
             _ => {
-                return Err(PlanError::NotDefined {
+                return Err(ValidateError::NotDefined {
                     entry,
                     binding: idx32(b),
                     tensor: rec.tensor,
-                })
+                }
+                .into())
             }
         }
         if let Some(l) = end.get_mut(t) {
@@ -719,9 +745,9 @@ fn check_overlap(
     def: &[u16],
     end: &[u16],
     order: &mut [u16],
-) -> Result<(), PlanError> {
+) -> Result<(), ParseError> {
     let end_of = |t: u16| end.get(usize::from(t)).copied().unwrap_or(0);
-    let overlap = |a: u16, b: u16| PlanError::Overlap {
+    let overlap = |a: u16, b: u16| ValidateError::Overlap {
         entry,
         tensor_a: u32::from(a.min(b)),
         tensor_b: u32::from(a.max(b)),
@@ -740,7 +766,7 @@ fn check_overlap(
     };
     for (t, v) in at_start() {
         if let Some((a, _)) = active.meeting(plan, &v).next() {
-            return Err(overlap(a, t));
+            return Err(overlap(a, t).into());
         }
         active.insert(plan, t, v.offset);
     }
@@ -772,7 +798,7 @@ fn check_overlap(
                     && va.offset == vb.offset
                     && va.end == vb.end;
                 if !in_place {
-                    return Err(overlap(a, b));
+                    return Err(overlap(a, b).into());
                 }
             }
         }
@@ -802,10 +828,10 @@ fn check_overlap(
 /// instructions of one output shape, reads each register it uses from the slot its own earlier
 /// member wrote, and never lets two arena ranges it touches (one of them written) meet without
 /// being the same range. Instructions outside chains touch no register.
-fn check_chains(plan: &Plan<'_>, e: usize) -> Result<(), PlanError> {
+fn check_chains(plan: &Plan<'_>, e: usize) -> Result<(), ValidateError> {
     let entry = idx32(e);
     let range = entry_range(plan, entry)?;
-    let fusion = |k: usize, rule| PlanError::Fusion {
+    let fusion = |k: usize, rule| ValidateError::Fusion {
         entry,
         instr: idx32(k),
         rule,
@@ -850,8 +876,8 @@ fn check_chain(
     plan: &Plan<'_>,
     first: usize,
     last: usize,
-    fusion: &dyn Fn(usize, FusionRule) -> PlanError,
-) -> Result<(), PlanError> {
+    fusion: &dyn Fn(usize, FusionRule) -> ValidateError,
+) -> Result<(), ValidateError> {
     const MAX_TOUCHED: usize = MAX_CHAIN_INSTRS * (MAX_ARITY + 1);
     let mut holder = [NO_ARG; MAX_REGISTERS];
     // The arena tensors the chain touches: whether the chain writes them, and whether it reads
@@ -928,7 +954,7 @@ fn check_chain(
 fn check_no_parameter_writes<const N: usize>(
     plan: &Plan<'_>,
     s: &mut Scratch<N>,
-) -> Result<(), PlanError> {
+) -> Result<(), ParseError> {
     let flags = s.flags.get_mut(..plan.layout.n_tensors).unwrap_or(&mut []);
     flags.fill(0);
     for b in 0..plan.layout.n_bindings {
@@ -943,11 +969,12 @@ fn check_no_parameter_writes<const N: usize>(
             continue;
         };
         if flags.get(us(rec.out)).is_some_and(|&f| f & PARAM != 0) {
-            return Err(PlanError::WritesParameter {
+            return Err(ValidateError::WritesParameter {
                 entry: ALL_ENTRIES,
                 instr: idx32(k),
                 tensor: rec.out,
-            });
+            }
+            .into());
         }
     }
     Ok(())
@@ -958,9 +985,9 @@ pub(crate) fn validate<'a, const N: usize>(
     bytes: &'a [u8],
     limits: &Limits,
     scratch: &mut Scratch<N>,
-) -> Result<Plan<'a>, PlanError> {
+) -> Result<Plan<'a>, ParseError> {
     let header = check_header(bytes, limits, N)?;
-    let layout = Layout::new(&header).ok_or(PlanError::SizeMismatch {
+    let layout = Layout::new(&header).ok_or(DecodeError::SizeMismatch {
         expected_bytes: u64::MAX,
         total_bytes: header.total_bytes,
     })?;
@@ -982,11 +1009,12 @@ pub(crate) fn validate<'a, const N: usize>(
         for e in plan.entries() {
             let work = plan.entry_work(e);
             if work > limits.max_work_per_entry {
-                return Err(PlanError::TooMuchWork {
+                return Err(ValidateError::TooMuchWork {
                     entry: idx32(e.index()),
                     work,
                     limit: limits.max_work_per_entry,
-                });
+                }
+                .into());
             }
         }
     }

@@ -22,7 +22,9 @@ use common::*;
 use tapeplan_core::format::{BindingKind, TensorKind, FUSE_NEXT, MAX_CHAIN_INSTRS};
 use tapeplan_core::ops::eval;
 use tapeplan_core::Opcode;
-use tapeplan_runtime::{Decoded, FusionRule, Plan, PlanError, RunError, Session};
+use tapeplan_runtime::{
+    DecodeError, Decoded, ExecError, FusionRule, ParseError, Plan, Session, ValidateError,
+};
 
 const SENTINEL: f32 = -7.25e-33;
 const PAD: usize = 37;
@@ -147,7 +149,7 @@ fn agree(b: &Builder, init: &[f32]) {
             };
             match (&seq, got) {
                 (Ok(()), Ok(())) => {}
-                (Err(bi), Err(RunError::NonFinite { binding, .. })) => assert_eq!(*bi, binding),
+                (Err(bi), Err(ExecError::NonFinite { binding, .. })) => assert_eq!(*bi, binding),
                 (w, g) => panic!("entry {e:?} way {way}: want {w:?}, got {g:?}"),
             }
             assert!(
@@ -184,12 +186,12 @@ fn defuse(b: &Builder) -> Builder {
     plain
 }
 
-fn fusion(instr: u32, rule: FusionRule) -> PlanError {
-    PlanError::Fusion {
+fn fusion(instr: u32, rule: FusionRule) -> ParseError {
+    ParseError::Validate(ValidateError::Fusion {
         entry: 0,
         instr,
         rule,
-    }
+    })
 }
 
 fn fused(b: &mut Builder, instrs: std::ops::Range<usize>) {
@@ -269,7 +271,7 @@ fn registers_read_before_written_or_across_chains() {
     b.bind("y", BindingKind::Output, 0, y);
     assert!(matches!(
         Plan::parse(&b.build()).unwrap_err(),
-        PlanError::UseBeforeDefinition { .. }
+        ParseError::Validate(ValidateError::UseBeforeDefinition { .. })
     ));
 
     // Written in one entry's chain, read in another entry's chain (same instructions, shifted).
@@ -290,7 +292,7 @@ fn registers_read_before_written_or_across_chains() {
     b.bind("z", BindingKind::Output, 1, z);
     assert!(matches!(
         Plan::parse(&b.build()).unwrap_err(),
-        PlanError::UseBeforeDefinition { entry: 1, .. }
+        ParseError::Validate(ValidateError::UseBeforeDefinition { entry: 1, .. })
     ));
     // Entry `b` alone from the chain's middle, with r's definition its own: the chain `b` sees
     // starts at its first instruction.
@@ -360,7 +362,7 @@ fn registers_overwritten_written_twice_bound_or_misshapen() {
         b.tensors[r1 as usize].offset_elems = slot;
         assert!(matches!(
             Plan::parse(&b.build()).unwrap_err(),
-            PlanError::TensorOutsideRegion { .. }
+            ParseError::Validate(ValidateError::TensorOutsideRegion { .. })
         ));
     }
     // Written twice.
@@ -368,7 +370,7 @@ fn registers_overwritten_written_twice_bound_or_misshapen() {
     b.instrs[1].out = r0;
     assert!(matches!(
         Plan::parse(&b.build()).unwrap_err(),
-        PlanError::Redefinition { .. }
+        ParseError::Validate(ValidateError::Redefinition { .. })
     ));
     // A register of another shape than the chain ([2, 2] and [8]; the same and other counts).
     for (rank, dims) in [(2u8, [2, 2, 0, 0]), (1, [8, 0, 0, 0]), (0, [0; 4])] {
@@ -394,7 +396,7 @@ fn registers_overwritten_written_twice_bound_or_misshapen() {
         assert!(
             matches!(
                 Plan::parse(&b.build()).unwrap_err(),
-                PlanError::BindingRegion { .. }
+                ParseError::Validate(ValidateError::BindingRegion { .. })
             ),
             "{kind:?}"
         );
@@ -442,7 +444,7 @@ fn fuse_next_on_an_entrys_last_instruction() {
         b.instrs[3].flags = f;
         assert!(matches!(
             Plan::parse(&b.build()).unwrap_err(),
-            PlanError::InstrReserved { instr: 3 }
+            ParseError::Decode(DecodeError::InstrReserved { instr: 3 })
         ));
     }
     // An empty entry, and an entry of one instruction with the flag.
@@ -557,7 +559,7 @@ fn zero_element_chains() {
     };
     assert!(matches!(
         Plan::parse_with_limits(&bytes, &limits).unwrap_err(),
-        PlanError::TooMuchWork { .. }
+        ParseError::Validate(ValidateError::TooMuchWork { .. })
     ));
 }
 
@@ -615,7 +617,7 @@ fn updates_in_chains_in_place_and_guarded_with_non_finite_values() {
     b.bind("v", BindingKind::Output, 0, v);
     assert!(matches!(
         Plan::parse(&b.build()).unwrap_err(),
-        PlanError::Overlap { .. }
+        ParseError::Validate(ValidateError::Overlap { .. })
     ));
     // The update read after it is written, in the same chain: fine.
     b.instrs[3].args = [4, 4, u32::MAX];
@@ -651,7 +653,8 @@ fn chain_outputs_partially_over_inputs_and_persistent_tensors() {
         b.bind("y", BindingKind::Output, 0, y);
         let e = Plan::parse(&b.build()).unwrap_err();
         assert!(
-            e == fusion(2, FusionRule::PartialAlias) || matches!(e, PlanError::Overlap { .. }),
+            e == fusion(2, FusionRule::PartialAlias)
+                || matches!(e, ParseError::Validate(ValidateError::Overlap { .. })),
             "{reader} {writer}: {e:?}"
         );
         // Exactly over x instead: fine when x dies at its reader (it always does here).
@@ -905,7 +908,7 @@ fn random_chains_run_as_one_instruction_at_a_time() {
             }
             Err(e) => {
                 let key = match e {
-                    PlanError::Fusion { rule, .. } => format!("{rule:?}"),
+                    ParseError::Validate(ValidateError::Fusion { rule, .. }) => format!("{rule:?}"),
                     e => format!("{e:?}")
                         .split([' ', '{'])
                         .next()

@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use proptest::prelude::*;
 use tapeplan_core::format::HEADER_BYTES;
-use tapeplan_runtime::{Plan, PlanError};
+use tapeplan_runtime::{DecodeError, ParseError, Plan};
 
 fn plans() -> Vec<Vec<u8>> {
     let mut v = vec![mlp_plan()];
@@ -44,14 +44,14 @@ fn truncated_at_every_length() {
             let e = Plan::parse(&p[..n]).unwrap_err();
             assert_eq!(
                 e,
-                PlanError::Truncated {
+                ParseError::Decode(DecodeError::Truncated {
                     needed_bytes: if n < HEADER_BYTES {
                         HEADER_BYTES
                     } else {
                         p.len()
                     },
                     found_bytes: n
-                }
+                })
             );
             // Still truncated with the header's total_bytes and CRC fixed up to match.
             if n >= HEADER_BYTES {

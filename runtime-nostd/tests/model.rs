@@ -8,7 +8,7 @@ use common::*;
 use proptest::prelude::*;
 use tapeplan_core::format::{BindingKind, TensorKind};
 use tapeplan_core::{OpClass, Opcode};
-use tapeplan_runtime::{Plan, PlanError};
+use tapeplan_runtime::{ParseError, Plan, ValidateError};
 
 struct Rng(u64);
 
@@ -178,7 +178,7 @@ proptest! {
                 prop_assert!(!expect_overlap, "accepted an overlap");
                 run_everything(&bytes);
             }
-            Err(PlanError::Overlap { .. }) => prop_assert!(expect_overlap, "rejected a valid plan"),
+            Err(ParseError::Validate(ValidateError::Overlap { .. })) => prop_assert!(expect_overlap, "rejected a valid plan"),
             Err(e) => prop_assert!(false, "unexpected error {e:?}"),
         }
     }

@@ -12,9 +12,11 @@ use tapeplan_core::format::{
     BindingKind, TensorKind, ALL_ENTRIES, FUSE_NEXT, HEADER_BYTES, NO_ARG, VERSION,
 };
 use tapeplan_core::{OpError, Opcode, Shape};
-use tapeplan_runtime::{Limits, Operand, Plan, PlanError, Scratch, Section, Session};
+use tapeplan_runtime::{
+    DecodeError, Limits, Operand, ParseError, Plan, Scratch, Section, Session, ValidateError,
+};
 
-fn err(bytes: Vec<u8>) -> PlanError {
+fn err(bytes: Vec<u8>) -> ParseError {
     let e = Plan::parse(&bytes).unwrap_err();
     // Every error has a lowercase message.
     let msg = e.to_string();
@@ -36,26 +38,26 @@ fn truncated_and_trailing() {
     let n = b.len();
     assert_eq!(
         err(b[..HEADER_BYTES - 1].to_vec()),
-        PlanError::Truncated {
+        ParseError::Decode(DecodeError::Truncated {
             needed_bytes: HEADER_BYTES,
             found_bytes: HEADER_BYTES - 1
-        }
+        })
     );
     assert_eq!(
         err(b[..n - 1].to_vec()),
-        PlanError::Truncated {
+        ParseError::Decode(DecodeError::Truncated {
             needed_bytes: n,
             found_bytes: n - 1
-        }
+        })
     );
     let mut long = b.clone();
     long.push(0);
     assert_eq!(
         err(long),
-        PlanError::TrailingBytes {
+        ParseError::Decode(DecodeError::TrailingBytes {
             expected_bytes: n,
             found_bytes: n + 1
-        }
+        })
     );
 }
 
@@ -64,70 +66,76 @@ fn header_rules() {
     let b = mlp_plan();
     assert_eq!(
         err(with_header(b.clone(), |h| h.magic = *b"TPLX")),
-        PlanError::BadMagic { found: *b"TPLX" }
+        ParseError::Decode(DecodeError::BadMagic { found: *b"TPLX" })
     );
     assert_eq!(
         err(with_header(b.clone(), |h| h.version = VERSION + 1)),
-        PlanError::FutureVersion {
+        ParseError::Decode(DecodeError::FutureVersion {
             found: VERSION + 1,
             supported: VERSION
-        }
+        })
     );
     assert_eq!(
         err(with_header(b.clone(), |h| h.version = u16::MAX)),
-        PlanError::FutureVersion {
+        ParseError::Decode(DecodeError::FutureVersion {
             found: u16::MAX,
             supported: VERSION
-        }
+        })
     );
     assert_eq!(
         err(with_header(b.clone(), |h| h.version = 0)),
-        PlanError::UnknownVersion { found: 0 }
+        ParseError::Decode(DecodeError::UnknownVersion { found: 0 })
     );
     assert_eq!(
         err(with_header(b.clone(), |h| h.header_bytes = 64)),
-        PlanError::BadHeaderBytes { found: 64 }
+        ParseError::Decode(DecodeError::BadHeaderBytes { found: 64 })
     );
     assert_eq!(
         err(with_header(b.clone(), |h| h.flags = 2)),
-        PlanError::UnknownFlags { found: 2 }
+        ParseError::Decode(DecodeError::UnknownFlags { found: 2 })
     );
     assert_eq!(
         err(with_header(b.clone(), |h| h.flags = 0x8000_0001)),
-        PlanError::UnknownFlags { found: 0x8000_0001 }
+        ParseError::Decode(DecodeError::UnknownFlags { found: 0x8000_0001 })
     );
     assert_eq!(
         err(with_header(b.clone(), |h| h.n_bindings += 1)),
-        PlanError::SizeMismatch {
+        ParseError::Decode(DecodeError::SizeMismatch {
             expected_bytes: b.len() as u64 + 36,
             total_bytes: b.len() as u32
-        }
+        })
     );
     assert_eq!(
         err(with_header(b.clone(), |h| h.persistent_elems = 18)),
-        PlanError::BadPersistentRegion {
+        ParseError::Validate(ValidateError::BadPersistentRegion {
             persistent_elems: 18,
             arena_elems: 72
-        }
+        })
     );
     assert_eq!(
         err(with_header(b.clone(), |h| h.persistent_elems = 76)),
-        PlanError::BadPersistentRegion {
+        ParseError::Validate(ValidateError::BadPersistentRegion {
             persistent_elems: 76,
             arena_elems: 72
-        }
+        })
     );
     let mut noentries = mlp_builder();
     noentries.entries.clear();
     noentries.bindings.retain(|x| x.entry == ALL_ENTRIES);
-    assert_eq!(err(noentries.build()), PlanError::NoEntries);
+    assert_eq!(
+        err(noentries.build()),
+        ParseError::Validate(ValidateError::NoEntries)
+    );
 }
 
 #[test]
 fn checksum() {
     let mut b = mlp_plan();
     b[60] ^= 1;
-    assert!(matches!(err(b), PlanError::BadChecksum { .. }));
+    assert!(matches!(
+        err(b),
+        ParseError::Decode(DecodeError::BadChecksum { .. })
+    ));
 }
 
 #[test]
@@ -139,11 +147,11 @@ fn limits() {
     };
     assert_eq!(
         Plan::parse_with_limits(&b, &tight).unwrap_err(),
-        PlanError::TooMany {
+        ParseError::Decode(DecodeError::TooMany {
             section: Section::Tensors,
             found: 10,
             limit: 5
-        }
+        })
     );
     let tight = Limits {
         max_instrs: 6,
@@ -151,10 +159,10 @@ fn limits() {
     };
     assert!(matches!(
         Plan::parse_with_limits(&b, &tight),
-        Err(PlanError::TooMany {
+        Err(ParseError::Decode(DecodeError::TooMany {
             section: Section::Instrs,
             ..
-        })
+        }))
     ));
     // A work cap: the example's entries do a few hundred element operations.
     let plan = Plan::parse(&b).unwrap();
@@ -166,7 +174,7 @@ fn limits() {
     };
     assert!(matches!(
         Plan::parse_with_limits(&b, &capped),
-        Err(PlanError::TooMuchWork { work, .. }) if work == worst
+        Err(ParseError::Validate(ValidateError::TooMuchWork { work, .. })) if work == worst
     ));
     let enough = Limits {
         max_work_per_entry: worst,
@@ -184,29 +192,29 @@ fn limits() {
     }
     assert_eq!(
         Plan::parse_with_limits(&many.build(), &loose).unwrap_err(),
-        PlanError::TooMany {
+        ParseError::Decode(DecodeError::TooMany {
             section: Section::Entries,
             found: 19,
             limit: 16
-        }
+        })
     );
     assert_eq!(
         err(with_header(b.clone(), |h| h.n_tensors = 5000)),
-        PlanError::TooMany {
+        ParseError::Decode(DecodeError::TooMany {
             section: Section::Tensors,
             found: 5000,
             limit: 4096
-        }
+        })
     );
     // A scratch for fewer tensors caps the plan.
     let mut small = Scratch::<8>::new();
     assert_eq!(
         Plan::parse_with_scratch(&b, &Limits::DEFAULT, &mut small).unwrap_err(),
-        PlanError::TooMany {
+        ParseError::Decode(DecodeError::TooMany {
             section: Section::Tensors,
             found: 10,
             limit: 8
-        }
+        })
     );
     let mut enough = Scratch::<10>::new();
     Plan::parse_with_scratch(&b, &Limits::DEFAULT, &mut enough).unwrap();
@@ -218,68 +226,68 @@ fn tensor_rules() {
     let x = X as usize;
     assert_eq!(
         err(with_tensor(b.clone(), x, |t| t.reserved = 1)),
-        PlanError::TensorReserved { tensor: X }
+        ParseError::Decode(DecodeError::TensorReserved { tensor: X })
     );
     assert_eq!(
         err(with_tensor(b.clone(), x, |t| t.rank = 5)),
-        PlanError::TensorRank { tensor: X, rank: 5 }
+        ParseError::Decode(DecodeError::TensorRank { tensor: X, rank: 5 })
     );
     assert_eq!(
         err(with_tensor(b.clone(), x, |t| t.rank = 1)),
-        PlanError::TensorDims { tensor: X }
+        ParseError::Decode(DecodeError::TensorDims { tensor: X })
     );
     assert_eq!(
         err(with_tensor(b.clone(), x, |t| t.dims = [1 << 15, 1 << 14, 0, 0])),
-        PlanError::TensorTooLarge { tensor: X }
+        ParseError::Decode(DecodeError::TensorTooLarge { tensor: X })
     );
     assert_eq!(
         err(with_tensor(b.clone(), x, |t| t.offset_elems = 18)),
-        PlanError::TensorMisaligned {
+        ParseError::Validate(ValidateError::TensorMisaligned {
             tensor: X,
             offset_elems: 18
-        }
+        })
     );
     assert_eq!(
         err(with_tensor(b.clone(), x, |t| t.kind = 3)),
-        PlanError::TensorKind { tensor: X, kind: 3 }
+        ParseError::Decode(DecodeError::TensorKind { tensor: X, kind: 3 })
     );
     // Past the arena.
     assert_eq!(
         err(with_tensor(b.clone(), x, |t| t.offset_elems = 68)),
-        PlanError::TensorOutsideRegion {
+        ParseError::Validate(ValidateError::TensorOutsideRegion {
             tensor: X,
             offset_elems: 68,
             elems: 6,
             kind: TensorKind::Scratch
-        }
+        })
     );
     assert_eq!(
         err(with_tensor(b.clone(), x, |t| t.offset_elems = u32::MAX - 3)),
-        PlanError::TensorOutsideRegion {
+        ParseError::Validate(ValidateError::TensorOutsideRegion {
             tensor: X,
             offset_elems: u32::MAX - 3,
             elems: 6,
             kind: TensorKind::Scratch
-        }
+        })
     );
     // A scratch tensor in the persistent region, a persistent one in scratch.
     assert_eq!(
         err(with_tensor(b.clone(), x, |t| t.offset_elems = 8)),
-        PlanError::TensorOutsideRegion {
+        ParseError::Validate(ValidateError::TensorOutsideRegion {
             tensor: X,
             offset_elems: 8,
             elems: 6,
             kind: TensorKind::Scratch
-        }
+        })
     );
     assert_eq!(
         err(with_tensor(b.clone(), B as usize, |t| t.offset_elems = 16)),
-        PlanError::TensorOutsideRegion {
+        ParseError::Validate(ValidateError::TensorOutsideRegion {
             tensor: B,
             offset_elems: 16,
             elems: 4,
             kind: TensorKind::Persistent
-        }
+        })
     );
 }
 
@@ -288,98 +296,98 @@ fn instruction_rules() {
     let b = mlp_plan();
     assert_eq!(
         err(with_instr(b.clone(), 2, |i| i.opcode = 0x03)),
-        PlanError::UnknownOpcode { instr: 2, byte: 3 }
+        ParseError::Decode(DecodeError::UnknownOpcode { instr: 2, byte: 3 })
     );
     assert_eq!(
         err(with_instr(b.clone(), 4, |i| i.opcode = 0x01)),
-        PlanError::LeafInstruction {
+        ParseError::Validate(ValidateError::LeafInstruction {
             instr: 4,
             op: Opcode::Parameter
-        }
+        })
     );
     // n_args disagrees with the arity.
     assert_eq!(
         err(with_instr(b.clone(), 2, |i| i.n_args = 1)),
-        PlanError::ArityMismatch {
+        ParseError::Decode(DecodeError::ArityMismatch {
             instr: 2,
             op: Opcode::Add,
             n_args: 1
-        }
+        })
     );
     // A unary opcode with two arguments.
     assert_eq!(
         err(with_instr(b.clone(), 2, |i| i.opcode = Opcode::Tanh.to_u8())),
-        PlanError::ArityMismatch {
+        ParseError::Decode(DecodeError::ArityMismatch {
             instr: 2,
             op: Opcode::Tanh,
             n_args: 2
-        }
+        })
     );
     assert_eq!(
         err(with_instr(b.clone(), 2, |i| i.flags = 2)),
-        PlanError::InstrReserved { instr: 2 }
+        ParseError::Decode(DecodeError::InstrReserved { instr: 2 })
     );
     assert_eq!(
         err(with_instr(b.clone(), 2, |i| i.out = 10)),
-        PlanError::TensorIndex {
+        ParseError::Validate(ValidateError::TensorIndex {
             instr: 2,
             operand: Operand::Out,
             tensor: 10
-        }
+        })
     );
     assert_eq!(
         err(with_instr(b.clone(), 2, |i| i.args[1] = 99)),
-        PlanError::TensorIndex {
+        ParseError::Validate(ValidateError::TensorIndex {
             instr: 2,
             operand: Operand::Arg(1),
             tensor: 99
-        }
+        })
     );
     assert_eq!(
         err(with_instr(b.clone(), 3, |i| i.args[1] = 0)),
-        PlanError::UnusedArgSlot {
+        ParseError::Decode(DecodeError::UnusedArgSlot {
             instr: 3,
             slot: 1,
             found: 0
-        }
+        })
     );
     assert_eq!(
         err(with_instr(b.clone(), 2, |i| i.attr_word = 1)),
-        PlanError::NonzeroAttr {
+        ParseError::Decode(DecodeError::NonzeroAttr {
             instr: 2,
             op: Opcode::Add,
             attr: 1
-        }
+        })
     );
     // broadcast([2, 3] -> [2, 4]) breaks the shape rule.
     assert_eq!(
         err(with_instr(b.clone(), 1, |i| i.args[0] = X)),
-        PlanError::ShapeRule {
+        ParseError::Validate(ValidateError::ShapeRule {
             instr: 1,
             error: OpError::BadTarget {
                 op: Opcode::Broadcast,
                 from: Shape::new(&[2, 3]).unwrap(),
                 to: Shape::new(&[2, 4]).unwrap(),
             }
-        }
+        })
     );
     // add of [2, 3] and [2, 4].
     assert!(matches!(
         err(with_instr(b.clone(), 2, |i| i.args[0] = X)),
-        PlanError::ShapeRule {
+        ParseError::Validate(ValidateError::ShapeRule {
             instr: 2,
             error: OpError::ShapeMismatch { .. }
-        }
+        })
     ));
     // matmul's output declared [4, 2] where the rule gives [2, 4].
     assert_eq!(
         err(with_tensor(b.clone(), XW as usize, |t| t.dims = [4, 2, 0, 0])),
-        PlanError::OutputShape {
+        ParseError::Validate(ValidateError::OutputShape {
             instr: 0,
             op: Opcode::MatMul,
             inferred: Shape::new(&[2, 4]).unwrap(),
             found: Shape::new(&[4, 2]).unwrap(),
-        }
+        })
     );
 }
 
@@ -388,54 +396,54 @@ fn entry_rules() {
     let b = mlp_plan();
     assert_eq!(
         err(with_entry(b.clone(), 1, |e| e.name = [0; 24])),
-        PlanError::BadName {
+        ParseError::Decode(DecodeError::BadName {
             section: Section::Entries,
             index: 1
-        }
+        })
     );
     assert_eq!(
         err(with_entry(b.clone(), 1, |e| {
             e.name[3] = 0;
         })),
-        PlanError::BadName {
+        ParseError::Decode(DecodeError::BadName {
             section: Section::Entries,
             index: 1
-        }
+        })
     );
     assert_eq!(
         err(with_entry(b.clone(), 1, |e| e.name[0] = 0xFF)),
-        PlanError::BadName {
+        ParseError::Decode(DecodeError::BadName {
             section: Section::Entries,
             index: 1
-        }
+        })
     );
     assert_eq!(
         err(with_entry(b.clone(), 1, |e| e.name =
             tapeplan_core::format::encode_name("forward").unwrap())),
-        PlanError::DuplicateName {
+        ParseError::Validate(ValidateError::DuplicateName {
             section: Section::Entries,
             index: 1,
             first: 0
-        }
+        })
     );
     assert_eq!(
         err(with_entry(b.clone(), 0, |e| e.first_instr = 5)),
-        PlanError::EntryRange {
+        ParseError::Validate(ValidateError::EntryRange {
             entry: 0,
             first_instr: 5,
             n_instrs: 4
-        }
+        })
     );
     assert_eq!(
         err(with_entry(b.clone(), 0, |e| {
             e.first_instr = u32::MAX;
             e.n_instrs = 2;
         })),
-        PlanError::EntryRange {
+        ParseError::Validate(ValidateError::EntryRange {
             entry: 0,
             first_instr: u32::MAX,
             n_instrs: 2
-        }
+        })
     );
 }
 
@@ -446,103 +454,103 @@ fn binding_rules() {
     // 5 train output y, 6 train update w.
     assert_eq!(
         err(with_binding(b.clone(), 2, |x| x.name[5] = b'z')),
-        PlanError::BadName {
+        ParseError::Decode(DecodeError::BadName {
             section: Section::Bindings,
             index: 2
-        }
+        })
     );
     assert_eq!(
         err(with_binding(b.clone(), 2, |x| x.kind = 4)),
-        PlanError::BindingKind {
+        ParseError::Decode(DecodeError::BindingKind {
             binding: 2,
             kind: 4
-        }
+        })
     );
     assert_eq!(
         err(with_binding(b.clone(), 2, |x| x.reserved[2] = 1)),
-        PlanError::BindingReserved { binding: 2 }
+        ParseError::Decode(DecodeError::BindingReserved { binding: 2 })
     );
     assert_eq!(
         err(with_binding(b.clone(), 0, |x| x.entry = 0)),
-        PlanError::BindingEntry {
+        ParseError::Validate(ValidateError::BindingEntry {
             binding: 0,
             entry: 0
-        }
+        })
     );
     assert_eq!(
         err(with_binding(b.clone(), 2, |x| x.entry = ALL_ENTRIES)),
-        PlanError::BindingEntry {
+        ParseError::Validate(ValidateError::BindingEntry {
             binding: 2,
             entry: ALL_ENTRIES
-        }
+        })
     );
     assert_eq!(
         err(with_binding(b.clone(), 2, |x| x.entry = 2)),
-        PlanError::BindingEntry {
+        ParseError::Validate(ValidateError::BindingEntry {
             binding: 2,
             entry: 2
-        }
+        })
     );
     assert_eq!(
         err(with_binding(b.clone(), 2, |x| x.tensor = 10)),
-        PlanError::BindingTensor {
+        ParseError::Validate(ValidateError::BindingTensor {
             binding: 2,
             tensor: 10
-        }
+        })
     );
     assert_eq!(
         err(with_binding(b.clone(), 1, |x| x.tensor = X)),
-        PlanError::BindingRegion {
+        ParseError::Validate(ValidateError::BindingRegion {
             binding: 1,
             kind: BindingKind::Parameter
-        }
+        })
     );
     assert_eq!(
         err(with_binding(b.clone(), 2, |x| x.tensor = W)),
-        PlanError::BindingRegion {
+        ParseError::Validate(ValidateError::BindingRegion {
             binding: 2,
             kind: BindingKind::Input
-        }
+        })
     );
     // An update in scratch is a guarded update; it must still have its parameter's shape.
     assert_eq!(
         err(with_binding(b.clone(), 6, |x| x.tensor = Y)),
-        PlanError::UpdateMismatch {
+        ParseError::Validate(ValidateError::UpdateMismatch {
             binding: 6,
             parameter: 0
-        }
+        })
     );
     // Two parameters named "w".
     assert_eq!(
         err(with_binding(b.clone(), 1, |x| x.name[0] = b'w')),
-        PlanError::DuplicateName {
+        ParseError::Validate(ValidateError::DuplicateName {
             section: Section::Bindings,
             index: 1,
             first: 0
-        }
+        })
     );
     // Two outputs "y" of the train step.
     assert_eq!(
         err(with_binding(b.clone(), 3, |x| x.entry = 1)),
-        PlanError::DuplicateName {
+        ParseError::Validate(ValidateError::DuplicateName {
             section: Section::Bindings,
             index: 5,
             first: 3
-        }
+        })
     );
     assert_eq!(
         err(with_binding(b.clone(), 6, |x| x.name[0] = b'v')),
-        PlanError::UpdateWithoutParameter { binding: 6 }
+        ParseError::Validate(ValidateError::UpdateWithoutParameter { binding: 6 })
     );
     // The update tensor moved: another offset than its parameter's.
     assert_eq!(
         err(with_tensor(b.clone(), W_NEW as usize, |t| {
             t.offset_elems = 4;
         })),
-        PlanError::UpdateMismatch {
+        ParseError::Validate(ValidateError::UpdateMismatch {
             binding: 6,
             parameter: 0
-        }
+        })
     );
 }
 
@@ -555,49 +563,49 @@ fn definition_before_use() {
             e.first_instr = 2;
             e.n_instrs = 2;
         })),
-        PlanError::UseBeforeDefinition {
+        ParseError::Validate(ValidateError::UseBeforeDefinition {
             entry: 0,
             instr: 2,
             tensor: XW
-        }
+        })
     );
     // tanh(s) -> s: s is written a second time.
     assert_eq!(
         err(with_instr(b.clone(), 3, |i| i.out = S)),
-        PlanError::Redefinition {
+        ParseError::Validate(ValidateError::Redefinition {
             entry: 0,
             instr: 3,
             tensor: S
-        }
+        })
     );
     // An instruction reading its own output.
     assert_eq!(
         err(with_instr(b.clone(), 3, |i| i.args[0] = Y)),
-        PlanError::UseBeforeDefinition {
+        ParseError::Validate(ValidateError::UseBeforeDefinition {
             entry: 0,
             instr: 3,
             tensor: Y
-        }
+        })
     );
     // sub(w, fw) -> w: writes the parameter itself.
     assert_eq!(
         err(with_instr(b.clone(), 6, |i| i.out = W)),
-        PlanError::WritesParameter {
+        ParseError::Validate(ValidateError::WritesParameter {
             entry: 1,
             instr: 6,
             tensor: W
-        }
+        })
     );
     // An instruction no entry runs still may not write a parameter.
     let mut stray = mlp_builder();
     stray.instr(Opcode::Neg, B, &[B], 0);
     assert_eq!(
         err(stray.build()),
-        PlanError::WritesParameter {
+        ParseError::Validate(ValidateError::WritesParameter {
             entry: ALL_ENTRIES,
             instr: 7,
             tensor: B
-        }
+        })
     );
     // tanh(x) -> x: writes an input.
     assert_eq!(
@@ -605,49 +613,49 @@ fn definition_before_use() {
             i.args[0] = X;
             i.out = X;
         })),
-        PlanError::WritesInput {
+        ParseError::Validate(ValidateError::WritesInput {
             entry: 0,
             instr: 3,
             tensor: X
-        }
+        })
     );
     // The forward entry running the update too: a persistent write that is not its update.
     let mut fwd_all = mlp_builder();
     fwd_all.entries[0].n_instrs = 7;
     assert_eq!(
         err(fwd_all.build()),
-        PlanError::PersistentNotUpdate {
+        ParseError::Validate(ValidateError::PersistentNotUpdate {
             entry: 0,
             instr: 6,
             tensor: W_NEW
-        }
+        })
     );
     // The forward output bound to a tensor only the train step defines.
     assert_eq!(
         err(with_binding(b.clone(), 3, |x| x.tensor = FW)),
-        PlanError::NotDefined {
+        ParseError::Validate(ValidateError::NotDefined {
             entry: 0,
             binding: 3,
             tensor: FW
-        }
+        })
     );
     // An update in the forward entry, which never defines it.
     assert_eq!(
         err(with_binding(b.clone(), 6, |x| x.entry = 0)),
-        PlanError::NotDefined {
+        ParseError::Validate(ValidateError::NotDefined {
             entry: 0,
             binding: 6,
             tensor: W_NEW
-        }
+        })
     );
     // An output that is an input (defined, but by no instruction).
     assert_eq!(
         err(with_binding(b.clone(), 3, |x| x.tensor = X)),
-        PlanError::NotDefined {
+        ParseError::Validate(ValidateError::NotDefined {
             entry: 0,
             binding: 3,
             tensor: X
-        }
+        })
     );
 }
 
@@ -657,29 +665,29 @@ fn overlapping_live_buffers() {
     // broadcast(b) written over matmul's output while it is still live.
     assert_eq!(
         err(with_tensor(b.clone(), BB as usize, |t| t.offset_elems = 24)),
-        PlanError::Overlap {
+        ParseError::Validate(ValidateError::Overlap {
             entry: 0,
             tensor_a: XW,
             tensor_b: BB
-        }
+        })
     );
     // Partial overlap.
     assert_eq!(
         err(with_tensor(b.clone(), BB as usize, |t| t.offset_elems = 28)),
-        PlanError::Overlap {
+        ParseError::Validate(ValidateError::Overlap {
             entry: 0,
             tensor_a: XW,
             tensor_b: BB
-        }
+        })
     );
     // Two parameters sharing elements.
     assert_eq!(
         err(with_tensor(b.clone(), B as usize, |t| t.offset_elems = 8)),
-        PlanError::Overlap {
+        ParseError::Validate(ValidateError::Overlap {
             entry: 0,
             tensor_a: W,
             tensor_b: B
-        }
+        })
     );
     // The matmul output over its own argument (structural: no in-place exception).
     let mut mm = mlp_builder();
@@ -700,11 +708,11 @@ fn overlapping_live_buffers() {
     mm.tensors[F as usize].offset_elems = 44;
     assert_eq!(
         err(mm.build()),
-        PlanError::Overlap {
+        ParseError::Validate(ValidateError::Overlap {
             entry: 0,
             tensor_a: X,
             tensor_b: XW
-        }
+        })
     );
     // The same layout with an elementwise op in place is fine (the example's tanh), but not
     // when the argument lives on: read w again after its in-place update.
@@ -715,11 +723,11 @@ fn overlapping_live_buffers() {
     late.entries[1].n_instrs = 8;
     assert_eq!(
         err(late.build()),
-        PlanError::Overlap {
+        ParseError::Validate(ValidateError::Overlap {
             entry: 1,
             tensor_a: W,
             tensor_b: W_NEW
-        }
+        })
     );
 }
 
@@ -749,11 +757,11 @@ fn in_place_exception_is_exact() {
     };
     assert_eq!(
         err(rs.build()),
-        PlanError::Overlap {
+        ParseError::Validate(ValidateError::Overlap {
             entry: 0,
             tensor_a: a,
             tensor_b: c
-        }
+        })
     );
 
     // Same offset, but the output is a prefix of a bigger argument's range.
@@ -766,11 +774,11 @@ fn in_place_exception_is_exact() {
     pre.bind("r", BindingKind::Output, e, row);
     assert_eq!(
         err(pre.build()),
-        PlanError::Overlap {
+        ParseError::Validate(ValidateError::Overlap {
             entry: 0,
             tensor_a: big,
             tensor_b: row
-        }
+        })
     );
 
     // Elementwise in place, but a second reader of the argument comes later.
@@ -785,11 +793,11 @@ fn in_place_exception_is_exact() {
     two.bind("d", BindingKind::Output, e, d);
     assert_eq!(
         err(two.build()),
-        PlanError::Overlap {
+        ParseError::Validate(ValidateError::Overlap {
             entry: 0,
             tensor_a: a,
             tensor_b: c
-        }
+        })
     );
 
     // Zero-element tensors occupy nothing and never overlap.
@@ -833,10 +841,12 @@ fn fused_chain_rules() {
     use tapeplan_runtime::FusionRule as R;
     let (ok, [x, r, y, z]) = chain_plan();
     Plan::parse(&ok.build()).unwrap();
-    let fusion = |instr, rule| PlanError::Fusion {
-        entry: 0,
-        instr,
-        rule,
+    let fusion = |instr, rule| {
+        ParseError::Validate(ValidateError::Fusion {
+            entry: 0,
+            instr,
+            rule,
+        })
     };
     let with = |f: &dyn Fn(&mut Builder)| {
         let mut b = ok.clone();
@@ -846,7 +856,7 @@ fn fused_chain_rules() {
     // Undefined flag bits.
     assert_eq!(
         with(&|b| b.instrs[0].flags = 3),
-        PlanError::InstrReserved { instr: 0 }
+        ParseError::Decode(DecodeError::InstrReserved { instr: 0 })
     );
     // A member that is not elementwise (`sum_to` to the same shape).
     assert_eq!(
@@ -888,12 +898,12 @@ fn fused_chain_rules() {
     // A register bound as an output.
     assert!(matches!(
         with(&|b| b.bindings[1].tensor = r),
-        PlanError::BindingRegion { .. }
+        ParseError::Validate(ValidateError::BindingRegion { .. })
     ));
     // A register slot past the four.
     assert!(matches!(
         with(&|b| b.tensors[r as usize].offset_elems = 4),
-        PlanError::TensorOutsideRegion { .. }
+        ParseError::Validate(ValidateError::TensorOutsideRegion { .. })
     ));
     // A register read from a slot another value took in between: `r2 = x + x` into slot 0
     // before `y` reads `r`.
@@ -935,11 +945,11 @@ fn fused_chain_partial_alias_is_rejected() {
     b.bind("y", BindingKind::Output, 0, y);
     assert_eq!(
         err(b.build()),
-        PlanError::Fusion {
+        ParseError::Validate(ValidateError::Fusion {
             entry: 0,
             instr: 1,
             rule: tapeplan_runtime::FusionRule::PartialAlias
-        }
+        })
     );
     // The same range is fine, and runs: y = -tanh(x).
     b.tensors[y as usize].offset_elems = 0;
@@ -967,11 +977,11 @@ fn fused_chains_need_the_feature() {
     let (ok, _) = chain_plan();
     assert_eq!(
         err(ok.build()),
-        PlanError::Fusion {
+        ParseError::Validate(ValidateError::Fusion {
             entry: 0,
             instr: 0,
             rule: tapeplan_runtime::FusionRule::NotBuilt
-        }
+        })
     );
 }
 
@@ -987,7 +997,10 @@ fn math_profile_flag() {
         if math.in_build() {
             assert_eq!(Plan::parse(&bytes).unwrap().math(), math);
         } else {
-            assert_eq!(err(bytes), PlanError::MathProfile { found: math });
+            assert_eq!(
+                err(bytes),
+                ParseError::Validate(ValidateError::MathProfile { found: math })
+            );
         }
     }
     assert_eq!(
@@ -1018,20 +1031,20 @@ fn fused_broadcast_source_is_never_written_by_its_chain() {
     // Exactly over an identity broadcast's source [2, 4]: still refused.
     assert_eq!(
         err(build_from(&[2, 4], 0)),
-        PlanError::Fusion {
+        ParseError::Validate(ValidateError::Fusion {
             entry: 0,
             instr: 1,
             rule: tapeplan_runtime::FusionRule::PartialAlias
-        }
+        })
     );
     // y [2, 4] over x [4] (x dies at the broadcast: fine one instruction at a time).
     assert_eq!(
         err(build(0)),
-        PlanError::Fusion {
+        ParseError::Validate(ValidateError::Fusion {
             entry: 0,
             instr: 1,
             rule: tapeplan_runtime::FusionRule::PartialAlias
-        }
+        })
     );
     let bytes = build(4);
     let plan = Plan::parse(&bytes).unwrap();

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use common::*;
 use tapeplan_core::format::{BindingKind, TensorKind};
 use tapeplan_core::{MathProfile, Opcode};
-use tapeplan_runtime::{Plan, RunError, Session};
+use tapeplan_runtime::{ExecError, Plan, Session};
 
 #[test]
 fn mlp_matches_reference_bits() {
@@ -88,7 +88,7 @@ fn api_errors_are_values() {
     let mut small = vec![0.0; 71];
     assert_eq!(
         Session::bind(&plan, &mut small).unwrap_err(),
-        RunError::ArenaTooSmall {
+        ExecError::ArenaTooSmall {
             needed_elems: 72,
             found_elems: 71
         }
@@ -97,26 +97,26 @@ fn api_errors_are_values() {
     let mut s = Session::bind(&plan, &mut arena).unwrap();
     assert_eq!(
         s.load_parameter("w", &[0.0; 11]),
-        Err(RunError::LengthMismatch {
+        Err(ExecError::LengthMismatch {
             expected_elems: 12,
             found_elems: 11
         })
     );
     assert_eq!(
         s.load_parameter("v", &[0.0; 12]),
-        Err(RunError::UnknownName {
+        Err(ExecError::UnknownName {
             kind: BindingKind::Parameter
         })
     );
     assert_eq!(
         s.set_input(fwd, "y", &[0.0; 6]),
-        Err(RunError::UnknownName {
+        Err(ExecError::UnknownName {
             kind: BindingKind::Input
         })
     );
     assert_eq!(
         s.output(fwd, "x").unwrap_err(),
-        RunError::UnknownName {
+        ExecError::UnknownName {
             kind: BindingKind::Output
         }
     );
@@ -126,10 +126,10 @@ fn api_errors_are_values() {
     let other_bytes = b.build();
     let other = Plan::parse(&other_bytes).unwrap();
     let third = other.entry("third").unwrap();
-    assert_eq!(s.run(third), Err(RunError::UnknownEntry { entry: 2 }));
+    assert_eq!(s.run(third), Err(ExecError::UnknownEntry { entry: 2 }));
     assert_eq!(plan.entry_name(third), None);
     // Displays are lowercase sentences.
-    let msg = RunError::ArenaTooSmall {
+    let msg = ExecError::ArenaTooSmall {
         needed_elems: 72,
         found_elems: 71,
     }
@@ -341,4 +341,68 @@ fn in_place_variants_match_reference_bits() {
     let g = p.op_over(Div, b, &[f, b]); // rhs, over an input that dies here
     let h = p.op(Exp, &[2, 3], &[g], 0);
     p.check(&[f, h]);
+}
+
+/// Issue 16, hole 1: a decoded program runs only in a session of the plan it was decoded from,
+/// compared by identity (`plan_id`, CRC-32, bytes), not by the address of the bytes. (A program
+/// borrows its plan, so the plan's buffer cannot be reloaded under it: the compile-fail example
+/// on `Program`.)
+#[test]
+fn a_program_runs_only_on_its_own_plan() {
+    use tapeplan_runtime::Decoded;
+    let bytes = mlp_plan();
+    // Another plan, same layout and length: the learning rate's `fill` differs.
+    let other = with_instr(bytes.clone(), 4, |r| r.attr_word = 0.5f32.to_bits());
+    assert_eq!(other.len(), bytes.len());
+    let plan = Plan::parse(&bytes).unwrap();
+    let other_plan = Plan::parse(&other).unwrap();
+    assert_eq!(plan.plan_id(), other_plan.plan_id());
+    let train = plan.entry("train_step").unwrap();
+    let (w, b, x) = (floats(1, 12), floats(2, 4), floats(3, 6));
+
+    let mut arena = vec![0.0f32; plan.arena_elems()];
+    let mut buf = vec![Decoded::EMPTY; plan.entry_instrs(train).unwrap()];
+    let program = Session::bind(&plan, &mut arena)
+        .unwrap()
+        .decode(train, &mut buf)
+        .unwrap();
+    assert!(std::ptr::eq(program.plan(), &plan));
+
+    // In a session of the other plan: refused, and nothing ran.
+    let mut other_arena = vec![0.0f32; other_plan.arena_elems()];
+    let mut s = Session::bind(&other_plan, &mut other_arena).unwrap();
+    s.load_parameter("w", &w).unwrap();
+    s.load_parameter("b", &b).unwrap();
+    s.set_input(train, "x", &x).unwrap();
+    let before = s.persistent().to_vec();
+    let e = s.run_program(&program).unwrap_err();
+    assert_eq!(
+        e,
+        ExecError::ForeignProgram {
+            entry: train.index() as u32
+        }
+    );
+    assert!(e.to_string().contains("another plan"), "{e}");
+    assert_eq!(bits(s.persistent()), bits(&before));
+
+    // In a session of a copy of the same bytes (another buffer, the same plan): it runs, with
+    // `run`'s bits.
+    let copy = bytes.clone();
+    let copy_plan = Plan::parse(&copy).unwrap();
+    let mut results = Vec::new();
+    for decoded in [false, true] {
+        let mut arena = vec![0.0f32; copy_plan.arena_elems()];
+        let mut s = Session::bind(&copy_plan, &mut arena).unwrap();
+        s.load_parameter("w", &w).unwrap();
+        s.load_parameter("b", &b).unwrap();
+        s.set_input(train, "x", &x).unwrap();
+        if decoded {
+            s.run_program(&program).unwrap();
+        } else {
+            s.run(train).unwrap();
+        }
+        results.push(bits(s.persistent()));
+    }
+    assert_eq!(results[0], results[1]);
+    assert_ne!(results[0], bits(&before), "the step changed nothing");
 }

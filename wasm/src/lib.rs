@@ -25,8 +25,10 @@
 
 use std::fmt;
 
-use tapeplan_core::format::digest_f32;
-use tapeplan_runtime::{Binding, BindingKind, EntryId, Plan, PlanError, RunError, Session};
+use tapeplan_runtime::protocol::{
+    digest_f32, ENTRY_FORWARD, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, INPUT_Y, OUTPUT_LOSS,
+};
+use tapeplan_runtime::{Binding, BindingKind, EntryId, ExecError, ParseError, Plan, Session};
 use wasm_bindgen::prelude::*;
 
 self_cell::self_cell!(
@@ -43,13 +45,13 @@ self_cell::self_cell!(
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Error {
     /// The plan's bytes were rejected by the runtime's decoder and validator.
-    Plan(PlanError),
+    Plan(ParseError),
     /// The runtime refused a call; `context` names the entry or binding involved.
     Run {
         /// What was being done: `parameter "w1"`, `input "x" of train_step`, ….
         context: String,
         /// The runtime's error.
-        error: RunError,
+        error: ExecError,
     },
     /// The plan has no entry of that name.
     NoEntry(String),
@@ -94,8 +96,8 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-impl From<PlanError> for Error {
-    fn from(e: PlanError) -> Self {
+impl From<ParseError> for Error {
+    fn from(e: ParseError) -> Self {
         Error::Plan(e)
     }
 }
@@ -138,8 +140,8 @@ impl Trainer {
         let plan = Loaded::try_new(bytes.to_vec().into_boxed_slice(), |b| Plan::parse(b))?;
         let p = plan.borrow_dependent();
         let arena = vec![0.0f32; p.arena_elems()];
-        let train = p.entry("train_step");
-        let forward = p.entry("forward");
+        let train = p.entry(ENTRY_TRAIN_STEP);
+        let forward = p.entry(ENTRY_FORWARD);
         Ok(Trainer {
             plan,
             arena,
@@ -156,7 +158,7 @@ impl Trainer {
     fn with_session<T>(
         &mut self,
         context: impl FnOnce() -> String,
-        f: impl FnOnce(&mut Session<'_, '_>) -> Result<T, RunError>,
+        f: impl FnOnce(&mut Session<'_, '_>) -> Result<T, ExecError>,
     ) -> Result<T, Error> {
         let Trainer { plan, arena, .. } = self;
         Session::bind(plan.borrow_dependent(), arena)
@@ -186,7 +188,7 @@ impl Trainer {
         };
         found.ok_or_else(|| Error::Run {
             context: binding_context(kind, name, entry),
-            error: RunError::UnknownName { kind },
+            error: ExecError::UnknownName { kind },
         })
     }
 
@@ -384,20 +386,23 @@ impl Trainer {
     pub fn train_step(&mut self, x: &[f32], target: &[f32]) -> Result<f32, Error> {
         let e = self
             .train
-            .ok_or_else(|| Error::NoEntry("train_step".into()))?;
-        let target_name = if self.plan().input(e, "labels").is_some() {
-            "labels"
+            .ok_or_else(|| Error::NoEntry(ENTRY_TRAIN_STEP.into()))?;
+        let target_name = if self.plan().input(e, INPUT_LABELS).is_some() {
+            INPUT_LABELS
         } else {
-            "y"
+            INPUT_Y
         };
-        let ctx = |name: &str| binding_context(BindingKind::Input, name, "train_step");
-        self.with_session(|| ctx("x"), |s| s.set_input(e, "x", x))?;
+        let ctx = |name: &str| binding_context(BindingKind::Input, name, ENTRY_TRAIN_STEP);
+        self.with_session(|| ctx(INPUT_X), |s| s.set_input(e, INPUT_X, x))?;
         self.with_session(|| ctx(target_name), |s| s.set_input(e, target_name, target))?;
         self.with_session(
-            || "running train_step".into(),
+            || format!("running {ENTRY_TRAIN_STEP}"),
             |s| {
                 s.run(e)?;
-                Ok(s.output(e, "loss")?.first().copied().unwrap_or(f32::NAN))
+                Ok(s.output(e, OUTPUT_LOSS)?
+                    .first()
+                    .copied()
+                    .unwrap_or(f32::NAN))
             },
         )
     }
@@ -412,20 +417,20 @@ impl Trainer {
     pub fn forward(&mut self, x: &[f32]) -> Result<Vec<f32>, Error> {
         let e = self
             .forward
-            .ok_or_else(|| Error::NoEntry("forward".into()))?;
+            .ok_or_else(|| Error::NoEntry(ENTRY_FORWARD.into()))?;
         let out = self
             .plan()
             .outputs(e)
             .next()
             .ok_or_else(|| Error::NoBinding {
-                entry: "forward".into(),
+                entry: ENTRY_FORWARD.into(),
                 wanted: "output",
             })?;
         let range = out.range();
         self.with_session(
-            || binding_context(BindingKind::Input, "x", "forward"),
+            || binding_context(BindingKind::Input, INPUT_X, ENTRY_FORWARD),
             |s| {
-                s.set_input(e, "x", x)?;
+                s.set_input(e, INPUT_X, x)?;
                 s.run(e)
             },
         )?;

@@ -2,13 +2,13 @@
 //! [`Trainer`], against the planner's oracle, bit for bit; and every rejection path answers an
 //! [`Error`] rather than panicking.
 
-use tapeplan_core::format::digest_f32;
 use tapeplan_planner::exec::Oracle;
 use tapeplan_planner::io::data;
 use tapeplan_planner::model::optim::Sgd;
 use tapeplan_planner::model::TrainingJob;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
-use tapeplan_runtime::{BindingKind, RunError};
+use tapeplan_runtime::protocol::digest_f32;
+use tapeplan_runtime::{BindingKind, ExecError};
 
 use super::{Error, Trainer};
 
@@ -164,7 +164,7 @@ fn misuse_is_an_error_naming_what_was_wrong() {
         e,
         Error::Run {
             context: "parameter \"w9\"".into(),
-            error: RunError::UnknownName {
+            error: ExecError::UnknownName {
                 kind: BindingKind::Parameter
             }
         }

@@ -21,14 +21,13 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
-use tapeplan_core::format::digest_f32;
 use tapeplan_planner::exec::argmax;
 use tapeplan_planner::exec::Oracle;
 use tapeplan_planner::io::data;
 use tapeplan_planner::model::optim::Sgd;
 use tapeplan_planner::model::TrainingJob;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
-use tapeplan_planner::protocol::SplitMix64;
+use tapeplan_runtime::protocol::{digest_f32, epoch_seed};
 
 use crate::{output, run, show, Ctx};
 
@@ -66,11 +65,6 @@ fn wasm_dir(ctx: &Ctx) -> PathBuf {
 
 fn assets_dir(ctx: &Ctx) -> PathBuf {
     ctx.root.join("wasm/www/assets")
-}
-
-/// The shuffle seed of one epoch: `tapeplan demo`'s (`tapeplan_planner::protocol::epoch_seed`).
-fn epoch_seed(seed: u64, epoch: usize) -> u64 {
-    SplitMix64::new(seed ^ ((epoch as u64 + 1) << 32)).next_u64()
 }
 
 fn hex(d: u64) -> String {

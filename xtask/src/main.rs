@@ -330,7 +330,7 @@ fn step_test(ctx: &Ctx) -> Result<()> {
     }
     run(cmd)?;
     // A firmware links one math profile: the runtime built with each alone refuses the other's
-    // plans (`PlanError::MathProfile`).
+    // plans (`ValidateError::MathProfile`).
     for math in ["all-ops,math-precise", "all-ops,math-fast"] {
         run(ctx.cargo([
             "test",

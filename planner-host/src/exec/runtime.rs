@@ -3,15 +3,20 @@
 
 use tapeplan_runtime::{EntryId, Plan as RtPlan, Session};
 
+use crate::protocol::{
+    ENTRY_FORWARD, ENTRY_INIT, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, INPUT_Y, OUTPUT_LOGITS,
+    OUTPUT_LOSS,
+};
+
 /// Errors of driving the runtime.
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {
     /// The plan's bytes were rejected.
     #[error("plan rejected: {0}")]
-    Plan(tapeplan_runtime::PlanError),
+    Plan(tapeplan_runtime::ParseError),
     /// Binding or running failed.
     #[error("runtime: {0}")]
-    Run(tapeplan_runtime::RunError),
+    Run(tapeplan_runtime::ExecError),
     /// The plan lacks an entry the trainer needs.
     #[error("the plan has no entry named {0:?}")]
     MissingEntry(&'static str),
@@ -20,14 +25,14 @@ pub enum TrainError {
     Oracle(#[from] tapeplan_core::TapeError),
 }
 
-impl From<tapeplan_runtime::PlanError> for TrainError {
-    fn from(e: tapeplan_runtime::PlanError) -> Self {
+impl From<tapeplan_runtime::ParseError> for TrainError {
+    fn from(e: tapeplan_runtime::ParseError) -> Self {
         TrainError::Plan(e)
     }
 }
 
-impl From<tapeplan_runtime::RunError> for TrainError {
-    fn from(e: tapeplan_runtime::RunError) -> Self {
+impl From<tapeplan_runtime::ExecError> for TrainError {
+    fn from(e: tapeplan_runtime::ExecError) -> Self {
         TrainError::Run(e)
     }
 }
@@ -50,13 +55,13 @@ impl<'b> RuntimeModel<'b> {
     pub fn new(bytes: &'b [u8]) -> Result<RuntimeModel<'b>, TrainError> {
         let plan = RtPlan::parse(bytes)?;
         let train = plan
-            .entry("train_step")
-            .ok_or(TrainError::MissingEntry("train_step"))?;
+            .entry(ENTRY_TRAIN_STEP)
+            .ok_or(TrainError::MissingEntry(ENTRY_TRAIN_STEP))?;
         let forward = plan
-            .entry("forward")
-            .ok_or(TrainError::MissingEntry("forward"))?;
+            .entry(ENTRY_FORWARD)
+            .ok_or(TrainError::MissingEntry(ENTRY_FORWARD))?;
         let mut arena = vec![0.0f32; plan.arena_elems()];
-        if let Some(init) = plan.entry("init") {
+        if let Some(init) = plan.entry(ENTRY_INIT) {
             Session::bind(&plan, &mut arena)?.run(init)?;
         }
         Ok(RuntimeModel {
@@ -118,15 +123,18 @@ impl<'b> RuntimeModel<'b> {
     pub fn train_step(&mut self, x: &[f32], target: &[f32]) -> Result<f32, TrainError> {
         let e = self.train;
         let mut s = Session::bind(&self.plan, &mut self.arena)?;
-        s.set_input(e, "x", x)?;
-        let target_name = if self.plan.input(e, "labels").is_some() {
-            "labels"
+        s.set_input(e, INPUT_X, x)?;
+        let target_name = if self.plan.input(e, INPUT_LABELS).is_some() {
+            INPUT_LABELS
         } else {
-            "y"
+            INPUT_Y
         };
         s.set_input(e, target_name, target)?;
         s.run(e)?;
-        Ok(s.output(e, "loss")?.first().copied().unwrap_or(f32::NAN))
+        Ok(s.output(e, OUTPUT_LOSS)?
+            .first()
+            .copied()
+            .unwrap_or(f32::NAN))
     }
 
     /// The `forward` entry's logits for one batch.
@@ -136,9 +144,9 @@ impl<'b> RuntimeModel<'b> {
     pub fn logits(&mut self, x: &[f32]) -> Result<Vec<f32>, TrainError> {
         let e = self.forward;
         let mut s = Session::bind(&self.plan, &mut self.arena)?;
-        s.set_input(e, "x", x)?;
+        s.set_input(e, INPUT_X, x)?;
         s.run(e)?;
-        Ok(s.output(e, "logits")?.to_vec())
+        Ok(s.output(e, OUTPUT_LOGITS)?.to_vec())
     }
 
     /// Classification accuracy of the `forward` entry over `rows` samples of `features`

@@ -12,7 +12,7 @@
 
 use std::ops::Range;
 
-use tapeplan_runtime::RunError;
+use tapeplan_runtime::ExecError;
 
 use crate::exec::runtime::{RuntimeModel, TrainError};
 use crate::io::data::Dataset;
@@ -26,7 +26,7 @@ pub enum StepOutcome {
     Loss(f32),
     /// A guarded plan refused to commit the step (its loss or an update was not finite):
     /// nothing changed. The runtime's error says which.
-    Refused(RunError),
+    Refused(ExecError),
 }
 
 /// One step, as the loop hands it to a [`TrainObserver`].
@@ -147,7 +147,7 @@ pub fn train_epochs<O: TrainObserver>(
         for (x, labels) in batches {
             let outcome = match model.train_step(x, &labels) {
                 Ok(loss) => StepOutcome::Loss(loss),
-                Err(TrainError::Run(e @ RunError::NonFinite { .. })) => StepOutcome::Refused(e),
+                Err(TrainError::Run(e @ ExecError::NonFinite { .. })) => StepOutcome::Refused(e),
                 Err(e) => return Err(e.into()),
             };
             let step = Step {

@@ -1,41 +1,15 @@
 //! Device transcripts: the text a target sends back after a training run ([`Transcript`]), and
 //! the transcript the host oracle itself would send ([`oracle_transcript`]).
 //!
-//! # The transcript (format version 1)
-//!
-//! ASCII text, one record per line, fields separated by single spaces; a line ends with `\n`
-//! (a `\r` before it is ignored). Numbers are decimal unless said otherwise; `hex8` is a `u32`
-//! as exactly 8 lowercase or uppercase hex digits (an `f32`'s bits: `f32::to_bits`), `hex16` a
-//! `u64` as 16. Blank lines and lines starting with `#` are ignored.
-//!
-//! | line | meaning |
-//! |---|---|
-//! | `tapeplan-transcript 1` | first line: the format and its version (anything before it, such as a UART's boot noise, is skipped) |
-//! | `config <key=value> …` | the run ([`RunConfig::to_line`]): exactly once, before `loss` |
-//! | `target <text>` | what ran it (free text, e.g. `thumbv7em-none-eabihf mps2-an386`) |
-//! | `plan <hex8> <arena_elems>` | the plan's id (its header's `plan_id`, the CRC-32 of its records) and arena size |
-//! | `data <hex16> <rows>` | FNV-1a 64 ([`data_digest`]) of the embedded pixel counts then labels, and the row count |
-//! | `loss <step> <hex8>` | the loss of step `step` (1-based), in step order, every step once |
-//! | `epoch <epoch> <hex8>` | optional: epoch `epoch`'s (1-based) mean loss as the device computed it: `f32` sum of its steps' losses in order, divided by its step count as `f32` |
-//! | `param <name> <start> <hex8> …` | final values of parameter `name`, elements `start, start+1, …` (any number per line, in order, every element once) |
-//! | `digest <hex16>` | [`tapeplan_core::format::digest_f32`] of every parameter, concatenated in the order the `param` lines give them |
-//! | `info <text>` | free text (timings, sizes); ignored |
-//! | `end ok` | last line: the device finished; `end error <text>` reports a failure |
-//!
-//! A transcript without its `end` line is truncated, and rejected.
+//! The format (version 1) is specified once, with the writer every target uses
+//! ([`TranscriptWriter`]), in [`tapeplan_runtime::protocol`]; this module reads it.
 
-use std::fmt::Write as _;
-
-use tapeplan_core::format::digest_f32;
 use tapeplan_core::MathProfile;
 
 use crate::exec::oracle::oracle_run;
 use crate::exec::verify::VerifyError;
 use crate::model::{Activation, Loss, RunConfig};
-use crate::protocol::data_digest;
-
-/// The transcript's first line.
-pub const TRANSCRIPT_MAGIC: &str = "tapeplan-transcript 1";
+use crate::protocol::{data_digest, TranscriptWriter, TRANSCRIPT_MAGIC};
 
 /// A parsed transcript; see the [module docs](self) for its format.
 #[derive(Clone, Debug, PartialEq)]
@@ -233,39 +207,26 @@ pub fn oracle_transcript(cfg: &RunConfig) -> Result<String, VerifyError> {
     let plan = tapeplan_runtime::Plan::parse(&bytes)
         .map_err(|e| VerifyError::Mismatch(format!("the host's own plan is rejected: {e}")))?;
     let train = cfg.training_set()?;
-    let mut out = String::new();
-    let _ = writeln!(out, "{TRANSCRIPT_MAGIC}");
-    let _ = writeln!(out, "config {}", cfg.to_line());
-    let _ = writeln!(out, "target host oracle");
-    let _ = writeln!(out, "plan {:08x} {}", plan.plan_id(), plan.arena_elems());
-    let _ = writeln!(
-        out,
-        "data {:016x} {}",
-        data_digest(&train.pixels, &train.labels),
-        train.len()
-    );
+    // Writing into a `String` cannot fail.
+    let mut out = TranscriptWriter::new(String::new());
+    let _ = out.header();
+    let _ = out.config(&cfg.to_line());
+    let _ = out.target("host oracle");
+    let _ = out.plan(plan.plan_id(), plan.arena_elems());
+    let _ = out.data(data_digest(&train.pixels, &train.labels), train.len());
     let run = oracle_run(cfg, &job, &train)?;
     let steps = run.losses.chunks(cfg.steps_per_epoch().max(1));
     for (epoch, (losses, mean)) in steps.zip(&run.epoch_means).enumerate() {
         let first = epoch * cfg.steps_per_epoch();
         for (k, loss) in losses.iter().enumerate() {
-            let _ = writeln!(out, "loss {} {:08x}", first + k + 1, loss.to_bits());
+            let _ = out.loss(first + k + 1, *loss);
         }
-        let _ = writeln!(out, "epoch {} {:08x}", epoch + 1, mean.to_bits());
+        let _ = out.epoch(epoch + 1, *mean);
     }
-    let oracle = run.oracle;
-    let mut all = Vec::new();
-    for ((name, _), p) in job.parameter_shapes().iter().zip(&oracle.params) {
-        for (k, chunk) in p.data.chunks(8).enumerate() {
-            let _ = write!(out, "param {name} {}", k * 8);
-            for v in chunk {
-                let _ = write!(out, " {:08x}", v.to_bits());
-            }
-            out.push('\n');
-        }
-        all.extend_from_slice(&p.data);
+    for ((name, _), p) in job.parameter_shapes().iter().zip(&run.oracle.params) {
+        let _ = out.param(name, &p.data);
     }
-    let _ = writeln!(out, "digest {:016x}", digest_f32(&all));
-    let _ = writeln!(out, "end ok");
-    Ok(out)
+    let _ = out.digest();
+    let _ = out.end_ok();
+    Ok(out.into_inner())
 }

@@ -12,13 +12,11 @@
 //! [`crate::model::run`]; the shared arithmetic in [`crate::protocol`]; the outcome is a
 //! [`Report`].
 
-use tapeplan_core::format::digest_f32;
-
 use crate::exec::oracle::{first_difference, oracle_run, same_bits};
 use crate::exec::report::{Report, StepDiff};
 use crate::exec::transcript::Transcript;
 use crate::model::{RunConfig, RunConfigError};
-use crate::protocol::data_digest;
+use crate::protocol::{data_digest, digest_f32};
 
 /// Why a run description, a transcript or a verification failed before any bit was compared.
 #[derive(Debug, thiserror::Error)]

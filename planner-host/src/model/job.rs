@@ -12,6 +12,7 @@ use crate::model::mlp::{self as model, Loss, Mlp};
 use crate::model::optim::{Optimizer, StateSpec};
 use crate::plan::rewrite::{self as passes, Passes, RewriteStats};
 use crate::plan::{self as planner, EntrySpec, PlanOptions, PlanningError, Root, Schedule};
+use crate::protocol::{ENTRY_FORWARD, ENTRY_INIT, ENTRY_TRAIN_STEP, OUTPUT_LOGITS, OUTPUT_LOSS};
 
 /// A model, its loss and optimizer, recorded and planned.
 #[derive(Clone, Debug)]
@@ -143,7 +144,7 @@ impl TrainingJob {
             &state[optimizer_state..],
         )?);
         let mut train_roots = vec![Root::Output {
-            name: "loss".into(),
+            name: OUTPUT_LOSS.into(),
             node: loss_node,
         }];
         for (p, v) in params
@@ -168,22 +169,22 @@ impl TrainingJob {
         }
         let mut entries = vec![
             EntrySpec {
-                name: "forward".into(),
+                name: ENTRY_FORWARD.into(),
                 roots: vec![Root::Output {
-                    name: "logits".into(),
+                    name: OUTPUT_LOGITS.into(),
                     node: logits,
                 }],
                 guarded: false,
             },
             EntrySpec {
-                name: "train_step".into(),
+                name: ENTRY_TRAIN_STEP.into(),
                 roots: train_roots,
                 guarded,
             },
         ];
         if !init_roots.is_empty() {
             entries.push(EntrySpec {
-                name: "init".into(),
+                name: ENTRY_INIT.into(),
                 roots: init_roots,
                 guarded: false,
             });

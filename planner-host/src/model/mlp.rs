@@ -3,7 +3,7 @@
 
 use tapeplan_core::{NodeId, Recordable, Shape, Tape, TapeError};
 
-use crate::protocol::SplitMix64;
+use crate::protocol::{SplitMix64, INPUT_LABELS, INPUT_X, INPUT_Y};
 
 /// A hidden layer's activation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -288,10 +288,10 @@ pub fn loss_of<R: Recordable>(
 pub fn record_inputs(tape: &mut Tape, mlp: &Mlp, loss: Loss, batch: usize) -> TrainInputs {
     let d_in = mlp.sizes[0];
     let d_out = *mlp.sizes.last().unwrap_or(&0);
-    let x = tape.input("x", Shape::matrix(batch, d_in));
+    let x = tape.input(INPUT_X, Shape::matrix(batch, d_in));
     let target = match loss {
-        Loss::SoftmaxCrossEntropy => tape.input("labels", Shape::vector(batch)),
-        Loss::MeanSquaredError => tape.input("y", Shape::matrix(batch, d_out)),
+        Loss::SoftmaxCrossEntropy => tape.input(INPUT_LABELS, Shape::vector(batch)),
+        Loss::MeanSquaredError => tape.input(INPUT_Y, Shape::matrix(batch, d_out)),
     };
     TrainInputs { x, target }
 }

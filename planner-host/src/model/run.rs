@@ -13,10 +13,10 @@
 //!   pixel counts (`u8`, `0..=16`) and labels, and converts a count `c` to the feature
 //!   `c as f32 * 0.0625` (exact).
 //! - **initial parameters**: [`glorot_uniform`]`(shapes, seed)`.
-//! - **order**: epoch `e` (0-based) visits the rows `0..samples` in the order of a Fisher–Yates
-//!   shuffle ([`SplitMix64::shuffle`]) by `SplitMix64::new(`[`epoch_seed`]`(seed, e))`, in full
-//!   batches of `batch` consecutive rows of that order (the last `samples % batch` rows of
-//!   each epoch are not used). Labels go in as `label as f32`.
+//! - **order**: epoch `e` (0-based) visits the rows `0..samples` in the run protocol's epoch
+//!   order ([`epoch_shuffle`]`(seed, e, …)`), in full batches of `batch` consecutive rows of
+//!   that order (the last `samples % batch` rows of each epoch are not used). Labels go in as
+//!   `label as f32`.
 //! - **steps**: `epochs · (samples / batch)`, numbered from 1.
 //!
 
@@ -30,7 +30,7 @@ use crate::model::job::{JobOptions, TrainingJob};
 use crate::model::mlp::{glorot_uniform, Activation, Loss, Mlp};
 use crate::model::optim::Sgd;
 use crate::plan::{PlanOptions, PlanningError};
-use crate::protocol::{epoch_seed, SplitMix64};
+use crate::protocol::epoch_shuffle;
 
 /// Why a run description is refused, or its job or data could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -305,7 +305,7 @@ impl RunConfig {
     /// The row order of epoch `epoch` (0-based): a permutation of `0..samples`.
     pub fn epoch_order(&self, epoch: usize) -> Vec<usize> {
         let mut idx: Vec<usize> = (0..self.samples).collect();
-        SplitMix64::new(epoch_seed(self.seed, epoch)).shuffle(&mut idx);
+        epoch_shuffle(self.seed, epoch, &mut idx);
         idx
     }
 }

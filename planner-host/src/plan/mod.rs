@@ -75,7 +75,7 @@ pub struct EntrySpec {
 }
 
 /// Why a tape could not be planned: the planning stage's error (the runtime's
-/// `tapeplan_runtime::PlanError` is another thing: why plan bytes were refused).
+/// `tapeplan_runtime::ParseError` is another thing: why plan bytes were refused).
 #[derive(Debug, thiserror::Error)]
 pub enum PlanningError {
     /// A handle or shape problem in the tape.

@@ -25,7 +25,7 @@ use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
 use tapeplan_planner::model::{JobOptions, TrainingJob};
 use tapeplan_planner::protocol::SplitMix64;
 use tapeplan_planner::{plan_with, EntrySpec, PlanOptions, Root, Schedule};
-use tapeplan_runtime::{Decoded, RunError, Session};
+use tapeplan_runtime::{Decoded, ExecError, Session};
 
 const SENTINEL: f32 = 3.0e-39;
 const PAD: usize = 29;
@@ -371,7 +371,7 @@ fn runtime(
         .collect();
     let outcome = match r {
         Ok(()) => (outs, Some(params)),
-        Err(RunError::NonFinite { .. }) => {
+        Err(ExecError::NonFinite { .. }) => {
             let before: Vec<Vec<u32>> = ps.iter().map(|v| bits(v)).collect();
             assert_eq!(params, before, "a refused step changed parameters");
             (outs, None)
@@ -675,7 +675,7 @@ fn exercise(bytes: &[u8]) -> bool {
             };
             match got {
                 Ok(()) => assert!(ok, "committed a step the spec refuses"),
-                Err(RunError::NonFinite { .. }) => assert!(!ok, "refused a finite step"),
+                Err(ExecError::NonFinite { .. }) => assert!(!ok, "refused a finite step"),
                 Err(e) => panic!("an accepted plan failed to run: {e:?}"),
             }
         }

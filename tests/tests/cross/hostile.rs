@@ -7,7 +7,7 @@ use tapeplan_core::format::{self, plan_crc, CRC_OFFSET, HEADER_BYTES, TENSOR_REC
 use tapeplan_planner::model::optim::Sgd;
 use tapeplan_planner::model::TrainingJob;
 use tapeplan_planner::model::{Activation, Loss, Mlp};
-use tapeplan_runtime::{Plan, PlanError, Session};
+use tapeplan_runtime::{DecodeError, ParseError, Plan, Session};
 
 fn small_plan() -> Vec<u8> {
     TrainingJob::build(
@@ -32,7 +32,7 @@ fn fix_crc(b: &mut [u8]) {
 
 /// Parses; if accepted, runs every entry over an arena of exactly the plan's size with arbitrary
 /// inputs, checking only that nothing panics.
-fn exercise(bytes: &[u8]) -> Result<(), PlanError> {
+fn exercise(bytes: &[u8]) -> Result<(), ParseError> {
     let plan = Plan::parse(bytes)?;
     if plan.arena_elems() > 1 << 20 {
         // A mutated arena size only asks for more memory than needed; running it proves
@@ -112,12 +112,12 @@ fn structural_damage_is_caught_by_validation() {
     // Bad magic.
     assert!(matches!(
         mutate(&|m| m[0] = b'X'),
-        Some(PlanError::BadMagic { .. })
+        Some(ParseError::Decode(DecodeError::BadMagic { .. }))
     ));
     // A future version.
     assert!(matches!(
         mutate(&|m| m[4..6].copy_from_slice(&(format::VERSION + 1).to_le_bytes())),
-        Some(PlanError::FutureVersion { .. })
+        Some(ParseError::Decode(DecodeError::FutureVersion { .. }))
     ));
     // A tensor offset past the arena.
     let e = mutate(&|m| {
@@ -127,7 +127,13 @@ fn structural_damage_is_caught_by_validation() {
     assert!(e.is_some(), "offset past the arena accepted");
     // An unknown opcode in the first instruction.
     let e = mutate(&|m| m[instrs_at] = 0xEE);
-    assert!(matches!(e, Some(PlanError::UnknownOpcode { .. })), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            Some(ParseError::Decode(DecodeError::UnknownOpcode { .. }))
+        ),
+        "{e:?}"
+    );
     // A wrong arity.
     let e = mutate(&|m| m[instrs_at + 1] = m[instrs_at + 1].wrapping_add(1));
     assert!(e.is_some(), "wrong arity accepted");

@@ -8,7 +8,7 @@ use tapeplan_planner::model::optim::Optimizer;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
 use tapeplan_planner::model::{JobOptions, TrainingJob};
 use tapeplan_planner::protocol::SplitMix64;
-use tapeplan_runtime::RunError;
+use tapeplan_runtime::ExecError;
 
 fn optimizers() -> Vec<Optimizer> {
     vec![
@@ -170,7 +170,7 @@ fn a_step_that_overflows_commits_nothing_and_training_continues() {
     let huge = [3e38f32, 3e38, 3e38, 3e38, -3e38, 3e38, -3e38, 3e38];
     let err = model.train_step(&huge, &[0.0, 1.0]).unwrap_err();
     assert!(
-        matches!(err, TrainError::Run(RunError::NonFinite { .. })),
+        matches!(err, TrainError::Run(ExecError::NonFinite { .. })),
         "{err}"
     );
     let after = model.persistent().to_vec();

@@ -212,12 +212,31 @@ fn decoded_program_equals_run() {
                 "{sizes:?} step {step}: parameters"
             );
         }
-        // A program decoded from another plan's bytes is refused.
-        let other = bytes.clone();
+        // A program decoded from another plan (here: another learning rate, the same layout)
+        // is refused; one decoded from the same plan's bytes in another buffer runs.
+        let mlp = Mlp {
+            sizes: sizes.clone(),
+            activation,
+        };
+        let other = TrainingJob::build(mlp, loss, Sgd { lr: 0.06 }, batch)
+            .unwrap()
+            .schedule
+            .to_bytes();
+        assert_eq!(other.len(), bytes.len());
         let other_plan = Plan::parse(&other).unwrap();
         let mut arena_c = vec![0.0f32; other_plan.arena_elems()];
         let mut c = Session::bind(&other_plan, &mut arena_c).unwrap();
-        assert!(c.run_program(&program).is_err());
+        assert_eq!(
+            c.run_program(&program),
+            Err(tapeplan_runtime::ExecError::ForeignProgram {
+                entry: e.index() as u32
+            })
+        );
+        let copy = bytes.clone();
+        let copy_plan = Plan::parse(&copy).unwrap();
+        let mut arena_d = vec![0.0f32; copy_plan.arena_elems()];
+        let mut d = Session::bind(&copy_plan, &mut arena_d).unwrap();
+        d.run_program(&program).unwrap();
         // A buffer too small for the entry is an error, not a panic.
         let mut small = vec![Decoded::EMPTY; 1];
         assert!(a.decode(e, &mut small).is_err());

@@ -8,7 +8,7 @@ use tapeplan_core::{Attr, AttrKind, MathProfile, OpClass, Opcode, Shape};
 use tapeplan_planner::io::inspect::PlanInfo;
 use tapeplan_planner::plan::{Instr as PlannedInstr, MemoryReport, PlannedEntry, TensorInfo};
 use tapeplan_planner::Schedule;
-use tapeplan_runtime::{Plan as RuntimePlan, PlanError, Session};
+use tapeplan_runtime::{DecodeError, ParseError, Plan as RuntimePlan, Session};
 
 const SPEC: &str = include_str!("../../../docs/plan-format.md");
 
@@ -271,7 +271,10 @@ fn a_version_2_plan_is_refused() {
     let crc = format::plan_crc(&old).unwrap();
     old[format::CRC_OFFSET..format::CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
     let err = RuntimePlan::parse(&old).unwrap_err();
-    assert_eq!(err, PlanError::UnknownVersion { found: 2 });
+    assert_eq!(
+        err,
+        ParseError::Decode(DecodeError::UnknownVersion { found: 2 })
+    );
     let message = err.to_string();
     assert!(
         message.contains("version 2") && message.contains("version 3"),
@@ -292,24 +295,24 @@ fn malformed_attribute_blocks_are_refused() {
     let block_len = 340 - 16; // the block's length word
     assert!(matches!(
         with(slice_attr, 1),
-        PlanError::Attr {
+        ParseError::Decode(DecodeError::Attr {
             op: Opcode::Slice,
             ..
-        }
+        })
     ));
     assert!(matches!(
         with(block_len, 2),
-        PlanError::Attr {
+        ParseError::Decode(DecodeError::Attr {
             op: Opcode::Slice,
             ..
-        }
+        })
     ));
     // `mul` takes no attribute.
     assert!(matches!(
         with(52 + 4 * 24 + 2 * 24 + 20, 7),
-        PlanError::NonzeroAttr {
+        ParseError::Decode(DecodeError::NonzeroAttr {
             op: Opcode::Mul,
             ..
-        }
+        })
     ));
 }

@@ -1,0 +1,332 @@
+//! Fused chains: the executor of the format's `FUSE_NEXT` runs (see `docs/plan-format.md`,
+//! "Fused chains"). A chain of elementwise (or `fill`, `broadcast`) instructions runs a tile at
+//! a time, its intermediates in register slots instead of the arena; the bits are those of
+//! running its members one after another.
+
+use tapeplan_core::format::{MAX_CHAIN_INSTRS, MAX_REGISTERS};
+use tapeplan_core::ops::{eval, Attr};
+use tapeplan_core::{MathProfile, Opcode, Shape, MAX_ARITY};
+
+use crate::catalog::{self, Dims, Src};
+use crate::error::ExecError;
+use crate::exec::{pick_range, Source};
+use crate::plan::Plan;
+use crate::program::{Decoded, Placed};
+
+/// Elements per tile of a fused chain ([`run_chain`]); the session keeps `MAX_REGISTERS` tiles
+/// (16 KiB on hosts, 256 bytes with `fusion` but without the catalog, nothing without `fusion`).
+pub(crate) const TILE_ELEMS: usize = match (cfg!(feature = "fusion"), cfg!(feature = "catalog")) {
+    (false, _) => 0,
+    (true, true) => 1024,
+    (true, false) => 16,
+};
+
+/// The register slots of fused chains, one tile each (empty without feature `fusion`).
+pub(crate) type Registers = [[f32; TILE_ELEMS]; MAX_REGISTERS];
+
+/// Where a chain member reads or writes: a register slot, or an arena offset.
+#[derive(Clone, Copy, Debug)]
+enum Loc {
+    Register(usize),
+    Arena(usize),
+}
+
+/// A chain member decoded once for the whole chain.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Member {
+    op: Opcode,
+    attr: Attr,
+    arity: usize,
+    elems: usize,
+    out: Loc,
+    args: [Loc; MAX_ARITY],
+    /// For `broadcast`: its source's extents and the output's.
+    from: Dims,
+    to: Dims,
+}
+
+impl Member {
+    /// From a decoded instruction (its tensors' offsets and kinds).
+    pub(crate) fn of(d: &Decoded) -> Member {
+        let loc = |f: &Placed| {
+            if f.register {
+                Loc::Register(f.offset)
+            } else {
+                Loc::Arena(f.offset)
+            }
+        };
+        let mut args = [Loc::Register(0); MAX_ARITY];
+        for (slot, a) in args.iter_mut().zip(&d.args) {
+            if let Some(a) = a {
+                *slot = loc(a);
+            }
+        }
+        Member {
+            op: d.op,
+            attr: d.attr,
+            arity: d.arity,
+            elems: d.out.dims.elems,
+            out: loc(&d.out),
+            args,
+            from: d.args[0].map_or(Dims::EMPTY, |a| a.dims),
+            to: d.out.dims,
+        }
+    }
+}
+
+/// The chain that starts at the entry's `i`-th instruction of `src` (which carries
+/// `FUSE_NEXT`), run as one; answers the position after the chain. A lone instruction (the
+/// flag on an entry's last instruction, which validation rules out) runs on its own. Out of
+/// line: the run loop then holds only the per-instruction path.
+#[inline(never)]
+pub(crate) fn run_chain_at<S: Source + ?Sized>(
+    plan: &Plan<'_>,
+    arena: &mut [f32],
+    regs: &mut Registers,
+    src: &S,
+    i: usize,
+) -> Result<usize, ExecError> {
+    let first = src.get(i).ok_or(ExecError::Inconsistent {
+        instr: u32::try_from(i).unwrap_or(u32::MAX),
+    })?;
+    let mut last = i;
+    while src.get(last).is_some_and(|x| src.fuse_next(x))
+        && src.get(last.saturating_add(1)).is_some()
+    {
+        last = last.saturating_add(1);
+    }
+    if last > i {
+        let k = src.index(first);
+        let bad = ExecError::Inconsistent {
+            instr: u32::try_from(k).unwrap_or(u32::MAX),
+        };
+        let count = last.saturating_sub(i).saturating_add(1);
+        let member = |j: usize| src.member(src.get(i.saturating_add(j)).ok_or(bad)?);
+        run_chain(arena, regs, plan.math(), k, count, member)?;
+    } else {
+        src.step(plan, arena, first)?;
+    }
+    Ok(last.saturating_add(1))
+}
+
+/// Runs a fused chain (instructions `first`, `first + 1`, … decoded as `members`) a tile at a
+/// time: for each tile of [`TILE_ELEMS`] elements, every member in order computes its tile from
+/// the same-index elements of its arguments (arena ranges or register slots), through the
+/// catalog's elementwise kernel or the reference kernel. Members are elementwise (or `fill`), so
+/// an element's value depends on the same-index argument elements alone and the bits are those
+/// of running the members one after another over whole buffers; validation ruled out arena
+/// ranges that meet without being equal, the one case where the order of tiles could show.
+fn run_chain(
+    arena: &mut [f32],
+    regs: &mut Registers,
+    math: MathProfile,
+    first: usize,
+    count: usize,
+    member: impl Fn(usize) -> Result<Member, ExecError>,
+) -> Result<(), ExecError> {
+    let bad = |k: usize| ExecError::Inconsistent {
+        instr: u32::try_from(k).unwrap_or(u32::MAX),
+    };
+    if TILE_ELEMS == 0 || count > MAX_CHAIN_INSTRS {
+        return Err(bad(first));
+    }
+    let n_elems = member(0)?.elems;
+    let mut start = 0usize;
+    while start < n_elems {
+        // (`TILE_ELEMS` is 0 without feature `fusion`, where no chain gets here.)
+        #[allow(clippy::unnecessary_min_or_max)]
+        let len = n_elems.saturating_sub(start).min(TILE_ELEMS);
+        for i in 0..count {
+            let k = first.saturating_add(i);
+            let m = &member(i)?;
+            // The destination tile, written in place: a register slot, or the arena range.
+            // Arguments are then the destination itself (`Src::Out`: the same slot or the same
+            // arena range), another slot, or an arena range disjoint from the destination.
+            match m.out {
+                Loc::Register(r) => {
+                    let (before, rest) = regs.split_at_mut(r.min(MAX_REGISTERS));
+                    let (dst, after) = rest.split_first_mut().ok_or(bad(k))?;
+                    let dst = dst.get_mut(..len).ok_or(bad(k))?;
+                    let src = |a: Loc| -> Option<Src<'_>> {
+                        match a {
+                            Loc::Register(x) if x == r => Some(Src::Out),
+                            Loc::Register(x) if x < r => before.get(x)?.get(..len).map(Src::Buf),
+                            Loc::Register(x) => after
+                                .get(x.checked_sub(r)?.checked_sub(1)?)?
+                                .get(..len)
+                                .map(Src::Buf),
+                            Loc::Arena(o) => {
+                                let from = o.checked_add(start)?;
+                                arena.get(from..from.checked_add(len)?).map(Src::Buf)
+                            }
+                        }
+                    };
+                    if m.op == Opcode::Broadcast {
+                        let Loc::Arena(o) = m.args[0] else {
+                            return Err(bad(k));
+                        };
+                        let from = o.checked_add(m.from.elems).ok_or(bad(k))?;
+                        let x = arena.get(o..from).ok_or(bad(k))?;
+                        broadcast_tile(x, &m.from, &m.to, start, dst);
+                        continue;
+                    }
+                    let [a, b, _] = m.args.map(src);
+                    chain_step(m, math, a, b, dst, k)?;
+                }
+                Loc::Arena(o) => {
+                    let at = o.checked_add(start).ok_or(bad(k))?;
+                    let (left, rest) = arena.split_at_mut_checked(at).ok_or(bad(k))?;
+                    let (dst, right) = rest.split_at_mut_checked(len).ok_or(bad(k))?;
+                    // Where the destination tile ends: `right` starts there.
+                    let skip = at.checked_add(len).ok_or(bad(k))?;
+                    let src = |a: Loc| -> Option<Src<'_>> {
+                        match a {
+                            Loc::Register(x) => regs.get(x)?.get(..len).map(Src::Buf),
+                            Loc::Arena(p) if p == o => Some(Src::Out),
+                            Loc::Arena(p) => {
+                                let from = p.checked_add(start)?;
+                                pick_range(left, right, skip, from, from.checked_add(len)?)
+                                    .map(Src::Buf)
+                            }
+                        }
+                    };
+                    if m.op == Opcode::Broadcast {
+                        // The whole source, left or right of the destination (validation keeps
+                        // it apart from every range the chain writes).
+                        let Loc::Arena(p) = m.args[0] else {
+                            return Err(bad(k));
+                        };
+                        let end = p.checked_add(m.from.elems).ok_or(bad(k))?;
+                        let x = pick_range(left, right, skip, p, end).ok_or(bad(k))?;
+                        broadcast_tile(x, &m.from, &m.to, start, dst);
+                        continue;
+                    }
+                    let [a, b, _] = m.args.map(src);
+                    chain_step(m, math, a, b, dst, k)?;
+                }
+            }
+        }
+        start = start.saturating_add(len);
+    }
+    Ok(())
+}
+
+/// A `broadcast` member over one tile: `dst[i] = x[source(start + i)]`, NumPy broadcasting of
+/// `x` (extents `from`) to `to`. A copy: any order gives the same bits. A scalar source fills;
+/// a source that is the target's trailing extents (a row repeated) cycles; anything else maps
+/// each element through the broadcasting index rule.
+fn broadcast_tile(x: &[f32], from: &Dims, to: &Dims, start: usize, dst: &mut [f32]) {
+    if let [v] = x {
+        dst.fill(*v);
+        return;
+    }
+    let n = x.len();
+    let trailing = from.rank <= to.rank
+        && (0..from.rank).all(|i| {
+            let j = to.rank.saturating_sub(from.rank).saturating_add(i);
+            from.dims.get(i) == to.dims.get(j)
+        });
+    if trailing && n > 0 {
+        // Runs of the source, the first from the tile's offset into it.
+        let mut j = start.checked_rem(n).unwrap_or(0);
+        let mut rest = dst;
+        while !rest.is_empty() {
+            let take = n.saturating_sub(j).min(rest.len()).max(1);
+            let (head, tail) = rest.split_at_mut(take.min(rest.len()));
+            if let Some(src) = x.get(j..j.saturating_add(head.len())) {
+                head.copy_from_slice(src);
+            }
+            rest = tail;
+            j = 0;
+        }
+        return;
+    }
+    // A column repeated across rows (`[m, 1]` to `[m, n]`): runs of one value.
+    let column = from.rank == to.rank
+        && from.rank >= 1
+        && from.dims.get(from.rank.saturating_sub(1)) == Some(&1)
+        && (0..from.rank.saturating_sub(1)).all(|i| from.dims.get(i) == to.dims.get(i));
+    let width = to.dims.get(to.rank.saturating_sub(1)).copied().unwrap_or(0);
+    if column && width > 0 {
+        let mut e = start;
+        let mut rest = dst;
+        while !rest.is_empty() {
+            let row = e.checked_div(width).unwrap_or(0);
+            let take = width
+                .saturating_sub(e.checked_rem(width).unwrap_or(0))
+                .min(rest.len())
+                .max(1);
+            let (head, tail) = rest.split_at_mut(take.min(rest.len()));
+            if let Some(&v) = x.get(row) {
+                head.fill(v);
+            }
+            e = e.saturating_add(head.len());
+            rest = tail;
+        }
+        return;
+    }
+    let (Ok(fs), Ok(ts)) = (
+        Shape::new(from.dims.get(..from.rank).unwrap_or(&[])),
+        Shape::new(to.dims.get(..to.rank).unwrap_or(&[])),
+    ) else {
+        return;
+    };
+    for (i, d) in dst.iter_mut().enumerate() {
+        if let Some(v) = x.get(fs.broadcast_source_index(&ts, start.saturating_add(i))) {
+            *d = *v;
+        }
+    }
+}
+
+/// One member of a fused chain over one tile: `dst` from arguments `a` and `b` (`None` for a
+/// range that would straddle the destination, which validation rules out; unused ones are
+/// ignored). `fill` writes the attribute's bits; the catalog's elementwise kernel when it has
+/// one; otherwise the reference kernel, from copies where an argument is the destination.
+fn chain_step(
+    m: &Member,
+    math: MathProfile,
+    a: Option<Src<'_>>,
+    b: Option<Src<'_>>,
+    dst: &mut [f32],
+    k: usize,
+) -> Result<(), ExecError> {
+    let instr = u32::try_from(k).unwrap_or(u32::MAX);
+    let bad = ExecError::Inconsistent { instr };
+    if m.op == Opcode::Fill {
+        // The reference kernel's meaning: every element the attribute's bits.
+        dst.fill(m.attr.scalar());
+        return Ok(());
+    }
+    let a = a.ok_or(bad)?;
+    let b = if m.arity == 2 {
+        b.ok_or(bad)?
+    } else {
+        Src::Out
+    };
+    if cfg!(feature = "catalog") && catalog::elementwise(m.op, m.attr.scalar(), math, a, b, dst) {
+        return Ok(());
+    }
+    let len = dst.len();
+    let mut copy = [0.0f32; TILE_ELEMS];
+    let copy = copy.get_mut(..len).ok_or(bad)?;
+    copy.copy_from_slice(dst);
+    let copy: &[f32] = copy;
+    let args: [&[f32]; 2] = [a, b].map(|s| match s {
+        Src::Out => copy,
+        Src::Buf(x) => x,
+    });
+    let shape = Shape::new(&[len]).map_err(|e| ExecError::Kernel {
+        instr,
+        error: e.into(),
+    })?;
+    let shapes = [shape; 2];
+    eval(
+        m.op,
+        m.attr.with_target(shape),
+        math,
+        args.get(..m.arity).ok_or(bad)?,
+        shapes.get(..m.arity).ok_or(bad)?,
+        dst,
+    )
+    .map_err(|error| ExecError::Kernel { instr, error })
+}

@@ -1,0 +1,211 @@
+//! Instructions decoded for execution: the one place the executor turns an instruction record
+//! (and its tensors' records) into what a kernel needs.
+//!
+//! [`decode_instr`] reads the records through [`Plan::instr_record`] and
+//! [`Plan::tensor_record`], which call `tapeplan_core::format`'s record decoders: the runtime
+//! holds no byte offsets of its own. [`Session::run`](crate::Session::run) decodes each
+//! instruction as it runs it; [`Session::decode`](crate::Session::decode) decodes an entry once
+//! into a [`Program`] for [`Session::run_program`](crate::Session::run_program).
+
+use tapeplan_core::format::TensorKind;
+use tapeplan_core::ops::Attr;
+use tapeplan_core::{OpClass, Opcode, MAX_ARITY, MAX_RANK};
+
+use crate::catalog::Dims;
+use crate::error::ExecError;
+use crate::plan::{us, EntryId, Plan};
+
+/// A tensor record decoded for execution: where it lives and its extents. Only for a plan that
+/// passed validation (every field was checked there), so decoding here checks nothing but the
+/// bounds of the bytes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Placed {
+    pub offset: usize,
+    pub end: usize,
+    pub dims: Dims,
+    /// A register of a fused chain (`offset` is its slot), not an arena range.
+    pub register: bool,
+}
+
+impl Placed {
+    const EMPTY: Placed = Placed {
+        offset: 0,
+        end: 0,
+        dims: Dims::EMPTY,
+        register: false,
+    };
+}
+
+/// Tensor `t` of a validated plan, placed (offset, rank, dims, kind); `None` past the tensor
+/// section.
+#[inline]
+fn place_tensor(plan: &Plan<'_>, t: u32) -> Option<Placed> {
+    let i = usize::try_from(t).ok()?;
+    if i >= plan.layout.n_tensors {
+        return None;
+    }
+    let rec = plan.tensor_record(i)?;
+    let offset = us(rec.offset_elems);
+    let rank = usize::from(rec.rank).min(MAX_RANK);
+    let mut dims = [0usize; MAX_RANK];
+    let mut elems = 1usize;
+    for (d, &x) in dims.iter_mut().zip(&rec.dims).take(rank) {
+        *d = us(x);
+        elems = elems.saturating_mul(*d);
+    }
+    Some(Placed {
+        offset,
+        end: offset.checked_add(elems)?,
+        dims: Dims { rank, dims, elems },
+        register: rec.kind == TensorKind::Register as u8,
+    })
+}
+
+/// Every opcode byte's arity and class, computed at compile time from the vocabulary's table:
+/// `VALID | arity` plus `ELEMENTWISE` for elementwise opcodes, 0 for bytes that are no opcode.
+/// One byte each (256 bytes of flash), one lookup per instruction instead of two calls.
+#[cfg(feature = "catalog")]
+#[allow(clippy::indexing_slicing)] // constant evaluation: an out-of-bounds index is a build error
+const DECODE: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        if let Some(op) = Opcode::from_u8(i as u8) {
+            let elementwise = matches!(op.class(), OpClass::Elementwise);
+            t[i] = VALID | op.arity() as u8 | if elementwise { ELEMENTWISE } else { 0 };
+        }
+        i += 1;
+    }
+    t
+};
+#[cfg(feature = "catalog")]
+const VALID: u8 = 0x80;
+#[cfg(feature = "catalog")]
+const ELEMENTWISE: u8 = 0x40;
+#[cfg(feature = "catalog")]
+const ARITY: u8 = 0x0f;
+
+/// One instruction of an entry decoded for execution: its opcode, attribute and where its
+/// tensors live, read from the plan's records once by [`crate::Session::decode`] so that
+/// [`crate::Session::run_program`] does not read them again on every step. About 300 bytes
+/// each.
+#[derive(Clone, Copy, Debug)]
+pub struct Decoded {
+    /// The instruction's global index in the plan.
+    pub(crate) k: usize,
+    pub(crate) fuse_next: bool,
+    pub(crate) op: Opcode,
+    pub(crate) arity: usize,
+    pub(crate) elementwise: bool,
+    pub(crate) attr: Attr,
+    pub(crate) out: Placed,
+    pub(crate) args: [Option<Placed>; MAX_ARITY],
+}
+
+impl Decoded {
+    /// A placeholder to fill a buffer with before [`crate::Session::decode`]:
+    /// `[Decoded::EMPTY; N]`.
+    pub const EMPTY: Decoded = Decoded {
+        k: 0,
+        fuse_next: false,
+        op: Opcode::Input,
+        arity: 0,
+        elementwise: false,
+        attr: Attr::None,
+        out: Placed::EMPTY,
+        args: [None; MAX_ARITY],
+    };
+}
+
+/// An entry of a plan decoded once for repeated runs (see [`crate::Session::decode`]).
+///
+/// It borrows the [`Plan`] it was decoded from (and the caller's buffer of [`Decoded`]
+/// instructions), so the plan's bytes cannot be rewritten while the program lives: a program
+/// cannot outlive its plan. Reloading a plan buffer in place therefore ends every program
+/// decoded from it, and this does not compile:
+///
+/// ```compile_fail,E0502
+/// use tapeplan_runtime::{Decoded, Plan, Session};
+///
+/// fn stale(bytes: &mut [u8], new_plan: &[u8], arena: &mut [f32]) {
+///     let plan = Plan::parse(bytes).unwrap();
+///     let entry = plan.entry("train_step").unwrap();
+///     let mut buf = [Decoded::EMPTY; 64];
+///     let program = Session::bind(&plan, arena).unwrap().decode(entry, &mut buf).unwrap();
+///     // The firmware's plan buffer reloaded with a re-planned model: refused, `bytes` is
+///     // borrowed by `plan`, which `program` borrows.
+///     bytes.copy_from_slice(new_plan);
+///     let plan = Plan::parse(bytes).unwrap();
+///     Session::bind(&plan, arena).unwrap().run_program(&program).unwrap();
+/// }
+/// ```
+///
+/// A program run in a session of another plan (both alive) is refused at run time:
+/// [`crate::Session::run_program`] compares the plans' identities.
+#[derive(Clone, Copy, Debug)]
+pub struct Program<'a> {
+    pub(crate) plan: &'a Plan<'a>,
+    pub(crate) entry: EntryId,
+    pub(crate) instrs: &'a [Decoded],
+}
+
+impl<'a> Program<'a> {
+    /// The entry it runs.
+    pub fn entry(&self) -> EntryId {
+        self.entry
+    }
+
+    /// The plan it was decoded from.
+    pub fn plan(&self) -> &'a Plan<'a> {
+        self.plan
+    }
+
+    /// Its number of instructions.
+    pub fn len(&self) -> usize {
+        self.instrs.len()
+    }
+
+    /// True for an entry without instructions.
+    pub fn is_empty(&self) -> bool {
+        self.instrs.is_empty()
+    }
+}
+
+/// Decodes instruction `k`'s record and its tensors' records (see [`Decoded`]): the one
+/// decoder of instructions for execution.
+#[inline(always)]
+pub(crate) fn decode_instr(plan: &Plan<'_>, k: usize) -> Result<Decoded, ExecError> {
+    let bad = ExecError::Inconsistent {
+        instr: u32::try_from(k).unwrap_or(u32::MAX),
+    };
+    // The format's one decoder, the typed attribute included (`Plan::instr`).
+    let rec = plan.instr(k).ok_or(bad)?.map_err(|_| bad)?;
+    let op = rec.op;
+    // With the catalog (hosts), a table lookup; without (flash-bound firmware), two calls and
+    // 256 bytes less.
+    #[cfg(feature = "catalog")]
+    let (arity, elementwise) = {
+        let flags = DECODE.get(usize::from(op.to_u8())).copied().unwrap_or(0);
+        (usize::from(flags & ARITY), flags & ELEMENTWISE != 0)
+    };
+    #[cfg(not(feature = "catalog"))]
+    let (arity, elementwise) = (op.arity(), op.class() == OpClass::Elementwise);
+    let out = place_tensor(plan, rec.out).ok_or(bad)?;
+    let mut d = Decoded {
+        k,
+        fuse_next: rec.fuse_next(),
+        op,
+        arity,
+        elementwise,
+        attr: rec.attr,
+        out,
+        args: [None; MAX_ARITY],
+    };
+    if out.dims.elems == 0 {
+        return Ok(d);
+    }
+    for (slot, &a) in d.args.iter_mut().zip(&rec.args).take(arity) {
+        *slot = Some(place_tensor(plan, a).ok_or(bad)?);
+    }
+    Ok(d)
+}
