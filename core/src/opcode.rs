@@ -91,6 +91,10 @@ macro_rules! define_opcodes {
             $( #[doc = $doc] $variant = $code, )*
         }
 
+        // The bit sets below (`arity`, `in_core_set`) hold one entry per opcode byte: every
+        // byte is below 64 and every arity fits two bits.
+        const _: () = { $( assert!($code < 64 && $arity <= 3); )* };
+
         impl Opcode {
             /// Every opcode, in table order.
             pub const ALL: &'static [Opcode] = &[ $( Opcode::$variant, )* ];
@@ -117,9 +121,14 @@ macro_rules! define_opcodes {
 
             /// The number of arguments the opcode takes.
             pub const fn arity(self) -> usize {
-                match self {
-                    $( Opcode::$variant => $arity, )*
-                }
+                // One byte per opcode byte (below 64) rather than the word a `match` would
+                // compile to (the firmware's code budget).
+                const ARITY: [u8; 64] = {
+                    let mut a = [0u8; 64];
+                    $( a[$code] = $arity; )*
+                    a
+                };
+                ARITY[(self as u8 & 63) as usize] as usize
             }
 
             /// The opcode's class.
@@ -140,9 +149,10 @@ macro_rules! define_opcodes {
             /// SGD, momentum, Adam and dropout speak only these). The others need the `all-ops`
             /// feature.
             pub const fn in_core_set(self) -> bool {
-                match self {
-                    $( Opcode::$variant => set_is_core!($set), )*
-                }
+                // One bit per opcode byte (every byte is below 64): a shift and a mask rather
+                // than a jump over every opcode (the firmware's code budget).
+                const CORE: u64 = 0 $( | ((set_is_core!($set) as u64) << $code) )*;
+                (CORE >> (self as u8 & 63)) & 1 != 0
             }
 
             /// True for the opcodes whose reverse rule contributes nothing: `detach` (a

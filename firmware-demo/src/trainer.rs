@@ -12,7 +12,7 @@ use tapeplan_runtime::protocol::{
     data_digest, epoch_shuffle, LineSink, TranscriptWriter, ENTRY_TRAIN_STEP, INPUT_LABELS,
     INPUT_X, OUTPUT_LOSS,
 };
-use tapeplan_runtime::{Limits, Plan, ParseError, ExecError, Scratch, Session};
+use tapeplan_runtime::{ExecError, Limits, ParseError, Plan, Scratch, Session};
 
 use crate::board::Clock;
 use crate::gen;

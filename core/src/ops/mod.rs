@@ -223,17 +223,15 @@ pub(crate) fn target_of(op: Opcode, attr: Attr) -> Result<Shape, OpError> {
 /// The shape rule of the elementwise opcodes: every argument of one shape, the output of that
 /// shape.
 pub(crate) fn same_shapes(op: Opcode, args: &[Shape]) -> Result<Shape, OpError> {
-    let first = args.first().copied().unwrap_or(Shape::SCALAR);
-    for a in args.iter().skip(1) {
-        if *a != first {
-            return Err(OpError::ShapeMismatch {
-                op,
-                lhs: first,
-                rhs: *a,
-            });
-        }
+    let first = nth(args, 0);
+    match args.iter().find(|a| **a != first) {
+        Some(other) => Err(OpError::ShapeMismatch {
+            op,
+            lhs: first,
+            rhs: *other,
+        }),
+        None => Ok(first),
     }
-    Ok(first)
 }
 
 /// The output shape of `op` over arguments of `args` shapes: the shape rule. Pure; the tape,
@@ -243,7 +241,6 @@ pub(crate) fn same_shapes(op: Opcode, args: &[Shape]) -> Result<Shape, OpError> 
 /// [`OpError`] naming what does not fit: an opcode outside this build's vocabulary, the wrong
 /// number of arguments, an attribute of another kind than the opcode takes, or the opcode's own
 /// shape rule.
-#[inline(always)]
 pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
     if !in_vocabulary(op) {
         return Err(OpError::Unsupported { op });
@@ -323,55 +320,57 @@ macro_rules! by_math {
     };
 }
 
+/// `return`s the scalar function when `op` is the row's opcode; nothing for a row of another
+/// kernel kind or (without `all-ops`) of the ext set. An `if` chain over the matching rows only,
+/// not a `match` over every opcode: the latter compiles to a table of one function pointer per
+/// opcode byte, which costs the firmware more than the few compares.
 macro_rules! unary_of {
-    (unary, $set:ident, $m:ident, $e:ty, $math:expr) => {
-        gate!($set, Some($m::scalar::<$e> as fn($e) -> $e), None)
+    (unary, $set:ident, $v:ident, $m:ident, $e:ty, $op:expr, $math:expr) => {
+        if gate!($set, $op == Opcode::$v, false) {
+            return Some($m::scalar::<$e> as fn($e) -> $e);
+        }
     };
-    (unary_math, $set:ident, $m:ident, $e:ty, $math:expr) => {
-        gate!(
-            $set,
-            by_math!(
+    (unary_math, $set:ident, $v:ident, $m:ident, $e:ty, $op:expr, $math:expr) => {
+        if gate!($set, $op == Opcode::$v, false) {
+            return by_math!(
                 $math,
                 $m::scalar::<$e> as fn($e) -> $e,
                 $m::scalar_fast::<$e> as fn($e) -> $e
-            ),
-            None
-        )
+            );
+        }
     };
-    ($other:ident, $set:ident, $m:ident, $e:ty, $math:expr) => {
-        None
-    };
+    ($other:ident, $set:ident, $v:ident, $m:ident, $e:ty, $op:expr, $math:expr) => {};
 }
 
+/// [`unary_of`] for the binary rows.
 macro_rules! binary_of {
-    (binary, $set:ident, $m:ident, $e:ty) => {
-        gate!($set, Some($m::scalar::<$e> as fn($e, $e) -> $e), None)
+    (binary, $set:ident, $v:ident, $m:ident, $e:ty, $op:expr) => {
+        if gate!($set, $op == Opcode::$v, false) {
+            return Some($m::scalar::<$e> as fn($e, $e) -> $e);
+        }
     };
-    ($other:ident, $set:ident, $m:ident, $e:ty) => {
-        None
-    };
+    ($other:ident, $set:ident, $v:ident, $m:ident, $e:ty, $op:expr) => {};
 }
 
+/// `return`s the module's shape rule when `op` is the row's opcode, for a `node` row in this
+/// build's vocabulary; nothing for an elementwise row (the fallthrough after the chain).
 macro_rules! infer_of {
-    (node, $set:ident, $m:ident, $op:expr, $attr:expr, $args:expr) => {
-        gate!(
-            $set,
-            $m::infer($op, $attr, $args),
-            Err(OpError::Unsupported { op: $op })
-        )
+    (node, $set:ident, $v:ident, $m:ident, $op:expr, $attr:expr, $args:expr) => {
+        if gate!($set, $op == Opcode::$v, false) {
+            return $m::infer($op, $attr, $args);
+        }
     };
-    ($elementwise:ident, $set:ident, $m:ident, $op:expr, $attr:expr, $args:expr) => {
-        same_shapes($op, $args)
-    };
+    ($elementwise:ident, $set:ident, $v:ident, $m:ident, $op:expr, $attr:expr, $args:expr) => {};
 }
 
+/// [`infer_of`] for the kernels.
 macro_rules! eval_of {
-    (node, $set:ident, $m:ident, $k:expr) => {
-        gate!($set, $m::eval($k), Err(OpError::Unsupported { op: $k.op }))
+    (node, $set:ident, $v:ident, $m:ident, $k:ident) => {
+        if gate!($set, $k.op == Opcode::$v, false) {
+            return $m::eval($k);
+        }
     };
-    ($elementwise:ident, $set:ident, $m:ident, $k:expr) => {
-        Err(OpError::Leaf { op: $k.op })
-    };
+    ($elementwise:ident, $set:ident, $v:ident, $m:ident, $k:ident) => {};
 }
 
 /// The dispatch the opcode table derives: every per-op `match` of this module.
@@ -379,31 +378,33 @@ macro_rules! define_dispatch {
     ($( $code:literal $variant:ident $name:literal $arity:literal $class:ident $attr:ident
         $set:ident $rule:ident $kernel:ident $module:ident $doc:literal ; )*) => {
         /// [`unary_fn`] for any element.
+        #[inline(never)] // one copy, shared by `eval` and `unary_fn` (the firmware's code budget)
         pub fn unary_fn_of<E: Element>(op: Opcode, math: MathProfile) -> Option<fn(E) -> E> {
-            match op {
-                $( Opcode::$variant => unary_of!($kernel, $set, $module, E, math), )*
-            }
+            $( unary_of!($kernel, $set, $variant, $module, E, op, math); )*
+            None
         }
 
         /// [`binary_fn`] for any element.
         pub fn binary_fn_of<E: Element>(op: Opcode) -> Option<fn(E, E) -> E> {
-            match op {
-                $( Opcode::$variant => binary_of!($kernel, $set, $module, E), )*
-            }
+            $( binary_of!($kernel, $set, $variant, $module, E, op); )*
+            None
         }
 
-        /// The shape rule once arity and attribute kind are checked.
+        /// The shape rule once vocabulary, arity and attribute kind are checked: a `node`
+        /// opcode's own rule, else (elementwise) one shape for every argument. An `if` chain
+        /// over the `node` rows rather than a `match` over every opcode: smaller code for the
+        /// firmware.
         fn infer_by_table(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
-            match op {
-                $( Opcode::$variant => infer_of!($kernel, $set, $module, op, attr, args), )*
-            }
+            $( infer_of!($kernel, $set, $variant, $module, op, attr, args); )*
+            same_shapes(op, args)
         }
 
         /// The reference kernel of a `node` opcode.
+        /// ([`eval`] checked the vocabulary first; an opcode without a `node` kernel answers
+        /// [`OpError::Leaf`].)
         fn eval_by_table<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
-            match k.op {
-                $( Opcode::$variant => eval_of!($kernel, $set, $module, k), )*
-            }
+            $( eval_of!($kernel, $set, $variant, $module, k); )*
+            Err(OpError::Leaf { op: k.op })
         }
 
         /// Runs the reverse rule of `op` over the payload `r`.
