@@ -129,7 +129,14 @@ const ICOUNT_SHIFT: u32 = 0;
 const BOARD_FEATURE: &str = "board-nrf52840dk";
 
 /// The budget: the runtime's code (runtime, kernels, libm) on the Cortex-M4F.
-const RUNTIME_BUDGET_BYTES: u64 = 24 * 1024;
+///
+/// 25 KiB since the restructuring of issue 11 (it was 24 KiB, with 23 968 B used at 31f1f87):
+/// the plan format's typed attribute decoder (v3), the runtime's errors by stage and their
+/// messages, and the run protocol's transcript writer (now a runtime module, which the
+/// `size-baseline` build inlines differently) brought the demo build to about 25 260 B. The
+/// selective build of the device issue (link only the kernels a plan uses) is the way back under
+/// 24 KiB.
+const RUNTIME_BUDGET_BYTES: u64 = 25 * 1024;
 /// Whether going over [`RUNTIME_BUDGET_BYTES`] fails the check (it is always reported).
 ///
 /// On: the firmware builds the runtime without its default features (`all-ops`: the opcodes
@@ -762,7 +769,7 @@ fn render_snapshot(order: &[String], all: &BTreeMap<String, Sizes>) -> String {
         "# tapeplan-firmware-demo sizes in bytes, release profile (opt-level \"s\", lto), written by\n\
          # `cargo xtask firmware --bless`. `cargo xtask firmware` fails when a figure grows more than\n\
          # 15% (and 512 bytes) over this; it reports the runtime's code on m4f against the budget of\n\
-         # 24576 bytes (see ENFORCE_RUNTIME_BUDGET in xtask/src/firmware.rs).\n\
+         # 25600 bytes (see RUNTIME_BUDGET_BYTES in xtask/src/firmware.rs).\n\
          # flash_runtime: code + constants of the runtime, its kernels and libm (the firmware minus\n\
          # its `size-baseline` build); ram_stack: the stack's high-water mark, measured on the device.\n",
     );
