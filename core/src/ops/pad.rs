@@ -1,5 +1,6 @@
 //! `pad`: `x` placed at offset `start` along one axis of a larger zero tensor (the target shape):
-//! `slice`'s adjoint. The attribute packs the axis and the start like `slice`'s.
+//! `slice`'s adjoint. Its attribute is a `Window { axis, start, len }` like `slice`'s, `len` the
+//! output's extent along `axis`.
 //!
 //! Rule: `x̄ += slice(ḡ, axis, start, len(x))`.
 
@@ -84,5 +85,35 @@ mod tests {
             1,
         );
         assert_eq!(out, [0., 7., 0., 0., 8., 0.]);
+    }
+
+    /// A window that does not fit: the error names the argument's shape, then the target's
+    /// (issue 16: it used to name them the other way round).
+    #[test]
+    fn a_bad_window_names_the_argument_first() {
+        let x = Shape::matrix(2, 2);
+        let attr = Attr::Window {
+            axis: 1,
+            start: 2,
+            len: 3,
+        };
+        assert_eq!(
+            infer(Opcode::Pad, attr, &[x]),
+            Err(OpError::BadTarget {
+                op: Opcode::Pad,
+                from: x,
+                to: Shape::matrix(2, 3),
+            })
+        );
+        // `slice`'s argument is the larger shape: it comes first too.
+        let big = Shape::matrix(2, 3);
+        assert_eq!(
+            super::super::slice::infer(Opcode::Slice, attr, &[big]),
+            Err(OpError::BadTarget {
+                op: Opcode::Slice,
+                from: big,
+                to: Shape::matrix(2, 3),
+            })
+        );
     }
 }

@@ -57,11 +57,14 @@ pub fn check_window(
     axis: usize,
     start: usize,
 ) -> Result<(), OpError> {
-    let bad = OpError::BadTarget {
-        op,
-        from: big,
-        to: small,
+    // The error names the argument's shape first: `slice` brings `big` to `small`, `pad`
+    // brings `small` to `big`.
+    let (from, to) = if op == Opcode::Pad {
+        (small, big)
+    } else {
+        (big, small)
     };
+    let bad = OpError::BadTarget { op, from, to };
     if big.rank() != small.rank() || axis >= big.rank() {
         return Err(bad);
     }
