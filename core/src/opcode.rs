@@ -91,9 +91,15 @@ macro_rules! define_opcodes {
             $( #[doc = $doc] $variant = $code, )*
         }
 
-        // The bit sets below (`arity`, `in_core_set`) hold one entry per opcode byte: every
-        // byte is below 64 and every arity fits two bits.
-        const _: () = { $( assert!($code < 64 && $arity <= 3); )* };
+        // The tables below (`arity`, `in_core_set`) hold one entry per opcode byte: every
+        // byte is below 128 and every arity fits two bits.
+        const _: () = { $( assert!($code < 128 && $arity <= 3); )* };
+
+        /// Each opcode's arity and core-set membership as the table states them, to check the
+        /// packed tables against.
+        #[cfg(test)]
+        const TABLE_FACTS: &[(Opcode, usize, bool)] =
+            &[ $( (Opcode::$variant, $arity, set_is_core!($set)), )* ];
 
         impl Opcode {
             /// Every opcode, in table order.
@@ -121,14 +127,15 @@ macro_rules! define_opcodes {
 
             /// The number of arguments the opcode takes.
             pub const fn arity(self) -> usize {
-                // One byte per opcode byte (below 64) rather than the word a `match` would
+                // Two bits per opcode byte (below 128) rather than the word a `match` would
                 // compile to (the firmware's code budget).
-                const ARITY: [u8; 64] = {
-                    let mut a = [0u8; 64];
-                    $( a[$code] = $arity; )*
+                const ARITY: [u8; 32] = {
+                    let mut a = [0u8; 32];
+                    $( a[$code / 4] |= $arity << (2 * ($code % 4)); )*
                     a
                 };
-                ARITY[(self as u8 & 63) as usize] as usize
+                let b = (self as u8 & 127) as usize;
+                ((ARITY[b / 4] >> (2 * (b % 4))) & 3) as usize
             }
 
             /// The opcode's class.
@@ -149,10 +156,15 @@ macro_rules! define_opcodes {
             /// SGD, momentum, Adam and dropout speak only these). The others need the `all-ops`
             /// feature.
             pub const fn in_core_set(self) -> bool {
-                // One bit per opcode byte (every byte is below 64): a shift and a mask rather
-                // than a jump over every opcode (the firmware's code budget).
-                const CORE: u64 = 0 $( | ((set_is_core!($set) as u64) << $code) )*;
-                (CORE >> (self as u8 & 63)) & 1 != 0
+                // One bit per opcode byte (every byte is below 128): a load, a shift and a mask
+                // rather than a jump over every opcode (the firmware's code budget).
+                const CORE: [u8; 16] = {
+                    let mut c = [0u8; 16];
+                    $( c[$code / 8] |= (set_is_core!($set) as u8) << ($code % 8); )*
+                    c
+                };
+                let b = (self as u8 & 127) as usize;
+                (CORE[b / 8] >> (b % 8)) & 1 != 0
             }
 
             /// True for the opcodes whose reverse rule contributes nothing: `detach` (a
@@ -211,6 +223,10 @@ mod tests {
             assert_eq!(Opcode::from_u8(op.to_u8()), Some(op));
             assert_eq!(Opcode::from_name(op.name()), Some(op));
             assert!(op.arity() <= MAX_ARITY);
+        }
+        for &(op, arity, core) in TABLE_FACTS {
+            assert_eq!(op.arity(), arity, "{op}");
+            assert_eq!(op.in_core_set(), core, "{op}");
         }
         let decoded = (0..=255u8).filter_map(Opcode::from_u8).count();
         assert_eq!(decoded, Opcode::ALL.len());
