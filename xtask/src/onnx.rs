@@ -139,7 +139,8 @@ fn node_tests(ctx: &Ctx, ops: &[&str]) -> Result<PathBuf> {
 
 /// A test's outcome.
 enum Outcome {
-    Pass,
+    /// Passed, with the largest absolute and relative differences from the expected values.
+    Pass(f64, f64),
     Fail(String),
     Skip(String),
 }
@@ -209,6 +210,7 @@ fn run_test(dir: &Path) -> Outcome {
 }
 
 fn run_test_inner(dir: &Path) -> Result<Outcome, String> {
+    let (mut max_abs, mut max_rel) = (0.0f64, 0.0f64);
     let bytes = fs::read(dir.join("model.onnx")).map_err(|e| format!("model.onnx: {e}"))?;
     let model = read_model(&bytes).map_err(|e| e.to_string())?;
     let graph = model.graph.as_ref().ok_or("no graph")?;
@@ -292,6 +294,15 @@ fn run_test_inner(dir: &Path) -> Result<Outcome, String> {
                     let d = |(g, e): (&f32, &f32)| (f64::from(*g) - f64::from(*e)).abs();
                     d(a.1).total_cmp(&d(b.1))
                 });
+            for (g, e) in oracle.iter().zip(&want) {
+                if g.is_finite() && e.is_finite() {
+                    let d = (f64::from(*g) - f64::from(*e)).abs();
+                    max_abs = max_abs.max(d);
+                    if *e != 0.0 {
+                        max_rel = max_rel.max(d / f64::from(*e).abs());
+                    }
+                }
+            }
             if let Some((i, (g, e))) = worst {
                 return Ok(Outcome::Fail(format!(
                     "output {:?}: element {i} is {g:e}, expected {e:e} (rtol {:e}, atol {:e})",
@@ -300,7 +311,7 @@ fn run_test_inner(dir: &Path) -> Result<Outcome, String> {
             }
         }
     }
-    Ok(Outcome::Pass)
+    Ok(Outcome::Pass(max_abs, max_rel))
 }
 
 /// One row of the printed table.
@@ -309,6 +320,8 @@ struct Row {
     passed: usize,
     failed: usize,
     skipped: usize,
+    max_abs: f64,
+    max_rel: f64,
 }
 
 /// `cargo xtask onnx-conformance`.
@@ -340,7 +353,11 @@ pub fn step_onnx_conformance(ctx: &Ctx) -> Result<()> {
         };
         let row = rows.entry(key.clone()).or_default();
         match outcome {
-            Outcome::Pass => row.passed += 1,
+            Outcome::Pass(a, r) => {
+                row.passed += 1;
+                row.max_abs = row.max_abs.max(a);
+                row.max_rel = row.max_rel.max(r);
+            }
             Outcome::Fail(why) => {
                 row.failed += 1;
                 failed.push(format!("{name} [{key}]: {why}"));
@@ -352,17 +369,20 @@ pub fn step_onnx_conformance(ctx: &Ctx) -> Result<()> {
         }
     }
     println!("\nONNX backend node tests (onnx {ONNX_VERSION}), through the oracle and the no_std runtime:\n");
-    println!("| operator | passed | failed | skipped |");
-    println!("|---|---:|---:|---:|");
+    println!("| operator | passed | failed | skipped | max abs diff | max rel diff |");
+    println!("|---|---:|---:|---:|---:|---:|");
     let mut total = Row::default();
     for (op, r) in &rows {
-        println!("| {op} | {} | {} | {} |", r.passed, r.failed, r.skipped);
+        println!(
+            "| {op} | {} | {} | {} | {:.1e} | {:.1e} |",
+            r.passed, r.failed, r.skipped, r.max_abs, r.max_rel
+        );
         total.passed += r.passed;
         total.failed += r.failed;
         total.skipped += r.skipped;
     }
     println!(
-        "| **total** | {} | {} | {} |",
+        "| **total** | {} | {} | {} | | |",
         total.passed, total.failed, total.skipped
     );
     println!("\nskipped ({}):", skipped.len());
