@@ -525,3 +525,127 @@ fn the_document_lists_every_operator() {
         );
     }
 }
+
+/// The way `torch.onnx.export` writes a flatten before a linear layer: a named batch dimension,
+/// `Shape` → `Gather` → `Unsqueeze` → `Concat` → `Reshape` (shape arithmetic folded at plan
+/// time), `Identity`, and `Gemm` with `transB=1`; the batch is chosen at translation.
+#[test]
+fn a_torch_style_flatten_folds_its_shape_arithmetic() {
+    let mut x_info = value_info("x", &[0, 2, 3]);
+    if let Some(type_proto::Value::TensorType(t)) = x_info.r#type.as_mut().unwrap().value.as_mut() {
+        t.shape.as_mut().unwrap().dim[0].value = Some(
+            tensor_shape_proto::dimension::Value::DimParam("batch".into()),
+        );
+    }
+    let idx0 = TensorProto {
+        int64_data: vec![0],
+        ..header("", &[], DataType::Int64)
+    };
+    let w: Vec<f32> = (0..12).map(|v| v as f32 * 0.25 - 1.0).collect(); // [2 out, 6 in]
+    let bytes = model(
+        vec![
+            node("Shape", "", &["x"], &["s"], vec![]),
+            constant("i0", idx0),
+            node(
+                "Gather",
+                "",
+                &["s", "i0"],
+                &["n"],
+                vec![attr_int("axis", 0)],
+            ),
+            constant("ax", ints("", &[0])),
+            node("Unsqueeze", "", &["n", "ax"], &["n1"], vec![]),
+            constant("m1", ints("", &[-1])),
+            node(
+                "Concat",
+                "",
+                &["n1", "m1"],
+                &["shape"],
+                vec![attr_int("axis", 0)],
+            ),
+            node("Reshape", "", &["x", "shape"], &["flat"], vec![]),
+            node("Identity", "", &["w"], &["w_id"], vec![]),
+            node(
+                "Gemm",
+                "fc",
+                &["flat", "w_id"],
+                &["y"],
+                vec![attr_int("transB", 1)],
+            ),
+        ],
+        vec![x_info],
+        vec![value_info("y", &[0, 2])],
+        vec![raw_floats("w", &[2, 6], &w)],
+    );
+    let m = read_model(&bytes).unwrap();
+    // Without the batch's extent: an error that says so.
+    let err = translate(&m, &TranslateOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("\"batch\""), "{err}");
+    let options = TranslateOptions {
+        dim_params: BTreeMap::from([("batch".to_owned(), 3)]),
+        ..Default::default()
+    };
+    let t = translate(&m, &options).unwrap();
+    // The shape arithmetic left nothing on the tape but the reshape: input, parameter,
+    // reshape, transpose, matmul.
+    assert_eq!(
+        t.tape.len(),
+        5,
+        "{:?}",
+        t.tape.nodes().iter().map(|n| n.op).collect::<Vec<_>>()
+    );
+    let x: Vec<f32> = (0..18).map(|v| v as f32 * 0.5).collect();
+    let out = run_forward(&t, &BTreeMap::from([("x".to_owned(), x.clone())])).unwrap();
+    assert_eq!(out.oracle[0], out.runtime[0]);
+    for r in 0..3 {
+        for o in 0..2 {
+            // Small integers and quarters: exact in f32 whatever the order.
+            let want: f32 = (0..6).map(|i| x[r * 6 + i] * w[o * 6 + i]).sum();
+            assert_eq!(out.oracle[0][r * 2 + o], want);
+        }
+    }
+}
+
+/// Every permutation of a rank-3 tensor (the block swaps and the sliced ones) moves every
+/// element where the definition says.
+#[test]
+fn every_rank_3_permutation_is_exact() {
+    let dims = [2usize, 3, 4];
+    let x: Vec<f32> = (0..24).map(|v| v as f32 - 7.5).collect();
+    for perm in [
+        [0, 1, 2],
+        [0, 2, 1],
+        [1, 0, 2],
+        [1, 2, 0],
+        [2, 0, 1],
+        [2, 1, 0],
+    ] {
+        let out: Vec<i64> = perm.iter().map(|&a| dims[a] as i64).collect();
+        let bytes = model(
+            vec![node(
+                "Transpose",
+                "t",
+                &["x"],
+                &["y"],
+                vec![attr_ints("perm", &perm.map(|a| a as i64))],
+            )],
+            vec![value_info("x", &[2, 3, 4])],
+            vec![value_info("y", &out)],
+            vec![],
+        );
+        let y = run(&bytes, &x);
+        let od = perm.map(|a| dims[a]);
+        for i in 0..od[0] {
+            for j in 0..od[1] {
+                for k in 0..od[2] {
+                    let mut src = [0usize; 3];
+                    src[perm[0]] = i;
+                    src[perm[1]] = j;
+                    src[perm[2]] = k;
+                    let want = x[src[0] * 12 + src[1] * 4 + src[2]];
+                    assert_eq!(y[(i * od[1] + j) * od[2] + k], want, "perm {perm:?}");
+                }
+            }
+        }
+    }
+}

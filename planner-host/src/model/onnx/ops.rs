@@ -5,7 +5,7 @@
 
 use tapeplan_core::{Attr, NodeId, Opcode, Shape};
 
-use super::tensor::TensorData;
+use super::tensor::{Elements, TensorData};
 use super::translate::{dims_of, NodeCx, BOOL, FLOAT};
 use super::OnnxError;
 
@@ -90,6 +90,8 @@ use Translate::{Binary, Custom, Unary};
 pub const OPERATORS: &[Operator] = &[
     row!("Abs", Unary(Opcode::Abs), [], EXACT, "FLOAT."),
     row!("Add", Binary(Opcode::Add), [], EXACT, "FLOAT, multidirectional broadcasting (`broadcast`)."),
+    row!("Cast", Custom(cast), ["to", "saturate", "round_mode"], EXACT, "To FLOAT from FLOAT or BOOL (the same 0/1 values); integer values known at plan time to any integer type or FLOAT (folded); other casts are not in the vocabulary."),
+    row!("CastLike", Custom(cast_like), ["saturate", "round_mode"], EXACT, "As Cast, to the element type of the second input."),
     row!("Concat", Custom(concat), ["axis"], EXACT, "FLOAT inputs, any count (pairwise `concat`)."),
     row!("Constant", Custom(constant), ["value", "value_float", "value_floats", "value_int", "value_ints"], EXACT, "A value known at plan time (a `fill` or a frozen parameter where used as data); sparse and string values are not read."),
     row!("Div", Binary(Opcode::Div), [], EXACT, "FLOAT, broadcasting."),
@@ -98,6 +100,7 @@ pub const OPERATORS: &[Operator] = &[
     row!("Exp", Unary(Opcode::Exp), [], LIBM, "FLOAT (the plan's math profile; conformance uses `precise`, libm)."),
     row!("Flatten", Custom(flatten), ["axis"], EXACT, "Any axis, negative included (`reshape`)."),
     row!("Gemm", Custom(gemm), ["alpha", "beta", "transA", "transB"], SUMS, "`alpha·A'B' + beta·C`, C optional and broadcast (`matmul`, `transpose`, `mul`, `add`)."),
+    row!("Gather", Custom(gather), ["axis"], EXACT, "Integer data and indices known at plan time (shape arithmetic, folded: torch's flatten); a gather of run-time data is issue 12's indexing instruction, not in this table yet."),
     row!("Greater", Custom(greater), [], EXACT, "FLOAT inputs, BOOL output as a 0/1 mask (`greater`)."),
     row!("GreaterOrEqual", Custom(greater_or_equal), [], EXACT, "FLOAT inputs, BOOL output as a mask (`greater_equal`)."),
     row!("Identity", Custom(identity), [], EXACT, "Any tensor (the same value)."),
@@ -128,7 +131,7 @@ pub const OPERATORS: &[Operator] = &[
     row!("Sub", Binary(Opcode::Sub), [], EXACT, "FLOAT, broadcasting."),
     row!("Sum", Custom(sum), [], EXACT, "FLOAT, any count, broadcasting (`add`, left to right as numpy)."),
     row!("Tanh", Unary(Opcode::Tanh), [], LIBM, "FLOAT."),
-    row!("Transpose", Custom(transpose), ["perm"], EXACT, "Permutations that, leaving out extent-1 axes, swap two blocks of axes (every rank-2 transpose; rank 3 `(2,0,1)`, …) (`transpose` between `reshape`s); other permutations are not in the vocabulary."),
+    row!("Transpose", Custom(transpose), ["perm"], EXACT, "Any permutation: leaving out extent-1 axes, a swap of two blocks of axes is one `transpose` between `reshape`s (every rank-2 transpose; rank 3 `(2,0,1)`); another is sliced along the axis that becomes first, each slice permuted, and concatenated (`slice`, `concat`), at most 64 slices: a composition of copies, exact, but not fast (no general permutation instruction yet)."),
     row!("Unsqueeze", Custom(unsqueeze), ["axes"], EXACT, "axes as attribute or input (known at plan time) (`reshape`)."),
     row!("Where", Custom(where_), [], EXACT, "BOOL (or FLOAT) condition, FLOAT values, broadcasting (`select`)."),
 ];
@@ -399,36 +402,10 @@ fn transpose(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
     if perm.len() != r || perm.iter().any(|&a| std::mem::replace(&mut seen[a], true)) {
         return Err(cx.invalid(format!("perm {perm:?} is not a permutation of {r} axes")));
     }
-    let out_dims: Vec<usize> = perm.iter().map(|&a| dims[a]).collect();
-    let out_shape = cx.shape_from(&out_dims)?;
-    // Leaving out extent-1 axes (they do not move elements), the permutation of the others.
-    let big: Vec<usize> = (0..r).filter(|&a| dims[a] > 1).collect();
-    let q: Vec<usize> = perm
-        .iter()
-        .filter(|&&a| dims[a] > 1)
-        .map(|a| big.iter().position(|b| b == a).unwrap_or(0))
-        .collect();
-    let m = q.len();
-    let y = if q.iter().enumerate().all(|(i, &v)| i == v) {
-        cx.reshape(x, out_shape)?
-    } else if let Some(k) = q
-        .first()
-        .copied()
-        .filter(|&k| (0..m).all(|i| q[i] == (k + i) % m))
-    {
-        // A rotation: the first `k` axes (as one block of `rows`) swap with the others.
-        let rows: usize = big[..k].iter().map(|&a| dims[a]).product();
-        let cols: usize = big[k..].iter().map(|&a| dims[a]).product();
-        let x2 = cx.reshape(x, Shape::matrix(rows, cols))?;
-        let t = cx.push(Opcode::Transpose, Attr::NONE, &[x2])?;
-        cx.reshape(t, out_shape)?
-    } else {
-        return Err(cx.unsupported(
-            format!("perm {perm:?} of shape {s}"),
-            "permutations that swap two blocks of axes (every rank-2 transpose); a general permutation is not in the vocabulary yet",
-        ));
-    };
+    let mut budget = MAX_TRANSPOSE_SLICES;
+    let y = permute(cx, x, &perm, &mut budget)?;
     let y = if y == x {
+        let out_shape = cx.shape(y)?;
         cx.push(Opcode::Reshape, Attr::target(out_shape), &[x])?
     } else {
         y
@@ -436,8 +413,95 @@ fn transpose(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
     cx.set_output(0, y, FLOAT)
 }
 
+/// The most `slice` instructions a transpose outside the block swaps may take.
+pub const MAX_TRANSPOSE_SLICES: usize = 64;
+
+/// `x` with its axes permuted (`out` axis `i` is `x`'s axis `perm[i]`), every element copied.
+///
+/// Leaving out extent-1 axes (they do not move elements), the identity is a `reshape` and a
+/// rotation (the first `k` axes, as one block of rows, swapped with the others) one `transpose`
+/// between `reshape`s. Any other permutation slices `x` along the axis that becomes the first
+/// (one slice per index), permutes each slice (one axis fewer to move) and concatenates them:
+/// at most `budget` slices in all.
+fn permute(
+    cx: &mut NodeCx<'_>,
+    x: NodeId,
+    perm: &[usize],
+    budget: &mut usize,
+) -> Result<NodeId, OnnxError> {
+    let s = cx.shape(x)?;
+    let dims = dims_of(s);
+    let out_dims: Vec<usize> = perm.iter().map(|&a| dims[a]).collect();
+    let out_shape = cx.shape_from(&out_dims)?;
+    let big: Vec<usize> = (0..dims.len()).filter(|&a| dims[a] > 1).collect();
+    let q: Vec<usize> = perm
+        .iter()
+        .filter(|&&a| dims[a] > 1)
+        .map(|a| big.iter().position(|b| b == a).unwrap_or(0))
+        .collect();
+    let m = q.len();
+    if q.iter().enumerate().all(|(i, &v)| i == v) {
+        return cx.reshape(x, out_shape);
+    }
+    if let Some(k) = q
+        .first()
+        .copied()
+        .filter(|&k| (0..m).all(|i| q[i] == (k + i) % m))
+    {
+        let rows: usize = big[..k].iter().map(|&a| dims[a]).product();
+        let cols: usize = big[k..].iter().map(|&a| dims[a]).product();
+        let x2 = cx.reshape(x, Shape::matrix(rows, cols))?;
+        let t = cx.push(Opcode::Transpose, Attr::NONE, &[x2])?;
+        return cx.reshape(t, out_shape);
+    }
+    // The first output axis of extent > 1 comes from `a`: slice along it.
+    let (lead, a) = perm
+        .iter()
+        .enumerate()
+        .find(|&(_, &a)| dims[a] > 1)
+        .map(|(i, &a)| (i, a))
+        .ok_or_else(|| cx.invalid("no axis to move"))?;
+    if dims[a] > *budget {
+        return Err(cx.unsupported(
+            format!("perm {perm:?} of shape {s}"),
+            format!(
+                "permutations that swap two blocks of axes (every rank-2 transpose), and others that take at most {MAX_TRANSPOSE_SLICES} slices"
+            ),
+        ));
+    }
+    *budget -= dims[a];
+    let mut acc: Option<NodeId> = None;
+    for i in 0..dims[a] {
+        let piece = cx.push(
+            Opcode::Slice,
+            Attr::Window {
+                axis: a,
+                start: i,
+                len: 1,
+            },
+            &[x],
+        )?;
+        let p = permute(cx, piece, perm, budget)?;
+        acc = Some(match acc {
+            None => p,
+            Some(prev) => cx.push(Opcode::Concat, Attr::Axis(lead), &[prev, p])?,
+        });
+    }
+    acc.ok_or_else(|| cx.invalid("an empty axis"))
+}
+
 /// Output `0` is input `0` (of `FLOAT` or `BOOL` type) with extents `dims` (a copy).
 fn reshaped(cx: &mut NodeCx<'_>, dims: &[usize]) -> Result<(), OnnxError> {
+    if let Some(k) = known_ints(cx, 0) {
+        // Shape arithmetic (torch's flatten: Shape → Gather → Unsqueeze → Concat → Reshape):
+        // folded at plan time.
+        if k.len() != dims.iter().product::<usize>() {
+            return Err(cx.invalid(format!("extents {dims:?} do not hold {} elements", k.len())));
+        }
+        let mut t = k;
+        t.dims = dims.to_vec();
+        return cx.set_known_output(0, t);
+    }
     let t = cx.input_type(0)?;
     let x = cx.data_of_types(0, &[FLOAT, BOOL])?;
     let shape = cx.shape_from(dims)?;
@@ -552,8 +616,54 @@ fn unsqueeze(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
     reshaped(cx, &out)
 }
 
+/// Input `i` when it is an integer tensor known at plan time (shape arithmetic, folded).
+fn known_ints(cx: &NodeCx<'_>, i: usize) -> Option<TensorData> {
+    cx.known(i)
+        .filter(|t| matches!(t.elements, Elements::Int(_)))
+        .cloned()
+}
+
+/// Integer tensors known at plan time concatenated along `axis`.
+fn concat_known(cx: &NodeCx<'_>, parts: &[TensorData], axis: i64) -> Result<TensorData, OnnxError> {
+    let first = &parts[0];
+    let r = first.dims.len();
+    let axis = cx.axis(axis, r)?;
+    let mut dims = first.dims.clone();
+    dims[axis] = 0;
+    let outer: usize = first.dims[..axis].iter().product();
+    let mut chunks = Vec::new();
+    for p in parts {
+        let same = p.dims.len() == r && (0..r).all(|a| a == axis || p.dims[a] == first.dims[a]);
+        let Elements::Int(v) = &p.elements else {
+            return Err(cx.invalid("mixed element types"));
+        };
+        if !same {
+            return Err(cx.invalid(format!("extents {:?} and {:?}", first.dims, p.dims)));
+        }
+        dims[axis] += p.dims[axis];
+        chunks.push((v, p.dims[axis..].iter().product::<usize>()));
+    }
+    let mut out = Vec::new();
+    for o in 0..outer {
+        for (v, width) in &chunks {
+            let part = v
+                .get(o * width..(o + 1) * width)
+                .ok_or_else(|| cx.invalid("elements do not match the extents"))?;
+            out.extend_from_slice(part);
+        }
+    }
+    let mut t = first.with_elements(first.data_type, Elements::Int(out));
+    t.dims = dims;
+    Ok(t)
+}
+
 fn concat(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
     let n = cx.num_inputs();
+    let known: Vec<TensorData> = (0..n).filter_map(|i| known_ints(cx, i)).collect();
+    if n > 0 && known.len() == n {
+        let out = concat_known(cx, &known, cx.attr_int("axis", 0))?;
+        return cx.set_known_output(0, out);
+    }
     let mut acc = cx.data(0)?;
     let r = cx.shape(acc)?.rank();
     let axis = cx.axis(cx.attr_int("axis", 0), r)?;
@@ -822,4 +932,100 @@ fn softmax(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
 
 fn log_softmax(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
     softmax_like(cx, true)
+}
+
+fn gather(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    let (Some(data), Some(idx)) = (known_ints(cx, 0), known_ints(cx, 1)) else {
+        let t = cx.input_type(0)?;
+        return Err(cx.unsupported(
+            format!(
+                "a gather of {} data or indices computed at run time",
+                super::tensor::data_type_name(t)
+            ),
+            "integer data and indices known at plan time (shape arithmetic)",
+        ));
+    };
+    let (Elements::Int(v), Elements::Int(ix)) = (&data.elements, &idx.elements) else {
+        return Err(cx.invalid("not integers"));
+    };
+    let r = data.dims.len();
+    let axis = cx.axis(cx.attr_int("axis", 0), r)?;
+    let n = data.dims[axis] as i64;
+    let outer: usize = data.dims[..axis].iter().product();
+    let inner: usize = data.dims[axis + 1..].iter().product();
+    let mut out = Vec::with_capacity(outer * ix.len() * inner);
+    for o in 0..outer {
+        for &i in ix {
+            let j = if i < 0 { i + n } else { i };
+            if !(0..n).contains(&j) {
+                return Err(cx.invalid(format!("index {i} outside [-{n}, {n})")));
+            }
+            let start = (o * n as usize + j as usize) * inner;
+            let part = v
+                .get(start..start + inner)
+                .ok_or_else(|| cx.invalid("elements do not match the extents"))?;
+            out.extend_from_slice(part);
+        }
+    }
+    let mut dims = data.dims[..axis].to_vec();
+    dims.extend_from_slice(&idx.dims);
+    dims.extend_from_slice(&data.dims[axis + 1..]);
+    let mut t = data.with_elements(data.data_type, Elements::Int(out));
+    t.dims = dims;
+    cx.set_known_output(0, t)
+}
+
+fn cast(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    let to = cx.attr_int("to", 0) as i32;
+    cast_to(cx, to)
+}
+
+fn cast_like(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    let to = cx.input_type(1)?;
+    cast_to(cx, to)
+}
+
+/// Input 0 cast to element type `to` (`Cast`'s attribute, `CastLike`'s second input's type).
+fn cast_to(cx: &mut NodeCx<'_>, to: i32) -> Result<(), OnnxError> {
+    if let Some(k) = known_ints(cx, 0) {
+        let Elements::Int(v) = &k.elements else {
+            return Err(cx.invalid("not integers"));
+        };
+        let out = match to {
+            FLOAT => TensorData::f32(k.dims.clone(), v.iter().map(|&x| x as f32).collect()),
+            t if matches!(
+                super::proto::tensor_proto::DataType::try_from(t),
+                Ok(super::proto::tensor_proto::DataType::Int64
+                    | super::proto::tensor_proto::DataType::Int32)
+            ) =>
+            {
+                k.with_elements(t, Elements::Int(v.clone()))
+            }
+            t => {
+                return Err(cx.unsupported(
+                    format!(
+                        "a cast of known integers to {}",
+                        super::tensor::data_type_name(t)
+                    ),
+                    "FLOAT, INT32, INT64",
+                ))
+            }
+        };
+        return cx.set_known_output(0, out);
+    }
+    let from = cx.input_type(0)?;
+    if to != FLOAT || !matches!(from, FLOAT | BOOL) {
+        return Err(cx.unsupported(
+            format!(
+                "a cast from {} to {}",
+                super::tensor::data_type_name(from),
+                super::tensor::data_type_name(to)
+            ),
+            "casts to FLOAT from FLOAT or BOOL (masks are already 0/1 in f32)",
+        ));
+    }
+    let x = cx.data_of_types(0, &[FLOAT, BOOL])?;
+    let s = cx.shape(x)?;
+    let y = cx.push(Opcode::Reshape, Attr::target(s), &[x])?;
+    cx.set_output(0, y, FLOAT)
 }

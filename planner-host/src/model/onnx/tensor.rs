@@ -58,6 +58,15 @@ impl TensorData {
         }
     }
 
+    /// The same extents with other elements of type `data_type`.
+    pub fn with_elements(&self, data_type: i32, elements: Elements) -> TensorData {
+        TensorData {
+            data_type,
+            dims: self.dims.clone(),
+            elements,
+        }
+    }
+
     /// The number of elements the extents give.
     pub fn len(&self) -> usize {
         self.dims.iter().product()
