@@ -302,8 +302,8 @@ impl<'a> Plan<'a> {
     /// The work entry `entry` does, in element operations: the sum over its instructions of
     /// [`tapeplan_core::ops::work`] (a matrix product `[m, k] x [k, n]` counts `m·k·n`; every
     /// other instruction the elements of its arguments and output), saturating at `u64::MAX`.
-    /// A measure for watchdog budgets, see [`crate::Limits::max_work_per_entry`]. An
-    /// instruction that does not decode counts as the elements of its output and arguments.
+    /// A measure for watchdog budgets, see [`crate::Limits::max_work_per_entry`]. An unknown
+    /// opcode counts as the elements of its output and arguments.
     pub fn entry_work(&self, entry: EntryId) -> u64 {
         let Some(range) = self.entry_range(entry) else {
             return 0;
@@ -320,9 +320,9 @@ impl<'a> Plan<'a> {
                 *a = shape(t);
             }
             let args = args.get(..arity).unwrap_or(&[]);
-            let cost = match self.instr(k) {
-                Some(Ok(i)) => ops::work(i.op, &i.attr, args, shape(rec.out)),
-                _ => args.iter().fold(shape(rec.out).elems() as u64, |acc, a| {
+            let cost = match tapeplan_core::Opcode::from_u8(rec.opcode) {
+                Some(op) => ops::work(op, args, shape(rec.out)),
+                None => args.iter().fold(shape(rec.out).elems() as u64, |acc, a| {
                     acc.saturating_add(a.elems() as u64)
                 }),
             };

@@ -265,12 +265,13 @@ pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
 /// (the runtime's `Limits::max_work_per_entry`, `docs/threat-model.md`). A matrix product
 /// `[m, k] x [k, n]` counts `m·k·n`; every other instruction the elements of its arguments and
 /// its output. An op whose kernel does more than a pass over its operands (a convolution, a
-/// pooling window) states its count here. Saturates at `u64::MAX`; never fails (an argument
+/// pooling window) states its count here, from the shapes alone (the validator calls this
+/// before anything runs, without decoding attributes). Saturates at `u64::MAX`; never fails (an argument
 /// missing from `args` counts as empty).
 ///
 /// # Shapes
 /// `args`: the argument shapes (the first `op.arity()` are used); `out`: the output shape.
-pub fn work(op: Opcode, _attr: &Attr, args: &[Shape], out: Shape) -> u64 {
+pub fn work(op: Opcode, args: &[Shape], out: Shape) -> u64 {
     let elems = |s: Shape| s.elems() as u64;
     match op {
         Opcode::MatMul => {
