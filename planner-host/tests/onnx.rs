@@ -649,3 +649,84 @@ fn every_rank_3_permutation_is_exact() {
         }
     }
 }
+
+/// Hostile numbers in attributes and constant inputs (extents, pads, axes, indices at the ends
+/// of `i64`) are errors, never panics or overflows.
+#[test]
+fn hostile_numbers_are_errors_never_panics() {
+    let cases: Vec<(NodeProto, Vec<TensorProto>)> = vec![
+        (
+            node("Reshape", "r", &["x", "s"], &["y"], vec![]),
+            vec![ints("s", &[i64::MAX, i64::MAX, -1])],
+        ),
+        (
+            node("Reshape", "r", &["x", "s"], &["y"], vec![]),
+            vec![ints("s", &[-7, 2])],
+        ),
+        (
+            node("Pad", "p", &["x", "s"], &["y"], vec![]),
+            vec![ints("s", &[i64::MIN, i64::MAX, i64::MAX, 0])],
+        ),
+        (
+            node("Pad", "p", &["x", "s"], &["y"], vec![]),
+            vec![ints("s", &[i64::MAX, 0, i64::MAX, 0])],
+        ),
+        (
+            node("Slice", "s", &["x", "a", "b"], &["y"], vec![]),
+            vec![
+                ints("a", &[i64::MIN, i64::MIN]),
+                ints("b", &[i64::MAX, i64::MIN]),
+            ],
+        ),
+        (
+            node("Unsqueeze", "u", &["x", "s"], &["y"], vec![]),
+            vec![ints("s", &[i64::MIN])],
+        ),
+        (
+            node(
+                "Shape",
+                "s",
+                &["x"],
+                &["y"],
+                vec![attr_int("start", i64::MIN), attr_int("end", i64::MIN)],
+            ),
+            vec![],
+        ),
+        (
+            node(
+                "Transpose",
+                "t",
+                &["x"],
+                &["y"],
+                vec![attr_ints("perm", &[0, 0])],
+            ),
+            vec![],
+        ),
+        (
+            node(
+                "Softmax",
+                "s",
+                &["x"],
+                &["y"],
+                vec![attr_int("axis", i64::MIN)],
+            ),
+            vec![],
+        ),
+        (
+            node("Gather", "g", &["s", "i"], &["y"], vec![]),
+            vec![ints("s", &[3, 4]), ints("i", &[i64::MIN])],
+        ),
+    ];
+    for (n, init) in cases {
+        let op = n.op_type().to_owned();
+        let bytes = model(
+            vec![n],
+            vec![value_info("x", &[2, 3])],
+            vec![value_info("y", &[2, 3])],
+            init,
+        );
+        let m = read_model(&bytes).unwrap();
+        let r = translate(&m, &TranslateOptions::default());
+        assert!(r.is_err(), "{op}: hostile numbers were accepted");
+    }
+}

@@ -231,7 +231,7 @@ fn shape(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
         }
     };
     let r = dims.len() as i64;
-    let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
+    let clamp = |v: i64| (if v < 0 { v.saturating_add(r) } else { v }).clamp(0, r) as usize;
     let start = clamp(cx.attr_int("start", 0));
     let end = clamp(cx.attr_int("end", r));
     let part = dims.get(start..end.max(start)).unwrap_or(&[]).to_vec();
@@ -495,7 +495,7 @@ fn reshaped(cx: &mut NodeCx<'_>, dims: &[usize]) -> Result<(), OnnxError> {
     if let Some(k) = known_ints(cx, 0) {
         // Shape arithmetic (torch's flatten: Shape → Gather → Unsqueeze → Concat → Reshape):
         // folded at plan time.
-        if k.len() != dims.iter().product::<usize>() {
+        if Some(k.len()) != checked_product(dims) {
             return Err(cx.invalid(format!("extents {dims:?} do not hold {} elements", k.len())));
         }
         let mut t = k;
@@ -542,13 +542,13 @@ fn reshape(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
                     cx.invalid(format!("shape {target:?}: no extent {k} to copy"))
                 })?)
             }
-            t if t >= 0 => out.push(t as usize),
+            t if t >= 0 => out.push(usize::try_from(t).unwrap_or(usize::MAX)),
             _ => return Err(cx.invalid(format!("shape {target:?}"))),
         }
     }
     let total: usize = dims.iter().product();
     if let Some(k) = infer {
-        let rest: usize = out.iter().product();
+        let rest = checked_product(&out).unwrap_or(0);
         if rest == 0 || !total.is_multiple_of(rest) {
             return Err(cx.invalid(format!("shape {target:?} does not divide {total} elements")));
         }
@@ -787,9 +787,10 @@ fn pad(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
     // Negative pads cut, first; then the zero pads, which a mask of ones replays for a non-zero
     // value.
     for (k, &axis) in axes.iter().enumerate() {
-        let (cut_b, cut_e) = ((-pads[k]).max(0), (-pads[k + n]).max(0));
+        let cut = |p: i64| p.saturating_neg().max(0);
+        let (cut_b, cut_e) = (cut(pads[k]), cut(pads[k + n]));
         let d = cx.shape(x)?.dim(axis).unwrap_or(0) as i64;
-        if cut_b + cut_e >= d {
+        if cut_b.saturating_add(cut_e) >= d {
             return Err(cx.unsupported(
                 format!("pads {pads:?} leave nothing along axis {axis}"),
                 "non-empty results",
@@ -800,13 +801,18 @@ fn pad(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
     let cut_shape = cx.shape(x)?;
     let mut windows = Vec::new();
     for (k, &axis) in axes.iter().enumerate() {
-        let (add_b, add_e) = (pads[k].max(0) as usize, pads[k + n].max(0) as usize);
-        if add_b + add_e > 0 {
+        let add = |p: i64| usize::try_from(p.max(0)).unwrap_or(usize::MAX);
+        let (add_b, add_e) = (add(pads[k]), add(pads[k + n]));
+        if add_b > 0 || add_e > 0 {
             let d = cx.shape(x)?.dim(axis).unwrap_or(0);
+            let len = d
+                .checked_add(add_b)
+                .and_then(|l| l.checked_add(add_e))
+                .ok_or_else(|| cx.invalid(format!("pads {pads:?} overflow")))?;
             let w = Attr::Window {
                 axis,
                 start: add_b,
-                len: d + add_b + add_e,
+                len,
             };
             windows.push(w);
             x = cx.push(Opcode::Pad, w, &[x])?;
@@ -1028,4 +1034,9 @@ fn cast_to(cx: &mut NodeCx<'_>, to: i32) -> Result<(), OnnxError> {
     let s = cx.shape(x)?;
     let y = cx.push(Opcode::Reshape, Attr::target(s), &[x])?;
     cx.set_output(0, y, FLOAT)
+}
+
+/// The product of extents, `None` on overflow (hostile shapes).
+fn checked_product(dims: &[usize]) -> Option<usize> {
+    dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d))
 }

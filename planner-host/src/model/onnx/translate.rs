@@ -165,19 +165,12 @@ pub fn translate(model: &ModelProto, options: &TranslateOptions) -> Result<Trans
     let mut outputs = Vec::new();
     for (k, out) in graph.output.iter().enumerate() {
         let name = out.name();
-        let declared = out
-            .r#type
-            .as_ref()
-            .and_then(|t| t.value.as_ref())
-            .and_then(|v| match v {
-                super::proto::type_proto::Value::TensorType(t) => t.elem_type,
-                _ => None,
-            });
         let slot = tr
             .slots
             .get(name)
             .ok_or_else(|| OnnxError::Model(format!("graph output {name:?} is never computed")))?;
-        let data_type = declared.unwrap_or(slot.data_type);
+        // The type the translation computed (a comparison's BOOL mask, FLOAT data).
+        let data_type = slot.data_type;
         if !matches!(data_type, FLOAT | BOOL) {
             return Err(OnnxError::Unsupported {
                 node: format!("graph output {name:?}"),
