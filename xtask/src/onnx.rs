@@ -122,10 +122,16 @@ fn node_tests(ctx: &Ctx, ops: &[&str]) -> Result<PathBuf> {
         return Ok(dir);
     }
     let py = onnx_python(ctx)?;
-    let tmp = root.join(format!("tmp-{}", std::process::id()));
-    if tmp.exists() {
-        fs::remove_dir_all(&tmp)?;
+    // Other keys' caches (another onnx version, operator list or script) and unfinished
+    // generations are stale: remove them.
+    if let Ok(entries) = fs::read_dir(&root) {
+        for e in entries.flatten() {
+            if e.path().is_dir() {
+                fs::remove_dir_all(e.path())?;
+            }
+        }
     }
+    let tmp = root.join(format!("tmp-{}", std::process::id()));
     fs::create_dir_all(&tmp)?;
     let mut cmd = Command::new(py);
     cmd.arg(&script).arg(&tmp).args(ops).current_dir(&ctx.root);
