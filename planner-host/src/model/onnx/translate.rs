@@ -67,6 +67,8 @@ pub struct BoundParameter {
 /// A graph output.
 #[derive(Clone, Debug)]
 pub struct BoundOutput {
+    /// Its position among the graph's outputs.
+    pub index: usize,
     /// The ONNX name.
     pub onnx_name: String,
     /// The node holding it.
@@ -84,8 +86,11 @@ pub struct Translation {
     pub inputs: Vec<BoundInput>,
     /// The initializers and constants used as data.
     pub parameters: Vec<BoundParameter>,
-    /// The graph outputs, in the graph's order.
+    /// The graph outputs computed on the tape, in the graph's order.
     pub outputs: Vec<BoundOutput>,
+    /// The graph outputs of integer type known at plan time (shape arithmetic: `Shape`, …),
+    /// with their positions among the graph's outputs; not on the tape.
+    pub folded_outputs: Vec<(usize, String, TensorData)>,
     /// The default domain's opset version the model imports.
     pub opset: i64,
 }
@@ -163,12 +168,26 @@ pub fn translate(model: &ModelProto, options: &TranslateOptions) -> Result<Trans
         ops::translate_node(&mut cx)?;
     }
     let mut outputs = Vec::new();
+    let mut folded_outputs = Vec::new();
     for (k, out) in graph.output.iter().enumerate() {
         let name = out.name();
         let slot = tr
             .slots
             .get(name)
             .ok_or_else(|| OnnxError::Model(format!("graph output {name:?} is never computed")))?;
+        if let (
+            None,
+            Some(
+                known @ TensorData {
+                    elements: Elements::Int(_),
+                    ..
+                },
+            ),
+        ) = (slot.node, &slot.known)
+        {
+            folded_outputs.push((k, name.to_owned(), known.clone()));
+            continue;
+        }
         // The type the translation computed (a comparison's BOOL mask, FLOAT data).
         let data_type = slot.data_type;
         if !matches!(data_type, FLOAT | BOOL) {
@@ -190,6 +209,7 @@ pub fn translate(model: &ModelProto, options: &TranslateOptions) -> Result<Trans
                 .push(Opcode::Reshape, Attr::target(shape), &[node])?;
         }
         outputs.push(BoundOutput {
+            index: k,
             onnx_name: name.to_owned(),
             node,
             data_type,
@@ -200,6 +220,7 @@ pub fn translate(model: &ModelProto, options: &TranslateOptions) -> Result<Trans
         inputs: tr.inputs,
         parameters: tr.parameters,
         outputs,
+        folded_outputs,
         opset,
     })
 }
