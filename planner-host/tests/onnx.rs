@@ -243,6 +243,7 @@ fn an_mlp_reads_translates_and_runs_bitwise_against_f64() {
     assert_eq!(t.parameters.len(), 4);
     assert!(t.parameters.iter().all(|p| p.trainable));
     assert_eq!(t.parameters[0].value, w1);
+    assert_eq!(t.parameters[0].onnx_name, "w1");
     assert_eq!(t.outputs[0].onnx_name, "p");
 }
 
@@ -586,6 +587,9 @@ fn a_torch_style_flatten_folds_its_shape_arithmetic() {
         ..Default::default()
     };
     let t = translate(&m, &options).unwrap();
+    // The weight behind `Identity` is the initializer, under its own name.
+    assert_eq!(t.parameters.len(), 1);
+    assert_eq!(t.parameters[0].onnx_name, "w");
     // The shape arithmetic left nothing on the tape but the reshape: input, parameter,
     // reshape, transpose, matmul.
     assert_eq!(

@@ -113,6 +113,9 @@ struct Slot {
     node: Option<NodeId>,
     /// The declared shape of a graph input with no known value.
     declared: Option<Shape>,
+    /// For an alias (`Identity`) of a value with no tape node yet: the value it names, whose
+    /// leaf (under the original name) it shares once data is asked of either.
+    source: Option<String>,
 }
 
 /// The translation's state while it walks the nodes.
@@ -241,6 +244,7 @@ impl Translator {
                     known: Some(data),
                     node: None,
                     declared: None,
+                    source: None,
                 },
             );
         }
@@ -255,6 +259,7 @@ impl Translator {
                         known: Some(data.clone()),
                         node: None,
                         declared: None,
+                        source: None,
                     },
                 );
                 continue;
@@ -313,6 +318,7 @@ impl Translator {
                     known: None,
                     node: None,
                     declared: Some(shape),
+                    source: None,
                 },
             );
         }
@@ -346,6 +352,13 @@ impl Translator {
                 OnnxError::Model(format!("{user}: value {name:?} is never defined"))
             })?;
         if let Some(node) = slot.node {
+            return Ok(node);
+        }
+        if let Some(src) = &slot.source {
+            let node = self.data_of(src, user)?;
+            if let Some(s) = self.slots.get_mut(name) {
+                s.node = Some(node);
+            }
             return Ok(node);
         }
         let (shape, values) = match &slot.known {
@@ -753,6 +766,7 @@ impl NodeCx<'_> {
                 known: None,
                 node: Some(node),
                 declared: None,
+                source: None,
             },
         );
         Ok(())
@@ -772,6 +786,7 @@ impl NodeCx<'_> {
                 known: Some(data),
                 node: None,
                 declared: None,
+                source: None,
             },
         );
         Ok(())
@@ -790,13 +805,11 @@ impl NodeCx<'_> {
             .cloned()
             .ok_or_else(|| self.invalid(format!("input {i} ({from:?}) is never defined")))?;
         let name = self.output_name(k)?;
-        // A known graph input stays an input (its leaf is made under its own name).
-        if slot.node.is_none() && slot.origin == Origin::Input {
-            let who = self.who();
-            let node = self.tr.data_of(&from, &who)?;
-            return self.set_output(k, node, slot.data_type);
+        let mut alias = slot;
+        if alias.node.is_none() {
+            alias.source = Some(alias.source.clone().unwrap_or(from));
         }
-        self.tr.slots.insert(name, slot);
+        self.tr.slots.insert(name, alias);
         Ok(())
     }
 
