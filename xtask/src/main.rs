@@ -124,12 +124,12 @@ const STEPS: &[Step] = &[
     },
     Step {
         name: "miri",
-        about: "the runtime's unit, rejection, hostile-plan and checkpoint tests under Miri (nightly; installed if missing)",
+        about: "the runtime's unit, rejection and checkpoint tests under Miri (nightly; installed if missing)",
         run: fuzz::step_miri,
     },
     Step {
         name: "fuzz-smoke",
-        about: "every cargo-fuzz target of fuzz/ for 20 s (nightly and cargo-fuzz; installed if missing)",
+        about: "every cargo-fuzz target of fuzz/ for 15 s (nightly and cargo-fuzz; installed if missing)",
         run: fuzz::step_fuzz_smoke,
     },
     Step {
@@ -150,6 +150,8 @@ const CI_STEPS: &[&str] = &[
     "doc",
     "demo",
     "onnx-conformance",
+    "miri",
+    "fuzz-smoke",
     "qemu",
     "wasm-setup",
     "wasm-test",
