@@ -43,7 +43,7 @@ macro_rules! opcode_table {
             0x02 Fill         "fill"          0 Leaf        Fill   core grad node       fill          "Every element equal to the attribute's value.";
             0x10 Add          "add"           2 Elementwise None   core grad binary     add           "`a + b`.";
             0x11 Sub          "sub"           2 Elementwise None   core grad binary     sub           "`a - b`.";
-            0x12 Mul          "mul"           2 Elementwise None   core grad binary     mul           "`a * b`.";
+            0x12 Mul          "mul"           2 Elementwise None   core grad binary     mul           "`a * b` (IEEE, except `0 · ±inf = ±0`: zero preservation).";
             0x13 Div          "div"           2 Elementwise None   core grad binary     div           "`a / b`.";
             0x14 Neg          "neg"           1 Elementwise None   core grad unary      neg           "`-x` (flips the sign bit, NaN included).";
             0x15 Tanh         "tanh"          1 Elementwise None   core grad unary_math tanh          "`libm::tanhf(x)`; `fast` profile: `math::fast::tanh`.";

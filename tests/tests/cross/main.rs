@@ -15,6 +15,7 @@ mod fusion;
 mod fusion_hostile;
 mod higher_order;
 mod hostile;
+mod numerics;
 mod optimizers;
 mod passes;
 mod seeds;
