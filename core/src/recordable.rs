@@ -395,4 +395,76 @@ pub trait Recordable {
         let k = self.fill(c, s)?;
         self.mul(x, &k)
     }
+    /// `log(Σ exp(x))` down to `shape` (which broadcasts back to `x`'s shape: the reduced axes
+    /// are those it keeps at extent 1), PyTorch's `torch.logsumexp(x, dims, keepdim=True)`; a
+    /// fully masked row (all `-inf`) gives `-inf`. See [`crate::ops::logsumexp`].
+    ///
+    /// # Shapes
+    /// `x: [..]` to `shape`, e.g. `[batch, classes] -> [batch, 1]`.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn logsumexp_to(&mut self, x: &Self::Value, shape: Shape) -> Result<Self::Value, Self::Error> {
+        self.apply(Opcode::LogSumExp, Attr::target(shape), &[x])
+    }
+    /// `log_softmax(x)` over `axis` (PyTorch's `F.log_softmax(x, dim=axis)`), a composition:
+    /// `x − broadcast(logsumexp_to(x, shape with axis at 1))`. Its gradient is
+    /// `ḡ − softmax · Σ ḡ` through `logsumexp`'s rule. A fully masked row gives
+    /// `-inf − (-inf) = NaN`, as PyTorch's does.
+    ///
+    /// # Shapes
+    /// `x: [.., n, ..]` (`n` at `axis`) to the same shape.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`]; an `axis` past the rank is a shape error.
+    fn log_softmax(&mut self, x: &Self::Value, axis: usize) -> Result<Self::Value, Self::Error> {
+        let s = self.shape_of(x);
+        let lse = self.logsumexp_to(x, keep_axis_at_one(s, axis)?)?;
+        let lse = self.broadcast(&lse, s)?;
+        self.sub(x, &lse)
+    }
+    /// `softmax(x)` over `axis` (PyTorch's `F.softmax(x, dim=axis)`), a composition:
+    /// `e / broadcast(sum_to(e))` with `e = exp(x − detach(broadcast(max_to(x))))` (the
+    /// max shift contributes no gradient: softmax is shift-invariant). The quotient form rounds
+    /// each output about 1.5 ulp from its value where `exp(log_softmax)` would carry the
+    /// rounding of the log-sum-exp (an ulp of a number as large as the logits). A fully masked
+    /// row gives NaN, as PyTorch's does.
+    ///
+    /// # Shapes
+    /// `x: [.., n, ..]` (`n` at `axis`) to the same shape.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`]; an `axis` past the rank is a shape error.
+    fn softmax(&mut self, x: &Self::Value, axis: usize) -> Result<Self::Value, Self::Error> {
+        let s = self.shape_of(x);
+        let row = keep_axis_at_one(s, axis)?;
+        let m = self.max_to(x, row)?;
+        let m = self.detach(&m)?;
+        let m = self.broadcast(&m, s)?;
+        let shifted = self.sub(x, &m)?;
+        let e = self.exp(&shifted)?;
+        let total = self.sum_to(&e, row)?;
+        let total = self.broadcast(&total, s)?;
+        self.div(&e, &total)
+    }
+}
+
+/// `shape` with its extent at `axis` set to 1 (the target of a reduction over `axis`, kept).
+///
+/// # Errors
+/// [`OpError::BadTarget`] (naming `logsumexp`, the reduction) for an `axis` past the rank.
+pub fn keep_axis_at_one(shape: Shape, axis: usize) -> Result<Shape, OpError> {
+    let rank = shape.rank();
+    if axis >= rank {
+        return Err(OpError::BadTarget {
+            op: Opcode::LogSumExp,
+            from: shape,
+            to: shape,
+        });
+    }
+    let mut dims = shape.dims();
+    if let Some(d) = dims.get_mut(axis) {
+        *d = 1;
+    }
+    Shape::new(&dims[..rank]).map_err(OpError::Shape)
 }

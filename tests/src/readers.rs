@@ -32,8 +32,10 @@ pub fn value_and_gradients(
         set(&mut run, tape);
         let adj = run.backward(f, Tensor::scalar(1.0), &wrt).unwrap();
         let value = run.value(f).unwrap().data.clone();
-        let grads: Vec<Option<Vec<f32>>> =
-            wrt.iter().map(|x| adj.get(*x).map(|t| t.data.clone())).collect();
+        let grads: Vec<Option<Vec<f32>>> = wrt
+            .iter()
+            .map(|x| adj.get(*x).map(|t| t.data.clone()))
+            .collect();
         (value, grads)
     };
     // The recorded gradient, interpreted.
@@ -45,7 +47,11 @@ pub fn value_and_gradients(
         run.forward().unwrap();
         for (k, g) in grads.iter().enumerate() {
             let r = g.map(|g| bits(&run.value(g).unwrap().data));
-            assert_eq!(r, oracle[k].as_ref().map(|v| bits(v)), "recorded, input {k}");
+            assert_eq!(
+                r,
+                oracle[k].as_ref().map(|v| bits(v)),
+                "recorded, input {k}"
+            );
         }
     }
     // Planned, serialized and run by the runtime.
@@ -86,7 +92,11 @@ pub fn value_and_gradients(
         }
     }
     s.run(e).unwrap();
-    assert_eq!(bits(s.output(e, "f").unwrap()), bits(&value), "runtime value");
+    assert_eq!(
+        bits(s.output(e, "f").unwrap()),
+        bits(&value),
+        "runtime value"
+    );
     for (k, g) in grads.iter().enumerate() {
         if g.is_some() {
             let rt_grad = s.output(e, &format!("d{k}")).unwrap();

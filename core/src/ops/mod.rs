@@ -27,6 +27,7 @@ pub mod greater_equal;
 pub mod heaviside;
 pub mod leaf;
 pub mod log;
+pub mod logsumexp;
 pub mod matmul;
 pub mod max_to;
 pub mod maximum;

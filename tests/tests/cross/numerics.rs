@@ -61,3 +61,82 @@ fn a_zero_meeting_an_infinite_slope_contributes_zero() {
     assert_eq!(g[0].to_bits(), 0, "{g:?}");
     assert!(g[1].is_nan(), "{g:?}");
 }
+
+/// Log-sum-exp over a fully masked row (every element `-inf`), issue 12 numerics (a): the
+/// forward is `-inf`, not NaN (`-inf − (-inf)` in the max-shifted composition, which the MLP's
+/// softmax cross-entropy still speaks and which gives NaN here), and the gradient policy is
+/// zero for the masked row (its value does not move under any finite change of its elements),
+/// the other rows' gradient being the softmax; every reader the same bits.
+#[test]
+fn logsumexp_of_a_fully_masked_row_is_minus_infinity() {
+    let inf = f32::INFINITY;
+    let rows = vec![-inf, -inf, -inf, 0.0, -inf, 2.0f32.ln()];
+    let mut tape = Tape::new();
+    let x = tape.input("x", Shape::matrix(2, 3));
+    let (f, l) = {
+        let mut t = tape.trace();
+        let l = t.logsumexp_to(&x, Shape::matrix(2, 1)).unwrap();
+        (t.sum_all(&l).unwrap(), l)
+    };
+    let (_, grads) = value_and_gradients(&mut tape, f, &[(x, rows.clone())]);
+    let mut run = tapeplan_core::Run::new(&tape);
+    run.set(
+        x,
+        tapeplan_core::Tensor::new(Shape::matrix(2, 3), rows.clone()).unwrap(),
+    )
+    .unwrap();
+    run.forward().unwrap();
+    let lse = run.value(l).unwrap();
+    assert_eq!(lse.data[0], -inf);
+    assert_eq!(lse.data[1], 3.0f32.ln(), "ln(1 + 2)");
+    let g = grads[0].clone().unwrap();
+    assert_eq!(&g[..3], &[0.0; 3], "the masked row's gradient is zero");
+    assert_eq!(g[4], 0.0, "a masked element of a live row has weight 0");
+    assert!(
+        (g[3] - 1.0 / 3.0).abs() < 1e-7 && (g[5] - 2.0 / 3.0).abs() < 1e-7,
+        "{g:?}"
+    );
+
+    // The max-shifted composition (the MLP's cross-entropy's form) gives NaN on that row.
+    let mut tape = Tape::new();
+    let x = tape.input("x", Shape::vector(3));
+    let f = {
+        let mut t = tape.trace();
+        let m = t.max_to(&x, Shape::vector(1)).unwrap();
+        let m = t.detach(&m).unwrap();
+        let mb = t.broadcast(&m, Shape::vector(3)).unwrap();
+        let s = t.sub(&x, &mb).unwrap();
+        let e = t.exp(&s).unwrap();
+        let se = t.sum_to(&e, Shape::vector(1)).unwrap();
+        let l = t.log(&se).unwrap();
+        let l = t.add(&l, &m).unwrap();
+        t.sum_all(&l).unwrap()
+    };
+    let (value, _) = value_and_gradients(&mut tape, f, &[(x, vec![-inf; 3])]);
+    assert!(value[0].is_nan());
+
+    // Softmax cross-entropy through log_softmax: a masked row's log-probabilities are
+    // `-inf − (-inf)`: NaN, as PyTorch's (the loss of a row with no live class is undefined);
+    // a partially masked row costs `lse − x_label` = ln 3 here.
+    let mut tape = Tape::new();
+    let x = tape.input("x", Shape::matrix(2, 3));
+    let f = {
+        let mut t = tape.trace();
+        let lp = t.log_softmax(&x, 1).unwrap();
+        let labels = t.fill(0.0, Shape::vector(2)).unwrap();
+        let onehot = t.one_hot(&labels, 3).unwrap();
+        let picked = t.mul(&onehot, &lp).unwrap();
+        let total = t.sum_to(&picked, Shape::matrix(2, 1)).unwrap();
+        t.neg(&total).unwrap()
+    };
+    let mut run = tapeplan_core::Run::new(&tape);
+    run.set(
+        x,
+        tapeplan_core::Tensor::new(Shape::matrix(2, 3), rows).unwrap(),
+    )
+    .unwrap();
+    run.forward().unwrap();
+    let ce = &run.value(f).unwrap().data;
+    assert!(ce[0].is_nan());
+    assert_eq!(ce[1], 3.0f32.ln());
+}

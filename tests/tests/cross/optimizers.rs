@@ -224,8 +224,14 @@ fn adam_bias_correction_is_within_an_ulp_of_f64() {
             let lo_name = format!("opt.beta{}_pow_lo", k + 1);
             let hi = oracle.state[at(&hi_name)].data[0];
             let lo = oracle.state[at(&lo_name)].data[0];
-            assert_eq!(model.parameter(&hi_name).unwrap()[0].to_bits(), hi.to_bits());
-            assert_eq!(model.parameter(&lo_name).unwrap()[0].to_bits(), lo.to_bits());
+            assert_eq!(
+                model.parameter(&hi_name).unwrap()[0].to_bits(),
+                hi.to_bits()
+            );
+            assert_eq!(
+                model.parameter(&lo_name).unwrap()[0].to_bits(),
+                lo.to_bits()
+            );
             let bc = (1.0 - hi) - lo;
             let exact = 1.0 - f64::from(beta).powi(t);
             assert!(
