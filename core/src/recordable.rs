@@ -447,6 +447,93 @@ pub trait Recordable {
         let total = self.broadcast(&total, s)?;
         self.div(&e, &total)
     }
+    /// Binary cross-entropy of logits `x` against targets `z` (PyTorch's
+    /// `F.binary_cross_entropy_with_logits`, no `weight` or `pos_weight`): the elementwise
+    /// instruction [`crate::ops::bce_with_logits`] (gradient `σ(x) − z`, smooth at 0), then
+    /// `reduction`.
+    ///
+    /// # Shapes
+    /// `x`, `z`: one shape; the result a scalar (`Mean`, `Sum`) or that shape (`None`).
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn binary_cross_entropy_with_logits(
+        &mut self,
+        x: &Self::Value,
+        z: &Self::Value,
+        reduction: Reduction,
+    ) -> Result<Self::Value, Self::Error> {
+        let l = self.apply(Opcode::BceWithLogits, Attr::NONE, &[x, z])?;
+        self.reduce(&l, reduction)
+    }
+    /// The L1 loss `|pred − target|`, then `reduction` (PyTorch's `F.l1_loss`). A composition:
+    /// its gradient at `pred = target` is `abs`'s, `sign(0) = 0`, as PyTorch's.
+    ///
+    /// # Shapes
+    /// `pred`, `target`: one shape; the result a scalar (`Mean`, `Sum`) or that shape (`None`).
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn l1_loss(
+        &mut self,
+        pred: &Self::Value,
+        target: &Self::Value,
+        reduction: Reduction,
+    ) -> Result<Self::Value, Self::Error> {
+        let d = self.sub(pred, target)?;
+        let a = self.abs(&d)?;
+        self.reduce(&a, reduction)
+    }
+    /// The Huber loss (PyTorch's `F.huber_loss`): with `a = |pred − target|`,
+    /// `(0.5·a)·a` where `a < delta`, else `delta·(a − 0.5·delta)`, then `reduction`. A
+    /// composition (`select` over the two branches): at `a = delta` the linear branch is taken,
+    /// whose slope `delta·sign(d)` equals the quadratic's there, so the gradient is continuous
+    /// (PyTorch's convention gives the same value); at `pred = target` it is `0`.
+    ///
+    /// # Shapes
+    /// `pred`, `target`: one shape; the result a scalar (`Mean`, `Sum`) or that shape (`None`).
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn huber_loss(
+        &mut self,
+        pred: &Self::Value,
+        target: &Self::Value,
+        delta: f32,
+        reduction: Reduction,
+    ) -> Result<Self::Value, Self::Error> {
+        let s = self.shape_of(pred);
+        let d = self.sub(pred, target)?;
+        let a = self.abs(&d)?;
+        let half_a = self.scale(&a, 0.5)?;
+        let quadratic = self.mul(&half_a, &a)?;
+        let half_delta = self.fill(0.5 * delta, s)?;
+        let shifted = self.sub(&a, &half_delta)?;
+        let linear = self.scale(&shifted, delta)?;
+        let delta_t = self.fill(delta, s)?;
+        let inside = self.less(&a, &delta_t)?;
+        let l = self.select(&inside, &quadratic, &linear)?;
+        self.reduce(&l, reduction)
+    }
+    /// `x` reduced as PyTorch's losses reduce: unchanged (`None`), summed to a scalar (`Sum`),
+    /// or averaged (`Mean`: [`Recordable::mean_to`], the sum divided by the element count).
+    ///
+    /// # Shapes
+    /// `x: [..]` to `[]` (`Mean`, `Sum`) or `x`'s shape (`None`).
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn reduce(
+        &mut self,
+        x: &Self::Value,
+        reduction: Reduction,
+    ) -> Result<Self::Value, Self::Error> {
+        match reduction {
+            Reduction::None => Ok(x.clone()),
+            Reduction::Sum => self.sum_all(x),
+            Reduction::Mean => self.mean_to(x, Shape::SCALAR),
+        }
+    }
 }
 
 /// `shape` with its extent at `axis` set to 1 (the target of a reduction over `axis`, kept).
@@ -467,4 +554,16 @@ pub fn keep_axis_at_one(shape: Shape, axis: usize) -> Result<Shape, OpError> {
         *d = 1;
     }
     Shape::new(&dims[..rank]).map_err(OpError::Shape)
+}
+
+/// How a loss reduces its elementwise values, as PyTorch's `reduction` argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Reduction {
+    /// `'none'`: the elementwise losses.
+    None,
+    /// `'mean'` (PyTorch's default): the sum divided by the element count.
+    #[default]
+    Mean,
+    /// `'sum'`.
+    Sum,
 }

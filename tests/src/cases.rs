@@ -1,7 +1,7 @@
 //! The conformance cases shared by the first-order and second-order suites: one or more per
 //! opcode, each a small function of random inputs reduced to a scalar.
 
-use tapeplan_core::{NodeId, Opcode, Recordable, Shape, Tape, Trace};
+use tapeplan_core::{NodeId, Opcode, Recordable, Reduction, Shape, Tape, Trace};
 use tapeplan_planner::protocol::SplitMix64;
 
 /// A case: the inputs' shapes and value ranges, and the function body from inputs to a value
@@ -24,7 +24,7 @@ pub fn near_kink(case: &str, v: &[Vec<f32>], i: usize) -> bool {
         "relu" | "heaviside" | "abs" | "sign" | "equal" | "greater" | "select" => {
             close(v[0][i], 0.0)
         }
-        "maximum" | "minimum" => close(v[0][i], v[1][i]),
+        "maximum" | "minimum" | "l1_loss" => close(v[0][i], v[1][i]),
         // The row maximum changes hands when two entries of a row are close.
         "max_to" => {
             let row = i / 4;
@@ -267,6 +267,40 @@ pub fn cases() -> Vec<Case> {
             inputs: &[(&[4, 3], -3.0, 3.0)],
             wrt: &[true],
             body: |t, x| t.softmax(&x[0], 0).unwrap(),
+        },
+        Case {
+            name: "bce_with_logits",
+            covers: &[Opcode::BceWithLogits, Opcode::Sigmoid, Opcode::Neg],
+            inputs: &[(&[3, 4], -4.0, 4.0), (&[3, 4], 0.0, 1.0)],
+            wrt: &[true, true],
+            body: |t, x| {
+                t.binary_cross_entropy_with_logits(&x[0], &x[1], Reduction::None)
+                    .unwrap()
+            },
+        },
+        Case {
+            name: "bce_with_logits_mean",
+            covers: &[Opcode::BceWithLogits, Opcode::SumTo, Opcode::Div],
+            inputs: &[(&[2, 3], -4.0, 4.0), (&[2, 3], 0.0, 1.0)],
+            wrt: &[true, false],
+            body: |t, x| {
+                t.binary_cross_entropy_with_logits(&x[0], &x[1], Reduction::Mean)
+                    .unwrap()
+            },
+        },
+        Case {
+            name: "l1_loss",
+            covers: &[Opcode::Abs, Opcode::Sub],
+            inputs: &[(&[3, 4], -2.0, 2.0), (&[3, 4], -2.0, 2.0)],
+            wrt: &[true, true],
+            body: |t, x| t.l1_loss(&x[0], &x[1], Reduction::Sum).unwrap(),
+        },
+        Case {
+            name: "huber_loss",
+            covers: &[Opcode::Abs, Opcode::Select, Opcode::Greater],
+            inputs: &[(&[3, 4], -2.0, 2.0), (&[3, 4], -2.0, 2.0)],
+            wrt: &[true, true],
+            body: |t, x| t.huber_loss(&x[0], &x[1], 1.0, Reduction::None).unwrap(),
         },
         Case {
             name: "abs",

@@ -13,6 +13,7 @@ use crate::{Element, MathProfile, Opcode, Shape, MAX_ARITY};
 
 pub mod abs;
 pub mod add;
+pub mod bce_with_logits;
 pub mod broadcast;
 pub mod concat;
 pub mod detach;
