@@ -5,6 +5,20 @@
 //! payloads implement it in this crate (with `alloc`): the compute payload (`Run`'s tensors,
 //! whose reverse walk is the oracle) and the record payload ([`crate::Trace`], whose values are
 //! handles and whose every operation appends a node to a tape).
+//!
+//! # Activations, losses and normalization (issue 12)
+//! By DESIGN.md's "what earns an instruction" rule most of them are provided methods here,
+//! compositions: their bits are those of the formula PyTorch documents (or ONNX's, where the
+//! two differ; each method says), a composition reproduces them, and the gradient conventions at
+//! the kinks (PyTorch's) follow from which branch a `select` takes or whether a mask is
+//! detached: [`Recordable::leaky_relu`], [`Recordable::clamp`], [`Recordable::hardtanh`],
+//! [`Recordable::relu6`], [`Recordable::hardsigmoid`], [`Recordable::hardswish`],
+//! [`Recordable::silu`], [`Recordable::gelu`], [`Recordable::gelu_tanh`],
+//! [`Recordable::softplus_beta`], [`Recordable::softmax`], [`Recordable::log_softmax`],
+//! [`Recordable::l1_loss`], [`Recordable::huber_loss`]. Two are instructions: `logsumexp`
+//! (a streamed kernel where the composition needs a buffer of the input's size, and a defined
+//! `-inf` for a fully masked row) and `bce_with_logits` (its gradient `σ(x) − z` is its own rule,
+//! smooth where the stable form's `max` and `|x|` have kinks).
 
 use crate::ops::OpError;
 use crate::Attr;
@@ -533,6 +547,209 @@ pub trait Recordable {
             Reduction::Sum => self.sum_all(x),
             Reduction::Mean => self.mean_to(x, Shape::SCALAR),
         }
+    }
+    /// A constant of `x`'s shape.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn fill_like(&mut self, x: &Self::Value, value: f32) -> Result<Self::Value, Self::Error> {
+        let s = self.shape_of(x);
+        self.fill(value, s)
+    }
+    /// Leaky ReLU (PyTorch's `F.leaky_relu`, ONNX `LeakyRelu`'s `alpha`): `x` where `x > 0`,
+    /// else `x · negative_slope`. A composition (`select` over `greater(x, 0)`); the slope at
+    /// `x = 0` is `negative_slope`, as PyTorch's (`x > 0 ? ḡ : ḡ · slope`). NaN stays NaN.
+    ///
+    /// # Shapes
+    /// Any shape, kept.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn leaky_relu(
+        &mut self,
+        x: &Self::Value,
+        negative_slope: f32,
+    ) -> Result<Self::Value, Self::Error> {
+        let zero = self.fill_like(x, 0.0)?;
+        let positive = self.greater(x, &zero)?;
+        let scaled = self.scale(x, negative_slope)?;
+        self.select(&positive, x, &scaled)
+    }
+    /// `min(max(x, min_val), max_val)` with PyTorch's `torch.clamp` gradient (ONNX `Clip`):
+    /// `1` where `min_val ≤ x ≤ max_val`, the bounds included (`maximum` and `minimum` give a
+    /// tie to their first argument), else `0`. NaN stays NaN.
+    ///
+    /// # Shapes
+    /// Any shape, kept.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn clamp(
+        &mut self,
+        x: &Self::Value,
+        min_val: f32,
+        max_val: f32,
+    ) -> Result<Self::Value, Self::Error> {
+        let lo = self.fill_like(x, min_val)?;
+        let hi = self.fill_like(x, max_val)?;
+        let above = self.maximum(x, &lo)?;
+        self.minimum(&above, &hi)
+    }
+    /// Hardtanh (PyTorch's `F.hardtanh`): the values of [`Recordable::clamp`], with
+    /// PyTorch's hardtanh gradient: `1` strictly inside `(min_val, max_val)`, `0` at the bounds
+    /// and outside (`x ≤ min_val || x ≥ max_val ? 0 : ḡ`). A composition:
+    /// `select(min_val < x < max_val, x, detach(clamp(x)))`.
+    ///
+    /// # Shapes
+    /// Any shape, kept.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn hardtanh(
+        &mut self,
+        x: &Self::Value,
+        min_val: f32,
+        max_val: f32,
+    ) -> Result<Self::Value, Self::Error> {
+        let lo = self.fill_like(x, min_val)?;
+        let hi = self.fill_like(x, max_val)?;
+        let above = self.greater(x, &lo)?;
+        let below = self.less(x, &hi)?;
+        let inside = self.mul(&above, &below)?;
+        let clamped = self.clamp(x, min_val, max_val)?;
+        let clamped = self.detach(&clamped)?;
+        self.select(&inside, x, &clamped)
+    }
+    /// ReLU6 (PyTorch's `F.relu6`): [`Recordable::hardtanh`] over `[0, 6]` (gradient `0` at
+    /// `0` and at `6`, as PyTorch's).
+    ///
+    /// # Shapes
+    /// Any shape, kept.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn relu6(&mut self, x: &Self::Value) -> Result<Self::Value, Self::Error> {
+        self.hardtanh(x, 0.0, 6.0)
+    }
+    /// Hard sigmoid in ONNX's form (`HardSigmoid`: `max(0, min(1, alpha·x + beta))`, ONNX's
+    /// defaults `alpha = 0.2`, `beta = 0.5`; PyTorch's `F.hardsigmoid` is `alpha = 1/6`,
+    /// `beta = 1/2`, which it computes as `relu6(x + 3) / 6`: within an ulp or two of this
+    /// form, not bit for bit). `alpha · x` then `+ beta`, then [`Recordable::hardtanh`] over
+    /// `[0, 1]`: gradient `alpha` strictly inside, `0` at the kinks, as PyTorch's.
+    ///
+    /// # Shapes
+    /// Any shape, kept.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn hardsigmoid(
+        &mut self,
+        x: &Self::Value,
+        alpha: f32,
+        beta: f32,
+    ) -> Result<Self::Value, Self::Error> {
+        let ax = self.scale(x, alpha)?;
+        let b = self.fill_like(x, beta)?;
+        let t = self.add(&ax, &b)?;
+        self.hardtanh(&t, 0.0, 1.0)
+    }
+    /// Hard swish (ONNX `HardSwish`, PyTorch's `F.hardswish`): `x · clamp(x/6 + 1/2, 0, 1)`
+    /// with `1/6` as an `f32` (`alpha · x + beta`, ONNX's form). The inner clamp is
+    /// [`Recordable::clamp`] (bounds included), so the gradient at the kinks is PyTorch's:
+    /// `x/3 + 1/2` on `[−3, 3]` (`−1/2` at `−3`, `3/2` at `3`), `0` below, `1` above.
+    ///
+    /// # Shapes
+    /// Any shape, kept.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn hardswish(&mut self, x: &Self::Value) -> Result<Self::Value, Self::Error> {
+        let ax = self.scale(x, 1.0 / 6.0)?;
+        let b = self.fill_like(x, 0.5)?;
+        let t = self.add(&ax, &b)?;
+        let gate = self.clamp(&t, 0.0, 1.0)?;
+        self.mul(x, &gate)
+    }
+    /// SiLU / swish (PyTorch's `F.silu`): `x · sigmoid(x)`, a composition.
+    ///
+    /// # Shapes
+    /// Any shape, kept.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn silu(&mut self, x: &Self::Value) -> Result<Self::Value, Self::Error> {
+        let s = self.sigmoid(x)?;
+        self.mul(x, &s)
+    }
+    /// GELU, the exact (erf) form (PyTorch's `F.gelu(x)`, ONNX `Gelu` with
+    /// `approximate="none"`): `(x · 0.5) · (1 + erf(x · (1/√2)))`, PyTorch's order of
+    /// operations, a composition over the `erf` instruction.
+    ///
+    /// # Shapes
+    /// Any shape, kept.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn gelu(&mut self, x: &Self::Value) -> Result<Self::Value, Self::Error> {
+        let half_x = self.scale(x, 0.5)?;
+        let u = self.scale(x, core::f32::consts::FRAC_1_SQRT_2)?;
+        let e = self.erf(&u)?;
+        let one = self.fill_like(x, 1.0)?;
+        let w = self.add(&one, &e)?;
+        self.mul(&half_x, &w)
+    }
+    /// GELU, the tanh approximation (PyTorch's `F.gelu(x, approximate='tanh')`, ONNX `Gelu`
+    /// with `approximate="tanh"`): `(0.5 · x) · (1 + tanh(√(2/π) · (x + 0.044715 · x³)))` with
+    /// `x³ = (x · x) · x`, PyTorch's order of operations, a composition.
+    ///
+    /// # Shapes
+    /// Any shape, kept.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn gelu_tanh(&mut self, x: &Self::Value) -> Result<Self::Value, Self::Error> {
+        const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+        let xx = self.mul(x, x)?;
+        let cube = self.mul(&xx, x)?;
+        let k = self.scale(&cube, 0.044_715)?;
+        let inner = self.add(x, &k)?;
+        let inner = self.scale(&inner, SQRT_2_OVER_PI)?;
+        let t = self.tanh(&inner)?;
+        let one = self.fill_like(x, 1.0)?;
+        let w = self.add(&one, &t)?;
+        let half_x = self.scale(x, 0.5)?;
+        self.mul(&half_x, &w)
+    }
+    /// Softplus with PyTorch's `beta` and `threshold` (`F.softplus(x, beta, threshold)`):
+    /// `x` itself where `x · beta > threshold`, else `log1p(exp(x · beta)) / beta`, PyTorch's
+    /// formula and order. A composition, `select(greater(βx, threshold), x, softplus(βx) / β)`,
+    /// that rounds no more than PyTorch's formula: above the threshold the answer is `x`, not
+    /// `(βx)/β`; below it the `softplus` instruction (`β = 1`, its own threshold 20) is
+    /// `log1p(exp(βx))` up to 20, and between 20 and a larger `threshold` both are `βx` to the
+    /// last bit in `f32` (`log1p(e^t) − t = log1p(e^−t) < e^−20`, far below half an ulp of `t`;
+    /// the cross test `log1p_of_exp_is_the_identity_above_20_in_f32` checks it) until `exp` overflows
+    /// (`βx` above 88.7, where PyTorch's gives `inf` and this gives `x`). So no new instruction
+    /// and no attribute: the plans of `softplus` (0x1E) are unchanged. The gradient is
+    /// `1` above the threshold and `sigmoid(βx)` (as `((ḡ/β)·σ(βx))·β`) below it.
+    ///
+    /// # Shapes
+    /// Any shape, kept.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn softplus_beta(
+        &mut self,
+        x: &Self::Value,
+        beta: f32,
+        threshold: f32,
+    ) -> Result<Self::Value, Self::Error> {
+        let bx = self.scale(x, beta)?;
+        let limit = self.fill_like(x, threshold)?;
+        let linear = self.greater(&bx, &limit)?;
+        let sp = self.softplus(&bx)?;
+        let b = self.fill_like(x, beta)?;
+        let smooth = self.div(&sp, &b)?;
+        self.select(&linear, x, &smooth)
     }
 }
 

@@ -25,6 +25,9 @@ pub fn near_kink(case: &str, v: &[Vec<f32>], i: usize) -> bool {
             close(v[0][i], 0.0)
         }
         "maximum" | "minimum" | "l1_loss" => close(v[0][i], v[1][i]),
+        "leaky_relu" => close(v[0][i], 0.0),
+        "softplus_beta" => close(v[0][i], 2.5),
+        "hardswish" => close(v[0][i], -3.0) || close(v[0][i], 3.0),
         // The row maximum changes hands when two entries of a row are close.
         "max_to" => {
             let row = i / 4;
@@ -301,6 +304,48 @@ pub fn cases() -> Vec<Case> {
             inputs: &[(&[3, 4], -2.0, 2.0), (&[3, 4], -2.0, 2.0)],
             wrt: &[true, true],
             body: |t, x| t.huber_loss(&x[0], &x[1], 1.0, Reduction::None).unwrap(),
+        },
+        Case {
+            name: "leaky_relu",
+            covers: &[Opcode::Select, Opcode::Greater],
+            inputs: &[(&[8], -2.0, 2.0)],
+            wrt: &[true],
+            body: |t, x| t.leaky_relu(&x[0], 0.1).unwrap(),
+        },
+        Case {
+            name: "silu",
+            covers: &[Opcode::Sigmoid, Opcode::Mul],
+            inputs: &[(&[8], -4.0, 4.0)],
+            wrt: &[true],
+            body: |t, x| t.silu(&x[0]).unwrap(),
+        },
+        Case {
+            name: "gelu",
+            covers: &[Opcode::Erf],
+            inputs: &[(&[8], -3.0, 3.0)],
+            wrt: &[true],
+            body: |t, x| t.gelu(&x[0]).unwrap(),
+        },
+        Case {
+            name: "gelu_tanh",
+            covers: &[Opcode::Tanh],
+            inputs: &[(&[8], -3.0, 3.0)],
+            wrt: &[true],
+            body: |t, x| t.gelu_tanh(&x[0]).unwrap(),
+        },
+        Case {
+            name: "softplus_beta",
+            covers: &[Opcode::Softplus, Opcode::Select],
+            inputs: &[(&[8], -4.0, 4.0)],
+            wrt: &[true],
+            body: |t, x| t.softplus_beta(&x[0], 2.0, 5.0).unwrap(),
+        },
+        Case {
+            name: "hardswish",
+            covers: &[Opcode::Maximum, Opcode::Minimum],
+            inputs: &[(&[8], -5.0, 5.0)],
+            wrt: &[true],
+            body: |t, x| t.hardswish(&x[0]).unwrap(),
         },
         Case {
             name: "abs",
