@@ -751,6 +751,227 @@ pub trait Recordable {
         let smooth = self.div(&sp, &b)?;
         self.select(&linear, x, &smooth)
     }
+    /// Batch normalization in training mode (Ioffe & Szegedy, 2015; PyTorch's
+    /// `F.batch_norm(training=True)`, ONNX `BatchNormalization` with `training_mode=1`) over the
+    /// channel axis 1: statistics per channel over the batch and spatial axes, `x` normalized
+    /// with the batch statistics (biased variance), then the affine `weight`, `bias`; and the
+    /// new running statistics (see [`RunningStats`] for PyTorch's and ONNX's conventions).
+    ///
+    /// A composition, not an instruction: its bits are the formula's, spoken with `sum_to`,
+    /// `div`, `sub`, `mul`, `sqrt` and `broadcast`, and its gradient is the exact derivative
+    /// through the batch statistics (PyTorch's backward is the same derivative simplified by
+    /// hand: the same math, another rounding); an instruction would have three outputs, which
+    /// the vocabulary's instructions do not have, and the elementwise tail fuses.
+    ///
+    /// # Arithmetic order
+    /// `n` values per channel; `μ = sum_to(x) / n`; `d = x − μ`; `s = sum_to(d · d)`;
+    /// `σ² = s / n`; `y = (d / sqrt(σ² + eps)) · weight + bias` (ONNX's formula: the quotient,
+    /// where PyTorch's kernel multiplies by `1 / sqrt`). PyTorch's running variance uses the
+    /// unbiased `s / (n − 1)`; ONNX's the biased `σ²`.
+    ///
+    /// # Shapes
+    /// `x: [N, C]`, `[N, C, L]` or `[N, C, H, W]`; `weight`, `bias`, `running_mean`,
+    /// `running_var: [C]`; `y` of `x`'s shape, the new running statistics `[C]`.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`]; [`OpError::BadTarget`] (naming `sum_to`) for `x` of rank
+    /// below 2 or fewer than 2 values per channel (PyTorch refuses it too: no unbiased variance).
+    #[allow(clippy::too_many_arguments)]
+    fn batch_norm_train(
+        &mut self,
+        x: &Self::Value,
+        weight: Option<&Self::Value>,
+        bias: Option<&Self::Value>,
+        running_mean: &Self::Value,
+        running_var: &Self::Value,
+        stats: RunningStats,
+        eps: f32,
+    ) -> Result<BatchNormTrain<Self::Value>, Self::Error> {
+        let s = self.shape_of(x);
+        let stat = channel_stat_shape(s)?;
+        let n = s.elems() / stat.elems().max(1);
+        if n < 2 {
+            return Err(OpError::BadTarget {
+                op: Opcode::SumTo,
+                from: s,
+                to: stat,
+            }
+            .into());
+        }
+        let [mean, d, squares, var] = self.moments(x, stat)?;
+        let y = self.normalize_affine(&d, &var, weight, bias, eps, stat, Some(stat))?;
+        let c = self.shape_of(running_mean);
+        let mean_c = self.reshape(&mean, c)?;
+        let var_c = self.reshape(&var, c)?;
+        let (running_mean, running_var) = match stats {
+            RunningStats::PyTorch { momentum } => {
+                let squares_c = self.reshape(&squares, c)?;
+                let n_minus_1 = self.fill((n - 1) as f32, c)?;
+                let unbiased = self.div(&squares_c, &n_minus_1)?;
+                let rm = self.lerp_stat(running_mean, &mean_c, 1.0 - momentum, momentum)?;
+                let rv = self.lerp_stat(running_var, &unbiased, 1.0 - momentum, momentum)?;
+                (rm, rv)
+            }
+            RunningStats::Onnx { momentum } => {
+                let rm = self.lerp_stat(running_mean, &mean_c, momentum, 1.0 - momentum)?;
+                let rv = self.lerp_stat(running_var, &var_c, momentum, 1.0 - momentum)?;
+                (rm, rv)
+            }
+        };
+        Ok(BatchNormTrain {
+            y,
+            running_mean,
+            running_var,
+        })
+    }
+    /// Batch normalization in evaluation mode (PyTorch's `F.batch_norm(training=False)`, ONNX
+    /// `BatchNormalization` with `training_mode=0`): `((x − running_mean) /
+    /// sqrt(running_var + eps)) · weight + bias`, per channel (axis 1), the order of
+    /// [`Recordable::batch_norm_train`]. A composition.
+    ///
+    /// # Shapes
+    /// `x: [N, C, ..]`; `weight`, `bias`, `running_mean`, `running_var: [C]`; `y` of `x`'s shape.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`]; [`OpError::BadTarget`] for `x` of rank below 2.
+    fn batch_norm_eval(
+        &mut self,
+        x: &Self::Value,
+        weight: Option<&Self::Value>,
+        bias: Option<&Self::Value>,
+        running_mean: &Self::Value,
+        running_var: &Self::Value,
+        eps: f32,
+    ) -> Result<Self::Value, Self::Error> {
+        let s = self.shape_of(x);
+        let stat = channel_stat_shape(s)?;
+        let mean = self.reshape(running_mean, stat)?;
+        let mean_b = self.broadcast(&mean, s)?;
+        let d = self.sub(x, &mean_b)?;
+        let var = self.reshape(running_var, stat)?;
+        self.normalize_affine(&d, &var, weight, bias, eps, stat, Some(stat))
+    }
+    /// Layer normalization (Ba et al., 2016; PyTorch's `F.layer_norm`, ONNX
+    /// `LayerNormalization` with `axis = rank − normalized_dims`) over the last
+    /// `normalized_dims` axes, with the biased variance and `eps` inside the square root:
+    /// `μ = mean(x)`, `d = x − μ`, `σ² = mean(d · d)`, `y = (d / sqrt(σ² + eps)) · weight + bias`
+    /// (means as `sum_to` then a division by the count). A composition, for the reasons of
+    /// [`Recordable::batch_norm_train`].
+    ///
+    /// # Shapes
+    /// `x: [.., D1, .., Dk]` (`k = normalized_dims`, 1 to the rank); `weight`, `bias`:
+    /// `[D1, .., Dk]`; `y` of `x`'s shape.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`]; [`OpError::BadTarget`] (naming `sum_to`) for
+    /// `normalized_dims` of 0 or past the rank.
+    fn layer_norm(
+        &mut self,
+        x: &Self::Value,
+        normalized_dims: usize,
+        weight: Option<&Self::Value>,
+        bias: Option<&Self::Value>,
+        eps: f32,
+    ) -> Result<Self::Value, Self::Error> {
+        let s = self.shape_of(x);
+        let rank = s.rank();
+        if normalized_dims == 0 || normalized_dims > rank {
+            return Err(OpError::BadTarget {
+                op: Opcode::SumTo,
+                from: s,
+                to: s,
+            }
+            .into());
+        }
+        let mut dims = s.dims();
+        for d in dims.iter_mut().take(rank).skip(rank - normalized_dims) {
+            *d = 1;
+        }
+        let stat = Shape::new(&dims[..rank]).map_err(OpError::Shape)?;
+        let [_, d, _, var] = self.moments(x, stat)?;
+        self.normalize_affine(&d, &var, weight, bias, eps, stat, None)
+    }
+    /// `(d / broadcast(sqrt(var + eps))) · weight + bias`, `weight` and `bias` (optional)
+    /// reshaped to `params_as` when given (batch norm: `[C]` to `[1, C, 1, ..]`) and broadcast
+    /// to `d`'s shape (layer norm's trailing dims broadcast as they are). The shared tail of the
+    /// normalizations.
+    ///
+    /// # Shapes
+    /// `d: [..]`, `var` of shape `stat` (broadcasts to `d`'s shape).
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    #[allow(clippy::too_many_arguments)]
+    fn normalize_affine(
+        &mut self,
+        d: &Self::Value,
+        var: &Self::Value,
+        weight: Option<&Self::Value>,
+        bias: Option<&Self::Value>,
+        eps: f32,
+        stat: Shape,
+        params_as: Option<Shape>,
+    ) -> Result<Self::Value, Self::Error> {
+        let s = self.shape_of(d);
+        let e = self.fill(eps, stat)?;
+        let shifted = self.add(var, &e)?;
+        let root = self.sqrt(&shifted)?;
+        let root = self.broadcast(&root, s)?;
+        let mut y = self.div(d, &root)?;
+        let to_x = |r: &mut Self, p: &Self::Value| -> Result<Self::Value, Self::Error> {
+            let p = match params_as {
+                Some(shape) => r.reshape(p, shape)?,
+                None => p.clone(),
+            };
+            r.broadcast(&p, s)
+        };
+        if let Some(w) = weight {
+            let w = to_x(self, w)?;
+            y = self.mul(&y, &w)?;
+        }
+        if let Some(b) = bias {
+            let b = to_x(self, b)?;
+            y = self.add(&y, &b)?;
+        }
+        Ok(y)
+    }
+    /// The moments of `x` down to `stat` (`n` elements of `x` per element of `stat`):
+    /// `[μ, d, s, σ²]` with `μ = sum_to(x) / n`, `d = x − broadcast(μ)`, `s = sum_to(d · d)`,
+    /// `σ² = s / n` (biased). Two passes, as the normalizations define them.
+    ///
+    /// # Shapes
+    /// `x: [..]`, `stat` broadcasting to it; `d` of `x`'s shape, the others of `stat`.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn moments(&mut self, x: &Self::Value, stat: Shape) -> Result<[Self::Value; 4], Self::Error> {
+        let s = self.shape_of(x);
+        let n = s.elems() / stat.elems().max(1);
+        let sum = self.sum_to(x, stat)?;
+        let count = self.fill(n as f32, stat)?;
+        let mean = self.div(&sum, &count)?;
+        let mean_b = self.broadcast(&mean, s)?;
+        let d = self.sub(x, &mean_b)?;
+        let dd = self.mul(&d, &d)?;
+        let squares = self.sum_to(&dd, stat)?;
+        let var = self.div(&squares, &count)?;
+        Ok([mean, d, squares, var])
+    }
+    /// `old · keep + new · take` (a running statistic's update).
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn lerp_stat(
+        &mut self,
+        old: &Self::Value,
+        new: &Self::Value,
+        keep: f32,
+        take: f32,
+    ) -> Result<Self::Value, Self::Error> {
+        let a = self.scale(old, keep)?;
+        let b = self.scale(new, take)?;
+        self.add(&a, &b)
+    }
 }
 
 /// `shape` with its extent at `axis` set to 1 (the target of a reduction over `axis`, kept).
@@ -783,4 +1004,58 @@ pub enum Reduction {
     Mean,
     /// `'sum'`.
     Sum,
+}
+
+/// The running statistics' update of batch normalization in training mode, in PyTorch's or
+/// ONNX's convention. The two differ in what `momentum` weighs and in the variance:
+/// - PyTorch (`nn.BatchNorm*`, default `momentum = 0.1`): `running = (1 − momentum) · running +
+///   momentum · stat`, the running variance from the unbiased batch variance `s / (n − 1)`;
+/// - ONNX (`BatchNormalization`, default `momentum = 0.9`): `running = running · momentum +
+///   stat · (1 − momentum)` (momentum is the weight of the old value), the running variance from
+///   the population (biased) variance `s / n`.
+///
+/// PyTorch's `momentum = None` (a cumulative average) is not provided.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RunningStats {
+    /// PyTorch's convention.
+    PyTorch {
+        /// The weight of the new batch statistic.
+        momentum: f32,
+    },
+    /// ONNX's convention.
+    Onnx {
+        /// The weight of the old running value.
+        momentum: f32,
+    },
+}
+
+/// What [`Recordable::batch_norm_train`] answers: the normalized output and the new running
+/// statistics, to be written back to the persistent region by the caller.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchNormTrain<V> {
+    /// The normalized, affine output, of `x`'s shape.
+    pub y: V,
+    /// The new running mean, `[C]`.
+    pub running_mean: V,
+    /// The new running variance, `[C]`.
+    pub running_var: V,
+}
+
+/// `[1, C, 1, ..]` of `x`'s rank: the shape of per-channel statistics (channels on axis 1).
+///
+/// # Errors
+/// [`OpError::BadTarget`] (naming `sum_to`) for `x` of rank below 2.
+fn channel_stat_shape(x: Shape) -> Result<Shape, OpError> {
+    let rank = x.rank();
+    let bad = OpError::BadTarget {
+        op: Opcode::SumTo,
+        from: x,
+        to: x,
+    };
+    if rank < 2 {
+        return Err(bad);
+    }
+    let mut dims = [1usize; crate::MAX_RANK];
+    dims[1] = x.dim(1).ok_or(bad)?;
+    Shape::new(&dims[..rank]).map_err(OpError::Shape)
 }

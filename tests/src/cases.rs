@@ -1,7 +1,7 @@
 //! The conformance cases shared by the first-order and second-order suites: one or more per
 //! opcode, each a small function of random inputs reduced to a scalar.
 
-use tapeplan_core::{NodeId, Opcode, Recordable, Reduction, Shape, Tape, Trace};
+use tapeplan_core::{NodeId, Opcode, Recordable, Reduction, RunningStats, Shape, Tape, Trace};
 use tapeplan_planner::protocol::SplitMix64;
 
 /// A case: the inputs' shapes and value ranges, and the function body from inputs to a value
@@ -346,6 +346,56 @@ pub fn cases() -> Vec<Case> {
             inputs: &[(&[8], -5.0, 5.0)],
             wrt: &[true],
             body: |t, x| t.hardswish(&x[0]).unwrap(),
+        },
+        Case {
+            name: "batch_norm_train",
+            covers: &[Opcode::SumTo, Opcode::Sqrt, Opcode::Reshape],
+            inputs: &[(&[4, 3], -2.0, 2.0), (&[3], 0.5, 1.5), (&[3], -1.0, 1.0)],
+            wrt: &[true, true, true],
+            body: |t, x| {
+                let rv = t.fill(1.0, Shape::vector(3)).unwrap();
+                let stats = RunningStats::PyTorch { momentum: 0.1 };
+                t.batch_norm_train(&x[0], Some(&x[1]), Some(&x[2]), &rv, &rv, stats, 1e-5)
+                    .unwrap()
+                    .y
+            },
+        },
+        Case {
+            name: "batch_norm_running_stats",
+            covers: &[Opcode::SumTo, Opcode::Reshape],
+            inputs: &[(&[2, 2, 3], -2.0, 2.0), (&[2], 0.5, 1.5)],
+            wrt: &[true, true],
+            body: |t, x| {
+                let stats = RunningStats::Onnx { momentum: 0.9 };
+                let out = t
+                    .batch_norm_train(&x[0], None, None, &x[1], &x[1], stats, 1e-5)
+                    .unwrap();
+                t.mul(&out.running_mean, &out.running_var).unwrap()
+            },
+        },
+        Case {
+            name: "batch_norm_eval",
+            covers: &[Opcode::Sqrt, Opcode::Div],
+            inputs: &[(&[3, 2], -2.0, 2.0), (&[2], -1.0, 1.0), (&[2], 0.5, 2.0)],
+            wrt: &[true, true, true],
+            body: |t, x| {
+                t.batch_norm_eval(&x[0], None, None, &x[1], &x[2], 1e-5)
+                    .unwrap()
+            },
+        },
+        Case {
+            name: "layer_norm",
+            covers: &[Opcode::SumTo, Opcode::Sqrt, Opcode::Broadcast],
+            inputs: &[
+                (&[2, 2, 3], -2.0, 2.0),
+                (&[2, 3], 0.5, 1.5),
+                (&[2, 3], -1.0, 1.0),
+            ],
+            wrt: &[true, true, true],
+            body: |t, x| {
+                t.layer_norm(&x[0], 2, Some(&x[1]), Some(&x[2]), 1e-5)
+                    .unwrap()
+            },
         },
         Case {
             name: "abs",

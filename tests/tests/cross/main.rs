@@ -16,6 +16,7 @@ mod fusion;
 mod fusion_hostile;
 mod higher_order;
 mod hostile;
+mod normalization;
 mod numerics;
 mod optimizers;
 mod passes;
