@@ -33,50 +33,43 @@ fn for_each_in_group(x_shape: Shape, out_shape: Shape, o: usize, mut f: impl FnM
     let (xd, rank) = (x_shape.dims(), x_shape.rank());
     let off = rank.saturating_sub(out_shape.rank());
     let od = out_shape.dims();
-    // The output's extent along each of x's axes (1 along the leading axes it lacks).
-    let mut kept = [1usize; MAX_RANK];
-    for a in off..rank {
-        kept[a] = od.get(a - off).copied().unwrap_or(1);
-    }
-    // x's row-major strides; the output coordinate of each kept axis.
-    let mut stride = [0usize; MAX_RANK];
-    let mut s = 1usize;
-    for a in (0..rank).rev() {
-        stride[a] = s;
-        s = s.saturating_mul(xd[a]);
-    }
-    let mut base = 0usize;
-    let mut rem = o;
-    for a in (0..rank).rev() {
-        if kept[a] != 1 {
-            let c = rem.checked_rem(kept[a]).unwrap_or(0);
-            rem = rem.checked_div(kept[a]).unwrap_or(0);
-            base += c * stride[a];
+    // Per axis of x: (extent, row-major stride, reduced); the first element of the group.
+    let mut axes = [(1usize, 0usize, false); MAX_RANK];
+    let (mut stride, mut rem, mut first) = (1usize, o, 0usize);
+    for (a, slot) in axes.iter_mut().enumerate().take(rank).rev() {
+        let extent = xd.get(a).copied().unwrap_or(1);
+        let kept = a
+            .checked_sub(off)
+            .and_then(|b| od.get(b).copied())
+            .unwrap_or(1);
+        if kept != 1 {
+            first += rem.checked_rem(kept).unwrap_or(0) * stride;
+            rem = rem.checked_div(kept).unwrap_or(0);
         }
+        *slot = (extent, stride, kept == 1);
+        stride = stride.saturating_mul(extent);
     }
-    // An odometer over the reduced axes (extent > 1 in x, 1 in the output), row-major.
+    // An odometer over the reduced axes, the last one fastest: row-major order.
+    let total = axes
+        .iter()
+        .take(rank)
+        .filter(|a| a.2)
+        .fold(1usize, |t, a| t.saturating_mul(a.0));
     let mut count = [0usize; MAX_RANK];
-    let total: usize = (0..rank)
-        .filter(|&a| kept[a] == 1)
-        .fold(1usize, |t, a| t.saturating_mul(xd[a]));
+    let mut i = first;
     for _ in 0..total {
-        let i = base
-            + (0..rank)
-                .filter(|&a| kept[a] == 1)
-                .map(|a| count[a] * stride[a])
-                .sum::<usize>();
         f(i);
-        let mut a = rank;
-        while a > 0 {
-            a -= 1;
-            if kept[a] != 1 {
+        for (&(extent, stride, reduced), c) in axes.iter().zip(count.iter_mut()).take(rank).rev() {
+            if !reduced {
                 continue;
             }
-            count[a] += 1;
-            if count[a] < xd[a] {
+            *c += 1;
+            i += stride;
+            if *c < extent {
                 break;
             }
-            count[a] = 0;
+            i -= stride * extent;
+            *c = 0;
         }
     }
 }
@@ -105,7 +98,8 @@ pub fn kernel<E: Element>(
                 m = v;
             }
         });
-        let c = if m - m == E::ZERO { m } else { E::ZERO };
+        let finite = m > E::NEG_INFINITY && m < -E::NEG_INFINITY;
+        let c = if finite { m } else { E::ZERO };
         let mut acc = E::ZERO;
         for_each_in_group(x_shape, out_shape, o, |i| {
             let d = at(i) - c;
