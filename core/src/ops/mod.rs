@@ -263,6 +263,30 @@ pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
     infer_by_table(op, attr, args)
 }
 
+/// The work of one instruction, in element operations: the cost model of a plan's work cap
+/// (the runtime's `Limits::max_work_per_entry`, `docs/threat-model.md`). A matrix product
+/// `[m, k] x [k, n]` counts `m·k·n`; every other instruction the elements of its arguments and
+/// its output. An op whose kernel does more than a pass over its operands (a convolution, a
+/// pooling window) states its count here, from the shapes alone (the validator calls this
+/// before anything runs, without decoding attributes). Saturates at `u64::MAX`; never fails (an argument
+/// missing from `args` counts as empty).
+///
+/// # Shapes
+/// `args`: the argument shapes (the first `op.arity()` are used); `out`: the output shape.
+pub fn work(op: Opcode, args: &[Shape], out: Shape) -> u64 {
+    let elems = |s: Shape| s.elems() as u64;
+    match op {
+        Opcode::MatMul => {
+            let k = args.first().and_then(|a| a.dim(1)).unwrap_or(0) as u64;
+            elems(out).saturating_mul(k.max(1))
+        }
+        _ => args
+            .iter()
+            .take(op.arity())
+            .fold(elems(out), |acc, &a| acc.saturating_add(elems(a))),
+    }
+}
+
 /// What a `node` kernel (see the opcode table) is given by [`eval`]: lengths and shapes are
 /// checked, `out_shape` is the shape rule's answer.
 pub(crate) struct Kernel<'a, E> {
