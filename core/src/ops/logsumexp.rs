@@ -183,6 +183,13 @@ mod tests {
         assert!(out[2].is_nan());
         let out = lse(&[inf, 2.0], Shape::vector(2), Shape::vector(1));
         assert_eq!(out[0], inf);
+        // The work cap counts both passes: 2 · 6 + 2.
+        let w = crate::ops::work(
+            crate::Opcode::LogSumExp,
+            &[Shape::matrix(2, 3)],
+            Shape::matrix(2, 1),
+        );
+        assert_eq!(w, 14);
         // An empty reduction is ln(0) = -inf.
         let out = lse(&[], Shape::matrix(0, 3), Shape::matrix(1, 3));
         assert_eq!(&out[..3], &[-inf; 3]);

@@ -280,6 +280,11 @@ pub fn work(op: Opcode, args: &[Shape], out: Shape) -> u64 {
             let k = args.first().and_then(|a| a.dim(1)).unwrap_or(0) as u64;
             elems(out).saturating_mul(k.max(1))
         }
+        // Two passes over its argument (the maximum, then the sum of exponentials).
+        Opcode::LogSumExp => {
+            let x = args.first().map_or(0, |&a| elems(a));
+            elems(out).saturating_add(x.saturating_mul(2))
+        }
         _ => args
             .iter()
             .take(op.arity())
