@@ -480,6 +480,36 @@ pub trait Recordable {
         let l = self.apply(Opcode::BceWithLogits, Attr::NONE, &[x, z])?;
         self.reduce(&l, reduction)
     }
+    /// Softmax cross-entropy of `logits: [batch, classes]` against integer class indices
+    /// `labels: [batch]` (stored as `f32`), PyTorch's `F.cross_entropy` without weights or
+    /// label smoothing: `−log_softmax(logits)[label]` per row, then `reduction`. A composition
+    /// over [`Recordable::log_softmax`] (so over the `logsumexp` instruction: a row's
+    /// log-sum-exp is `-inf`, not NaN, when the row is fully masked; its loss is then
+    /// `-inf − (-inf)`, NaN, as PyTorch's). The MLP's own loss
+    /// (`tapeplan_planner::model::softmax_cross_entropy`) keeps its max-shifted form, so the
+    /// plans recorded with it keep their bytes.
+    ///
+    /// # Shapes
+    /// `logits: [batch, classes]`, `labels: [batch]`; the result `[]` (`Mean`, `Sum`) or
+    /// `[batch, 1]` (`None`).
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn cross_entropy(
+        &mut self,
+        logits: &Self::Value,
+        labels: &Self::Value,
+        reduction: Reduction,
+    ) -> Result<Self::Value, Self::Error> {
+        let s = self.shape_of(logits);
+        let logp = self.log_softmax(logits, 1)?;
+        let onehot = self.one_hot(labels, s.dim(1).unwrap_or(0))?;
+        let picked = self.mul(&onehot, &logp)?;
+        let rows = keep_axis_at_one(s, 1)?;
+        let per_row = self.sum_to(&picked, rows)?;
+        let loss = self.neg(&per_row)?;
+        self.reduce(&loss, reduction)
+    }
     /// The L1 loss `|pred − target|`, then `reduction` (PyTorch's `F.l1_loss`). A composition:
     /// its gradient at `pred = target` is `abs`'s, `sign(0) = 0`, as PyTorch's.
     ///

@@ -296,3 +296,37 @@ fn l1_and_huber_at_their_kinks() {
     });
     assert_eq!(v, [0.0 + 0.5 + 2.0 + 4.0 + 0.28125]);
 }
+
+#[test]
+fn cross_entropy_against_f64() {
+    let logits = [1.0f32, 2.0, 0.5, -1.0, 0.0, 3.0];
+    let labels = [1.0f32, 0.0];
+    let mut tape = Tape::new();
+    let x = tape.input("x", Shape::matrix(2, 3));
+    let y = tape.input("y", Shape::vector(2));
+    let f = {
+        let mut t = tape.trace();
+        t.cross_entropy(&x, &y, Reduction::Mean).unwrap()
+    };
+    let (value, grads) =
+        value_and_gradients(&mut tape, f, &[(x, logits.to_vec()), (y, labels.to_vec())]);
+    let mut want = 0.0f64;
+    let mut want_g = Vec::new();
+    for (row, &label) in logits.chunks(3).zip(&labels) {
+        let z: f64 = row.iter().map(|&v| f64::from(v).exp()).sum();
+        want += (z.ln() - f64::from(row[label as usize])) / 2.0;
+        for (k, &v) in row.iter().enumerate() {
+            let p = f64::from(v).exp() / z;
+            want_g.push((p - if k == label as usize { 1.0 } else { 0.0 }) / 2.0);
+        }
+    }
+    assert!(
+        (f64::from(value[0]) - want).abs() < 1e-6,
+        "{value:?} vs {want}"
+    );
+    let g = grads[0].clone().unwrap();
+    for (a, b) in g.iter().zip(&want_g) {
+        assert!((f64::from(*a) - b).abs() < 1e-7, "{g:?} vs {want_g:?}");
+    }
+    assert!(grads[1].is_none(), "labels are not differentiable");
+}
