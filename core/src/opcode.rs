@@ -43,7 +43,7 @@ macro_rules! opcode_table {
             0x02 Fill         "fill"          0 Leaf        Fill   core grad node       fill          "Every element equal to the attribute's value.";
             0x10 Add          "add"           2 Elementwise None   core grad binary     add           "`a + b`.";
             0x11 Sub          "sub"           2 Elementwise None   core grad binary     sub           "`a - b`.";
-            0x12 Mul          "mul"           2 Elementwise None   core grad binary     mul           "`a * b`.";
+            0x12 Mul          "mul"           2 Elementwise None   core grad binary     mul           "`a * b` (IEEE, except `0 · ±inf = ±0`: zero preservation).";
             0x13 Div          "div"           2 Elementwise None   core grad binary     div           "`a / b`.";
             0x14 Neg          "neg"           1 Elementwise None   core grad unary      neg           "`-x` (flips the sign bit, NaN included).";
             0x15 Tanh         "tanh"          1 Elementwise None   core grad unary_math tanh          "`libm::tanhf(x)`; `fast` profile: `math::fast::tanh`.";
@@ -76,6 +76,8 @@ macro_rules! opcode_table {
             0x36 Select       "select"        3 Structural  None   ext  grad node       select        "`a` where `cond != 0`, else `b` (elementwise, never in place).";
             0x37 Uniform      "uniform"       2 Structural  Target core zero node       uniform       "Counter-based uniform `[0, 1)` draws of the target shape from a key and a counter.";
             0x38 Erf          "erf"           1 Elementwise None   ext  grad unary      erf           "`libm::erff(x)`, the error function (in both math profiles).";
+            0x60 LogSumExp    "logsumexp"     1 Structural  Target ext  grad node       logsumexp     "`log(sum(exp(x)))` down to a shape that broadcasts back (a fully masked row: `-inf`).";
+            0x61 BceWithLogits "bce_with_logits" 2 Structural None ext grad node       bce_with_logits "Binary cross-entropy of logits `x` against targets `z`, elementwise: `max(x, 0) − x·z + log1p(exp(−|x|))`.";
         }
     };
 }
