@@ -3,7 +3,7 @@
 //! Adding an operator is adding a row (and, for a new instruction, the function the row names).
 //! `docs/onnx.md` lists the same rows.
 
-use tapeplan_core::{Attr, NodeId, Opcode, Shape};
+use tapeplan_core::{Attr, NodeId, Opcode, Recordable, RunningStats, Shape};
 
 use super::tensor::{Elements, TensorData};
 use super::translate::{dims_of, NodeCx, BOOL, FLOAT};
@@ -63,6 +63,22 @@ pub const SOFTMAX: Tolerance = Tolerance {
     why: "libm's exp/log against numpy's and a sum in another order",
 };
 
+/// GELU: `1 + erf(…)` or `1 + tanh(…)` cancels for negative `x`, where numpy's reference computes
+/// in float64 and the composition (PyTorch's order) in f32.
+pub const GELU: Tolerance = Tolerance {
+    rtol: 1e-6,
+    atol: 4e-7,
+    why: "libm's erf/tanh against numpy's (float64 in ONNX's reference), and for negative x the sum 1 + erf(…) or 1 + tanh(…) cancels: the f32 error of a few 2^-24 in erf/tanh near −1 is multiplied by x/2, an absolute error up to about |x| · 1e-7 (the tests' |x| is below 4) however small the result",
+};
+
+/// Normalizations: means and variances summed in another order, then a division by the
+/// standard deviation.
+pub const NORM: Tolerance = Tolerance {
+    rtol: 1e-5,
+    atol: 1e-6,
+    why: "means and variances summed in another order (numpy's pairwise sums) and ONNX's reference multiplying by 1/σ where the composition divides by σ: the mean's error is a few ulp of the inputs' magnitude, and `x − μ` cancels, so an output near zero needs an absolute part; the tests' inputs are of order 1 and their σ near 1",
+};
+
 /// One row of the table.
 #[derive(Clone, Copy)]
 pub struct Operator {
@@ -90,8 +106,10 @@ use Translate::{Binary, Custom, Unary};
 pub const OPERATORS: &[Operator] = &[
     row!("Abs", Unary(Opcode::Abs), [], EXACT, "FLOAT."),
     row!("Add", Binary(Opcode::Add), [], EXACT, "FLOAT, multidirectional broadcasting (`broadcast`)."),
+    row!("BatchNormalization", Custom(batch_normalization), ["epsilon", "momentum", "training_mode", "spatial"], NORM, "Inference (`training_mode=0`): the running statistics known or not (`batch_norm_eval`); training mode: Y and ONNX's running mean and variance (`momentum` weighs the old value, the biased batch variance: `batch_norm_train` with `RunningStats::Onnx`); `spatial=0` (opset < 9) and the saved mean/variance outputs of opset < 14 are not in the vocabulary."),
     row!("Cast", Custom(cast), ["to", "saturate", "round_mode"], EXACT, "To FLOAT from FLOAT or BOOL (the same 0/1 values); integer values known at plan time to any integer type or FLOAT (folded); other casts are not in the vocabulary."),
     row!("CastLike", Custom(cast_like), ["saturate", "round_mode"], EXACT, "As Cast, to the element type of the second input."),
+    row!("Clip", Custom(clip), ["min", "max"], EXACT, "FLOAT; bounds as attributes (opset < 11) or inputs, either absent (`clamp`: `maximum` then `minimum`, so `min > max` gives `max`, as numpy's `clip`); bounds computed at run time as elementwise `maximum`/`minimum`."),
     row!("Concat", Custom(concat), ["axis"], EXACT, "FLOAT inputs, any count (pairwise `concat`)."),
     row!("Constant", Custom(constant), ["value", "value_float", "value_floats", "value_int", "value_ints"], EXACT, "A value known at plan time (a `fill` or a frozen parameter where used as data); sparse and string values are not read."),
     row!("Div", Binary(Opcode::Div), [], EXACT, "FLOAT, broadcasting."),
@@ -99,11 +117,16 @@ pub const OPERATORS: &[Operator] = &[
     row!("Erf", Unary(Opcode::Erf), [], LIBM, "FLOAT."),
     row!("Exp", Unary(Opcode::Exp), [], LIBM, "FLOAT (the plan's math profile; conformance uses `precise`, libm)."),
     row!("Flatten", Custom(flatten), ["axis"], EXACT, "Any axis, negative included (`reshape`)."),
+    row!("Gelu", Custom(gelu), ["approximate"], GELU, "`approximate` `none` (erf form: `gelu`) and `tanh` (`gelu_tanh`), PyTorch's order of operations."),
     row!("Gemm", Custom(gemm), ["alpha", "beta", "transA", "transB"], SUMS, "`alpha·A'B' + beta·C`, C optional and broadcast (`matmul`, `transpose`, `mul`, `add`)."),
     row!("Gather", Custom(gather), ["axis"], EXACT, "Integer data and indices known at plan time (shape arithmetic, folded: torch's flatten); a gather of run-time data is issue 12's indexing instruction, not in this table yet."),
     row!("Greater", Custom(greater), [], EXACT, "FLOAT inputs, BOOL output as a 0/1 mask (`greater`)."),
     row!("GreaterOrEqual", Custom(greater_or_equal), [], EXACT, "FLOAT inputs, BOOL output as a mask (`greater_equal`)."),
+    row!("HardSigmoid", Custom(hard_sigmoid), ["alpha", "beta"], EXACT, "`max(0, min(1, alpha·x + beta))` (`hardsigmoid`)."),
+    row!("HardSwish", Custom(hard_swish), [], EXACT, "`x · max(0, min(1, x/6 + 1/2))` (`hardswish`)."),
     row!("Identity", Custom(identity), [], EXACT, "Any tensor (the same value)."),
+    row!("LayerNormalization", Custom(layer_normalization), ["axis", "epsilon", "stash_type"], NORM, "Any axis, Scale and B broadcast to the normalized axes, the optional Mean and InvStdDev outputs; ONNX's formula `(x − μ) · (1/sqrt(σ² + ε))` (`sum_to`, `sub`, `mul`, `sqrt`, `div`); `stash_type` other than 1 (FLOAT) is not in the vocabulary."),
+    row!("LeakyRelu", Custom(leaky_relu), ["alpha"], EXACT, "`x` where `x > 0`, else `alpha·x` (`leaky_relu`)."),
     row!("Less", Custom(less), [], EXACT, "FLOAT inputs, BOOL output as a mask (`greater` with the arguments swapped)."),
     row!("LessOrEqual", Custom(less_or_equal), [], EXACT, "FLOAT inputs, BOOL output as a mask (`greater_equal`, swapped)."),
     row!("Log", Unary(Opcode::Log), [], LIBM, "FLOAT."),
@@ -979,6 +1002,190 @@ fn gather(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
     let mut t = data.with_elements(data.data_type, Elements::Int(out));
     t.dims = dims;
     cx.set_known_output(0, t)
+}
+
+fn leaky_relu(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    let x = cx.data(0)?;
+    let alpha = cx.attr_float("alpha", 0.01);
+    let y = cx.record(|t| t.leaky_relu(&x, alpha))?;
+    cx.set_output(0, y, FLOAT)
+}
+
+fn hard_sigmoid(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    let x = cx.data(0)?;
+    let (alpha, beta) = (cx.attr_float("alpha", 0.2), cx.attr_float("beta", 0.5));
+    let y = cx.record(|t| t.hardsigmoid(&x, alpha, beta))?;
+    cx.set_output(0, y, FLOAT)
+}
+
+fn hard_swish(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    let x = cx.data(0)?;
+    let y = cx.record(|t| t.hardswish(&x))?;
+    cx.set_output(0, y, FLOAT)
+}
+
+fn gelu(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    let x = cx.data(0)?;
+    let y = match cx.attr_string("approximate", "none").as_str() {
+        "none" => cx.record(|t| t.gelu(&x))?,
+        "tanh" => cx.record(|t| t.gelu_tanh(&x))?,
+        other => {
+            return Err(cx.unsupported(
+                format!("approximate {other:?}"),
+                "approximate \"none\" and \"tanh\"",
+            ))
+        }
+    };
+    cx.set_output(0, y, FLOAT)
+}
+
+/// A bound of `Clip`: an attribute before opset 11, an optional input after; `None` when absent.
+enum Bound {
+    Known(f32),
+    Data(NodeId),
+}
+
+fn clip_bound(cx: &mut NodeCx<'_>, i: usize, attr: &str) -> Result<Option<Bound>, OnnxError> {
+    if cx.opset() < 11 {
+        let present = cx.attribute_names().any(|a| a == attr);
+        return Ok(present.then(|| Bound::Known(cx.attr_float(attr, 0.0))));
+    }
+    if !cx.has_input(i) {
+        return Ok(None);
+    }
+    if cx.known(i).is_some() {
+        let v = cx.const_floats(i, attr)?;
+        let [v] = v[..] else {
+            return Err(cx.invalid(format!("{attr} has {} elements, not 1", v.len())));
+        };
+        return Ok(Some(Bound::Known(v)));
+    }
+    Ok(Some(Bound::Data(cx.data(i)?)))
+}
+
+fn clip(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    let x = cx.data(0)?;
+    let lo = clip_bound(cx, 1, "min")?;
+    let hi = clip_bound(cx, 2, "max")?;
+    let y = match (&lo, &hi) {
+        (Some(Bound::Known(a)), Some(Bound::Known(b))) => {
+            let (a, b) = (*a, *b);
+            cx.record(|t| t.clamp(&x, a, b))?
+        }
+        _ => {
+            let mut y = x;
+            for (bound, op) in [(lo, Opcode::Maximum), (hi, Opcode::Minimum)] {
+                let b = match bound {
+                    None => continue,
+                    Some(Bound::Known(v)) => {
+                        let s = cx.shape(x)?;
+                        cx.fill(v, s)?
+                    }
+                    Some(Bound::Data(b)) => b,
+                };
+                y = cx.elementwise(op, &[y, b])?;
+            }
+            if y == x {
+                let s = cx.shape(x)?;
+                y = cx.push(Opcode::Reshape, Attr::target(s), &[x])?;
+            }
+            y
+        }
+    };
+    cx.set_output(0, y, FLOAT)
+}
+
+fn batch_normalization(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    if cx.attr_int("spatial", 1) != 1 {
+        return Err(cx.unsupported("spatial=0", "spatial=1 (statistics per channel)"));
+    }
+    let x = cx.data(0)?;
+    let (scale, bias) = (cx.data(1)?, cx.data(2)?);
+    let (mean, var) = (cx.data(3)?, cx.data(4)?);
+    let eps = cx.attr_float("epsilon", 1e-5);
+    let momentum = cx.attr_float("momentum", 0.9);
+    let training = cx.attr_int("training_mode", 0) != 0;
+    if !training {
+        if cx.num_outputs() > 1 {
+            return Err(cx.unsupported(
+                "the training outputs of opset < 14 (saved mean and variance)",
+                "output Y in inference, Y and the running statistics with training_mode=1",
+            ));
+        }
+        let y =
+            cx.record(|t| t.batch_norm_eval(&x, Some(&scale), Some(&bias), &mean, &var, eps))?;
+        return cx.set_output(0, y, FLOAT);
+    }
+    if cx.opset() < 14 {
+        return Err(cx.unsupported(
+            "training_mode before opset 14",
+            "training_mode=1 from opset 14 (ONNX's running statistics)",
+        ));
+    }
+    let stats = RunningStats::Onnx { momentum };
+    let out =
+        cx.record(|t| t.batch_norm_train(&x, Some(&scale), Some(&bias), &mean, &var, stats, eps))?;
+    cx.set_output(0, out.y, FLOAT)?;
+    if cx.has_output(1) {
+        cx.set_output(1, out.running_mean, FLOAT)?;
+    }
+    if cx.has_output(2) {
+        cx.set_output(2, out.running_var, FLOAT)?;
+    }
+    Ok(())
+}
+
+/// ONNX's `LayerNormalization` (its reference's order): over the axes from `axis` on,
+/// `μ = sum(x) / n`, `d = x − μ`, `σ² = sum(d · d) / n`, `r = 1 / sqrt(σ² + ε)`,
+/// `Y = (d · r) · Scale + B`; outputs `Mean = μ` and `InvStdDev = r` (extent 1 on the
+/// normalized axes).
+fn layer_normalization(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    if cx.attr_int("stash_type", 1) != 1 {
+        return Err(cx.unsupported(
+            format!("stash_type {}", cx.attr_int("stash_type", 1)),
+            "stash_type 1 (statistics in FLOAT)",
+        ));
+    }
+    let x = cx.data(0)?;
+    let s = cx.shape(x)?;
+    let dims = dims_of(s);
+    let axis = cx.axis(cx.attr_int("axis", -1), dims.len())?;
+    let stat_dims: Vec<usize> = (0..dims.len())
+        .map(|a| if a < axis { dims[a] } else { 1 })
+        .collect();
+    let stat = cx.shape_from(&stat_dims)?;
+    let eps = cx.attr_float("epsilon", 1e-5);
+    let scale = cx.data(1)?;
+    let bias = if cx.has_input(2) {
+        Some(cx.data(2)?)
+    } else {
+        None
+    };
+    let [mean, d, _, var] = cx.record(|t| t.moments(&x, stat))?;
+    let inv = cx.record(|t| {
+        let e = t.fill(eps, stat)?;
+        let shifted = t.add(&var, &e)?;
+        let root = t.sqrt(&shifted)?;
+        let one = t.fill(1.0, stat)?;
+        t.div(&one, &root)
+    })?;
+    let inv_b = cx.broadcast(inv, s)?;
+    let mut y = cx.push(Opcode::Mul, Attr::NONE, &[d, inv_b])?;
+    y = cx.elementwise(Opcode::Mul, &[y, scale])?;
+    if let Some(b) = bias {
+        y = cx.elementwise(Opcode::Add, &[y, b])?;
+    }
+    if cx.shape(y)? != s {
+        return Err(cx.invalid("Scale or B broadcasts past the input's shape"));
+    }
+    cx.set_output(0, y, FLOAT)?;
+    if cx.has_output(1) {
+        cx.set_output(1, mean, FLOAT)?;
+    }
+    if cx.has_output(2) {
+        cx.set_output(2, inv, FLOAT)?;
+    }
+    Ok(())
 }
 
 fn cast(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {

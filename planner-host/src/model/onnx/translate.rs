@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use tapeplan_core::{Attr, NodeId, Opcode, Shape, Tape, MAX_RANK};
+use tapeplan_core::{Attr, NodeId, Opcode, Shape, Tape, TapeError, Trace, MAX_RANK};
 
 use super::proto::{tensor_proto::DataType, GraphProto, ModelProto, NodeProto};
 use super::tensor::{data_type_name, Elements, TensorData};
@@ -694,6 +694,20 @@ impl NodeCx<'_> {
             .map_err(|e| self.invalid(format!("{op}: {e}")))
     }
 
+    /// Records a composition spoken against `Recordable` (the activations and normalizations
+    /// of `tapeplan_core`: `leaky_relu`, `gelu`, `layer_norm`, …) on the tape; a shape-rule
+    /// error names this node.
+    ///
+    /// # Errors
+    /// [`OnnxError::Node`] with the shape rule's error.
+    pub fn record<T>(
+        &mut self,
+        f: impl FnOnce(&mut Trace<'_>) -> Result<T, TapeError>,
+    ) -> Result<T, OnnxError> {
+        let r = f(&mut self.tr.tape.trace());
+        r.map_err(|e| self.invalid(e.to_string()))
+    }
+
     /// `value` everywhere in `shape`.
     ///
     /// # Errors
@@ -811,6 +825,11 @@ impl NodeCx<'_> {
         }
         self.tr.slots.insert(name, alias);
         Ok(())
+    }
+
+    /// True when optional output `k` is named (an empty name is an output not asked for).
+    pub fn has_output(&self, k: usize) -> bool {
+        self.node.output.get(k).is_some_and(|s| !s.is_empty())
     }
 
     /// The number of outputs the node names.
