@@ -15,6 +15,9 @@ pub mod abs;
 pub mod add;
 pub mod broadcast;
 pub mod concat;
+pub mod conv;
+pub mod conv_transpose;
+pub mod conv_weight_grad;
 pub mod detach;
 pub mod div;
 pub mod elementwise;
@@ -50,7 +53,7 @@ pub mod tanh;
 pub mod transpose;
 pub mod uniform;
 
-pub use crate::attr::{Attr, AttrKind};
+pub use crate::attr::{Attr, AttrKind, ConvAttr};
 
 /// True for the opcodes whose output shape is given by the attribute (a target or a fill)
 /// rather than inferred.
@@ -151,6 +154,17 @@ pub enum OpError {
         /// The profile asked for.
         math: MathProfile,
     },
+    /// A convolution whose attribute does not fit its arguments (see [`conv::ConvError`]).
+    Conv {
+        /// The instruction.
+        op: Opcode,
+        /// What does not fit.
+        error: conv::ConvError,
+        /// The first argument's shape.
+        lhs: Shape,
+        /// The second argument's shape.
+        rhs: Shape,
+    },
 }
 
 impl fmt::Display for OpError {
@@ -203,6 +217,12 @@ impl fmt::Display for OpError {
                     "the {math} math profile is not in this build (feature `math-{math}`)"
                 )
             }
+            OpError::Conv {
+                op,
+                error,
+                lhs,
+                rhs,
+            } => write!(f, "{op} over {lhs} and {rhs}: {error}"),
         }
     }
 }

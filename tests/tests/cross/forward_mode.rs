@@ -196,11 +196,21 @@ const TOLERANCE: f32 = 1e-6;
 /// - `sigmoid`: the kernel is `1 / (1 + e^(-x))`, so the dual differentiates that composition,
 ///   `(0 - y·(-t·e^(-x))) / (1 + e^(-x))`; the rule is `t·(y·(1 - y))`;
 /// - `softplus`: the kernel is `ln_1p(e^x)`, so the dual forms `t·e^x / (1 + e^x)`; the rule is
-///   `t·sigmoid(x)`.
+///   `t·sigmoid(x)`;
+/// - `conv`, `conv_transpose`, `conv_weight_grad`: as `matmul`, bilinear kernels whose dual
+///   accumulates `x'·w + x·w'` one tap at a time, while the recorded jvp adds two whole
+///   convolutions.
 ///
 /// Every other kernel applies to its element the arithmetic its rule's transpose records (the
 /// dual's slopes are formed as the rules form them), so the two readings reach the same bits.
-const ROUNDS_APART: [Opcode; 3] = [Opcode::MatMul, Opcode::Sigmoid, Opcode::Softplus];
+const ROUNDS_APART: [Opcode; 6] = [
+    Opcode::MatMul,
+    Opcode::Sigmoid,
+    Opcode::Softplus,
+    Opcode::Conv,
+    Opcode::ConvTranspose,
+    Opcode::ConvWeightGrad,
+];
 
 /// The selections whose reverse rule and kernel choose differently at a NaN or a tie: the
 /// kernel passes a NaN argument (and its tangent) through and `max_to` keeps the first of tied
