@@ -8,6 +8,7 @@
 mod arena;
 mod closure;
 mod conformance;
+mod conv;
 mod dropout;
 mod eager;
 mod forward_mode;
