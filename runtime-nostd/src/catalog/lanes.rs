@@ -537,3 +537,176 @@ fn tile_partial<const R: usize>(
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Convolution.
+
+/// `y = conv(x, w)` over row-major buffers of geometry `g` (lengths checked by the caller).
+///
+/// # Arithmetic order
+/// The reference's (`tapeplan_core::ops::conv::kernel`): each output starts at `+0.0` and
+/// accumulates `acc = acc + x * w` (product rounded, then sum rounded, never fused) over its
+/// group's input channels in increasing order, then the kernel taps `(kh, kw)` row-major,
+/// skipping taps that read padding. Lanes are distinct output columns `ow` (and a tile of up to
+/// four output channels of one group shares each input load): never distinct channels or taps
+/// of one output. Columns whose every tap reads inside the input run a vector at a time, the
+/// last vector overlapping the one before it when the interior is not a multiple of the lane
+/// count (recomputing an output gives the same bits); border columns, and interiors narrower
+/// than a vector, run one output at a time in the same order.
+#[cfg(feature = "simd")]
+pub(crate) fn conv(x: &[f32], w: &[f32], out: &mut [f32], g: &tapeplan_core::ops::conv::Geometry) {
+    let [ah, aw] = g.axes;
+    let (cin_g, cout_g) = (g.c_in_group(), g.c_out_group());
+    let (_, hw_out, _) = g.planes();
+    if aw.kernel == 0 || cout_g == 0 {
+        out.fill(0.0);
+        return;
+    }
+    // The interior columns: every tap `kw` reads inside the row.
+    let ow_a = aw.valid(0).0;
+    let ow_b = aw.valid(aw.kernel - 1).1.max(ow_a);
+    let interior = ow_b - ow_a >= L;
+    for n in 0..g.batch {
+        for group in 0..g.groups {
+            let mut col = 0;
+            while col < cout_g {
+                let co = group * cout_g + col;
+                let r = if cout_g - col >= 4 { 4 } else { 1 };
+                let t = Tile { g, n, co, group };
+                for oh in 0..ah.output {
+                    let row_at = |c: usize| (n * g.c_out + c) * hw_out + oh * aw.output;
+                    let mut one = |ow: usize| {
+                        for c in co..co + r {
+                            if let Some(o) = out.get_mut(row_at(c) + ow) {
+                                *o = t.one(x, w, c, oh, ow);
+                            }
+                        }
+                    };
+                    if !interior {
+                        (0..aw.output).for_each(&mut one);
+                        continue;
+                    }
+                    (0..ow_a).for_each(&mut one);
+                    (ow_b..aw.output).for_each(&mut one);
+                    let mut ow = ow_a;
+                    loop {
+                        let at = ow.min(ow_b - L);
+                        let mut store = |c: usize, v: V| {
+                            if let Some(dst) = out.get_mut(row_at(c) + at..row_at(c) + at + L) {
+                                dst.copy_from_slice(v.as_array());
+                            }
+                        };
+                        if r == 4 {
+                            let acc = t.vector::<4>(x, w, oh, at, cin_g);
+                            for (k, v) in acc.into_iter().enumerate() {
+                                store(co + k, v);
+                            }
+                        } else {
+                            let [v] = t.vector::<1>(x, w, oh, at, cin_g);
+                            store(co, v);
+                        }
+                        ow += L;
+                        if at + L >= ow_b {
+                            break;
+                        }
+                    }
+                }
+                col += r;
+            }
+        }
+    }
+}
+
+/// The outputs of one batch element and a tile of output channels from `co`, of one group.
+#[cfg(feature = "simd")]
+struct Tile<'g> {
+    g: &'g tapeplan_core::ops::conv::Geometry,
+    n: usize,
+    co: usize,
+    group: usize,
+}
+
+#[cfg(feature = "simd")]
+impl Tile<'_> {
+    /// Input channel `cil` of the group, row `ih` (empty if out of range).
+    #[inline(always)]
+    fn x_row<'x>(&self, x: &'x [f32], cil: usize, ih: usize) -> &'x [f32] {
+        let g = self.g;
+        let [ah, aw] = g.axes;
+        let ci = self.group * g.c_in_group() + cil;
+        let at = ((self.n * g.c_in + ci) * ah.input + ih) * aw.input;
+        x.get(at..at + aw.input).unwrap_or(&[])
+    }
+
+    /// Weight `w[c, cil, kh, kw]`.
+    #[inline(always)]
+    fn weight(&self, w: &[f32], c: usize, cil: usize, kh: usize, kw: usize) -> f32 {
+        let [ah, aw] = self.g.axes;
+        let at = ((c * self.g.c_in_group() + cil) * ah.kernel + kh) * aw.kernel + kw;
+        w.get(at).copied().unwrap_or(0.0)
+    }
+
+    /// Output `y[n, c, oh, ow]` alone, in the reference's order.
+    fn one(&self, x: &[f32], w: &[f32], c: usize, oh: usize, ow: usize) -> f32 {
+        let [ah, aw] = self.g.axes;
+        let mut acc = 0.0f32;
+        for cil in 0..self.g.c_in_group() {
+            for kh in 0..ah.kernel {
+                let (lo, hi) = ah.valid(kh);
+                if oh < lo || oh >= hi {
+                    continue;
+                }
+                let xrow = self.x_row(x, cil, ah.source(oh, kh));
+                for kw in 0..aw.kernel {
+                    let (lo, hi) = aw.valid(kw);
+                    if ow < lo || ow >= hi {
+                        continue;
+                    }
+                    let xv = xrow.get(aw.source(ow, kw)).copied().unwrap_or(0.0);
+                    acc += xv * self.weight(w, c, cil, kh, kw);
+                }
+            }
+        }
+        acc
+    }
+
+    /// Outputs `y[n, co + k, oh, ow..ow + L]` for `k < R`, every tap of those columns inside
+    /// the row.
+    #[inline(always)]
+    fn vector<const R: usize>(
+        &self,
+        x: &[f32],
+        w: &[f32],
+        oh: usize,
+        ow: usize,
+        cin_g: usize,
+    ) -> [V; R] {
+        let [ah, aw] = self.g.axes;
+        let mut acc = [V::splat(0.0); R];
+        for cil in 0..cin_g {
+            for kh in 0..ah.kernel {
+                let (lo, hi) = ah.valid(kh);
+                if oh < lo || oh >= hi {
+                    continue;
+                }
+                let xrow = self.x_row(x, cil, ah.source(oh, kh));
+                for kw in 0..aw.kernel {
+                    let at = aw.source(ow, kw);
+                    let xv = if aw.stride == 1 {
+                        xrow.get(at..at + L)
+                            .and_then(|s| <&[f32; L]>::try_from(s).ok())
+                            .map_or(V::splat(0.0), |s| V::new(*s))
+                    } else {
+                        V::new(core::array::from_fn(|l| {
+                            xrow.get(at + l * aw.stride).copied().unwrap_or(0.0)
+                        }))
+                    };
+                    for (k, a) in acc.iter_mut().enumerate() {
+                        *a += xv * V::splat(self.weight(w, self.co + k, cil, kh, kw));
+                    }
+                }
+            }
+        }
+        acc
+    }
+}
