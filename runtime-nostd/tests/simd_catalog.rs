@@ -428,15 +428,16 @@ fn axis() -> impl Strategy<Value = (usize, u32, u32, u32, u32, usize)> {
     )
 }
 
-/// A convolution: `(x dims, w dims, attribute)` with a non-empty output; widths up to 50 so
-/// that every lane count (4, 8, 16) meets interiors of whole vectors, partial ones and none;
+/// A convolution: `(x dims, w dims, attribute)` with a non-empty output; widths up to 78 so
+/// that every lane count (4, 8, 16) meets every register tile (up to four vectors of columns),
+/// partial vectors and none;
 /// 1 to 6 output channels per group (tiles of four and single channels).
 fn conv_case() -> impl Strategy<Value = (Vec<usize>, Vec<usize>, tapeplan_core::ConvAttr)> {
     (
         1usize..=2,
         (1usize..=2, 1usize..=3, 1usize..=2, 1usize..=6),
         [axis(), axis()],
-        0usize..=44,
+        0usize..=72,
     )
         .prop_map(|(r, (n, groups, cin_g, cout_g), axes, wide)| {
             let mut x = vec![n, groups * cin_g];

@@ -547,16 +547,17 @@ fn tile_partial<const R: usize>(
 /// The reference's (`tapeplan_core::ops::conv::kernel`): each output starts at `+0.0` and
 /// accumulates `acc = acc + x * w` (product rounded, then sum rounded, never fused) over its
 /// group's input channels in increasing order, then the kernel taps `(kh, kw)` row-major,
-/// skipping taps that read padding. Lanes are distinct output columns `ow` (and a tile of up to
-/// four output channels of one group shares each input load): never distinct channels or taps
-/// of one output. Columns whose every tap reads inside the input run a vector at a time, the
-/// last vector overlapping the one before it when the interior is not a multiple of the lane
-/// count (recomputing an output gives the same bits); border columns, and interiors narrower
-/// than a vector, run one output at a time in the same order.
+/// skipping taps that read padding. Lanes are distinct output columns `ow`, and a register tile
+/// holds four output channels of one group by two vectors of columns (one channel by four
+/// vectors when the group has fewer than four channels left): never distinct channels or taps
+/// of one output. Columns whose every tap reads inside the input run a tile at a time, the last
+/// vector overlapping the one before it when the interior is not a multiple of the lane count
+/// (recomputing an output gives the same bits); border columns, and interiors narrower than a
+/// vector, run one output at a time in the same order.
 #[cfg(feature = "simd")]
 pub(crate) fn conv(x: &[f32], w: &[f32], out: &mut [f32], g: &tapeplan_core::ops::conv::Geometry) {
     let [ah, aw] = g.axes;
-    let (cin_g, cout_g) = (g.c_in_group(), g.c_out_group());
+    let cout_g = g.c_out_group();
     let (_, hw_out, _) = g.planes();
     if aw.kernel == 0 || cout_g == 0 {
         out.fill(0.0);
@@ -572,13 +573,13 @@ pub(crate) fn conv(x: &[f32], w: &[f32], out: &mut [f32], g: &tapeplan_core::ops
             while col < cout_g {
                 let co = group * cout_g + col;
                 let r = if cout_g - col >= 4 { 4 } else { 1 };
-                let t = Tile { g, n, co, group };
+                let t = Tile::new(g, x, w, n, co, group, r);
                 for oh in 0..ah.output {
                     let row_at = |c: usize| (n * g.c_out + c) * hw_out + oh * aw.output;
                     let mut one = |ow: usize| {
-                        for c in co..co + r {
-                            if let Some(o) = out.get_mut(row_at(c) + ow) {
-                                *o = t.one(x, w, c, oh, ow);
+                        for k in 0..r {
+                            if let Some(o) = out.get_mut(row_at(co + k) + ow) {
+                                *o = t.one(k, oh, ow);
                             }
                         }
                     };
@@ -588,27 +589,36 @@ pub(crate) fn conv(x: &[f32], w: &[f32], out: &mut [f32], g: &tapeplan_core::ops
                     }
                     (0..ow_a).for_each(&mut one);
                     (ow_b..aw.output).for_each(&mut one);
-                    let mut ow = ow_a;
-                    loop {
-                        let at = ow.min(ow_b - L);
-                        let mut store = |c: usize, v: V| {
-                            if let Some(dst) = out.get_mut(row_at(c) + at..row_at(c) + at + L) {
+                    let mut store = |ow: usize, acc: &[V]| {
+                        for (k, v) in acc.iter().enumerate() {
+                            let c = co + k % r;
+                            let at = row_at(c) + ow + (k / r) * L;
+                            if let Some(dst) = out.get_mut(at..at + L) {
                                 dst.copy_from_slice(v.as_array());
                             }
-                        };
+                        }
+                    };
+                    let mut ow = ow_a;
+                    if r == 4 {
+                        while ow + 2 * L <= ow_b {
+                            store(ow, &t.vectors::<4, 2, 8>(oh, ow));
+                            ow += 2 * L;
+                        }
+                    } else {
+                        while ow + 4 * L <= ow_b {
+                            store(ow, &t.vectors::<1, 4, 4>(oh, ow));
+                            ow += 4 * L;
+                        }
+                    }
+                    while ow < ow_b {
+                        // The last vector may overlap the one before it.
+                        let at = ow.min(ow_b - L);
                         if r == 4 {
-                            let acc = t.vector::<4>(x, w, oh, at, cin_g);
-                            for (k, v) in acc.into_iter().enumerate() {
-                                store(co + k, v);
-                            }
+                            store(at, &t.vectors::<4, 1, 4>(oh, at));
                         } else {
-                            let [v] = t.vector::<1>(x, w, oh, at, cin_g);
-                            store(co, v);
+                            store(at, &t.vectors::<1, 1, 1>(oh, at));
                         }
                         ow += L;
-                        if at + L >= ow_b {
-                            break;
-                        }
                     }
                 }
                 col += r;
@@ -617,92 +627,127 @@ pub(crate) fn conv(x: &[f32], w: &[f32], out: &mut [f32], g: &tapeplan_core::ops
     }
 }
 
-/// The outputs of one batch element and a tile of output channels from `co`, of one group.
+/// One batch element and a tile of `r` output channels from `co`, of one group: the input
+/// channels of the group and the tile's weights.
 #[cfg(feature = "simd")]
-struct Tile<'g> {
-    g: &'g tapeplan_core::ops::conv::Geometry,
-    n: usize,
-    co: usize,
-    group: usize,
+struct Tile<'a> {
+    g: &'a tapeplan_core::ops::conv::Geometry,
+    /// `x[n, group's channels]`.
+    x: &'a [f32],
+    /// `w[co .. co + r]`.
+    w: &'a [f32],
+    /// Elements per weight channel: `C_in/groups · K_h · K_w`.
+    w_stride: usize,
 }
 
 #[cfg(feature = "simd")]
-impl Tile<'_> {
-    /// Input channel `cil` of the group, row `ih` (empty if out of range).
-    #[inline(always)]
-    fn x_row<'x>(&self, x: &'x [f32], cil: usize, ih: usize) -> &'x [f32] {
-        let g = self.g;
-        let [ah, aw] = g.axes;
-        let ci = self.group * g.c_in_group() + cil;
-        let at = ((self.n * g.c_in + ci) * ah.input + ih) * aw.input;
-        x.get(at..at + aw.input).unwrap_or(&[])
+impl<'a> Tile<'a> {
+    fn new(
+        g: &'a tapeplan_core::ops::conv::Geometry,
+        x: &'a [f32],
+        w: &'a [f32],
+        n: usize,
+        co: usize,
+        group: usize,
+        r: usize,
+    ) -> Self {
+        let (hw_in, _, taps) = g.planes();
+        let cin_g = g.c_in_group();
+        let x_at = (n * g.c_in + group * cin_g) * hw_in;
+        let w_stride = cin_g * taps;
+        Tile {
+            g,
+            x: x.get(x_at..x_at + cin_g * hw_in).unwrap_or(&[]),
+            w: w.get(co * w_stride..(co + r) * w_stride).unwrap_or(&[]),
+            w_stride,
+        }
     }
 
-    /// Weight `w[c, cil, kh, kw]`.
+    /// Row `ih` of input channel `cil` of the group (empty past the buffer).
     #[inline(always)]
-    fn weight(&self, w: &[f32], c: usize, cil: usize, kh: usize, kw: usize) -> f32 {
+    fn x_row(&self, cil: usize, ih: usize) -> &'a [f32] {
         let [ah, aw] = self.g.axes;
-        let at = ((c * self.g.c_in_group() + cil) * ah.kernel + kh) * aw.kernel + kw;
-        w.get(at).copied().unwrap_or(0.0)
+        let at = (cil * ah.input + ih) * aw.input;
+        self.x.get(at..at + aw.input).unwrap_or(&[])
     }
 
-    /// Output `y[n, c, oh, ow]` alone, in the reference's order.
-    fn one(&self, x: &[f32], w: &[f32], c: usize, oh: usize, ow: usize) -> f32 {
+    /// The input row tap row `kh` of output row `oh` reads, or `None` in the padding.
+    #[inline(always)]
+    fn ih(&self, oh: usize, kh: usize) -> Option<usize> {
+        let ah = self.g.axes[0];
+        let pos = oh * ah.stride + kh * ah.dilation;
+        pos.checked_sub(ah.pad).filter(|&ih| ih < ah.input)
+    }
+
+    /// Output `y[n, co + k, oh, ow]` alone, in the reference's order.
+    fn one(&self, k: usize, oh: usize, ow: usize) -> f32 {
         let [ah, aw] = self.g.axes;
         let mut acc = 0.0f32;
         for cil in 0..self.g.c_in_group() {
             for kh in 0..ah.kernel {
-                let (lo, hi) = ah.valid(kh);
-                if oh < lo || oh >= hi {
+                let Some(ih) = self.ih(oh, kh) else {
                     continue;
-                }
-                let xrow = self.x_row(x, cil, ah.source(oh, kh));
+                };
+                let xrow = self.x_row(cil, ih);
+                let wrow = k * self.w_stride + (cil * ah.kernel + kh) * aw.kernel;
                 for kw in 0..aw.kernel {
-                    let (lo, hi) = aw.valid(kw);
-                    if ow < lo || ow >= hi {
+                    let pos = ow * aw.stride + kw * aw.dilation;
+                    let Some(iw) = pos.checked_sub(aw.pad).filter(|&iw| iw < aw.input) else {
                         continue;
-                    }
-                    let xv = xrow.get(aw.source(ow, kw)).copied().unwrap_or(0.0);
-                    acc += xv * self.weight(w, c, cil, kh, kw);
+                    };
+                    let xv = xrow.get(iw).copied().unwrap_or(0.0);
+                    acc += xv * self.w.get(wrow + kw).copied().unwrap_or(0.0);
                 }
             }
         }
         acc
     }
 
-    /// Outputs `y[n, co + k, oh, ow..ow + L]` for `k < R`, every tap of those columns inside
-    /// the row.
+    /// Outputs `y[n, co + k, oh, ow + c·L ..][..L]` for `k < R`, `c < C`, as `acc[c·R + k]`
+    /// (`A = R·C`), every tap of those columns inside the row.
     #[inline(always)]
-    fn vector<const R: usize>(
+    fn vectors<const R: usize, const C: usize, const A: usize>(
         &self,
-        x: &[f32],
-        w: &[f32],
         oh: usize,
         ow: usize,
-        cin_g: usize,
-    ) -> [V; R] {
+    ) -> [V; A] {
         let [ah, aw] = self.g.axes;
-        let mut acc = [V::splat(0.0); R];
-        for cil in 0..cin_g {
+        let mut acc = [V::splat(0.0); A];
+        for cil in 0..self.g.c_in_group() {
             for kh in 0..ah.kernel {
-                let (lo, hi) = ah.valid(kh);
-                if oh < lo || oh >= hi {
+                let Some(ih) = self.ih(oh, kh) else {
                     continue;
-                }
-                let xrow = self.x_row(x, cil, ah.source(oh, kh));
+                };
+                let xrow = self.x_row(cil, ih);
+                let wrow = (cil * ah.kernel + kh) * aw.kernel;
                 for kw in 0..aw.kernel {
-                    let at = aw.source(ow, kw);
-                    let xv = if aw.stride == 1 {
-                        xrow.get(at..at + L)
-                            .and_then(|s| <&[f32; L]>::try_from(s).ok())
-                            .map_or(V::splat(0.0), |s| V::new(*s))
-                    } else {
-                        V::new(core::array::from_fn(|l| {
-                            xrow.get(at + l * aw.stride).copied().unwrap_or(0.0)
-                        }))
-                    };
-                    for (k, a) in acc.iter_mut().enumerate() {
-                        *a += xv * V::splat(self.weight(w, self.co + k, cil, kh, kw));
+                    let at = ow * aw.stride + kw * aw.dilation - aw.pad;
+                    let xv: [V; C] = core::array::from_fn(|c| {
+                        let at = at + c * L * aw.stride;
+                        if aw.stride == 1 {
+                            xrow.get(at..at + L)
+                                .and_then(|s| <&[f32; L]>::try_from(s).ok())
+                                .map_or(V::splat(0.0), |s| V::new(*s))
+                        } else {
+                            V::new(core::array::from_fn(|l| {
+                                xrow.get(at + l * aw.stride).copied().unwrap_or(0.0)
+                            }))
+                        }
+                    });
+                    let wv: [V; R] = core::array::from_fn(|k| {
+                        V::splat(
+                            self.w
+                                .get(k * self.w_stride + wrow + kw)
+                                .copied()
+                                .unwrap_or(0.0),
+                        )
+                    });
+                    for (c, &xc) in xv.iter().enumerate() {
+                        for (k, &wk) in wv.iter().enumerate() {
+                            if let Some(a) = acc.get_mut(c * R + k) {
+                                *a += xc * wk;
+                            }
+                        }
                     }
                 }
             }
