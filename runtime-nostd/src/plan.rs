@@ -300,7 +300,9 @@ impl<'a> Plan<'a> {
     }
 
     /// The work entry `entry` does, in element operations: a matrix product `[m, k] x [k, n]`
-    /// counts `m·k·n`; every other instruction the elements of its arguments and output
+    /// counts `m·k·n`; a convolution its multiply-accumulates (`y`'s elements times
+    /// `C_in/groups · K_h · K_w`, for `conv`, `conv_transpose` and `conv_weight_grad` alike) on
+    /// top of the elements it reads and writes; every other instruction the elements of its arguments and output
     /// (saturating at `u64::MAX`). A measure for watchdog budgets, see
     /// [`crate::Limits::max_work_per_entry`].
     pub fn entry_work(&self, entry: EntryId) -> u64 {
@@ -314,6 +316,23 @@ impl<'a> Plan<'a> {
                 continue;
             };
             let arity = usize::from(rec.n_args).min(rec.args.len());
+            // A convolution's multiply-accumulates: `y`'s elements times `w`'s per output
+            // channel (`C_in/groups · K_h · K_w`), `y` and `w` by position for each of the three.
+            let macs = |y: u32, w: u32| {
+                let c_out = self
+                    .tensor_view(w)
+                    .and_then(|v| v.shape.dim(0))
+                    .unwrap_or(0)
+                    .max(1) as u64;
+                elems(y).saturating_mul(elems(w).checked_div(c_out).unwrap_or(0))
+            };
+            let [a0, a1, _] = rec.args;
+            let conv = match tapeplan_core::Opcode::from_u8(rec.opcode) {
+                Some(tapeplan_core::Opcode::Conv) => macs(rec.out, a1),
+                Some(tapeplan_core::Opcode::ConvTranspose) => macs(a0, a1),
+                Some(tapeplan_core::Opcode::ConvWeightGrad) => macs(a1, rec.out),
+                _ => 0,
+            };
             let cost = if rec.opcode == tapeplan_core::Opcode::MatMul.to_u8() {
                 let k_dim = self
                     .tensor_view(rec.args[0])
@@ -325,6 +344,7 @@ impl<'a> Plan<'a> {
                     .iter()
                     .take(arity)
                     .fold(elems(rec.out), |acc, &a| acc.saturating_add(elems(a)))
+                    .saturating_add(conv)
             };
             work = work.saturating_add(cost);
         }

@@ -410,7 +410,13 @@ fn hostile_conv_attributes_are_refused_never_a_panic() {
     )
     .unwrap();
     let good = p.to_bytes();
-    assert!(RtPlan::parse(&good).is_ok());
+    let rt = RtPlan::parse(&good).unwrap();
+    // The work a watchdog budget counts: the elements read and written (x 120, w 24, y 24) and
+    // the multiply-accumulates, y's 24 elements times C_in/groups · K_h · K_w = 2 · 3 · 2.
+    assert_eq!(
+        rt.entry_work(rt.entry("f").unwrap()),
+        120 + 24 + 24 + 24 * 12
+    );
     // The block is the last 12 words: its length (11), groups, strides, pads begin, pads end,
     // dilations, extent.
     let block = good.len() - 48;
