@@ -46,10 +46,9 @@ impl AttrKind {
 
 /// An instruction's attribute.
 ///
-/// New kinds (a convolution's strides, padding per side, dilation, groups and kernel shape; a
-/// pooling window) are new variants here, a new [`AttrKind`] and a new row of the plan format's
-/// attribute table; the format's framing (an inline word or a length-prefixed block) does not
-/// change.
+/// New kinds (a pooling window) are new variants here, as the convolution's was
+/// ([`ConvAttr`]), a new [`AttrKind`] and a new row of the plan format's attribute table; the
+/// format's framing (an inline word or a length-prefixed block) does not change.
 #[derive(Clone, Copy, Debug, Default)]
 pub enum Attr {
     /// No attribute.
