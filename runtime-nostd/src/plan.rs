@@ -8,7 +8,7 @@ use tapeplan_core::format::{
     Sections, TensorKind, TensorRecord, ALL_ENTRIES, BINDING_RECORD_BYTES, ENTRY_RECORD_BYTES,
     HEADER_BYTES, INSTR_RECORD_BYTES, NAME_BYTES, TENSOR_RECORD_BYTES,
 };
-use tapeplan_core::{MathProfile, Shape, MAX_RANK};
+use tapeplan_core::{ops, MathProfile, Shape, MAX_ARITY, MAX_RANK};
 
 use crate::error::{DecodeError, ParseError, ValidateError};
 use crate::validate::{self, Scratch};
@@ -299,52 +299,32 @@ impl<'a> Plan<'a> {
         TensorView::new(&self.tensor_record(us(index))?, index).ok()
     }
 
-    /// The work entry `entry` does, in element operations: a matrix product `[m, k] x [k, n]`
-    /// counts `m·k·n`; a convolution its multiply-accumulates (`y`'s elements times
-    /// `C_in/groups · K_h · K_w`, for `conv`, `conv_transpose` and `conv_weight_grad` alike) on
-    /// top of the elements it reads and writes; every other instruction the elements of its arguments and output
-    /// (saturating at `u64::MAX`). A measure for watchdog budgets, see
-    /// [`crate::Limits::max_work_per_entry`].
+    /// The work entry `entry` does, in element operations: the sum over its instructions of
+    /// [`tapeplan_core::ops::work`] (a matrix product `[m, k] x [k, n]` counts `m·k·n`; every
+    /// other instruction the elements of its arguments and output), saturating at `u64::MAX`.
+    /// A measure for watchdog budgets, see [`crate::Limits::max_work_per_entry`]. An unknown
+    /// opcode counts as the elements of its output and arguments.
     pub fn entry_work(&self, entry: EntryId) -> u64 {
         let Some(range) = self.entry_range(entry) else {
             return 0;
         };
-        let elems = |t: u32| self.tensor_view(t).map_or(0, |v| v.elems as u64);
+        let shape = |t: u32| self.tensor_view(t).map_or(Shape::SCALAR, |v| v.shape);
         let mut work = 0u64;
         for k in range {
             let Some(rec) = self.instr_record(k) else {
                 continue;
             };
             let arity = usize::from(rec.n_args).min(rec.args.len());
-            // A convolution's multiply-accumulates: `y`'s elements times `w`'s per output
-            // channel (`C_in/groups · K_h · K_w`), `y` and `w` by position for each of the three.
-            let macs = |y: u32, w: u32| {
-                let c_out = self
-                    .tensor_view(w)
-                    .and_then(|v| v.shape.dim(0))
-                    .unwrap_or(0)
-                    .max(1) as u64;
-                elems(y).saturating_mul(elems(w).checked_div(c_out).unwrap_or(0))
-            };
-            let [a0, a1, _] = rec.args;
-            let conv = match tapeplan_core::Opcode::from_u8(rec.opcode) {
-                Some(tapeplan_core::Opcode::Conv) => macs(rec.out, a1),
-                Some(tapeplan_core::Opcode::ConvTranspose) => macs(a0, a1),
-                Some(tapeplan_core::Opcode::ConvWeightGrad) => macs(a1, rec.out),
-                _ => 0,
-            };
-            let cost = if rec.opcode == tapeplan_core::Opcode::MatMul.to_u8() {
-                let k_dim = self
-                    .tensor_view(rec.args[0])
-                    .and_then(|a| a.shape.dim(1))
-                    .unwrap_or(0) as u64;
-                elems(rec.out).saturating_mul(k_dim.max(1))
-            } else {
-                rec.args
-                    .iter()
-                    .take(arity)
-                    .fold(elems(rec.out), |acc, &a| acc.saturating_add(elems(a)))
-                    .saturating_add(conv)
+            let mut args = [Shape::SCALAR; MAX_ARITY];
+            for (a, &t) in args.iter_mut().zip(rec.args.iter().take(arity)) {
+                *a = shape(t);
+            }
+            let args = args.get(..arity).unwrap_or(&[]);
+            let cost = match tapeplan_core::Opcode::from_u8(rec.opcode) {
+                Some(op) => ops::work(op, args, shape(rec.out)),
+                None => args.iter().fold(shape(rec.out).elems() as u64, |acc, a| {
+                    acc.saturating_add(a.elems() as u64)
+                }),
             };
             work = work.saturating_add(cost);
         }

@@ -281,6 +281,45 @@ pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
     infer_by_table(op, attr, args)
 }
 
+/// The work of one instruction, in element operations: the cost model of a plan's work cap
+/// (the runtime's `Limits::max_work_per_entry`, `docs/threat-model.md`). A matrix product
+/// `[m, k] x [k, n]` counts `m·k·n`; `conv`, `conv_transpose` and `conv_weight_grad` count the
+/// elements of their arguments and output plus their multiply-accumulates (`y`'s elements
+/// times `C_in/groups · K_h · K_w`); every other instruction the elements of its arguments and
+/// its output. An op whose kernel does more than a pass over its operands (a convolution, a
+/// pooling window) states its count here, from the shapes alone (the validator calls this
+/// before anything runs, without decoding attributes). Saturates at `u64::MAX`; never fails (an argument
+/// missing from `args` counts as empty).
+///
+/// # Shapes
+/// `args`: the argument shapes (the first `op.arity()` are used); `out`: the output shape.
+pub fn work(op: Opcode, args: &[Shape], out: Shape) -> u64 {
+    let elems = |s: Shape| s.elems() as u64;
+    let touched = || {
+        args.iter()
+            .take(op.arity())
+            .fold(elems(out), |acc, &a| acc.saturating_add(elems(a)))
+    };
+    // A convolution's multiply-accumulates: `y`'s elements times `w`'s per output channel
+    // (`C_in/groups · K_h · K_w`), `y` and `w` by position in each of the three.
+    let macs = |y: Shape, w: Shape| {
+        let per_channel = elems(w)
+            .checked_div(w.dim(0).unwrap_or(0) as u64)
+            .unwrap_or(0);
+        elems(y).saturating_mul(per_channel)
+    };
+    match op {
+        Opcode::MatMul => {
+            let k = args.first().and_then(|a| a.dim(1)).unwrap_or(0) as u64;
+            elems(out).saturating_mul(k.max(1))
+        }
+        Opcode::Conv => touched().saturating_add(macs(out, nth(args, 1))),
+        Opcode::ConvTranspose => touched().saturating_add(macs(nth(args, 0), nth(args, 1))),
+        Opcode::ConvWeightGrad => touched().saturating_add(macs(nth(args, 1), out)),
+        _ => touched(),
+    }
+}
+
 /// What a `node` kernel (see the opcode table) is given by [`eval`]: lengths and shapes are
 /// checked, `out_shape` is the shape rule's answer.
 pub(crate) struct Kernel<'a, E> {
