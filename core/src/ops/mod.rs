@@ -217,6 +217,11 @@ impl fmt::Display for OpError {
                     "the {math} math profile is not in this build (feature `math-{math}`)"
                 )
             }
+            // A build without `all-ops` never makes this error (its shape rule refuses the
+            // opcode first): it links none of the convolution's messages.
+            OpError::Conv { op, .. } if !cfg!(feature = "all-ops") => {
+                write!(f, "{op}: bad attribute")
+            }
             OpError::Conv {
                 op,
                 error,
@@ -313,9 +318,16 @@ pub fn work(op: Opcode, args: &[Shape], out: Shape) -> u64 {
             let k = args.first().and_then(|a| a.dim(1)).unwrap_or(0) as u64;
             elems(out).saturating_mul(k.max(1))
         }
-        Opcode::Conv => touched().saturating_add(macs(out, nth(args, 1))),
-        Opcode::ConvTranspose => touched().saturating_add(macs(nth(args, 0), nth(args, 1))),
-        Opcode::ConvWeightGrad => touched().saturating_add(macs(nth(args, 1), out)),
+        // (A build without `all-ops` refuses these at their shape rule: no count to link.)
+        Opcode::Conv if cfg!(feature = "all-ops") => {
+            touched().saturating_add(macs(out, nth(args, 1)))
+        }
+        Opcode::ConvTranspose if cfg!(feature = "all-ops") => {
+            touched().saturating_add(macs(nth(args, 0), nth(args, 1)))
+        }
+        Opcode::ConvWeightGrad if cfg!(feature = "all-ops") => {
+            touched().saturating_add(macs(nth(args, 1), out))
+        }
         _ => touched(),
     }
 }
