@@ -645,6 +645,23 @@ mod tests {
     }
 
     #[test]
+    fn onnx_attributes_map_onto_the_fields() {
+        // ONNX `pads` is every begin, then every end.
+        assert_eq!(
+            ConvAttr::from_onnx(&[2, 1], &[1, 0, 2, 3], &[1, 2], 2),
+            Some(ConvAttr::d2([2, 1], [1, 0], [2, 3], [1, 2], 2))
+        );
+        assert_eq!(
+            ConvAttr::from_onnx(&[3], &[1, 2], &[2], 1),
+            Some(ConvAttr::d1(3, 1, 2, 2, 1))
+        );
+        assert_eq!(ConvAttr::from_onnx(&[1], &[0, 0, 0, 0], &[1], 1), None);
+        assert_eq!(ConvAttr::from_onnx(&[1, 1, 1], &[0; 6], &[1; 3], 1), None);
+        assert_eq!(ConvAttr::from_onnx(&[-1], &[0, 0], &[1], 1), None);
+        assert_eq!(ConvAttr::from_onnx(&[1], &[0, 0], &[1], 1 << 40), None);
+    }
+
+    #[test]
     fn hostile_attributes_are_refused() {
         let (x, w) = (s(&[1, 4, 5, 5]), s(&[4, 2, 3, 3]));
         let ok = ConvAttr::d2([1, 1], [0, 0], [0, 0], [1, 1], 2);
