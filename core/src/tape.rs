@@ -522,7 +522,11 @@ pub fn describe(tape: &Tape, marks: &[(usize, &str)]) -> String {
                     let _ = write!(args, "  {c}");
                 }
             }
-            Opcode::Broadcast | Opcode::SumTo | Opcode::MaxTo | Opcode::Reshape => {
+            Opcode::Broadcast
+            | Opcode::SumTo
+            | Opcode::MaxTo
+            | Opcode::Reshape
+            | Opcode::LogSumExp => {
                 let _ = write!(args, "  shape={}", n.shape);
             }
             Opcode::OneHot => {

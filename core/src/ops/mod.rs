@@ -13,6 +13,7 @@ use crate::{Element, MathProfile, Opcode, Shape, MAX_ARITY};
 
 pub mod abs;
 pub mod add;
+pub mod bce_with_logits;
 pub mod broadcast;
 pub mod concat;
 pub mod conv;
@@ -30,6 +31,7 @@ pub mod greater_equal;
 pub mod heaviside;
 pub mod leaf;
 pub mod log;
+pub mod logsumexp;
 pub mod matmul;
 pub mod max_to;
 pub mod maximum;
@@ -317,6 +319,11 @@ pub fn work(op: Opcode, args: &[Shape], out: Shape) -> u64 {
         Opcode::MatMul => {
             let k = args.first().and_then(|a| a.dim(1)).unwrap_or(0) as u64;
             elems(out).saturating_mul(k.max(1))
+        }
+        // Two passes over its argument (the maximum, then the sum of exponentials).
+        Opcode::LogSumExp => {
+            let x = args.first().map_or(0, |&a| elems(a));
+            elems(out).saturating_add(x.saturating_mul(2))
         }
         // (A build without `all-ops` refuses these at their shape rule: no count to link.)
         Opcode::Conv if cfg!(feature = "all-ops") => {
