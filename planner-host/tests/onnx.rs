@@ -341,15 +341,21 @@ fn reduce_mean_and_where_over_a_mask() {
 #[test]
 fn an_unsupported_operator_names_the_node_the_operator_and_what_is_supported() {
     let bytes = model(
-        vec![node("Conv", "features.0", &["x", "w"], &["y"], vec![])],
+        vec![node(
+            "ConvTranspose",
+            "features.0",
+            &["x", "w"],
+            &["y"],
+            vec![],
+        )],
         vec![value_info("x", &[1, 1, 4, 4])],
-        vec![value_info("y", &[1, 1, 3, 3])],
+        vec![value_info("y", &[1, 1, 5, 5])],
         vec![floats("w", &[1, 1, 2, 2], &[1.0; 4])],
     );
     let err = translate(&read_model(&bytes).unwrap(), &TranslateOptions::default()).unwrap_err();
     assert!(err.is_unsupported());
     let msg = err.to_string();
-    for part in ["features.0", "Conv", "supported", "Gemm", "MatMul"] {
+    for part in ["features.0", "ConvTranspose", "supported", "Gemm", "MatMul"] {
         assert!(msg.contains(part), "{msg}");
     }
 }
@@ -739,4 +745,52 @@ fn hostile_numbers_are_errors_never_panics() {
     let t = translate(&read_model(&bytes).unwrap(), &TranslateOptions::default()).unwrap();
     assert!(t.outputs.is_empty());
     assert_eq!(t.folded_outputs[0].2.dims, [0]);
+}
+
+/// `Conv` with `auto_pad="SAME_UPPER"` and stride 2 over `x = 0..25` (`[1, 1, 5, 5]`), a 2×2
+/// kernel and a bias: `ceil(5 / 2) = 3` outputs per axis need `(3 − 1)·2 + 2 − 5 = 1` pad, at the
+/// end (`SAME_UPPER`), so `y[i, j] = b + Σ w[p, q] · x[2i + p, 2j + q]` with `x` zero past index
+/// 4; computed here in f64 (every value is an exact small integer sum).
+#[test]
+fn conv_with_same_upper_padding_is_the_explicit_end_padding() {
+    let w = [1.0f32, 2.0, 3.0, 4.0];
+    let bytes = model(
+        vec![node(
+            "Conv",
+            "c",
+            &["x", "w", "b"],
+            &["y"],
+            vec![
+                attr_string("auto_pad", "SAME_UPPER"),
+                attr_ints("strides", &[2, 2]),
+                attr_ints("kernel_shape", &[2, 2]),
+            ],
+        )],
+        vec![value_info("x", &[1, 1, 5, 5])],
+        vec![value_info("y", &[1, 1, 3, 3])],
+        vec![floats("w", &[1, 1, 2, 2], &w), floats("b", &[1], &[0.5])],
+    );
+    let x: Vec<f32> = (0..25).map(|v| v as f32).collect();
+    let y = run(&bytes, &x);
+    let at = |r: usize, c: usize| {
+        if r < 5 && c < 5 {
+            f64::from(x[r * 5 + c])
+        } else {
+            0.0
+        }
+    };
+    let mut want = Vec::new();
+    for i in 0..3 {
+        for j in 0..3 {
+            let mut acc = 0.5f64;
+            for p in 0..2 {
+                for q in 0..2 {
+                    acc += f64::from(w[p * 2 + q]) * at(2 * i + p, 2 * j + q);
+                }
+            }
+            want.push(acc as f32);
+        }
+    }
+    assert_eq!(y, want);
+    assert_eq!(y[8], 0.5 + 24.0); // the corner window holds one real element
 }

@@ -3,7 +3,7 @@
 //! Adding an operator is adding a row (and, for a new instruction, the function the row names).
 //! `docs/onnx.md` lists the same rows.
 
-use tapeplan_core::{Attr, NodeId, Opcode, Recordable, RunningStats, Shape};
+use tapeplan_core::{Attr, ConvAttr, NodeId, Opcode, Recordable, RunningStats, Shape};
 
 use super::tensor::{Elements, TensorData};
 use super::translate::{dims_of, NodeCx, BOOL, FLOAT};
@@ -107,6 +107,7 @@ pub const OPERATORS: &[Operator] = &[
     row!("Abs", Unary(Opcode::Abs), [], EXACT, "FLOAT."),
     row!("Add", Binary(Opcode::Add), [], EXACT, "FLOAT, multidirectional broadcasting (`broadcast`)."),
     row!("BatchNormalization", Custom(batch_normalization), ["epsilon", "momentum", "training_mode", "spatial"], NORM, "Inference (`training_mode=0`): the running statistics known or not (`batch_norm_eval`); training mode: Y and ONNX's running mean and variance (`momentum` weighs the old value, the biased batch variance: `batch_norm_train` with `RunningStats::Onnx`); `spatial=0` (opset < 9) and the saved mean/variance outputs of opset < 14 are not in the vocabulary."),
+    row!("Conv", Custom(conv), ["auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"], SUMS, "1-D and 2-D (`[N, C, L]`, `[N, C, H, W]`), strides, pads, dilations, group (depthwise included), optional bias (`conv`); `auto_pad` `SAME_UPPER`, `SAME_LOWER` and `VALID` become explicit pads at plan time (the shapes are known); 3-D is rank 5, outside the vocabulary."),
     row!("Cast", Custom(cast), ["to", "saturate", "round_mode"], EXACT, "To FLOAT from FLOAT or BOOL (the same 0/1 values); integer values known at plan time to any integer type or FLOAT (folded); other casts are not in the vocabulary."),
     row!("CastLike", Custom(cast_like), ["saturate", "round_mode"], EXACT, "As Cast, to the element type of the second input."),
     row!("Clip", Custom(clip), ["min", "max"], EXACT, "FLOAT; bounds as attributes (opset < 11) or inputs, either absent (`clamp`: `maximum` then `minimum`, so `min > max` gives `max`, as numpy's `clip`); bounds computed at run time as elementwise `maximum`/`minimum`."),
@@ -1092,6 +1093,162 @@ fn clip(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
             y
         }
     };
+    cx.set_output(0, y, FLOAT)
+}
+
+/// A windowed operator's geometry (Conv, the pools) per spatial axis, its pads explicit.
+struct Window {
+    strides: Vec<usize>,
+    dilations: Vec<usize>,
+    /// ONNX's order: every axis's begin, then every axis's end.
+    pads: Vec<usize>,
+}
+
+/// An attribute list of `n` non-negative values, or `default` everywhere when absent.
+fn spatial_ints(
+    cx: &NodeCx<'_>,
+    name: &str,
+    n: usize,
+    default: usize,
+) -> Result<Vec<usize>, OnnxError> {
+    let Some(v) = cx.attr_ints(name) else {
+        return Ok(vec![default; n]);
+    };
+    if v.len() != n {
+        return Err(cx.invalid(format!("{name} has {} values for {n} axes", v.len())));
+    }
+    v.iter()
+        .map(|&x| usize::try_from(x).map_err(|_| cx.invalid(format!("{name} value {x}"))))
+        .collect()
+}
+
+/// The geometry of a windowed node over spatial extents `input` and kernel extents `kernel`:
+/// `strides`, `dilations`, and the pads from `pads` or `auto_pad` (`SAME_UPPER`/`SAME_LOWER`:
+/// `ceil(in / stride)` outputs, the total padding split evenly, the odd one at the end or the
+/// beginning; `VALID`: none), made explicit at plan time. With `ceil_mode` (the pools), the
+/// output extent is rounded up (a last window that would start in the end padding dropped, as
+/// ONNX's reference and PyTorch) and the overhang added to the end pads: `ceil_overhang` tells
+/// whether any was.
+fn window_geometry(
+    cx: &NodeCx<'_>,
+    input: &[usize],
+    kernel: &[usize],
+    ceil_mode: bool,
+) -> Result<(Window, bool), OnnxError> {
+    let n = input.len();
+    let strides = spatial_ints(cx, "strides", n, 1)?;
+    let dilations = spatial_ints(cx, "dilations", n, 1)?;
+    if strides.contains(&0) || dilations.contains(&0) {
+        return Err(cx.invalid("a stride or dilation of 0"));
+    }
+    let span = |a: usize| (kernel[a] - 1) * dilations[a] + 1;
+    let auto_pad = cx.attr_string("auto_pad", "NOTSET");
+    let mut pads = match auto_pad.as_str() {
+        "NOTSET" => spatial_ints(cx, "pads", 2 * n, 0)?,
+        "VALID" => vec![0; 2 * n],
+        "SAME_UPPER" | "SAME_LOWER" => {
+            let mut p = vec![0; 2 * n];
+            for a in 0..n {
+                let out = input[a].div_ceil(strides[a]);
+                let total = ((out - 1) * strides[a] + span(a)).saturating_sub(input[a]);
+                let small = total / 2;
+                let (b, e) = if auto_pad == "SAME_UPPER" {
+                    (small, total - small)
+                } else {
+                    (total - small, small)
+                };
+                p[a] = b;
+                p[n + a] = e;
+            }
+            p
+        }
+        other => {
+            return Err(cx.unsupported(
+                format!("auto_pad {other:?}"),
+                "auto_pad NOTSET, VALID, SAME_UPPER, SAME_LOWER",
+            ))
+        }
+    };
+    let mut overhang = false;
+    for a in 0..n {
+        let padded = input[a] + pads[a] + pads[n + a];
+        if padded < span(a) {
+            return Err(cx.invalid(format!(
+                "a window of {} does not fit {padded} padded positions",
+                span(a)
+            )));
+        }
+        if ceil_mode {
+            let mut out = (padded - span(a)).div_ceil(strides[a]) + 1;
+            if (out - 1) * strides[a] >= input[a] + pads[a] {
+                out -= 1;
+            }
+            let need = (out - 1) * strides[a] + span(a);
+            if need > padded {
+                pads[n + a] += need - padded;
+                overhang = true;
+            }
+        }
+    }
+    Ok((
+        Window {
+            strides,
+            dilations,
+            pads,
+        },
+        overhang,
+    ))
+}
+
+/// The spatial extents of a channels-first input `[N, C, ..]` with one or two spatial axes.
+fn spatial_extents(cx: &NodeCx<'_>, x: NodeId) -> Result<Vec<usize>, OnnxError> {
+    let dims = dims_of(cx.shape(x)?);
+    if !(3..=4).contains(&dims.len()) {
+        return Err(cx.unsupported(
+            format!("an input of rank {}", dims.len()),
+            "1-D and 2-D windows (inputs [N, C, L] and [N, C, H, W])",
+        ));
+    }
+    Ok(dims[2..].to_vec())
+}
+
+fn conv(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    let x = cx.data(0)?;
+    let w = cx.data(1)?;
+    let b = if cx.has_input(2) {
+        Some(cx.data(2)?)
+    } else {
+        None
+    };
+    let input = spatial_extents(cx, x)?;
+    let kernel = dims_of(cx.shape(w)?)
+        .get(2..)
+        .map(<[usize]>::to_vec)
+        .unwrap_or_default();
+    if kernel.len() != input.len() {
+        return Err(cx.invalid(format!(
+            "a kernel of rank {} for the input",
+            kernel.len() + 2
+        )));
+    }
+    if let Some(k) = cx.attr_ints("kernel_shape") {
+        if k.iter()
+            .map(|&v| usize::try_from(v).ok())
+            .ne(kernel.iter().map(|&v| Some(v)))
+        {
+            return Err(cx.invalid(format!("kernel_shape {k:?} is not the weight's {kernel:?}")));
+        }
+    }
+    let (g, _) = window_geometry(cx, &input, &kernel, false)?;
+    let as_i64 = |v: &[usize]| v.iter().map(|&x| x as i64).collect::<Vec<_>>();
+    let attr = ConvAttr::from_onnx(
+        &as_i64(&g.strides),
+        &as_i64(&g.pads),
+        &as_i64(&g.dilations),
+        cx.attr_int("group", 1),
+    )
+    .ok_or_else(|| cx.invalid("strides, pads, dilations or group out of range"))?;
+    let y = cx.record(|t| t.conv(&x, &w, b.as_ref(), attr))?;
     cx.set_output(0, y, FLOAT)
 }
 
