@@ -216,11 +216,7 @@ impl<'p, 'a> Session<'p, 'a> {
                 .plan
                 .tensor_view(rec.args[0])
                 .is_some_and(|v| v.offset == b.offset_elems && v.kind == b.tensor_kind);
-            let classes = self
-                .plan
-                .tensor_view(rec.out)
-                .and_then(|v| v.shape.dim(1))
-                .map(|c| c as usize);
+            let classes = self.plan.tensor_view(rec.out).and_then(|v| v.shape.dim(1));
             if let (true, Some(c)) = (reads_b, classes) {
                 fewest = Some(fewest.map_or(c, |f| f.min(c)));
             }
