@@ -25,6 +25,8 @@ pub enum AttrKind {
     Window,
     /// One axis.
     Axis,
+    /// A convolution's geometry ([`ConvAttr`]).
+    Conv,
 }
 
 impl AttrKind {
@@ -37,16 +39,16 @@ impl AttrKind {
             AttrKind::Pow => "pow",
             AttrKind::Window => "window",
             AttrKind::Axis => "axis",
+            AttrKind::Conv => "conv",
         }
     }
 }
 
 /// An instruction's attribute.
 ///
-/// New kinds (a convolution's strides, padding per side, dilation, groups and kernel shape; a
-/// pooling window) are new variants here, a new [`AttrKind`] and a new row of the plan format's
-/// attribute table; the format's framing (an inline word or a length-prefixed block) does not
-/// change.
+/// New kinds (a pooling window) are new variants here, as the convolution's was
+/// ([`ConvAttr`]), a new [`AttrKind`] and a new row of the plan format's attribute table; the
+/// format's framing (an inline word or a length-prefixed block) does not change.
 #[derive(Clone, Copy, Debug, Default)]
 pub enum Attr {
     /// No attribute.
@@ -77,6 +79,9 @@ pub enum Attr {
     },
     /// `concat`: the axis.
     Axis(usize),
+    /// `conv`, `conv_transpose`, `conv_weight_grad`: strides, padding per side, dilations,
+    /// groups and the output's spatial extent.
+    Conv(ConvAttr),
 }
 
 impl Attr {
@@ -102,6 +107,7 @@ impl Attr {
             Attr::Pow(_) => AttrKind::Pow,
             Attr::Window { .. } => AttrKind::Window,
             Attr::Axis(_) => AttrKind::Axis,
+            Attr::Conv(_) => AttrKind::Conv,
         }
     }
 
@@ -132,19 +138,23 @@ impl Attr {
     }
 
     /// A value that compares and hashes as the attribute does (floats by their bits).
-    fn key(&self) -> (AttrKind, [u32; 4], Option<Shape>) {
+    fn key(&self) -> (AttrKind, [u32; 4], Option<Shape>, Option<ConvAttr>) {
         let u = |x: usize| x as u32;
         match *self {
-            Attr::None => (AttrKind::None, [0; 4], None),
-            Attr::Target(s) => (AttrKind::Target, [0; 4], Some(s)),
-            Attr::Fill { value, shape } => {
-                (AttrKind::Fill, [value.to_bits(), 0, 0, 0], Some(shape))
-            }
-            Attr::Pow(p) => (AttrKind::Pow, [p.to_bits(), 0, 0, 0], None),
+            Attr::None => (AttrKind::None, [0; 4], None, None),
+            Attr::Target(s) => (AttrKind::Target, [0; 4], Some(s), None),
+            Attr::Fill { value, shape } => (
+                AttrKind::Fill,
+                [value.to_bits(), 0, 0, 0],
+                Some(shape),
+                None,
+            ),
+            Attr::Pow(p) => (AttrKind::Pow, [p.to_bits(), 0, 0, 0], None, None),
             Attr::Window { axis, start, len } => {
-                (AttrKind::Window, [u(axis), u(start), u(len), 0], None)
+                (AttrKind::Window, [u(axis), u(start), u(len), 0], None, None)
             }
-            Attr::Axis(a) => (AttrKind::Axis, [u(a), 0, 0, 0], None),
+            Attr::Axis(a) => (AttrKind::Axis, [u(a), 0, 0, 0], None, None),
+            Attr::Conv(c) => (AttrKind::Conv, [0; 4], None, Some(c)),
         }
     }
 }
@@ -162,5 +172,129 @@ impl Eq for Attr {}
 impl Hash for Attr {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.key().hash(state);
+    }
+}
+
+/// A convolution's attribute: ONNX `Conv`'s `strides`, `pads`, `dilations` and `group`
+/// (PyTorch's `stride`, `padding`, `dilation`, `groups`), per spatial axis, for one or two
+/// spatial axes, plus the spatial extent of the instruction's output (which `conv_transpose` and
+/// `conv_weight_grad` cannot infer from their arguments: several input extents, or kernel
+/// extents, give one output extent when a stride exceeds 1).
+///
+/// Slot `i` of each array is spatial axis `i` (the axis after batch and channels). A 1-D
+/// attribute uses slot 0 only; its slot 1 holds the neutral values (stride and dilation 1,
+/// padding 0, extent 0), which the constructors write and the shape rule requires, so that equal
+/// convolutions have equal attributes.
+///
+/// The shape rule ([`crate::ops::conv`]) checks every value against the shapes: strides,
+/// dilations and groups of at least 1, groups dividing both channel counts, a dilated kernel
+/// that fits the padded input, and no overflow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ConvAttr {
+    /// The number of spatial axes: 1 (`[N, C, L]`) or 2 (`[N, C, H, W]`).
+    pub spatial: u8,
+    /// The step between output positions, in input elements (ONNX `strides`).
+    pub stride: [u32; 2],
+    /// Implicit zeros before the first input element (ONNX `pads[i]`).
+    pub pad_begin: [u32; 2],
+    /// Implicit zeros after the last input element (ONNX `pads[spatial + i]`).
+    pub pad_end: [u32; 2],
+    /// The step between kernel taps, in input elements (ONNX `dilations`).
+    pub dilation: [u32; 2],
+    /// The number of channel groups (ONNX `group`; depthwise: `groups == C_in`).
+    pub groups: u32,
+    /// The spatial extent of the instruction's output: `conv`'s output positions,
+    /// `conv_transpose`'s input extent (`x`'s), `conv_weight_grad`'s kernel extent (`w`'s).
+    pub extent: [u32; 2],
+}
+
+impl ConvAttr {
+    /// A 1-D convolution's attribute (`x: [N, C_in, L]`), extent unset (`0`; the
+    /// [`crate::Recordable`] spellings set it).
+    pub const fn d1(stride: u32, pad_begin: u32, pad_end: u32, dilation: u32, groups: u32) -> Self {
+        ConvAttr {
+            spatial: 1,
+            stride: [stride, 1],
+            pad_begin: [pad_begin, 0],
+            pad_end: [pad_end, 0],
+            dilation: [dilation, 1],
+            groups,
+            extent: [0, 0],
+        }
+    }
+
+    /// A 2-D convolution's attribute (`x: [N, C_in, H, W]`), `[height, width]` per array,
+    /// extent unset (`0`; the [`crate::Recordable`] spellings set it).
+    pub const fn d2(
+        stride: [u32; 2],
+        pad_begin: [u32; 2],
+        pad_end: [u32; 2],
+        dilation: [u32; 2],
+        groups: u32,
+    ) -> Self {
+        ConvAttr {
+            spatial: 2,
+            stride,
+            pad_begin,
+            pad_end,
+            dilation,
+            groups,
+            extent: [0, 0],
+        }
+    }
+
+    /// The attribute from ONNX `Conv`'s attributes: `strides`, `pads` (`[x1_begin, x2_begin,
+    /// x1_end, x2_end]`, or `[begin, end]` in 1-D), `dilations` and `group`; `None` when the
+    /// lengths are not one or two spatial axes' worth, or a value exceeds `u32`.
+    pub fn from_onnx(strides: &[i64], pads: &[i64], dilations: &[i64], group: i64) -> Option<Self> {
+        let r = strides.len();
+        if !(1..=2).contains(&r) || pads.len() != 2 * r || dilations.len() != r {
+            return None;
+        }
+        let w = |x: i64| u32::try_from(x).ok();
+        let mut a = ConvAttr::d1(1, 0, 0, 1, w(group)?);
+        a.spatial = r as u8;
+        for i in 0..r {
+            a.stride[i] = w(strides[i])?;
+            a.pad_begin[i] = w(pads[i])?;
+            a.pad_end[i] = w(pads[r + i])?;
+            a.dilation[i] = w(dilations[i])?;
+        }
+        Some(a)
+    }
+
+    /// The number of spatial axes as a count (1 or 2; a larger stored value reads as 2).
+    pub fn spatial_rank(&self) -> usize {
+        if self.spatial <= 1 {
+            1
+        } else {
+            2
+        }
+    }
+
+    /// The same attribute with the output's spatial extent `extent` (one value per spatial
+    /// axis; a value above `u32::MAX` is stored as `u32::MAX`, which the shape rule refuses).
+    pub fn with_extent(mut self, extent: &[usize]) -> Self {
+        self.extent = [0, 0];
+        for (o, &e) in self.extent.iter_mut().zip(extent) {
+            *o = u32::try_from(e).unwrap_or(u32::MAX);
+        }
+        self
+    }
+}
+
+impl core::fmt::Display for ConvAttr {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let r = self.spatial_rank();
+        write!(
+            f,
+            "stride={:?} pads={:?}{:?} dilation={:?} groups={} extent={:?}",
+            &self.stride[..r],
+            &self.pad_begin[..r],
+            &self.pad_end[..r],
+            &self.dilation[..r],
+            self.groups,
+            &self.extent[..r]
+        )
     }
 }

@@ -442,10 +442,24 @@ impl EncodedAttr {
 /// The plan format's form of an attribute (the table "Attributes" of `docs/plan-format.md`):
 /// no attribute and a target shape are the word `0` (the target is the output tensor's shape);
 /// a fill value and an exponent are their `f32` bit patterns; an axis is the axis; a window is
-/// the block `[3, axis, start, len]`. Only the plan writer calls this.
+/// the block `[3, axis, start, len]`; a convolution is the block `[1 + 5r, groups, stride…,
+/// pad_begin…, pad_end…, dilation…, extent…]` with `r` values each for its `r` spatial axes.
+/// Only the plan writer calls this.
 pub fn encode_attr(attr: &Attr) -> EncodedAttr {
     let w = |x: usize| u32::try_from(x).unwrap_or(u32::MAX);
     match *attr {
+        Attr::Conv(c) => {
+            let r = c.spatial_rank();
+            let mut words = [0u32; 11];
+            words[0] = c.groups;
+            for (k, field) in [c.stride, c.pad_begin, c.pad_end, c.dilation, c.extent]
+                .iter()
+                .enumerate()
+            {
+                words[1 + k * r..1 + (k + 1) * r].copy_from_slice(&field[..r]);
+            }
+            EncodedAttr::block(&words[..1 + 5 * r])
+        }
         Attr::None | Attr::Target(_) => EncodedAttr::Inline(0),
         Attr::Fill { value, .. } => EncodedAttr::Inline(value.to_bits()),
         Attr::Pow(p) => EncodedAttr::Inline(p.to_bits()),
@@ -507,15 +521,26 @@ fn word_at(section: &[u8], index: usize) -> Option<u32> {
 }
 
 fn block<const N: usize>(at: u32, section: &[u8]) -> Result<[u32; N], AttrError> {
-    let bad = AttrError::BlockOutOfRange { at };
-    let at = usize::try_from(at).map_err(|_| bad)?;
-    let len = word_at(section, at).ok_or(bad)?;
+    let len = block_len(at, section)?;
     if usize::try_from(len).ok() != Some(N) {
         return Err(AttrError::BlockLength {
             expected: N as u32,
             found: len,
         });
     }
+    block_words(at, section)
+}
+
+/// The length word of the block at word `at`.
+fn block_len(at: u32, section: &[u8]) -> Result<u32, AttrError> {
+    let bad = AttrError::BlockOutOfRange { at };
+    word_at(section, usize::try_from(at).map_err(|_| bad)?).ok_or(bad)
+}
+
+/// The first `N` words of the block at word `at` (all of them inside the section).
+fn block_words<const N: usize>(at: u32, section: &[u8]) -> Result<[u32; N], AttrError> {
+    let bad = AttrError::BlockOutOfRange { at };
+    let at = usize::try_from(at).map_err(|_| bad)?;
     let mut out = [0u32; N];
     for (k, o) in out.iter_mut().enumerate() {
         let i = at
@@ -562,7 +587,42 @@ pub fn decode_attr(op: Opcode, word: u32, section: &[u8], out: Shape) -> Result<
                 len: us(len),
             })
         }
+        // A build without the convolutions reads no conv block (the shape rule then refuses
+        // the opcode).
+        AttrKind::Conv if !cfg!(feature = "all-ops") => Ok(Attr::None),
+        AttrKind::Conv => decode_conv(word, section),
     }
+}
+
+/// A convolution's block: `1 + 5r` words for `r` spatial axes (1 or 2), see [`encode_attr`].
+fn decode_conv(at: u32, section: &[u8]) -> Result<Attr, AttrError> {
+    let len = block_len(at, section)?;
+    let r = match len {
+        6 => 1,
+        11 => 2,
+        found => {
+            return Err(AttrError::BlockLength {
+                expected: if found < 11 { 6 } else { 11 },
+                found,
+            })
+        }
+    };
+    let mut w = [0u32; 11];
+    if r == 1 {
+        w[..6].copy_from_slice(&block_words::<6>(at, section)?);
+    } else {
+        w = block_words::<11>(at, section)?;
+    }
+    let mut c = crate::ConvAttr::d1(1, 0, 0, 1, w[0]);
+    c.spatial = r as u8;
+    for k in 0..r {
+        c.stride[k] = w[1 + k];
+        c.pad_begin[k] = w[1 + r + k];
+        c.pad_end[k] = w[1 + 2 * r + k];
+        c.dilation[k] = w[1 + 3 * r + k];
+        c.extent[k] = w[1 + 4 * r + k];
+    }
+    Ok(Attr::Conv(c))
 }
 
 /// An instruction decoded: its opcode, flags, tensors and typed attribute.
@@ -676,6 +736,7 @@ pub fn decode_name(field: &[u8; NAME_BYTES]) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::vec::Vec;
 
     #[test]
     fn records_round_trip() {
@@ -732,9 +793,19 @@ mod tests {
                     len: 1,
                 },
             ),
+            (
+                Opcode::Conv,
+                Attr::Conv(crate::ConvAttr::d1(2, 1, 3, 4, 5).with_extent(&[6])),
+            ),
+            (
+                Opcode::ConvTranspose,
+                Attr::Conv(
+                    crate::ConvAttr::d2([2, 3], [4, 5], [6, 7], [8, 9], 10).with_extent(&[11, 12]),
+                ),
+            ),
         ];
         for (op, attr) in cases {
-            let mut section = [0u8; 4 * 8];
+            let mut section = [0u8; 4 * 16];
             let word = match encode_attr(&attr) {
                 EncodedAttr::Inline(w) => w,
                 EncodedAttr::Block { words, len } => {
@@ -762,6 +833,43 @@ mod tests {
                 expected: 3,
                 found: 2
             })
+        );
+    }
+
+    #[test]
+    fn conv_blocks_are_laid_out_as_onnx_orders_them() {
+        // groups, strides, pads (begins then ends, ONNX's order), dilations, extent.
+        let a = crate::ConvAttr::d2([2, 3], [4, 5], [6, 7], [8, 9], 10).with_extent(&[11, 12]);
+        match encode_attr(&Attr::Conv(a)) {
+            EncodedAttr::Block { words, len } => {
+                assert_eq!(words[..len], [10, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12]);
+            }
+            other => panic!("{other:?}"),
+        }
+        let one = crate::ConvAttr::d1(2, 1, 3, 4, 5).with_extent(&[6]);
+        match encode_attr(&Attr::Conv(one)) {
+            EncodedAttr::Block { words, len } => assert_eq!(words[..len], [5, 2, 1, 3, 4, 6]),
+            other => panic!("{other:?}"),
+        }
+        // Another length than 6 or 11 is refused; a block running past the section too.
+        let words = |w: &[u32]| w.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let s = Shape::SCALAR;
+        assert_eq!(
+            decode_attr(Opcode::Conv, 0, &words(&[7, 1, 1, 0, 0, 1, 0, 0]), s),
+            Err(AttrError::BlockLength {
+                expected: 6,
+                found: 7
+            })
+        );
+        assert_eq!(
+            decode_attr(Opcode::Conv, 0, &words(&[11, 1, 1, 1, 0, 0]), s),
+            Err(AttrError::BlockOutOfRange { at: 0 })
+        );
+        assert_eq!(
+            decode_attr(Opcode::Conv, 1, &words(&[0, 6, 1, 1, 0, 0, 1, 3]), s),
+            Ok(Attr::Conv(
+                crate::ConvAttr::d1(1, 0, 0, 1, 1).with_extent(&[3])
+            ))
         );
     }
 

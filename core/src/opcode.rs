@@ -76,6 +76,9 @@ macro_rules! opcode_table {
             0x36 Select       "select"        3 Structural  None   ext  grad node       select        "`a` where `cond != 0`, else `b` (elementwise, never in place).";
             0x37 Uniform      "uniform"       2 Structural  Target core zero node       uniform       "Counter-based uniform `[0, 1)` draws of the target shape from a key and a counter.";
             0x38 Erf          "erf"           1 Elementwise None   ext  grad unary      erf           "`libm::erff(x)`, the error function (in both math profiles).";
+            0x40 Conv         "conv"          2 Structural  Conv   ext  grad node       conv          "Convolution `x: [N, C_in, …] ⊛ w: [C_out, C_in / groups, …]`, 1-D or 2-D (attribute: `Conv`).";
+            0x41 ConvTranspose "conv_transpose" 2 Structural Conv  ext  grad node       conv_transpose "Transposed convolution `g ⊛ᵀ w`: `conv`'s input gradient, `x`-shaped.";
+            0x42 ConvWeightGrad "conv_weight_grad" 2 Structural Conv ext grad node    conv_weight_grad "Correlation of `x` with `g`: `conv`'s weight gradient, `w`-shaped.";
             0x60 LogSumExp    "logsumexp"     1 Structural  Target ext  grad node       logsumexp     "`log(sum(exp(x)))` down to a shape that broadcasts back (a fully masked row: `-inf`).";
             0x61 BceWithLogits "bce_with_logits" 2 Structural None ext grad node       bce_with_logits "Binary cross-entropy of logits `x` against targets `z`, elementwise: `max(x, 0) − x·z + log1p(exp(−|x|))`.";
         }

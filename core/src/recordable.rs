@@ -21,7 +21,7 @@
 //! smooth where the stable form's `max` and `|x|` have kinks).
 
 use crate::ops::OpError;
-use crate::Attr;
+use crate::{Attr, ConvAttr};
 use crate::{Opcode, Shape};
 
 /// A payload the vocabulary can be spoken over.
@@ -348,6 +348,86 @@ pub trait Recordable {
         axis: usize,
     ) -> Result<Self::Value, Self::Error> {
         self.apply(Opcode::Concat, Attr::Axis(axis), &[a, b])
+    }
+    /// A convolution (see [`crate::ops::conv`]): `x` correlated with `w` under `attr`, plus
+    /// `bias` per output channel if given (spoken as `add(y, broadcast(reshape(bias, [C_out, 1,
+    /// …]), shape(y)))`: the module doc says why). The attribute's `extent` is set here, to the
+    /// output's spatial extent.
+    ///
+    /// # Shapes
+    /// `x: [N, C_in, L]`, `w: [C_out, C_in / groups, K]`, `bias: [C_out]` → `[N, C_out, L_out]`
+    /// (1-D); `x: [N, C_in, H, W]`, `w: [C_out, C_in / groups, K_h, K_w]` → `[N, C_out, H_out,
+    /// W_out]` (2-D); `out = (in + pad_begin + pad_end − dilation · (K − 1) − 1) / stride + 1`.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`]; [`OpError::Conv`] when the attribute does not fit the shapes.
+    fn conv(
+        &mut self,
+        x: &Self::Value,
+        w: &Self::Value,
+        bias: Option<&Self::Value>,
+        attr: ConvAttr,
+    ) -> Result<Self::Value, Self::Error> {
+        let (xs, ws) = (self.shape_of(x), self.shape_of(w));
+        let e = crate::ops::conv::output_extent(&attr, xs, ws)?;
+        let a = attr.with_extent(&e[..attr.spatial_rank()]);
+        let y = self.apply(Opcode::Conv, Attr::Conv(a), &[x, w])?;
+        let Some(b) = bias else {
+            return Ok(y);
+        };
+        let ys = self.shape_of(&y);
+        let c = ys.dim(1).unwrap_or(0);
+        let per_channel = if a.spatial_rank() == 1 {
+            Shape::new(&[c, 1])
+        } else {
+            Shape::new(&[c, 1, 1])
+        }
+        .map_err(OpError::Shape)?;
+        let b = self.reshape(b, per_channel)?;
+        let b = self.broadcast(&b, ys)?;
+        self.add(&y, &b)
+    }
+    /// The transposed convolution `conv_transpose(g, w)` (see [`crate::ops::conv_transpose`]):
+    /// `conv`'s input gradient, `x`-shaped, `extent` the spatial extent of `x` (one value per
+    /// spatial axis).
+    ///
+    /// # Shapes
+    /// `g: [N, C_out, L_out]`, `w: [C_out, C_in / groups, K]` → `[N, C_in, extent[0]]` (2-D
+    /// likewise, `[N, C_in, extent[0], extent[1]]`).
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`]; [`OpError::Conv`] when `conv` of such an `x` by `w` would not
+    /// give `g`'s shape.
+    fn conv_transpose(
+        &mut self,
+        g: &Self::Value,
+        w: &Self::Value,
+        attr: ConvAttr,
+        extent: &[usize],
+    ) -> Result<Self::Value, Self::Error> {
+        let a = attr.with_extent(extent);
+        self.apply(Opcode::ConvTranspose, Attr::Conv(a), &[g, w])
+    }
+    /// The weight gradient `conv_weight_grad(x, g)` (see [`crate::ops::conv_weight_grad`]):
+    /// the correlation of `x` with `g`, `w`-shaped, `kernel` the kernel's spatial extent (one
+    /// value per spatial axis).
+    ///
+    /// # Shapes
+    /// `x: [N, C_in, L]`, `g: [N, C_out, L_out]` → `[C_out, C_in / groups, kernel[0]]` (2-D
+    /// likewise).
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`]; [`OpError::Conv`] when `conv` of `x` by such a weight would
+    /// not give `g`'s shape.
+    fn conv_weight_grad(
+        &mut self,
+        x: &Self::Value,
+        g: &Self::Value,
+        attr: ConvAttr,
+        kernel: &[usize],
+    ) -> Result<Self::Value, Self::Error> {
+        let a = attr.with_extent(kernel);
+        self.apply(Opcode::ConvWeightGrad, Attr::Conv(a), &[x, g])
     }
     /// The mean of `x` down to `shape` (a composition: `sum_to`, then a division by the number of
     /// elements summed into each output, as PyTorch's `mean` divides).

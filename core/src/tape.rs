@@ -517,6 +517,11 @@ pub fn describe(tape: &Tape, marks: &[(usize, &str)]) -> String {
                     let _ = write!(args, "  axis={axis}");
                 }
             }
+            Opcode::Conv | Opcode::ConvTranspose | Opcode::ConvWeightGrad => {
+                if let Attr::Conv(c) = n.attr {
+                    let _ = write!(args, "  {c}");
+                }
+            }
             Opcode::Broadcast
             | Opcode::SumTo
             | Opcode::MaxTo

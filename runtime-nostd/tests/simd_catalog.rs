@@ -415,3 +415,82 @@ fn training_shapes_have_catalog_kernels() {
         assert!(catalog::has_kernel(op, attr, &shapes), "{op}");
     }
 }
+
+/// One spatial axis: kernel, stride, dilation, padding before and after, extra input length.
+fn axis() -> impl Strategy<Value = (usize, u32, u32, u32, u32, usize)> {
+    (
+        1usize..=4,
+        1u32..=3,
+        1u32..=3,
+        0u32..=3,
+        0u32..=3,
+        0usize..=6,
+    )
+}
+
+/// A convolution: `(x dims, w dims, attribute)` with a non-empty output; widths up to 78 so
+/// that every lane count (4, 8, 16) meets every register tile (up to four vectors of columns),
+/// partial vectors and none;
+/// 1 to 6 output channels per group (tiles of four and single channels).
+fn conv_case() -> impl Strategy<Value = (Vec<usize>, Vec<usize>, tapeplan_core::ConvAttr)> {
+    (
+        1usize..=2,
+        (1usize..=2, 1usize..=3, 1usize..=2, 1usize..=6),
+        [axis(), axis()],
+        0usize..=72,
+    )
+        .prop_map(|(r, (n, groups, cin_g, cout_g), axes, wide)| {
+            let mut x = vec![n, groups * cin_g];
+            let mut w = vec![groups * cout_g, cin_g];
+            let mut a = tapeplan_core::ConvAttr::d1(1, 0, 0, 1, groups as u32);
+            a.spatial = r as u8;
+            for (i, (k, s, d, pb, pe, extra)) in axes.into_iter().take(r).enumerate() {
+                let reach = (k - 1) * d as usize + 1;
+                let pads = (pb + pe) as usize;
+                let extra = if i + 1 == r { extra + wide } else { extra };
+                x.push(reach.saturating_sub(pads) + extra);
+                w.push(k);
+                (a.stride[i], a.dilation[i], a.pad_begin[i], a.pad_end[i]) = (s, d, pb, pe);
+            }
+            let e = tapeplan_core::ops::conv::output_extent(&a, shp(&x), shp(&w)).unwrap();
+            (x, w, a.with_extent(&e[..r]))
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 192, ..ProptestConfig::default() })]
+
+    #[test]
+    fn conv_matches_reference(
+        (xd, wd, a, xv, wv) in conv_case().prop_flat_map(|(xd, wd, a)| {
+            let (nx, nw): (usize, usize) = (xd.iter().product(), wd.iter().product());
+            (Just(xd), Just(wd), Just(a), values(nx), values(nw))
+        })
+    ) {
+        check(Opcode::Conv, Attr::Conv(a), &[&xv, &wv], &[shp(&xd), shp(&wd)])?;
+    }
+
+    #[test]
+    fn conv_ordinary_values_match_reference(
+        (xd, wd, a, xv, wv) in conv_case().prop_flat_map(|(xd, wd, a)| {
+            let (nx, nw): (usize, usize) = (xd.iter().product(), wd.iter().product());
+            (Just(xd), Just(wd), Just(a),
+             prop::collection::vec(-2.0f32..2.0, nx), prop::collection::vec(-2.0f32..2.0, nw))
+        })
+    ) {
+        // Sums of ordinary values: any change of order or a fused multiply-add shows.
+        check(Opcode::Conv, Attr::Conv(a), &[&xv, &wv], &[shp(&xd), shp(&wd)])?;
+    }
+}
+
+/// A typical convolution has a catalog kernel in the `simd` build (and runs its reference
+/// kernel in the scalar one).
+#[test]
+fn conv_has_a_simd_kernel() {
+    let a = tapeplan_core::ConvAttr::d2([1, 1], [1, 1], [1, 1], [1, 1], 1).with_extent(&[32, 32]);
+    let shapes = [shp(&[1, 16, 32, 32]), shp(&[16, 16, 3, 3])];
+    assert_eq!(
+        catalog::has_kernel(Opcode::Conv, Attr::Conv(a), &shapes),
+        cfg!(feature = "simd")
+    );
+}

@@ -1,7 +1,9 @@
 //! The conformance cases shared by the first-order and second-order suites: one or more per
 //! opcode, each a small function of random inputs reduced to a scalar.
 
-use tapeplan_core::{NodeId, Opcode, Recordable, Reduction, RunningStats, Shape, Tape, Trace};
+use tapeplan_core::{
+    ConvAttr, NodeId, Opcode, Recordable, Reduction, RunningStats, Shape, Tape, Trace,
+};
 use tapeplan_planner::protocol::SplitMix64;
 
 /// A case: the inputs' shapes and value ranges, and the function body from inputs to a value
@@ -39,6 +41,9 @@ pub fn near_kink(case: &str, v: &[Vec<f32>], i: usize) -> bool {
         _ => false,
     }
 }
+
+/// What a convolution's rules speak: the three convolution instructions.
+const CONV_OPS: &[Opcode] = &[Opcode::Conv, Opcode::ConvTranspose, Opcode::ConvWeightGrad];
 
 pub fn cases() -> Vec<Case> {
     vec![
@@ -516,6 +521,74 @@ pub fn cases() -> Vec<Case> {
                 let d = t.dropout(&x[2], 0.5, &x[0], &x[1]).unwrap();
                 let ux = t.mul(&u, &x[2]).unwrap();
                 t.add(&ux, &d).unwrap()
+            },
+        },
+        Case {
+            name: "conv1d",
+            covers: CONV_OPS,
+            // Stride 2, padding 1 before and 2 after, dilation 2: L_out = (9 + 3 - 5) / 2 + 1 = 4.
+            inputs: &[(&[2, 2, 9], -1.0, 1.0), (&[3, 2, 3], -1.0, 1.0)],
+            wrt: &[true, true],
+            body: |t, x| {
+                let a = ConvAttr::d1(2, 1, 2, 2, 1);
+                t.conv(&x[0], &x[1], None, a).unwrap()
+            },
+        },
+        Case {
+            name: "conv2d_groups",
+            covers: CONV_OPS,
+            // Two groups, stride [2, 1], padding top 1, right 2, dilation [1, 2]: out 3 × 2.
+            inputs: &[(&[2, 2, 5, 4], -1.0, 1.0), (&[4, 1, 2, 3], -1.0, 1.0)],
+            wrt: &[true, true],
+            body: |t, x| {
+                let a = ConvAttr::d2([2, 1], [1, 0], [0, 2], [1, 2], 2);
+                t.conv(&x[0], &x[1], None, a).unwrap()
+            },
+        },
+        Case {
+            name: "conv2d_depthwise_bias",
+            covers: &[
+                Opcode::Conv,
+                Opcode::ConvTranspose,
+                Opcode::ConvWeightGrad,
+                Opcode::Reshape,
+                Opcode::Broadcast,
+                Opcode::SumTo,
+            ],
+            // Depthwise (groups = C_in = 3), padding 1 all round: "same" 4 × 4.
+            inputs: &[
+                (&[1, 3, 4, 4], -1.0, 1.0),
+                (&[3, 1, 3, 3], -1.0, 1.0),
+                (&[3], -1.0, 1.0),
+            ],
+            wrt: &[true, true, true],
+            body: |t, x| {
+                let a = ConvAttr::d2([1, 1], [1, 1], [1, 1], [1, 1], 3);
+                t.conv(&x[0], &x[1], Some(&x[2]), a).unwrap()
+            },
+        },
+        Case {
+            name: "conv_transpose",
+            covers: CONV_OPS,
+            // The input gradient of a stride-2 1-D convolution of a length-8 input (an extent a
+            // stride-2 convolution maps to 3 like a length-7 one: `extent` says which).
+            inputs: &[(&[2, 4, 3], -1.0, 1.0), (&[4, 1, 3], -1.0, 1.0)],
+            wrt: &[true, true],
+            body: |t, x| {
+                let a = ConvAttr::d1(2, 0, 0, 1, 2);
+                t.conv_transpose(&x[0], &x[1], a, &[8]).unwrap()
+            },
+        },
+        Case {
+            name: "conv_weight_grad",
+            covers: CONV_OPS,
+            inputs: &[(&[2, 2, 4, 5], -1.0, 1.0), (&[2, 3, 2, 2], -1.0, 1.0)],
+            wrt: &[true, true],
+            body: |t, x| {
+                // Kernel 2 × 3, stride 2, padding 0 / right 1: out (4 - 2) / 2 + 1 = 2 and
+                // (5 + 1 - 3) / 2 + 1 = 2.
+                let a = ConvAttr::d2([2, 2], [0, 0], [0, 1], [1, 1], 1);
+                t.conv_weight_grad(&x[0], &x[1], a, &[2, 3]).unwrap()
             },
         },
         Case {

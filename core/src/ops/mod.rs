@@ -16,6 +16,9 @@ pub mod add;
 pub mod bce_with_logits;
 pub mod broadcast;
 pub mod concat;
+pub mod conv;
+pub mod conv_transpose;
+pub mod conv_weight_grad;
 pub mod detach;
 pub mod div;
 pub mod elementwise;
@@ -52,7 +55,7 @@ pub mod tanh;
 pub mod transpose;
 pub mod uniform;
 
-pub use crate::attr::{Attr, AttrKind};
+pub use crate::attr::{Attr, AttrKind, ConvAttr};
 
 /// True for the opcodes whose output shape is given by the attribute (a target or a fill)
 /// rather than inferred.
@@ -153,6 +156,17 @@ pub enum OpError {
         /// The profile asked for.
         math: MathProfile,
     },
+    /// A convolution whose attribute does not fit its arguments (see [`conv::ConvError`]).
+    Conv {
+        /// The instruction.
+        op: Opcode,
+        /// What does not fit.
+        error: conv::ConvError,
+        /// The first argument's shape.
+        lhs: Shape,
+        /// The second argument's shape.
+        rhs: Shape,
+    },
 }
 
 impl fmt::Display for OpError {
@@ -205,6 +219,17 @@ impl fmt::Display for OpError {
                     "the {math} math profile is not in this build (feature `math-{math}`)"
                 )
             }
+            // A build without `all-ops` never makes this error (its shape rule refuses the
+            // opcode first): it links none of the convolution's messages.
+            OpError::Conv { op, .. } if !cfg!(feature = "all-ops") => {
+                write!(f, "{op}: bad attribute")
+            }
+            OpError::Conv {
+                op,
+                error,
+                lhs,
+                rhs,
+            } => write!(f, "{op} over {lhs} and {rhs}: {error}"),
         }
     }
 }
@@ -265,7 +290,9 @@ pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
 
 /// The work of one instruction, in element operations: the cost model of a plan's work cap
 /// (the runtime's `Limits::max_work_per_entry`, `docs/threat-model.md`). A matrix product
-/// `[m, k] x [k, n]` counts `m·k·n`; every other instruction the elements of its arguments and
+/// `[m, k] x [k, n]` counts `m·k·n`; `conv`, `conv_transpose` and `conv_weight_grad` count the
+/// elements of their arguments and output plus their multiply-accumulates (`y`'s elements
+/// times `C_in/groups · K_h · K_w`); every other instruction the elements of its arguments and
 /// its output. An op whose kernel does more than a pass over its operands (a convolution, a
 /// pooling window) states its count here, from the shapes alone (the validator calls this
 /// before anything runs, without decoding attributes). Saturates at `u64::MAX`; never fails (an argument
@@ -275,6 +302,19 @@ pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
 /// `args`: the argument shapes (the first `op.arity()` are used); `out`: the output shape.
 pub fn work(op: Opcode, args: &[Shape], out: Shape) -> u64 {
     let elems = |s: Shape| s.elems() as u64;
+    let touched = || {
+        args.iter()
+            .take(op.arity())
+            .fold(elems(out), |acc, &a| acc.saturating_add(elems(a)))
+    };
+    // A convolution's multiply-accumulates: `y`'s elements times `w`'s per output channel
+    // (`C_in/groups · K_h · K_w`), `y` and `w` by position in each of the three.
+    let macs = |y: Shape, w: Shape| {
+        let per_channel = elems(w)
+            .checked_div(w.dim(0).unwrap_or(0) as u64)
+            .unwrap_or(0);
+        elems(y).saturating_mul(per_channel)
+    };
     match op {
         Opcode::MatMul => {
             let k = args.first().and_then(|a| a.dim(1)).unwrap_or(0) as u64;
@@ -285,10 +325,17 @@ pub fn work(op: Opcode, args: &[Shape], out: Shape) -> u64 {
             let x = args.first().map_or(0, |&a| elems(a));
             elems(out).saturating_add(x.saturating_mul(2))
         }
-        _ => args
-            .iter()
-            .take(op.arity())
-            .fold(elems(out), |acc, &a| acc.saturating_add(elems(a))),
+        // (A build without `all-ops` refuses these at their shape rule: no count to link.)
+        Opcode::Conv if cfg!(feature = "all-ops") => {
+            touched().saturating_add(macs(out, nth(args, 1)))
+        }
+        Opcode::ConvTranspose if cfg!(feature = "all-ops") => {
+            touched().saturating_add(macs(nth(args, 0), nth(args, 1)))
+        }
+        Opcode::ConvWeightGrad if cfg!(feature = "all-ops") => {
+            touched().saturating_add(macs(nth(args, 1), out))
+        }
+        _ => touched(),
     }
 }
 

@@ -192,6 +192,7 @@ impl PlanInfo {
                         format!("axis={axis} start={start} len={len}")
                     }
                     Attr::Axis(axis) => format!("axis={axis}"),
+                    Attr::Conv(c) => c.to_string(),
                     Attr::None | Attr::Target(_) => String::new(),
                 };
                 let at = match t {

@@ -543,3 +543,221 @@ fn tile_partial<const R: usize>(
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Convolution.
+
+/// `y = conv(x, w)` over row-major buffers of geometry `g` (lengths checked by the caller).
+///
+/// # Arithmetic order
+/// The reference's (`tapeplan_core::ops::conv::kernel`): each output starts at `+0.0` and
+/// accumulates `acc = acc + x * w` (product rounded, then sum rounded, never fused) over its
+/// group's input channels in increasing order, then the kernel taps `(kh, kw)` row-major,
+/// skipping taps that read padding. Lanes are distinct output columns `ow`, and a register tile
+/// holds four output channels of one group by two vectors of columns (one channel by four
+/// vectors when the group has fewer than four channels left): never distinct channels or taps
+/// of one output. Columns whose every tap reads inside the input run a tile at a time, the last
+/// vector overlapping the one before it when the interior is not a multiple of the lane count
+/// (recomputing an output gives the same bits); border columns, and interiors narrower than a
+/// vector, run one output at a time in the same order.
+#[cfg(feature = "simd")]
+pub(crate) fn conv(x: &[f32], w: &[f32], out: &mut [f32], g: &tapeplan_core::ops::conv::Geometry) {
+    let [ah, aw] = g.axes;
+    let cout_g = g.c_out_group();
+    let (_, hw_out, _) = g.planes();
+    if aw.kernel == 0 || cout_g == 0 {
+        out.fill(0.0);
+        return;
+    }
+    // The interior columns: every tap `kw` reads inside the row.
+    let ow_a = aw.valid(0).0;
+    let ow_b = aw.valid(aw.kernel - 1).1.max(ow_a);
+    let interior = ow_b - ow_a >= L;
+    for n in 0..g.batch {
+        for group in 0..g.groups {
+            let mut col = 0;
+            while col < cout_g {
+                let co = group * cout_g + col;
+                let r = if cout_g - col >= 4 { 4 } else { 1 };
+                let t = Tile::new(g, x, w, n, co, group, r);
+                for oh in 0..ah.output {
+                    let row_at = |c: usize| (n * g.c_out + c) * hw_out + oh * aw.output;
+                    let mut one = |ow: usize| {
+                        for k in 0..r {
+                            if let Some(o) = out.get_mut(row_at(co + k) + ow) {
+                                *o = t.one(k, oh, ow);
+                            }
+                        }
+                    };
+                    if !interior {
+                        (0..aw.output).for_each(&mut one);
+                        continue;
+                    }
+                    (0..ow_a).for_each(&mut one);
+                    (ow_b..aw.output).for_each(&mut one);
+                    let mut store = |ow: usize, acc: &[V]| {
+                        for (k, v) in acc.iter().enumerate() {
+                            let c = co + k % r;
+                            let at = row_at(c) + ow + (k / r) * L;
+                            if let Some(dst) = out.get_mut(at..at + L) {
+                                dst.copy_from_slice(v.as_array());
+                            }
+                        }
+                    };
+                    let mut ow = ow_a;
+                    if r == 4 {
+                        while ow + 2 * L <= ow_b {
+                            store(ow, &t.vectors::<4, 2, 8>(oh, ow));
+                            ow += 2 * L;
+                        }
+                    } else {
+                        while ow + 4 * L <= ow_b {
+                            store(ow, &t.vectors::<1, 4, 4>(oh, ow));
+                            ow += 4 * L;
+                        }
+                    }
+                    while ow < ow_b {
+                        // The last vector may overlap the one before it.
+                        let at = ow.min(ow_b - L);
+                        if r == 4 {
+                            store(at, &t.vectors::<4, 1, 4>(oh, at));
+                        } else {
+                            store(at, &t.vectors::<1, 1, 1>(oh, at));
+                        }
+                        ow += L;
+                    }
+                }
+                col += r;
+            }
+        }
+    }
+}
+
+/// One batch element and a tile of `r` output channels from `co`, of one group: the input
+/// channels of the group and the tile's weights.
+#[cfg(feature = "simd")]
+struct Tile<'a> {
+    g: &'a tapeplan_core::ops::conv::Geometry,
+    /// `x[n, group's channels]`.
+    x: &'a [f32],
+    /// `w[co .. co + r]`.
+    w: &'a [f32],
+    /// Elements per weight channel: `C_in/groups · K_h · K_w`.
+    w_stride: usize,
+}
+
+#[cfg(feature = "simd")]
+impl<'a> Tile<'a> {
+    fn new(
+        g: &'a tapeplan_core::ops::conv::Geometry,
+        x: &'a [f32],
+        w: &'a [f32],
+        n: usize,
+        co: usize,
+        group: usize,
+        r: usize,
+    ) -> Self {
+        let (hw_in, _, taps) = g.planes();
+        let cin_g = g.c_in_group();
+        let x_at = (n * g.c_in + group * cin_g) * hw_in;
+        let w_stride = cin_g * taps;
+        Tile {
+            g,
+            x: x.get(x_at..x_at + cin_g * hw_in).unwrap_or(&[]),
+            w: w.get(co * w_stride..(co + r) * w_stride).unwrap_or(&[]),
+            w_stride,
+        }
+    }
+
+    /// Row `ih` of input channel `cil` of the group (empty past the buffer).
+    #[inline(always)]
+    fn x_row(&self, cil: usize, ih: usize) -> &'a [f32] {
+        let [ah, aw] = self.g.axes;
+        let at = (cil * ah.input + ih) * aw.input;
+        self.x.get(at..at + aw.input).unwrap_or(&[])
+    }
+
+    /// The input row tap row `kh` of output row `oh` reads, or `None` in the padding.
+    #[inline(always)]
+    fn ih(&self, oh: usize, kh: usize) -> Option<usize> {
+        let ah = self.g.axes[0];
+        let pos = oh * ah.stride + kh * ah.dilation;
+        pos.checked_sub(ah.pad).filter(|&ih| ih < ah.input)
+    }
+
+    /// Output `y[n, co + k, oh, ow]` alone, in the reference's order.
+    fn one(&self, k: usize, oh: usize, ow: usize) -> f32 {
+        let [ah, aw] = self.g.axes;
+        let mut acc = 0.0f32;
+        for cil in 0..self.g.c_in_group() {
+            for kh in 0..ah.kernel {
+                let Some(ih) = self.ih(oh, kh) else {
+                    continue;
+                };
+                let xrow = self.x_row(cil, ih);
+                let wrow = k * self.w_stride + (cil * ah.kernel + kh) * aw.kernel;
+                for kw in 0..aw.kernel {
+                    let pos = ow * aw.stride + kw * aw.dilation;
+                    let Some(iw) = pos.checked_sub(aw.pad).filter(|&iw| iw < aw.input) else {
+                        continue;
+                    };
+                    let xv = xrow.get(iw).copied().unwrap_or(0.0);
+                    acc += xv * self.w.get(wrow + kw).copied().unwrap_or(0.0);
+                }
+            }
+        }
+        acc
+    }
+
+    /// Outputs `y[n, co + k, oh, ow + c·L ..][..L]` for `k < R`, `c < C`, as `acc[c·R + k]`
+    /// (`A = R·C`), every tap of those columns inside the row.
+    #[inline(always)]
+    fn vectors<const R: usize, const C: usize, const A: usize>(
+        &self,
+        oh: usize,
+        ow: usize,
+    ) -> [V; A] {
+        let [ah, aw] = self.g.axes;
+        let mut acc = [V::splat(0.0); A];
+        for cil in 0..self.g.c_in_group() {
+            for kh in 0..ah.kernel {
+                let Some(ih) = self.ih(oh, kh) else {
+                    continue;
+                };
+                let xrow = self.x_row(cil, ih);
+                let wrow = (cil * ah.kernel + kh) * aw.kernel;
+                for kw in 0..aw.kernel {
+                    let at = ow * aw.stride + kw * aw.dilation - aw.pad;
+                    let xv: [V; C] = core::array::from_fn(|c| {
+                        let at = at + c * L * aw.stride;
+                        if aw.stride == 1 {
+                            xrow.get(at..at + L)
+                                .and_then(|s| <&[f32; L]>::try_from(s).ok())
+                                .map_or(V::splat(0.0), |s| V::new(*s))
+                        } else {
+                            V::new(core::array::from_fn(|l| {
+                                xrow.get(at + l * aw.stride).copied().unwrap_or(0.0)
+                            }))
+                        }
+                    });
+                    let wv: [V; R] = core::array::from_fn(|k| {
+                        V::splat(
+                            self.w
+                                .get(k * self.w_stride + wrow + kw)
+                                .copied()
+                                .unwrap_or(0.0),
+                        )
+                    });
+                    for (c, &xc) in xv.iter().enumerate() {
+                        for (k, &wk) in wv.iter().enumerate() {
+                            if let Some(a) = acc.get_mut(c * R + k) {
+                                *a += xc * wk;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        acc
+    }
+}

@@ -22,6 +22,11 @@
 //!   column, everything to a scalar. Sums keep the reference's order: every output starts at
 //!   `+0.0` and adds its inputs in increasing flat-index order; column sums vectorize across the
 //!   columns (independent outputs), row sums interleave rows.
+//! - **`conv`** (with `simd`): each output starts at `+0.0` and accumulates `acc = acc + x * w`
+//!   over its group's input channels in increasing order, then the kernel taps row-major,
+//!   skipping padding, exactly the reference's order; lanes are distinct output columns, and a
+//!   tile of up to four output channels shares each input load. Without `simd` the reference
+//!   kernel runs (it already accumulates whole output rows a tap at a time).
 //! - **`transpose`** (a permutation, exact whatever the order) in cache-sized blocks, and
 //!   **`fill`**.
 //!
@@ -519,6 +524,30 @@ fn row_reduce(x: &[f32], out: &mut [f32], cols: usize, init: f32, f: impl Fn(f32
     }
 }
 
+/// `conv` with the `simd` catalog's kernel (lanes across output columns, see `lanes::conv`);
+/// `false` (nothing written) without `simd` or for shapes the rule refuses.
+fn conv(attr: Attr, args: &[&[f32]], shapes: &[Shape], out: &mut [f32]) -> bool {
+    let (&[x, w], &[xs, ws]) = (args, shapes) else {
+        return false;
+    };
+    let a = tapeplan_core::ops::conv::conv_attr(attr);
+    let Ok(g) = tapeplan_core::ops::conv::geometry(Opcode::Conv, &a, xs, ws, (xs, ws)) else {
+        return false;
+    };
+    if x.len() != g.x_elems() || w.len() != g.w_elems() || out.len() != g.y_elems() {
+        return false;
+    }
+    #[cfg(feature = "simd")]
+    {
+        lanes::conv(x, w, out, &g);
+        true
+    }
+    #[cfg(not(feature = "simd"))]
+    {
+        false
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The checked entry point.
 
@@ -562,6 +591,10 @@ pub fn eval(
         if elementwise(op, attr.scalar(), math, a, b, out) {
             return Ok(());
         }
+    } else if op == Opcode::Conv && cfg!(feature = "simd") {
+        if conv(attr, args, arg_shapes, out) {
+            return Ok(());
+        }
     } else {
         let mut dims = [Dims::of(Shape::SCALAR); tapeplan_core::MAX_ARITY];
         for (d, s) in dims.iter_mut().zip(arg_shapes) {
@@ -600,6 +633,7 @@ pub fn has_kernel(op: Opcode, attr: Attr, arg_shapes: &[Shape]) -> bool {
         Opcode::Fill | Opcode::MatMul | Opcode::Transpose | Opcode::Reshape | Opcode::Select => {
             true
         }
+        Opcode::Conv => cfg!(feature = "simd"),
         _ if op.class() == tapeplan_core::OpClass::Elementwise => {
             let math = [MathProfile::Precise, MathProfile::Fast]
                 .into_iter()

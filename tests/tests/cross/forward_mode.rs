@@ -200,16 +200,22 @@ const TOLERANCE: f32 = 1e-6;
 /// - `logsumexp`: the kernel's dual carries the shift's tangent through `exp(x − c)`, the sum
 ///   and `ln(acc) + c`; the rule's transpose is `Σ t·exp(x − y)`;
 /// - `bce_with_logits`: the dual differentiates the stable form (`x − x·z + log1p(e^−x)` or its
-///   other branch), `t − (t·z + x·t_z) − t·e^−x/(1 + e^−x)`; the rule is `t·(σ(x) − z) − x·t_z`.
+///   other branch), `t − (t·z + x·t_z) − t·e^−x/(1 + e^−x)`; the rule is `t·(σ(x) − z) − x·t_z`;
+/// - `conv`, `conv_transpose`, `conv_weight_grad`: as `matmul`, bilinear kernels whose dual
+///   accumulates `x'·w + x·w'` one tap at a time, while the recorded jvp adds two whole
+///   convolutions.
 ///
 /// Every other kernel applies to its element the arithmetic its rule's transpose records (the
 /// dual's slopes are formed as the rules form them), so the two readings reach the same bits.
-const ROUNDS_APART: [Opcode; 5] = [
+const ROUNDS_APART: [Opcode; 8] = [
     Opcode::MatMul,
     Opcode::Sigmoid,
     Opcode::Softplus,
     Opcode::LogSumExp,
     Opcode::BceWithLogits,
+    Opcode::Conv,
+    Opcode::ConvTranspose,
+    Opcode::ConvWeightGrad,
 ];
 
 /// The selections whose reverse rule and kernel choose differently at a NaN or a tie: the

@@ -9,6 +9,7 @@ mod activations;
 mod arena;
 mod closure;
 mod conformance;
+mod conv;
 mod dropout;
 mod eager;
 mod forward_mode;

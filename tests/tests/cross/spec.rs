@@ -42,6 +42,7 @@ fn the_spec_opcode_table_matches_the_enum() {
             AttrKind::Pow => "pow",
             AttrKind::Window => "window",
             AttrKind::Axis => "axis",
+            AttrKind::Conv => "conv",
         };
         let expected = [
             format!("{:#04x}", op.to_u8()),
