@@ -870,6 +870,17 @@ pub enum ExecError {
         /// The element's index within that binding's tensor.
         element: u32,
     },
+    /// [`crate::Session::set_labels`]: a label that is not a class index `0, 1, …, classes − 1`
+    /// of a `one_hot` reading the input (a fraction, a negative, NaN, out of range). `one_hot`
+    /// itself would give that row all zeros; nothing was written.
+    BadLabel {
+        /// The label's position in the given slice.
+        index: u32,
+        /// The label's bit pattern (`f32::to_bits`).
+        value_bits: u32,
+        /// The class count it must stay below.
+        classes: u32,
+    },
 }
 
 impl fmt::Display for ExecError {
@@ -911,6 +922,15 @@ impl fmt::Display for ExecError {
             } => write!(
                 f,
                 "entry {entry}: binding {binding} element {element} is not finite; nothing was committed"
+            ),
+            ExecError::BadLabel {
+                index,
+                value_bits,
+                classes,
+            } => write!(
+                f,
+                "label {index} is {}, not a class index below {classes}",
+                f32::from_bits(value_bits)
             ),
         }
     }

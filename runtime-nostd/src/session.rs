@@ -3,6 +3,7 @@
 use core::ops::Range;
 
 use tapeplan_core::format::{BindingKind, MAX_REGISTERS};
+use tapeplan_core::Opcode;
 
 use crate::error::ExecError;
 use crate::exec::{run_entry, Records};
@@ -166,6 +167,61 @@ impl<'p, 'a> Session<'p, 'a> {
     ) -> Result<(), ExecError> {
         let b = self.input_binding(entry, name)?;
         Self::copy_in(self.slice_mut(&b), values)
+    }
+
+    /// Copies class labels (integers stored as `f32`, as `one_hot` reads them) into an input
+    /// after checking each against every `one_hot` of `entry` that reads the input: a label must
+    /// be one of `0.0, 1.0, …, classes − 1` (`-0.0` counts as `0`). `one_hot` itself turns any
+    /// other value into a row of zeros, silently; this is the checked way in for data the caller
+    /// did not make. An input no `one_hot` reads is copied unchecked, as [`Session::set_input`].
+    ///
+    /// # Errors
+    /// As [`Session::set_input`]; [`ExecError::BadLabel`] naming the first bad label, in which
+    /// case nothing is written.
+    pub fn set_labels(
+        &mut self,
+        entry: EntryId,
+        name: &str,
+        labels: &[f32],
+    ) -> Result<(), ExecError> {
+        let b = self.input_binding(entry, name)?;
+        if let Some(classes) = self.one_hot_classes(entry, &b)? {
+            // Classes are at most 2^24 (one_hot's shape rule), so every index is an exact f32
+            // and `l as u32` is exact for the labels that pass the range test.
+            let bad = labels
+                .iter()
+                .position(|&l| !(l >= 0.0 && l < classes as f32 && (l as u32) as f32 == l));
+            if let Some(i) = bad {
+                return Err(ExecError::BadLabel {
+                    index: u32::try_from(i).unwrap_or(u32::MAX),
+                    value_bits: labels.get(i).map_or(0, |l| l.to_bits()),
+                    classes: u32::try_from(classes).unwrap_or(u32::MAX),
+                });
+            }
+        }
+        Self::copy_in(self.slice_mut(&b), labels)
+    }
+
+    /// The fewest classes of any `one_hot` of `entry` reading input `b`; `None` if none does.
+    fn one_hot_classes(&self, entry: EntryId, b: &Binding<'_>) -> Result<Option<usize>, ExecError> {
+        let mut fewest: Option<usize> = None;
+        for k in self.entry_range(entry)? {
+            let Some(rec) = self.plan.instr_record(k) else {
+                continue;
+            };
+            if rec.opcode != Opcode::OneHot.to_u8() {
+                continue;
+            }
+            let reads_b = self
+                .plan
+                .tensor_view(rec.args[0])
+                .is_some_and(|v| v.offset == b.offset_elems && v.kind == b.tensor_kind);
+            let classes = self.plan.tensor_view(rec.out).and_then(|v| v.shape.dim(1));
+            if let (true, Some(c)) = (reads_b, classes) {
+                fewest = Some(fewest.map_or(c, |f| f.min(c)));
+            }
+        }
+        Ok(fewest)
     }
 
     /// An input's buffer, to fill in place instead of copying.

@@ -147,3 +147,36 @@ fn an_arena_one_element_short_is_refused() {
     let mut arena = vec![0.0f32; plan.arena_elems() - 1];
     assert!(Session::bind(&plan, &mut arena).is_err());
 }
+
+/// `Session::set_labels` (issue 16, hole 6): a direct runtime user is told about a label that
+/// `one_hot` would silently turn into a row of zeros, and nothing is written; good labels land
+/// as `set_input` would put them.
+#[test]
+fn bad_labels_are_refused_by_set_labels() {
+    let bytes = small_plan();
+    let plan = Plan::parse(&bytes).unwrap();
+    let mut arena = vec![0.0; plan.arena_elems()];
+    let mut s = Session::bind_zeroed(&plan, &mut arena).unwrap();
+    let step = plan.entry("train_step").unwrap();
+    s.set_labels(step, "labels", &[2.0, 0.0]).unwrap();
+    let written: Vec<f32> = s.input_mut(step, "labels").unwrap().to_vec();
+    assert_eq!(written, [2.0, 0.0]);
+    for bad in [-1.0, 3.0, 1e30, 0.5, f32::NAN, f32::INFINITY] {
+        let err = s.set_labels(step, "labels", &[1.0, bad]).unwrap_err();
+        assert_eq!(
+            err,
+            tapeplan_runtime::ExecError::BadLabel {
+                index: 1,
+                value_bits: bad.to_bits(),
+                classes: 3
+            },
+            "{bad}"
+        );
+        assert!(err.to_string().contains("label 1"), "{err}");
+        // Nothing was written: the last good labels stay.
+        assert_eq!(s.input_mut(step, "labels").unwrap().to_vec(), [2.0, 0.0]);
+    }
+    // -0.0 is class 0; an input no one_hot reads is copied unchecked.
+    s.set_labels(step, "labels", &[-0.0, 1.0]).unwrap();
+    s.set_labels(step, "x", &[7.5; 10]).unwrap();
+}
