@@ -25,6 +25,11 @@ pub enum AttrKind {
     Window,
     /// One axis.
     Axis,
+    /// A pooling window (see [`PoolWindow`]).
+    Pool,
+    /// A pooling window and the pooled tensor's shape, which is the output shape (the adjoint
+    /// of average pooling: the input's extents do not follow from the pooled ones).
+    PoolTo,
 }
 
 impl AttrKind {
@@ -37,6 +42,8 @@ impl AttrKind {
             AttrKind::Pow => "pow",
             AttrKind::Window => "window",
             AttrKind::Axis => "axis",
+            AttrKind::Pool => "pool",
+            AttrKind::PoolTo => "pool_to",
         }
     }
 }
@@ -77,6 +84,97 @@ pub enum Attr {
     },
     /// `concat`: the axis.
     Axis(usize),
+    /// `max_pool`, `max_pool_scatter`, `max_pool_gather`, `avg_pool`: the window.
+    Pool(PoolWindow),
+    /// `avg_pool_backward`: the window and the output shape (the pooled tensor's).
+    PoolTo(PoolWindow, Shape),
+}
+
+/// A pooling window over the spatial axes of a channels-first tensor (`[N, C, L]` or
+/// `[N, C, H, W]`), in ONNX's terms (`kernel_shape`, `strides`, `dilations`, `pads`,
+/// `count_include_pad`). Entries are per spatial axis `[h, w]`; a 1-D tensor `[N, C, L]` is
+/// pooled as `[N, C, 1, L]`, so its values are the `w` entries and the `h` entries must be the
+/// identity (kernel 1, stride 1, dilation 1, no padding): [`PoolWindow::new_1d`] builds that.
+///
+/// The output extent along an axis of extent `len` is ONNX's and PyTorch's floor rule:
+/// `(len + pad_begin + pad_end - ((kernel - 1) * dilation + 1)) / stride + 1`. The shape rule
+/// ([`crate::ops::max_pool::infer`]) also refuses a window that holds no element of the input
+/// (only padding): every window has at least one real element.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PoolWindow {
+    /// The kernel's extents `[h, w]` (ONNX `kernel_shape`; each at least 1).
+    pub kernel: [u32; 2],
+    /// The strides `[h, w]` (each at least 1).
+    pub strides: [u32; 2],
+    /// The dilations `[h, w]` (each at least 1; 1 is a dense window).
+    pub dilations: [u32; 2],
+    /// Padding in ONNX's `pads` order: `[h_begin, w_begin, h_end, w_end]`.
+    pub pads: [u32; 4],
+    /// Average pooling only (`false` for the max-pool opcodes): whether padded positions count
+    /// in the divisor. ONNX's `count_include_pad` (default 0: they do not); PyTorch's
+    /// `nn.AvgPool2d` defaults to `count_include_pad=True`.
+    pub count_include_pad: bool,
+}
+
+impl PoolWindow {
+    /// A 2-D window: kernel, strides, dilations `[h, w]`, `pads` in ONNX order
+    /// `[h_begin, w_begin, h_end, w_end]`.
+    pub fn new_2d(kernel: [u32; 2], strides: [u32; 2], pads: [u32; 4]) -> PoolWindow {
+        PoolWindow {
+            kernel,
+            strides,
+            dilations: [1, 1],
+            pads,
+            count_include_pad: false,
+        }
+    }
+
+    /// A 1-D window (a tensor `[N, C, L]`): kernel, stride, `pads` in ONNX order
+    /// `[begin, end]`.
+    pub fn new_1d(kernel: u32, stride: u32, pads: [u32; 2]) -> PoolWindow {
+        PoolWindow::new_2d([1, kernel], [1, stride], [0, pads[0], 0, pads[1]])
+    }
+
+    /// The same window with dilations `[h, w]`.
+    pub fn with_dilations(self, dilations: [u32; 2]) -> PoolWindow {
+        PoolWindow { dilations, ..self }
+    }
+
+    /// The same window with `count_include_pad` set.
+    pub fn with_count_include_pad(self, count_include_pad: bool) -> PoolWindow {
+        PoolWindow {
+            count_include_pad,
+            ..self
+        }
+    }
+
+    /// The plan format's words (the `pool` block, 11 words): kernel `h, w`, strides `h, w`,
+    /// dilations `h, w`, pads `h_begin, w_begin, h_end, w_end`, `count_include_pad` (0 or 1).
+    pub fn words(&self) -> [u32; 11] {
+        let [kh, kw] = self.kernel;
+        let [sh, sw] = self.strides;
+        let [dh, dw] = self.dilations;
+        let [p0, p1, p2, p3] = self.pads;
+        let c = u32::from(self.count_include_pad);
+        [kh, kw, sh, sw, dh, dw, p0, p1, p2, p3, c]
+    }
+
+    /// The inverse of [`PoolWindow::words`]; `None` when the last word is neither 0 nor 1.
+    pub fn from_words(w: [u32; 11]) -> Option<PoolWindow> {
+        let [kh, kw, sh, sw, dh, dw, p0, p1, p2, p3, c] = w;
+        let count_include_pad = match c {
+            0 => false,
+            1 => true,
+            _ => return None,
+        };
+        Some(PoolWindow {
+            kernel: [kh, kw],
+            strides: [sh, sw],
+            dilations: [dh, dw],
+            pads: [p0, p1, p2, p3],
+            count_include_pad,
+        })
+    }
 }
 
 impl Attr {
@@ -102,13 +200,15 @@ impl Attr {
             Attr::Pow(_) => AttrKind::Pow,
             Attr::Window { .. } => AttrKind::Window,
             Attr::Axis(_) => AttrKind::Axis,
+            Attr::Pool(_) => AttrKind::Pool,
+            Attr::PoolTo(..) => AttrKind::PoolTo,
         }
     }
 
     /// The shape the attribute gives as the output shape (targets and fills), if any.
     pub fn target_shape(&self) -> Option<Shape> {
         match self {
-            Attr::Target(s) | Attr::Fill { shape: s, .. } => Some(*s),
+            Attr::Target(s) | Attr::Fill { shape: s, .. } | Attr::PoolTo(_, s) => Some(*s),
             _ => None,
         }
     }
@@ -127,24 +227,30 @@ impl Attr {
         match self {
             Attr::Target(_) => Attr::Target(shape),
             Attr::Fill { value, .. } => Attr::Fill { value, shape },
+            Attr::PoolTo(w, _) => Attr::PoolTo(w, shape),
             other => other,
         }
     }
 
     /// A value that compares and hashes as the attribute does (floats by their bits).
-    fn key(&self) -> (AttrKind, [u32; 4], Option<Shape>) {
+    fn key(&self) -> (AttrKind, [u32; 4], Option<Shape>, Option<PoolWindow>) {
         let u = |x: usize| x as u32;
         match *self {
-            Attr::None => (AttrKind::None, [0; 4], None),
-            Attr::Target(s) => (AttrKind::Target, [0; 4], Some(s)),
-            Attr::Fill { value, shape } => {
-                (AttrKind::Fill, [value.to_bits(), 0, 0, 0], Some(shape))
-            }
-            Attr::Pow(p) => (AttrKind::Pow, [p.to_bits(), 0, 0, 0], None),
+            Attr::None => (AttrKind::None, [0; 4], None, None),
+            Attr::Target(s) => (AttrKind::Target, [0; 4], Some(s), None),
+            Attr::Fill { value, shape } => (
+                AttrKind::Fill,
+                [value.to_bits(), 0, 0, 0],
+                Some(shape),
+                None,
+            ),
+            Attr::Pow(p) => (AttrKind::Pow, [p.to_bits(), 0, 0, 0], None, None),
             Attr::Window { axis, start, len } => {
-                (AttrKind::Window, [u(axis), u(start), u(len), 0], None)
+                (AttrKind::Window, [u(axis), u(start), u(len), 0], None, None)
             }
-            Attr::Axis(a) => (AttrKind::Axis, [u(a), 0, 0, 0], None),
+            Attr::Axis(a) => (AttrKind::Axis, [u(a), 0, 0, 0], None, None),
+            Attr::Pool(w) => (AttrKind::Pool, [0; 4], None, Some(w)),
+            Attr::PoolTo(w, s) => (AttrKind::PoolTo, [0; 4], Some(s), Some(w)),
         }
     }
 }

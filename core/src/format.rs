@@ -10,7 +10,7 @@
 //! is the runtime's validator's job.
 
 use crate::shape::MAX_RANK;
-use crate::{Attr, AttrKind, Opcode, Shape};
+use crate::{Attr, AttrKind, Opcode, PoolWindow, Shape};
 
 /// The first four bytes of every plan.
 pub const MAGIC: [u8; 4] = *b"TPLN";
@@ -442,7 +442,8 @@ impl EncodedAttr {
 /// The plan format's form of an attribute (the table "Attributes" of `docs/plan-format.md`):
 /// no attribute and a target shape are the word `0` (the target is the output tensor's shape);
 /// a fill value and an exponent are their `f32` bit patterns; an axis is the axis; a window is
-/// the block `[3, axis, start, len]`. Only the plan writer calls this.
+/// the block `[3, axis, start, len]`; a pooling window is the block of its 11 words
+/// ([`crate::PoolWindow::words`]). Only the plan writer calls this.
 pub fn encode_attr(attr: &Attr) -> EncodedAttr {
     let w = |x: usize| u32::try_from(x).unwrap_or(u32::MAX);
     match *attr {
@@ -451,6 +452,7 @@ pub fn encode_attr(attr: &Attr) -> EncodedAttr {
         Attr::Pow(p) => EncodedAttr::Inline(p.to_bits()),
         Attr::Axis(axis) => EncodedAttr::Inline(w(axis)),
         Attr::Window { axis, start, len } => EncodedAttr::block(&[w(axis), w(start), w(len)]),
+        Attr::Pool(window) | Attr::PoolTo(window, _) => EncodedAttr::block(&window.words()),
     }
 }
 
@@ -474,6 +476,11 @@ pub enum AttrError {
         /// The block's length word.
         found: u32,
     },
+    /// A flag word (a pooling window's `count_include_pad`) other than 0 or 1.
+    BadFlag {
+        /// The word found.
+        word: u32,
+    },
 }
 
 impl core::fmt::Display for AttrError {
@@ -493,6 +500,9 @@ impl core::fmt::Display for AttrError {
                     f,
                     "attribute block of {found} words where {expected} are needed"
                 )
+            }
+            AttrError::BadFlag { word } => {
+                write!(f, "a flag word must be 0 or 1, found {word:#x}")
             }
         }
     }
@@ -560,6 +570,16 @@ pub fn decode_attr(op: Opcode, word: u32, section: &[u8], out: Shape) -> Result<
                 axis: us(axis),
                 start: us(start),
                 len: us(len),
+            })
+        }
+        AttrKind::Pool | AttrKind::PoolTo => {
+            let words = block::<11>(word, section)?;
+            let window =
+                PoolWindow::from_words(words).ok_or(AttrError::BadFlag { word: words[10] })?;
+            Ok(if op.attr_kind() == AttrKind::Pool {
+                Attr::Pool(window)
+            } else {
+                Attr::PoolTo(window, out)
             })
         }
     }
@@ -732,9 +752,22 @@ mod tests {
                     len: 1,
                 },
             ),
+            (
+                Opcode::MaxPool,
+                Attr::Pool(
+                    PoolWindow::new_2d([2, 3], [4, 5], [6, 7, 8, 9]).with_dilations([10, 11]),
+                ),
+            ),
+            (
+                Opcode::AvgPoolBackward,
+                Attr::PoolTo(
+                    PoolWindow::new_1d(3, 2, [1, 0]).with_count_include_pad(true),
+                    s,
+                ),
+            ),
         ];
         for (op, attr) in cases {
-            let mut section = [0u8; 4 * 8];
+            let mut section = [0u8; 4 * 16];
             let word = match encode_attr(&attr) {
                 EncodedAttr::Inline(w) => w,
                 EncodedAttr::Block { words, len } => {
@@ -762,6 +795,32 @@ mod tests {
                 expected: 3,
                 found: 2
             })
+        );
+    }
+
+    #[test]
+    fn a_pool_block_is_eleven_words_in_onnx_order_and_its_flag_is_0_or_1() {
+        let w = PoolWindow::new_2d([2, 3], [4, 5], [6, 7, 8, 9])
+            .with_dilations([10, 11])
+            .with_count_include_pad(true);
+        match encode_attr(&Attr::Pool(w)) {
+            EncodedAttr::Block { words, len } => {
+                assert_eq!(words[..len], [2, 3, 4, 5, 10, 11, 6, 7, 8, 9, 1]);
+            }
+            other => panic!("{other:?}"),
+        }
+        let s = Shape::matrix(2, 3);
+        let mut section = alloc::vec::Vec::new();
+        for word in [11u32, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0, 2] {
+            section.extend_from_slice(&word.to_le_bytes());
+        }
+        assert_eq!(
+            decode_attr(Opcode::AvgPool, 0, &section, s),
+            Err(AttrError::BadFlag { word: 2 })
+        );
+        assert_eq!(
+            decode_attr(Opcode::AvgPool, 0, &section[..44], s),
+            Err(AttrError::BlockOutOfRange { at: 0 })
         );
     }
 

@@ -55,7 +55,7 @@ mod run;
 #[cfg(feature = "alloc")]
 mod tape;
 
-pub use attr::{Attr, AttrKind};
+pub use attr::{Attr, AttrKind, PoolWindow};
 pub use element::Element;
 pub use math::MathProfile;
 pub use opcode::{OpClass, Opcode, MAX_ARITY};

@@ -76,6 +76,11 @@ macro_rules! opcode_table {
             0x36 Select       "select"        3 Structural  None   ext  grad node       select        "`a` where `cond != 0`, else `b` (elementwise, never in place).";
             0x37 Uniform      "uniform"       2 Structural  Target core zero node       uniform       "Counter-based uniform `[0, 1)` draws of the target shape from a key and a counter.";
             0x38 Erf          "erf"           1 Elementwise None   ext  grad unary      erf           "`libm::erff(x)`, the error function (in both math profiles).";
+            0x50 MaxPool        "max_pool"          1 Structural  Pool   ext  grad node       max_pool          "The maximum of each window of `[N, C, L]` / `[N, C, H, W]` (attribute: `Pool`).";
+            0x51 MaxPoolScatter "max_pool_scatter"  2 Structural  Pool   ext  grad node       max_pool_scatter  "`max_pool`'s adjoint: each window's `g` added at the window's first maximum of `x`.";
+            0x52 MaxPoolGather  "max_pool_gather"   2 Structural  Pool   ext  grad node       max_pool_gather   "`h` read at each window's first maximum of `x` (`max_pool_scatter`'s adjoint).";
+            0x53 AvgPool        "avg_pool"          1 Structural  Pool   ext  grad node       avg_pool          "The mean of each window (padding as zero; `count_include_pad` in the attribute).";
+            0x54 AvgPoolBackward "avg_pool_backward" 1 Structural PoolTo ext  grad node       avg_pool_backward "`avg_pool`'s adjoint, back to the target shape (attribute: `PoolTo`).";
         }
     };
 }

@@ -7,7 +7,7 @@
 //! handles and whose every operation appends a node to a tape).
 
 use crate::ops::OpError;
-use crate::Attr;
+use crate::{Attr, PoolWindow};
 use crate::{Opcode, Shape};
 
 /// A payload the vocabulary can be spoken over.
@@ -345,6 +345,106 @@ pub trait Recordable {
         let s = self.sum_to(x, shape)?;
         let k = self.fill(n as f32, shape)?;
         self.div(&s, &k)
+    }
+    /// Max pooling (see [`crate::ops::max_pool`]): the maximum of each window.
+    ///
+    /// # Shapes
+    /// `x: [N, C, L]` or `[N, C, H, W]` → `[N, C, L_out]` or `[N, C, H_out, W_out]`, each
+    /// extent `(len + pad_begin + pad_end - ((kernel - 1) * dilation + 1)) / stride + 1`.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`] ([`OpError::BadPool`] for a window that does not fit).
+    fn max_pool(
+        &mut self,
+        x: &Self::Value,
+        window: PoolWindow,
+    ) -> Result<Self::Value, Self::Error> {
+        self.apply(Opcode::MaxPool, Attr::Pool(window), &[x])
+    }
+    /// Max pooling's adjoint: each window's `g` added at the window's first maximum of `x`.
+    ///
+    /// # Shapes
+    /// `x: [N, C, (H,) W]`, `g`: `max_pool(x)`'s shape → `x`'s shape.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn max_pool_scatter(
+        &mut self,
+        x: &Self::Value,
+        g: &Self::Value,
+        window: PoolWindow,
+    ) -> Result<Self::Value, Self::Error> {
+        self.apply(Opcode::MaxPoolScatter, Attr::Pool(window), &[x, g])
+    }
+    /// `h` read at each window's first maximum of `x`.
+    ///
+    /// # Shapes
+    /// `x, h: [N, C, (H,) W]` → `max_pool(x)`'s shape.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn max_pool_gather(
+        &mut self,
+        x: &Self::Value,
+        h: &Self::Value,
+        window: PoolWindow,
+    ) -> Result<Self::Value, Self::Error> {
+        self.apply(Opcode::MaxPoolGather, Attr::Pool(window), &[x, h])
+    }
+    /// Average pooling (see [`crate::ops::avg_pool`]; `count_include_pad` is the window's).
+    ///
+    /// # Shapes
+    /// As [`Recordable::max_pool`].
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn avg_pool(
+        &mut self,
+        x: &Self::Value,
+        window: PoolWindow,
+    ) -> Result<Self::Value, Self::Error> {
+        self.apply(Opcode::AvgPool, Attr::Pool(window), &[x])
+    }
+    /// Average pooling's adjoint, from the pooled shape back to `shape`.
+    ///
+    /// # Shapes
+    /// `g`: `avg_pool` of a tensor of `shape` → `shape`.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn avg_pool_backward(
+        &mut self,
+        g: &Self::Value,
+        window: PoolWindow,
+        shape: Shape,
+    ) -> Result<Self::Value, Self::Error> {
+        self.apply(Opcode::AvgPoolBackward, Attr::PoolTo(window, shape), &[g])
+    }
+    /// Global average pooling (ONNX's `GlobalAveragePool`, PyTorch's
+    /// `adaptive_avg_pool2d(x, 1)`): the mean over every spatial axis, a composition
+    /// ([`Recordable::mean_to`]: `sum_to`, then one division by the spatial element count).
+    ///
+    /// # Shapes
+    /// `x: [N, C, d…]` (rank 3 or 4) → `[N, C, 1…]` (the same rank).
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`]; [`OpError::BadPool`] for a rank other than 3 or 4.
+    fn global_avg_pool(&mut self, x: &Self::Value) -> Result<Self::Value, Self::Error> {
+        let s = self.shape_of(x);
+        let d = s.dims();
+        let target = match s.rank() {
+            3 => Shape::new(&[d[0], d[1], 1]),
+            4 => Shape::new(&[d[0], d[1], 1, 1]),
+            _ => {
+                return Err(OpError::BadPool {
+                    op: Opcode::AvgPool,
+                    shape: s,
+                }
+                .into())
+            }
+        }
+        .map_err(OpError::Shape)?;
+        self.mean_to(x, target)
     }
     /// Uniform `[0, 1)` draws of `shape` from the stream `(key, counter)` (two scalars).
     ///

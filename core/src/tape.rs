@@ -520,6 +520,19 @@ pub fn describe(tape: &Tape, marks: &[(usize, &str)]) -> String {
             Opcode::Broadcast | Opcode::SumTo | Opcode::MaxTo | Opcode::Reshape => {
                 let _ = write!(args, "  shape={}", n.shape);
             }
+            Opcode::MaxPool
+            | Opcode::MaxPoolScatter
+            | Opcode::MaxPoolGather
+            | Opcode::AvgPool
+            | Opcode::AvgPoolBackward => {
+                if let Attr::Pool(w) | Attr::PoolTo(w, _) = n.attr {
+                    let _ = write!(
+                        args,
+                        "  kernel={:?} strides={:?} pads={:?}",
+                        w.kernel, w.strides, w.pads
+                    );
+                }
+            }
             Opcode::OneHot => {
                 let _ = write!(args, "  classes={}", n.shape.dim(1).unwrap_or(0));
             }

@@ -1,7 +1,7 @@
 //! The conformance cases shared by the first-order and second-order suites: one or more per
 //! opcode, each a small function of random inputs reduced to a scalar.
 
-use tapeplan_core::{NodeId, Opcode, Recordable, Shape, Tape, Trace};
+use tapeplan_core::{NodeId, Opcode, PoolWindow, Recordable, Shape, Tape, Trace};
 use tapeplan_planner::protocol::SplitMix64;
 
 /// A case: the inputs' shapes and value ranges, and the function body from inputs to a value
@@ -33,8 +33,24 @@ pub fn near_kink(case: &str, v: &[Vec<f32>], i: usize) -> bool {
             sorted.sort_by(f32::total_cmp);
             close(sorted[3], sorted[2])
         }
+        // A window's maximum changes hands when two of its entries are close: conservatively,
+        // any other entry of the same plane (the planes are 7 and 25 elements).
+        "max_pool_1d" | "max_pool_2d" => {
+            let plane = if case == "max_pool_1d" { 7 } else { 25 };
+            let p = i / plane;
+            let x = &v[0][p * plane..(p + 1) * plane];
+            x.iter()
+                .enumerate()
+                .any(|(j, &y)| j != i % plane && close(y, v[0][i]))
+        }
         _ => false,
     }
+}
+
+/// The 2-D max-pool window of the conformance cases: kernel `[3, 2]`, strides 2, pads
+/// `[1, 0, 0, 1]`, dilations `[1, 2]` over a `5 × 5` plane: a `2 × 2` output.
+pub fn max_pool_2d_window() -> PoolWindow {
+    PoolWindow::new_2d([3, 2], [2, 2], [1, 0, 0, 1]).with_dilations([1, 2])
 }
 
 pub fn cases() -> Vec<Case> {
@@ -353,6 +369,59 @@ pub fn cases() -> Vec<Case> {
                 let d = t.dropout(&x[2], 0.5, &x[0], &x[1]).unwrap();
                 let ux = t.mul(&u, &x[2]).unwrap();
                 t.add(&ux, &d).unwrap()
+            },
+        },
+        Case {
+            name: "max_pool_1d",
+            covers: &[Opcode::MaxPool, Opcode::MaxPoolScatter],
+            inputs: &[(&[2, 2, 7], -3.0, 3.0)],
+            wrt: &[true],
+            body: |t, x| t.max_pool(&x[0], PoolWindow::new_1d(3, 2, [1, 1])).unwrap(),
+        },
+        Case {
+            name: "max_pool_2d",
+            covers: &[
+                Opcode::MaxPool,
+                Opcode::MaxPoolScatter,
+                Opcode::MaxPoolGather,
+                Opcode::Mul,
+            ],
+            inputs: &[(&[1, 2, 5, 5], -3.0, 3.0)],
+            wrt: &[true],
+            body: |t, x| {
+                let y = t.max_pool(&x[0], max_pool_2d_window()).unwrap();
+                t.mul(&y, &y).unwrap()
+            },
+        },
+        Case {
+            name: "avg_pool_1d_count_include_pad",
+            covers: &[Opcode::AvgPool, Opcode::AvgPoolBackward],
+            inputs: &[(&[2, 3, 6], -2.0, 2.0)],
+            wrt: &[true],
+            body: |t, x| {
+                let w = PoolWindow::new_1d(3, 2, [1, 1]).with_count_include_pad(true);
+                t.avg_pool(&x[0], w).unwrap()
+            },
+        },
+        Case {
+            name: "avg_pool_2d",
+            covers: &[Opcode::AvgPool, Opcode::AvgPoolBackward, Opcode::Mul],
+            inputs: &[(&[1, 2, 5, 4], -2.0, 2.0)],
+            wrt: &[true],
+            body: |t, x| {
+                let w = PoolWindow::new_2d([2, 3], [1, 2], [1, 1, 0, 1]);
+                let y = t.avg_pool(&x[0], w).unwrap();
+                t.mul(&y, &y).unwrap()
+            },
+        },
+        Case {
+            name: "global_avg_pool",
+            covers: &[Opcode::SumTo, Opcode::Div, Opcode::Broadcast],
+            inputs: &[(&[2, 3, 3, 4], -2.0, 2.0)],
+            wrt: &[true],
+            body: |t, x| {
+                let y = t.global_avg_pool(&x[0]).unwrap();
+                t.mul(&y, &y).unwrap()
             },
         },
         Case {

@@ -13,6 +13,8 @@ use crate::{Element, MathProfile, Opcode, Shape, MAX_ARITY};
 
 pub mod abs;
 pub mod add;
+pub mod avg_pool;
+pub mod avg_pool_backward;
 pub mod broadcast;
 pub mod concat;
 pub mod detach;
@@ -28,6 +30,9 @@ pub mod heaviside;
 pub mod leaf;
 pub mod log;
 pub mod matmul;
+pub mod max_pool;
+pub mod max_pool_gather;
+pub mod max_pool_scatter;
 pub mod max_to;
 pub mod maximum;
 pub mod minimum;
@@ -35,6 +40,7 @@ pub mod mul;
 pub mod neg;
 pub mod one_hot;
 pub mod pad;
+pub(crate) mod pool;
 pub mod pow;
 pub mod relu;
 pub mod reshape;
@@ -151,6 +157,16 @@ pub enum OpError {
         /// The profile asked for.
         math: MathProfile,
     },
+    /// A pooling window that does not fit its tensor (see [`crate::PoolWindow`]): a rank other
+    /// than 3 or 4, a zero kernel, stride or dilation, a window larger than the padded input
+    /// or holding padding only, a 1-D tensor with a 2-D window, `count_include_pad` on max
+    /// pooling.
+    BadPool {
+        /// The instruction.
+        op: Opcode,
+        /// The pooled tensor's shape (the input of the forward pooling).
+        shape: Shape,
+    },
 }
 
 impl fmt::Display for OpError {
@@ -202,6 +218,9 @@ impl fmt::Display for OpError {
                     f,
                     "the {math} math profile is not in this build (feature `math-{math}`)"
                 )
+            }
+            OpError::BadPool { op, shape } => {
+                write!(f, "{op}: the pooling window does not fit shape {shape}")
             }
         }
     }

@@ -192,6 +192,18 @@ impl PlanInfo {
                         format!("axis={axis} start={start} len={len}")
                     }
                     Attr::Axis(axis) => format!("axis={axis}"),
+                    Attr::Pool(w) | Attr::PoolTo(w, _) => format!(
+                        "kernel={:?} strides={:?} dilations={:?} pads={:?}{}",
+                        w.kernel,
+                        w.strides,
+                        w.dilations,
+                        w.pads,
+                        if w.count_include_pad {
+                            " count_include_pad"
+                        } else {
+                            ""
+                        }
+                    ),
                     Attr::None | Attr::Target(_) => String::new(),
                 };
                 let at = match t {

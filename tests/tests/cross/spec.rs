@@ -42,6 +42,8 @@ fn the_spec_opcode_table_matches_the_enum() {
             AttrKind::Pow => "pow",
             AttrKind::Window => "window",
             AttrKind::Axis => "axis",
+            AttrKind::Pool => "pool",
+            AttrKind::PoolTo => "pool_to",
         };
         let expected = [
             format!("{:#04x}", op.to_u8()),
