@@ -17,6 +17,7 @@ mod higher_order;
 mod hostile;
 mod optimizers;
 mod passes;
+mod pooling;
 mod seeds;
 mod simd_training;
 mod spec;
