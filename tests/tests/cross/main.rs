@@ -18,6 +18,7 @@ mod hostile;
 mod optimizers;
 mod passes;
 mod pooling;
+mod reductions;
 mod seeds;
 mod simd_training;
 mod spec;

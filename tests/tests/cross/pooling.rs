@@ -90,7 +90,7 @@ fn random(rng: &mut SplitMix64, n: usize) -> Vec<f32> {
     (0..n).map(|_| -4.0 + 8.0 * rng.next_f32()).collect()
 }
 
-/// `sum(pool(x) * w)` recorded, its gradient planned; the oracle's and the runtime's gradient.
+/// `sum(pool(x) * w)`'s gradient: the oracle's and the runtime's.
 fn gradient(
     op: Opcode,
     shape: Shape,
@@ -98,56 +98,13 @@ fn gradient(
     x: &[f32],
     w: &[f32],
 ) -> (Vec<f32>, Vec<f32>) {
-    let mut tape = Tape::new();
-    let xn = tape.input("x", shape);
-    let (y, ys) = {
-        let mut t = tape.trace();
-        let y = if op == Opcode::MaxPool {
-            t.max_pool(&xn, win).unwrap()
+    crate::reductions::gradient(shape, x, w, |t, x| {
+        if op == Opcode::MaxPool {
+            t.max_pool(x, win).unwrap()
         } else {
-            t.avg_pool(&xn, win).unwrap()
-        };
-        let s = t.shape_of(&y);
-        (y, s)
-    };
-    let wn = tape.input("w", ys);
-    let f = {
-        let mut t = tape.trace();
-        let p = t.mul(&y, &wn).unwrap();
-        t.sum_all(&p).unwrap()
-    };
-    let g = *tape.differentiate(f, &[xn]).unwrap().get(xn).unwrap();
-    let mut run = Run::new(&tape);
-    run.set(xn, Tensor::new(shape, x.to_vec()).unwrap())
-        .unwrap();
-    run.set(wn, Tensor::new(ys, w.to_vec()).unwrap()).unwrap();
-    run.forward().unwrap();
-    let oracle = run.value(g).unwrap().data.clone();
-    let p = plan(
-        &tape,
-        &[EntrySpec {
-            name: "grad".into(),
-            roots: vec![Root::Output {
-                name: "g".into(),
-                node: g,
-            }],
-            guarded: false,
-        }],
-    )
-    .unwrap();
-    let bytes = p.to_bytes();
-    let rt = RtPlan::parse(&bytes).unwrap();
-    let e = rt.entry("grad").unwrap();
-    let mut arena = vec![f32::NAN; rt.arena_elems()];
-    let mut s = Session::bind(&rt, &mut arena).unwrap();
-    // The average pool's gradient does not read `x`: the plan has no such input.
-    if rt.input(e, "x").is_some() {
-        s.set_input(e, "x", x).unwrap();
-    }
-    s.set_input(e, "w", w).unwrap();
-    s.run(e).unwrap();
-    let runtime = s.output(e, "g").unwrap().to_vec();
-    (oracle, runtime)
+            t.avg_pool(x, win).unwrap()
+        }
+    })
 }
 
 #[test]

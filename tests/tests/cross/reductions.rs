@@ -1,0 +1,88 @@
+//! Reductions' numerics held to the field's bug reports (issue 12): the gradient of a maximum
+//! with ties.
+
+use tapeplan_core::{Recordable, Run, Shape, Tape, Tensor};
+use tapeplan_planner::{plan, EntrySpec, Root};
+use tapeplan_runtime::{Plan as RtPlan, Session};
+
+/// `sum(body(x) * w)`'s gradient with respect to `x`, from the oracle and from the runtime.
+pub(crate) fn gradient(
+    shape: Shape,
+    x: &[f32],
+    w: &[f32],
+    body: impl Fn(&mut tapeplan_core::Trace<'_>, &tapeplan_core::NodeId) -> tapeplan_core::NodeId,
+) -> (Vec<f32>, Vec<f32>) {
+    let mut tape = Tape::new();
+    let xn = tape.input("x", shape);
+    let (y, ys) = {
+        let mut t = tape.trace();
+        let y = body(&mut t, &xn);
+        let s = t.shape_of(&y);
+        (y, s)
+    };
+    let wn = tape.input("w", ys);
+    let f = {
+        let mut t = tape.trace();
+        let p = t.mul(&y, &wn).unwrap();
+        t.sum_all(&p).unwrap()
+    };
+    let g = *tape.differentiate(f, &[xn]).unwrap().get(xn).unwrap();
+    let mut run = Run::new(&tape);
+    run.set(xn, Tensor::new(shape, x.to_vec()).unwrap())
+        .unwrap();
+    run.set(wn, Tensor::new(ys, w.to_vec()).unwrap()).unwrap();
+    run.forward().unwrap();
+    let oracle = run.value(g).unwrap().data.clone();
+    let p = plan(
+        &tape,
+        &[EntrySpec {
+            name: "grad".into(),
+            roots: vec![Root::Output {
+                name: "g".into(),
+                node: g,
+            }],
+            guarded: false,
+        }],
+    )
+    .unwrap();
+    let bytes = p.to_bytes();
+    let rt = RtPlan::parse(&bytes).unwrap();
+    let e = rt.entry("grad").unwrap();
+    let mut arena = vec![f32::NAN; rt.arena_elems()];
+    let mut s = Session::bind(&rt, &mut arena).unwrap();
+    if rt.input(e, "x").is_some() {
+        s.set_input(e, "x", x).unwrap();
+    }
+    s.set_input(e, "w", w).unwrap();
+    s.run(e).unwrap();
+    let runtime = s.output(e, "g").unwrap().to_vec();
+    (oracle, runtime)
+}
+
+/// Issue 12's first numerics case: `max_to` of `[3, 0, 3, 3]` gave each tied element the whole
+/// cotangent (the gradient summed to 3). Ties now split it evenly (`jnp.max`, `torch.amax`).
+#[test]
+fn the_gradient_of_a_maximum_with_ties_is_split_evenly() {
+    let (oracle, runtime) = gradient(Shape::vector(4), &[3., 0., 3., 3.], &[1.], |t, x| {
+        t.max_to(x, Shape::SCALAR).unwrap()
+    });
+    let third = 1.0f32 / 3.0;
+    assert_eq!(oracle, [third, 0., third, third]);
+    assert_eq!(runtime, oracle);
+    let sum: f32 = oracle.iter().sum();
+    assert!((sum - 1.0).abs() <= f32::EPSILON, "{sum}");
+    // Per row of a matrix, with the cotangent 6 and 4: a two-way tie, a four-way tie (-0 and
+    // +0 tie too), no tie.
+    let x = [1., 5., 5., 2., -0.0, 0.0, -0.0, 0.0, 7., 1., 2., 3.];
+    let (oracle, runtime) = gradient(Shape::matrix(3, 4), &x, &[6., 4., 2.], |t, x| {
+        t.max_to(x, Shape::matrix(3, 1)).unwrap()
+    });
+    assert_eq!(oracle, [0., 3., 3., 0., 1., 1., 1., 1., 2., 0., 0., 0.]);
+    assert_eq!(runtime, oracle);
+    // A NaN maximum: no element equals it, the gradient is zero (not NaN).
+    let (oracle, runtime) = gradient(Shape::vector(3), &[1., f32::NAN, 2.], &[1.], |t, x| {
+        t.max_to(x, Shape::SCALAR).unwrap()
+    });
+    assert_eq!(oracle, [0., 0., 0.]);
+    assert_eq!(runtime, oracle);
+}
