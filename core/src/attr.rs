@@ -30,6 +30,8 @@ pub enum AttrKind {
     /// A pooling window and the pooled tensor's shape, which is the output shape (the adjoint
     /// of average pooling: the input's extents do not follow from the pooled ones).
     PoolTo,
+    /// One axis and the output shape (`scatter_add`, `gather`'s adjoint).
+    AxisTo,
 }
 
 impl AttrKind {
@@ -44,6 +46,7 @@ impl AttrKind {
             AttrKind::Axis => "axis",
             AttrKind::Pool => "pool",
             AttrKind::PoolTo => "pool_to",
+            AttrKind::AxisTo => "axis_to",
         }
     }
 }
@@ -88,6 +91,8 @@ pub enum Attr {
     Pool(PoolWindow),
     /// `avg_pool_backward`: the window and the output shape (the pooled tensor's).
     PoolTo(PoolWindow, Shape),
+    /// `scatter_add`: the axis and the output shape.
+    AxisTo(usize, Shape),
 }
 
 /// A pooling window over the spatial axes of a channels-first tensor (`[N, C, L]` or
@@ -202,13 +207,17 @@ impl Attr {
             Attr::Axis(_) => AttrKind::Axis,
             Attr::Pool(_) => AttrKind::Pool,
             Attr::PoolTo(..) => AttrKind::PoolTo,
+            Attr::AxisTo(..) => AttrKind::AxisTo,
         }
     }
 
     /// The shape the attribute gives as the output shape (targets and fills), if any.
     pub fn target_shape(&self) -> Option<Shape> {
         match self {
-            Attr::Target(s) | Attr::Fill { shape: s, .. } | Attr::PoolTo(_, s) => Some(*s),
+            Attr::Target(s)
+            | Attr::Fill { shape: s, .. }
+            | Attr::PoolTo(_, s)
+            | Attr::AxisTo(_, s) => Some(*s),
             _ => None,
         }
     }
@@ -228,6 +237,7 @@ impl Attr {
             Attr::Target(_) => Attr::Target(shape),
             Attr::Fill { value, .. } => Attr::Fill { value, shape },
             Attr::PoolTo(w, _) => Attr::PoolTo(w, shape),
+            Attr::AxisTo(a, _) => Attr::AxisTo(a, shape),
             other => other,
         }
     }
@@ -251,6 +261,7 @@ impl Attr {
             Attr::Axis(a) => (AttrKind::Axis, [u(a), 0, 0, 0], None, None),
             Attr::Pool(w) => (AttrKind::Pool, [0; 4], None, Some(w)),
             Attr::PoolTo(w, s) => (AttrKind::PoolTo, [0; 4], Some(s), Some(w)),
+            Attr::AxisTo(a, s) => (AttrKind::AxisTo, [u(a), 0, 0, 0], Some(s), None),
         }
     }
 }

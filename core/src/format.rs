@@ -450,7 +450,7 @@ pub fn encode_attr(attr: &Attr) -> EncodedAttr {
         Attr::None | Attr::Target(_) => EncodedAttr::Inline(0),
         Attr::Fill { value, .. } => EncodedAttr::Inline(value.to_bits()),
         Attr::Pow(p) => EncodedAttr::Inline(p.to_bits()),
-        Attr::Axis(axis) => EncodedAttr::Inline(w(axis)),
+        Attr::Axis(axis) | Attr::AxisTo(axis, _) => EncodedAttr::Inline(w(axis)),
         Attr::Window { axis, start, len } => EncodedAttr::block(&[w(axis), w(start), w(len)]),
         Attr::Pool(window) | Attr::PoolTo(window, _) => EncodedAttr::block(&window.words()),
     }
@@ -564,6 +564,7 @@ pub fn decode_attr(op: Opcode, word: u32, section: &[u8], out: Shape) -> Result<
         }),
         AttrKind::Pow => Ok(Attr::Pow(f32::from_bits(word))),
         AttrKind::Axis => Ok(Attr::Axis(us(word))),
+        AttrKind::AxisTo => Ok(Attr::AxisTo(us(word), out)),
         AttrKind::Window => {
             let [axis, start, len] = block::<3>(word, section)?;
             Ok(Attr::Window {
@@ -744,6 +745,7 @@ mod tests {
             (Opcode::Fill, Attr::fill(-0.0, s)),
             (Opcode::Pow, Attr::Pow(0.5)),
             (Opcode::Concat, Attr::Axis(1)),
+            (Opcode::ScatterAdd, Attr::AxisTo(1, s)),
             (
                 Opcode::Slice,
                 Attr::Window {

@@ -81,6 +81,8 @@ macro_rules! opcode_table {
             0x52 MaxPoolGather  "max_pool_gather"   2 Structural  Pool   ext  grad node       max_pool_gather   "`h` read at each window's first maximum of `x` (`max_pool_scatter`'s adjoint).";
             0x53 AvgPool        "avg_pool"          1 Structural  Pool   ext  grad node       avg_pool          "The mean of each window (padding as zero; `count_include_pad` in the attribute).";
             0x54 AvgPoolBackward "avg_pool_backward" 1 Structural PoolTo ext  grad node       avg_pool_backward "`avg_pool`'s adjoint, back to the target shape (attribute: `PoolTo`).";
+            0x55 Gather         "gather"            2 Structural  Axis   ext  grad node       gather            "ONNX `Gather` along an axis: indices stored as `f32`; an invalid index gives zeros.";
+            0x56 ScatterAdd     "scatter_add"       2 Structural  AxisTo ext  grad node       scatter_add       "`gather`'s adjoint: `updates` added at their indices along an axis (duplicates accumulate).";
         }
     };
 }

@@ -420,6 +420,59 @@ pub trait Recordable {
     ) -> Result<Self::Value, Self::Error> {
         self.apply(Opcode::AvgPoolBackward, Attr::PoolTo(window, shape), &[g])
     }
+    /// ONNX's `Gather` along `axis`: `data`'s slices at `indices` (integers stored as `f32`;
+    /// negative ones count from the end; an invalid index gives zeros). See
+    /// [`crate::ops::gather`].
+    ///
+    /// # Shapes
+    /// `data: [d0, …, d(r-1)]`, `indices: [i…]` → `[d0, …, d(axis-1), i…, d(axis+1), …]`
+    /// (rank at most 4).
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn gather(
+        &mut self,
+        data: &Self::Value,
+        indices: &Self::Value,
+        axis: usize,
+    ) -> Result<Self::Value, Self::Error> {
+        self.apply(Opcode::Gather, Attr::Axis(axis), &[data, indices])
+    }
+    /// The embedding lookup (PyTorch's `F.embedding`): `gather(table, ids, 0)`.
+    ///
+    /// # Shapes
+    /// `table: [V, D]`, `ids: [B]` or `[B, T]` → `[B, D]` or `[B, T, D]`.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn embedding(
+        &mut self,
+        table: &Self::Value,
+        ids: &Self::Value,
+    ) -> Result<Self::Value, Self::Error> {
+        self.gather(table, ids, 0)
+    }
+    /// `gather`'s adjoint: zeros of `shape`, `updates` added at `indices` along `axis`
+    /// (duplicates accumulate in increasing position order; invalid indices add nothing).
+    ///
+    /// # Shapes
+    /// `indices: [i…]`, `updates`: `gather`'s output over `shape` and `indices` → `shape`.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn scatter_add(
+        &mut self,
+        indices: &Self::Value,
+        updates: &Self::Value,
+        axis: usize,
+        shape: Shape,
+    ) -> Result<Self::Value, Self::Error> {
+        self.apply(
+            Opcode::ScatterAdd,
+            Attr::AxisTo(axis, shape),
+            &[indices, updates],
+        )
+    }
     /// Global average pooling (ONNX's `GlobalAveragePool`, PyTorch's
     /// `adaptive_avg_pool2d(x, 1)`): the mean over every spatial axis, a composition
     /// ([`Recordable::mean_to`]: `sum_to`, then one division by the spatial element count).

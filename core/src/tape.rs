@@ -512,8 +512,8 @@ pub fn describe(tape: &Tape, marks: &[(usize, &str)]) -> String {
                     let _ = write!(args, "  axis={axis} start={start}");
                 }
             }
-            Opcode::Concat => {
-                if let Attr::Axis(axis) = n.attr {
+            Opcode::Concat | Opcode::Gather | Opcode::ScatterAdd => {
+                if let Attr::Axis(axis) | Attr::AxisTo(axis, _) = n.attr {
                     let _ = write!(args, "  axis={axis}");
                 }
             }

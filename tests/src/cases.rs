@@ -425,6 +425,23 @@ pub fn cases() -> Vec<Case> {
             },
         },
         Case {
+            name: "embedding",
+            covers: &[Opcode::Gather, Opcode::ScatterAdd],
+            inputs: &[(&[4, 3], -2.0, 2.0), (&[5], 0.0, 0.0)],
+            wrt: &[true, false],
+            body: |t, x| t.embedding(&x[0], &x[1]).unwrap(),
+        },
+        Case {
+            name: "gather_axis_1",
+            covers: &[Opcode::Gather, Opcode::ScatterAdd, Opcode::Mul],
+            inputs: &[(&[2, 3, 4], -2.0, 2.0), (&[2, 2], 0.0, 0.0)],
+            wrt: &[true, false],
+            body: |t, x| {
+                let y = t.gather(&x[0], &x[1], 1).unwrap();
+                t.mul(&y, &y).unwrap()
+            },
+        },
+        Case {
             name: "softmax_ce",
             covers: &[
                 Opcode::MaxTo,

@@ -191,7 +191,7 @@ impl PlanInfo {
                     Attr::Window { axis, start, len } => {
                         format!("axis={axis} start={start} len={len}")
                     }
-                    Attr::Axis(axis) => format!("axis={axis}"),
+                    Attr::Axis(axis) | Attr::AxisTo(axis, _) => format!("axis={axis}"),
                     Attr::Pool(w) | Attr::PoolTo(w, _) => format!(
                         "kernel={:?} strides={:?} dilations={:?} pads={:?}{}",
                         w.kernel,

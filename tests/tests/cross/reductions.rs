@@ -1,7 +1,7 @@
-//! Reductions' numerics held to the field's bug reports (issue 12): the gradient of a maximum
-//! with ties.
+//! Reductions and indexing, with their numerics held to the field's bug reports (issue 12): the
+//! gradient of a maximum with ties; gather's invalid indices and duplicate indices.
 
-use tapeplan_core::{Recordable, Run, Shape, Tape, Tensor};
+use tapeplan_core::{NodeId, Recordable, Run, Shape, Tape, Tensor, Trace};
 use tapeplan_planner::{plan, EntrySpec, Root};
 use tapeplan_runtime::{Plan as RtPlan, Session};
 
@@ -10,13 +10,25 @@ pub(crate) fn gradient(
     shape: Shape,
     x: &[f32],
     w: &[f32],
-    body: impl Fn(&mut tapeplan_core::Trace<'_>, &tapeplan_core::NodeId) -> tapeplan_core::NodeId,
+    body: impl Fn(&mut Trace<'_>, &NodeId) -> NodeId,
+) -> (Vec<f32>, Vec<f32>) {
+    gradient_with(shape, x, w, (Shape::SCALAR, &[0.0]), |t, x, _| body(t, x))
+}
+
+/// [`gradient`] with a second, undifferentiated input `d` (data such as indices).
+pub(crate) fn gradient_with(
+    shape: Shape,
+    x: &[f32],
+    w: &[f32],
+    d: (Shape, &[f32]),
+    body: impl Fn(&mut Trace<'_>, &NodeId, &NodeId) -> NodeId,
 ) -> (Vec<f32>, Vec<f32>) {
     let mut tape = Tape::new();
     let xn = tape.input("x", shape);
+    let dn = tape.input("d", d.0);
     let (y, ys) = {
         let mut t = tape.trace();
-        let y = body(&mut t, &xn);
+        let y = body(&mut t, &xn, &dn);
         let s = t.shape_of(&y);
         (y, s)
     };
@@ -31,6 +43,8 @@ pub(crate) fn gradient(
     run.set(xn, Tensor::new(shape, x.to_vec()).unwrap())
         .unwrap();
     run.set(wn, Tensor::new(ys, w.to_vec()).unwrap()).unwrap();
+    run.set(dn, Tensor::new(d.0, d.1.to_vec()).unwrap())
+        .unwrap();
     run.forward().unwrap();
     let oracle = run.value(g).unwrap().data.clone();
     let p = plan(
@@ -50,8 +64,10 @@ pub(crate) fn gradient(
     let e = rt.entry("grad").unwrap();
     let mut arena = vec![f32::NAN; rt.arena_elems()];
     let mut s = Session::bind(&rt, &mut arena).unwrap();
-    if rt.input(e, "x").is_some() {
-        s.set_input(e, "x", x).unwrap();
+    for (name, v) in [("x", x), ("d", d.1)] {
+        if rt.input(e, name).is_some() {
+            s.set_input(e, name, v).unwrap();
+        }
     }
     s.set_input(e, "w", w).unwrap();
     s.run(e).unwrap();
@@ -85,4 +101,40 @@ fn the_gradient_of_a_maximum_with_ties_is_split_evenly() {
     });
     assert_eq!(oracle, [0., 0., 0.]);
     assert_eq!(runtime, oracle);
+}
+
+/// An embedding lookup with duplicate, negative and invalid ids: the forward gives zero rows for
+/// the invalid ones, the gradient accumulates the duplicates (in increasing position order) and
+/// gives the invalid ones nothing, in the oracle and the runtime alike.
+#[test]
+fn gather_duplicates_accumulate_and_invalid_indices_read_zeros() {
+    let table = [0., 1., 10., 11., 20., 21.];
+    let ids = [1., 1., 0., 7., -1., 0.5, f32::NAN, -4.];
+    let w = [
+        1., 2., 10., 20., 100., 200., 5., 5., 7., 7., 3., 3., 9., 9., 8., 8.,
+    ];
+    let (oracle, runtime) = gradient_with(
+        Shape::matrix(3, 2),
+        &table,
+        &w,
+        (Shape::vector(8), &ids),
+        |t, x, d| t.embedding(x, d).unwrap(),
+    );
+    assert_eq!(oracle, [100., 200., 11., 22., 7., 7.]);
+    assert_eq!(runtime, oracle);
+    // The forward through the oracle: rows 1, 1, 0, zeros, row 2, zeros, zeros, zeros.
+    let mut tape = Tape::new();
+    let x = tape.input("x", Shape::matrix(3, 2));
+    let d = tape.input("d", Shape::vector(8));
+    let y = tape.trace().embedding(&x, &d).unwrap();
+    let mut run = Run::new(&tape);
+    run.set(x, Tensor::new(Shape::matrix(3, 2), table.to_vec()).unwrap())
+        .unwrap();
+    run.set(d, Tensor::new(Shape::vector(8), ids.to_vec()).unwrap())
+        .unwrap();
+    run.forward().unwrap();
+    assert_eq!(
+        run.value(y).unwrap().data,
+        [10., 11., 10., 11., 0., 1., 0., 0., 20., 21., 0., 0., 0., 0., 0., 0.]
+    );
 }

@@ -44,6 +44,7 @@ fn the_spec_opcode_table_matches_the_enum() {
             AttrKind::Axis => "axis",
             AttrKind::Pool => "pool",
             AttrKind::PoolTo => "pool_to",
+            AttrKind::AxisTo => "axis_to",
         };
         let expected = [
             format!("{:#04x}", op.to_u8()),
