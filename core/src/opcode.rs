@@ -83,6 +83,7 @@ macro_rules! opcode_table {
             0x54 AvgPoolBackward "avg_pool_backward" 1 Structural PoolTo ext  grad node       avg_pool_backward "`avg_pool`'s adjoint, back to the target shape (attribute: `PoolTo`).";
             0x55 Gather         "gather"            2 Structural  Axis   ext  grad node       gather            "ONNX `Gather` along an axis: indices stored as `f32`; an invalid index gives zeros.";
             0x56 ScatterAdd     "scatter_add"       2 Structural  AxisTo ext  grad node       scatter_add       "`gather`'s adjoint: `updates` added at their indices along an axis (duplicates accumulate).";
+            0x57 ArgMax         "argmax"            1 Structural  Axis   ext  zero node       argmax            "The index (as `f32`) of the maximum along an axis, kept as extent 1 (ties: lowest; NaN wins).";
         }
     };
 }

@@ -473,6 +473,84 @@ pub trait Recordable {
             &[indices, updates],
         )
     }
+    /// The index (as `f32`) of the maximum along `axis`, kept as extent 1 (ties: the lowest
+    /// index; NaN counts as the maximum). See [`crate::ops::argmax`].
+    ///
+    /// # Shapes
+    /// `x: [.., n, ..]` → `[.., 1, ..]`.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn argmax(&mut self, x: &Self::Value, axis: usize) -> Result<Self::Value, Self::Error> {
+        self.apply(Opcode::ArgMax, Attr::Axis(axis), &[x])
+    }
+    /// The sum over the axes `axes` (any set, in any order, each once), as ONNX's `ReduceSum`:
+    /// `sum_to` the keep-dims shape, then (`keepdims = false`) a `reshape` that drops those
+    /// axes.
+    ///
+    /// # Shapes
+    /// `x: [d0, d1, d2]`, `axes = [0, 2]` → `[1, d1, 1]` (`keepdims`) or `[d1]`.
+    ///
+    /// # Errors
+    /// [`OpError::BadTarget`] for an axis not below the rank or given twice; as
+    /// [`Recordable::apply`].
+    fn sum_axes(
+        &mut self,
+        x: &Self::Value,
+        axes: &[usize],
+        keepdims: bool,
+    ) -> Result<Self::Value, Self::Error> {
+        let (kept, dropped) = reduced_shapes(self.shape_of(x), axes)?;
+        let y = self.sum_to(x, kept)?;
+        if keepdims {
+            Ok(y)
+        } else {
+            self.reshape(&y, dropped)
+        }
+    }
+    /// The mean over `axes` (ONNX's `ReduceMean`): [`Recordable::mean_to`] the keep-dims shape.
+    ///
+    /// # Shapes
+    /// As [`Recordable::sum_axes`].
+    ///
+    /// # Errors
+    /// As [`Recordable::sum_axes`].
+    fn mean_axes(
+        &mut self,
+        x: &Self::Value,
+        axes: &[usize],
+        keepdims: bool,
+    ) -> Result<Self::Value, Self::Error> {
+        let (kept, dropped) = reduced_shapes(self.shape_of(x), axes)?;
+        let y = self.mean_to(x, kept)?;
+        if keepdims {
+            Ok(y)
+        } else {
+            self.reshape(&y, dropped)
+        }
+    }
+    /// The maximum over `axes` (ONNX's `ReduceMax`): [`Recordable::max_to`] the keep-dims
+    /// shape (ties share the gradient evenly, see [`crate::ops::max_to`]).
+    ///
+    /// # Shapes
+    /// As [`Recordable::sum_axes`].
+    ///
+    /// # Errors
+    /// As [`Recordable::sum_axes`].
+    fn max_axes(
+        &mut self,
+        x: &Self::Value,
+        axes: &[usize],
+        keepdims: bool,
+    ) -> Result<Self::Value, Self::Error> {
+        let (kept, dropped) = reduced_shapes(self.shape_of(x), axes)?;
+        let y = self.max_to(x, kept)?;
+        if keepdims {
+            Ok(y)
+        } else {
+            self.reshape(&y, dropped)
+        }
+    }
     /// Global average pooling (ONNX's `GlobalAveragePool`, PyTorch's
     /// `adaptive_avg_pool2d(x, 1)`): the mean over every spatial axis, a composition
     /// ([`Recordable::mean_to`]: `sum_to`, then one division by the spatial element count).
@@ -548,4 +626,37 @@ pub trait Recordable {
         let k = self.fill(c, s)?;
         self.mul(x, &k)
     }
+}
+
+/// The shapes of reducing `s` over `axes`: the keep-dims shape (extent 1 along each axis) and
+/// the shape without those axes (ONNX's `keepdims = 0`).
+///
+/// # Errors
+/// [`OpError::BadTarget`] for an axis not below the rank or given twice.
+pub fn reduced_shapes(s: Shape, axes: &[usize]) -> Result<(Shape, Shape), OpError> {
+    let bad = OpError::BadTarget {
+        op: Opcode::SumTo,
+        from: s,
+        to: s,
+    };
+    let mut reduced = [false; crate::MAX_RANK];
+    for &a in axes {
+        match reduced.get_mut(a) {
+            Some(r) if a < s.rank() && !*r => *r = true,
+            _ => return Err(bad),
+        }
+    }
+    let d = s.dims();
+    let mut kept = d;
+    let mut dropped = [0usize; crate::MAX_RANK];
+    let mut n = 0;
+    for k in 0..s.rank() {
+        if reduced[k] {
+            kept[k] = 1;
+        } else {
+            dropped[n] = d[k];
+            n += 1;
+        }
+    }
+    Ok((Shape::new(&kept[..s.rank()])?, Shape::new(&dropped[..n])?))
 }

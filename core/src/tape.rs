@@ -512,7 +512,7 @@ pub fn describe(tape: &Tape, marks: &[(usize, &str)]) -> String {
                     let _ = write!(args, "  axis={axis} start={start}");
                 }
             }
-            Opcode::Concat | Opcode::Gather | Opcode::ScatterAdd => {
+            Opcode::Concat | Opcode::Gather | Opcode::ScatterAdd | Opcode::ArgMax => {
                 if let Attr::Axis(axis) | Attr::AxisTo(axis, _) = n.attr {
                     let _ = write!(args, "  axis={axis}");
                 }

@@ -25,6 +25,20 @@ pub fn near_kink(case: &str, v: &[Vec<f32>], i: usize) -> bool {
             close(v[0][i], 0.0)
         }
         "maximum" | "minimum" => close(v[0][i], v[1][i]),
+        // The maximum of a row (argmax) or of a group over axes {0, 2} (stride 4 within 12)
+        // changes hands when two of its entries are close.
+        "argmax" => {
+            let row = &v[0][(i / 4) * 4..(i / 4) * 4 + 4];
+            row.iter()
+                .enumerate()
+                .any(|(j, &y)| j != i % 4 && close(y, v[0][i]))
+        }
+        "reduce_axes_0_2" => {
+            let j = (i % 12) / 4;
+            (0..24)
+                .filter(|&k| (k % 12) / 4 == j && k != i)
+                .any(|k| close(v[0][k], v[0][i]))
+        }
         // The row maximum changes hands when two entries of a row are close.
         "max_to" => {
             let row = i / 4;
@@ -439,6 +453,31 @@ pub fn cases() -> Vec<Case> {
             body: |t, x| {
                 let y = t.gather(&x[0], &x[1], 1).unwrap();
                 t.mul(&y, &y).unwrap()
+            },
+        },
+        Case {
+            name: "argmax",
+            covers: &[Opcode::ArgMax, Opcode::Mul],
+            inputs: &[(&[3, 4], -2.0, 2.0), (&[3, 1], -1.0, 1.0)],
+            wrt: &[true, true],
+            body: |t, x| {
+                let i = t.argmax(&x[0], 1).unwrap();
+                let y = t.mul(&i, &x[1]).unwrap();
+                let m = t.max_to(&x[0], Shape::matrix(3, 1)).unwrap();
+                t.mul(&y, &m).unwrap()
+            },
+        },
+        Case {
+            name: "reduce_axes_0_2",
+            covers: &[Opcode::SumTo, Opcode::MaxTo, Opcode::Reshape, Opcode::Div],
+            inputs: &[(&[2, 3, 4], -2.0, 2.0)],
+            wrt: &[true],
+            body: |t, x| {
+                let s = t.sum_axes(&x[0], &[0, 2], false).unwrap();
+                let m = t.mean_axes(&x[0], &[2, 0], false).unwrap();
+                let k = t.max_axes(&x[0], &[0, 2], false).unwrap();
+                let sm = t.mul(&s, &m).unwrap();
+                t.mul(&sm, &k).unwrap()
             },
         },
         Case {

@@ -13,6 +13,7 @@ use crate::{Element, MathProfile, Opcode, Shape, MAX_ARITY};
 
 pub mod abs;
 pub mod add;
+pub mod argmax;
 pub mod avg_pool;
 pub mod avg_pool_backward;
 pub mod broadcast;

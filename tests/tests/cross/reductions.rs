@@ -138,3 +138,69 @@ fn gather_duplicates_accumulate_and_invalid_indices_read_zeros() {
         [10., 11., 10., 11., 0., 1., 0., 0., 20., 21., 0., 0., 0., 0., 0., 0.]
     );
 }
+
+/// Reductions over an axis set: axes {0, 2} of a rank-3 tensor, keep-dims and not, values
+/// against loops written here, gradients through the oracle and the runtime.
+#[test]
+fn reductions_over_axes_0_and_2_of_a_rank_3_tensor() {
+    let s = Shape::new(&[2, 3, 4]).unwrap();
+    let x: Vec<f32> = (0..24).map(|k| ((k * 7) % 11) as f32 - 5.0).collect();
+    let at = |a: usize, b: usize, c: usize| x[a * 12 + b * 4 + c];
+    let group = |b: usize| (0..2).flat_map(move |a| (0..4).map(move |c| (a, b, c)));
+    let sums: Vec<f32> = (0..3)
+        .map(|b| group(b).map(|(a, b, c)| at(a, b, c)).sum())
+        .collect();
+    let maxes: Vec<f32> = (0..3)
+        .map(|b| {
+            group(b)
+                .map(|(a, b, c)| at(a, b, c))
+                .fold(f32::MIN, f32::max)
+        })
+        .collect();
+    let mut tape = Tape::new();
+    let xn = tape.input("x", s);
+    let (sk, sd, m, k) = {
+        let mut t = tape.trace();
+        let sk = t.sum_axes(&xn, &[0, 2], true).unwrap();
+        let sd = t.sum_axes(&xn, &[2, 0], false).unwrap();
+        let m = t.mean_axes(&xn, &[0, 2], false).unwrap();
+        let k = t.max_axes(&xn, &[0, 2], true).unwrap();
+        assert!(t.sum_axes(&xn, &[0, 0], true).is_err());
+        assert!(t.sum_axes(&xn, &[3], true).is_err());
+        (sk, sd, m, k)
+    };
+    assert_eq!(tape.shape(sk).unwrap(), Shape::new(&[1, 3, 1]).unwrap());
+    assert_eq!(tape.shape(sd).unwrap(), Shape::vector(3));
+    assert_eq!(tape.shape(k).unwrap(), Shape::new(&[1, 3, 1]).unwrap());
+    let mut run = Run::new(&tape);
+    run.set(xn, Tensor::new(s, x.clone()).unwrap()).unwrap();
+    run.forward().unwrap();
+    assert_eq!(run.value(sk).unwrap().data, sums);
+    assert_eq!(run.value(sd).unwrap().data, sums);
+    let means: Vec<f32> = sums.iter().map(|v| v / 8.0).collect();
+    assert_eq!(run.value(m).unwrap().data, means);
+    assert_eq!(run.value(k).unwrap().data, maxes);
+
+    // Gradients: the mean gives each element 1/8 of its group's cotangent; the maximum splits
+    // its group's cotangent among the tied maxima.
+    let w = [8., 16., 24.];
+    let (oracle, runtime) = gradient(s, &x, &w, |t, x| t.mean_axes(x, &[0, 2], false).unwrap());
+    let expected: Vec<f32> = (0..24).map(|k| w[(k % 12) / 4] / 8.0).collect();
+    assert_eq!(oracle, expected);
+    assert_eq!(runtime, oracle);
+    let (oracle, runtime) = gradient(s, &x, &w, |t, x| t.max_axes(x, &[0, 2], false).unwrap());
+    for b in 0..3 {
+        let ties = group(b)
+            .filter(|&(a, b, c)| at(a, b, c) == maxes[b])
+            .count();
+        for (a, bb, c) in group(b) {
+            let e = if at(a, bb, c) == maxes[b] {
+                w[b] / ties as f32
+            } else {
+                0.0
+            };
+            assert_eq!(oracle[a * 12 + bb * 4 + c], e, "({a}, {bb}, {c})");
+        }
+    }
+    assert_eq!(runtime, oracle);
+}
