@@ -500,13 +500,7 @@ pub trait Recordable {
         axes: &[usize],
         keepdims: bool,
     ) -> Result<Self::Value, Self::Error> {
-        let (kept, dropped) = reduced_shapes(self.shape_of(x), axes)?;
-        let y = self.sum_to(x, kept)?;
-        if keepdims {
-            Ok(y)
-        } else {
-            self.reshape(&y, dropped)
-        }
+        reduce_axes(self, x, axes, keepdims, Self::sum_to)
     }
     /// The mean over `axes` (ONNX's `ReduceMean`): [`Recordable::mean_to`] the keep-dims shape.
     ///
@@ -521,13 +515,7 @@ pub trait Recordable {
         axes: &[usize],
         keepdims: bool,
     ) -> Result<Self::Value, Self::Error> {
-        let (kept, dropped) = reduced_shapes(self.shape_of(x), axes)?;
-        let y = self.mean_to(x, kept)?;
-        if keepdims {
-            Ok(y)
-        } else {
-            self.reshape(&y, dropped)
-        }
+        reduce_axes(self, x, axes, keepdims, Self::mean_to)
     }
     /// The maximum over `axes` (ONNX's `ReduceMax`): [`Recordable::max_to`] the keep-dims
     /// shape (ties share the gradient evenly, see [`crate::ops::max_to`]).
@@ -543,13 +531,7 @@ pub trait Recordable {
         axes: &[usize],
         keepdims: bool,
     ) -> Result<Self::Value, Self::Error> {
-        let (kept, dropped) = reduced_shapes(self.shape_of(x), axes)?;
-        let y = self.max_to(x, kept)?;
-        if keepdims {
-            Ok(y)
-        } else {
-            self.reshape(&y, dropped)
-        }
+        reduce_axes(self, x, axes, keepdims, Self::max_to)
     }
     /// Global average pooling (ONNX's `GlobalAveragePool`, PyTorch's
     /// `adaptive_avg_pool2d(x, 1)`): the mean over every spatial axis, a composition
@@ -659,4 +641,22 @@ pub fn reduced_shapes(s: Shape, axes: &[usize]) -> Result<(Shape, Shape), OpErro
         }
     }
     Ok((Shape::new(&kept[..s.rank()])?, Shape::new(&dropped[..n])?))
+}
+
+/// `reduce` to the keep-dims shape of `axes`, then (unless `keepdims`) a reshape that drops
+/// them: the body of [`Recordable::sum_axes`] and its siblings.
+fn reduce_axes<R: Recordable + ?Sized>(
+    r: &mut R,
+    x: &R::Value,
+    axes: &[usize],
+    keepdims: bool,
+    reduce: impl FnOnce(&mut R, &R::Value, Shape) -> Result<R::Value, R::Error>,
+) -> Result<R::Value, R::Error> {
+    let (kept, dropped) = reduced_shapes(r.shape_of(x), axes)?;
+    let y = reduce(r, x, kept)?;
+    if keepdims {
+        Ok(y)
+    } else {
+        r.reshape(&y, dropped)
+    }
 }
