@@ -32,6 +32,8 @@ pub enum AttrKind {
     PoolTo,
     /// One axis and the output shape (`scatter_add`, `gather`'s adjoint).
     AxisTo,
+    /// A set of axes and a direction (the scans of `prod_to`'s rule).
+    Scan,
 }
 
 impl AttrKind {
@@ -47,6 +49,7 @@ impl AttrKind {
             AttrKind::Pool => "pool",
             AttrKind::PoolTo => "pool_to",
             AttrKind::AxisTo => "axis_to",
+            AttrKind::Scan => "scan",
         }
     }
 }
@@ -93,6 +96,15 @@ pub enum Attr {
     PoolTo(PoolWindow, Shape),
     /// `scatter_add`: the axis and the output shape.
     AxisTo(usize, Shape),
+    /// `cumprod_exclusive`, `affine_scan`: the axes along which a group runs (bit `k` for
+    /// axis `k`; the elements that agree on every other axis form a group, walked in increasing
+    /// flat index) and the direction.
+    Scan {
+        /// The group's axes, a bit mask.
+        axes: u8,
+        /// Walk each group in decreasing flat index.
+        reverse: bool,
+    },
 }
 
 /// A pooling window over the spatial axes of a channels-first tensor (`[N, C, L]` or
@@ -208,6 +220,7 @@ impl Attr {
             Attr::Pool(_) => AttrKind::Pool,
             Attr::PoolTo(..) => AttrKind::PoolTo,
             Attr::AxisTo(..) => AttrKind::AxisTo,
+            Attr::Scan { .. } => AttrKind::Scan,
         }
     }
 
@@ -262,6 +275,12 @@ impl Attr {
             Attr::Pool(w) => (AttrKind::Pool, [0; 4], None, Some(w)),
             Attr::PoolTo(w, s) => (AttrKind::PoolTo, [0; 4], Some(s), Some(w)),
             Attr::AxisTo(a, s) => (AttrKind::AxisTo, [u(a), 0, 0, 0], Some(s), None),
+            Attr::Scan { axes, reverse } => (
+                AttrKind::Scan,
+                [u32::from(axes), u32::from(reverse), 0, 0],
+                None,
+                None,
+            ),
         }
     }
 }

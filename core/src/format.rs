@@ -453,6 +453,9 @@ pub fn encode_attr(attr: &Attr) -> EncodedAttr {
         Attr::Axis(axis) | Attr::AxisTo(axis, _) => EncodedAttr::Inline(w(axis)),
         Attr::Window { axis, start, len } => EncodedAttr::block(&[w(axis), w(start), w(len)]),
         Attr::Pool(window) | Attr::PoolTo(window, _) => EncodedAttr::block(&window.words()),
+        Attr::Scan { axes, reverse } => {
+            EncodedAttr::Inline(u32::from(axes) | u32::from(reverse) << 8)
+        }
     }
 }
 
@@ -476,7 +479,8 @@ pub enum AttrError {
         /// The block's length word.
         found: u32,
     },
-    /// A flag word (a pooling window's `count_include_pad`) other than 0 or 1.
+    /// A flag word other than its defined values (a pooling window's `count_include_pad`
+    /// other than 0 or 1; a scan word with bits above its mask and direction).
     BadFlag {
         /// The word found.
         word: u32,
@@ -502,7 +506,7 @@ impl core::fmt::Display for AttrError {
                 )
             }
             AttrError::BadFlag { word } => {
-                write!(f, "a flag word must be 0 or 1, found {word:#x}")
+                write!(f, "a flag word with undefined bits: {word:#x}")
             }
         }
     }
@@ -565,6 +569,15 @@ pub fn decode_attr(op: Opcode, word: u32, section: &[u8], out: Shape) -> Result<
         AttrKind::Pow => Ok(Attr::Pow(f32::from_bits(word))),
         AttrKind::Axis => Ok(Attr::Axis(us(word))),
         AttrKind::AxisTo => Ok(Attr::AxisTo(us(word), out)),
+        AttrKind::Scan => {
+            if word & !0x1ff != 0 {
+                return Err(AttrError::BadFlag { word });
+            }
+            Ok(Attr::Scan {
+                axes: (word & 0xff) as u8,
+                reverse: word & 0x100 != 0,
+            })
+        }
         AttrKind::Window => {
             let [axis, start, len] = block::<3>(word, section)?;
             Ok(Attr::Window {
@@ -747,6 +760,13 @@ mod tests {
             (Opcode::Concat, Attr::Axis(1)),
             (Opcode::ScatterAdd, Attr::AxisTo(1, s)),
             (
+                Opcode::AffineScan,
+                Attr::Scan {
+                    axes: 0b101,
+                    reverse: true,
+                },
+            ),
+            (
                 Opcode::Slice,
                 Attr::Window {
                     axis: 1,
@@ -823,6 +843,24 @@ mod tests {
         assert_eq!(
             decode_attr(Opcode::AvgPool, 0, &section[..44], s),
             Err(AttrError::BlockOutOfRange { at: 0 })
+        );
+    }
+
+    #[test]
+    fn a_scan_word_is_the_mask_and_the_direction_bit() {
+        let s = Shape::vector(3);
+        let attr = Attr::Scan {
+            axes: 0b11,
+            reverse: true,
+        };
+        assert_eq!(encode_attr(&attr), EncodedAttr::Inline(0x103));
+        assert_eq!(
+            decode_attr(Opcode::CumprodExclusive, 0x103, &[], s),
+            Ok(attr)
+        );
+        assert_eq!(
+            decode_attr(Opcode::CumprodExclusive, 0x203, &[], s),
+            Err(AttrError::BadFlag { word: 0x203 })
         );
     }
 

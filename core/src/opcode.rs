@@ -84,6 +84,9 @@ macro_rules! opcode_table {
             0x55 Gather         "gather"            2 Structural  Axis   ext  grad node       gather            "ONNX `Gather` along an axis: indices stored as `f32`; an invalid index gives zeros.";
             0x56 ScatterAdd     "scatter_add"       2 Structural  AxisTo ext  grad node       scatter_add       "`gather`'s adjoint: `updates` added at their indices along an axis (duplicates accumulate).";
             0x57 ArgMax         "argmax"            1 Structural  Axis   ext  zero node       argmax            "The index (as `f32`) of the maximum along an axis, kept as extent 1 (ties: lowest; NaN wins).";
+            0x58 ProdTo         "prod_to"           1 Structural  Target ext  grad node       prod_to           "Product down to a shape that broadcasts back (its rule divides by nothing).";
+            0x59 CumprodExclusive "cumprod_exclusive" 1 Structural Scan ext  grad node       cumprod_exclusive "The product of the elements before each in its group (`1` for the first).";
+            0x5A AffineScan     "affine_scan"       2 Structural  Scan   ext  grad node       affine_scan       "`z = b[p] + c[p] * z[p]` along each group from `0` (`prod_to`'s second order).";
         }
     };
 }

@@ -484,6 +484,67 @@ pub trait Recordable {
     fn argmax(&mut self, x: &Self::Value, axis: usize) -> Result<Self::Value, Self::Error> {
         self.apply(Opcode::ArgMax, Attr::Axis(axis), &[x])
     }
+    /// The product of `x` down to `shape` (see [`crate::ops::prod_to`]).
+    ///
+    /// # Shapes
+    /// As [`Recordable::sum_to`].
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn prod_to(&mut self, x: &Self::Value, shape: Shape) -> Result<Self::Value, Self::Error> {
+        self.apply(Opcode::ProdTo, Attr::target(shape), &[x])
+    }
+    /// The product over `axes` (ONNX's `ReduceProd`): [`Recordable::prod_to`] the keep-dims
+    /// shape.
+    ///
+    /// # Shapes
+    /// As [`Recordable::sum_axes`].
+    ///
+    /// # Errors
+    /// As [`Recordable::sum_axes`].
+    fn prod_axes(
+        &mut self,
+        x: &Self::Value,
+        axes: &[usize],
+        keepdims: bool,
+    ) -> Result<Self::Value, Self::Error> {
+        reduce_axes(self, x, axes, keepdims, Self::prod_to)
+    }
+    /// For each element, the product of the elements before it in its group (after it, with
+    /// `reverse`); `1` for the first. A group: the elements that agree on every axis outside
+    /// the mask `axes` (bit `k` for axis `k`), in flat-index order. See
+    /// [`crate::ops::cumprod_exclusive`].
+    ///
+    /// # Shapes
+    /// `x` → `x`'s shape.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn cumprod_exclusive(
+        &mut self,
+        x: &Self::Value,
+        axes: u8,
+        reverse: bool,
+    ) -> Result<Self::Value, Self::Error> {
+        self.apply(Opcode::CumprodExclusive, Attr::Scan { axes, reverse }, &[x])
+    }
+    /// The exclusive affine recurrence `z = b[p] + c[p] * z[p]` along each group (groups as
+    /// [`Recordable::cumprod_exclusive`]'s), from `0`. See [`crate::ops::affine_scan`].
+    ///
+    /// # Shapes
+    /// `c`, `b` of one shape → that shape.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn affine_scan(
+        &mut self,
+        c: &Self::Value,
+        b: &Self::Value,
+        axes: u8,
+        reverse: bool,
+    ) -> Result<Self::Value, Self::Error> {
+        self.apply(Opcode::AffineScan, Attr::Scan { axes, reverse }, &[c, b])
+    }
     /// The sum over the axes `axes` (any set, in any order, each once), as ONNX's `ReduceSum`:
     /// `sum_to` the keep-dims shape, then (`keepdims = false`) a `reshape` that drops those
     /// axes.

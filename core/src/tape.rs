@@ -517,7 +517,11 @@ pub fn describe(tape: &Tape, marks: &[(usize, &str)]) -> String {
                     let _ = write!(args, "  axis={axis}");
                 }
             }
-            Opcode::Broadcast | Opcode::SumTo | Opcode::MaxTo | Opcode::Reshape => {
+            Opcode::Broadcast
+            | Opcode::SumTo
+            | Opcode::MaxTo
+            | Opcode::ProdTo
+            | Opcode::Reshape => {
                 let _ = write!(args, "  shape={}", n.shape);
             }
             Opcode::MaxPool

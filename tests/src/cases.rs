@@ -481,6 +481,39 @@ pub fn cases() -> Vec<Case> {
             },
         },
         Case {
+            name: "prod_to_rows",
+            covers: &[
+                Opcode::ProdTo,
+                Opcode::CumprodExclusive,
+                Opcode::AffineScan,
+                Opcode::Mul,
+            ],
+            inputs: &[(&[3, 4], -1.5, 1.5)],
+            wrt: &[true],
+            body: |t, x| t.prod_to(&x[0], Shape::matrix(3, 1)).unwrap(),
+        },
+        Case {
+            name: "prod_axes_0_2",
+            covers: &[Opcode::ProdTo, Opcode::CumprodExclusive, Opcode::Reshape],
+            inputs: &[(&[2, 3, 2], -1.5, 1.5)],
+            wrt: &[true],
+            body: |t, x| t.prod_axes(&x[0], &[0, 2], false).unwrap(),
+        },
+        Case {
+            name: "cumprod_exclusive",
+            covers: &[Opcode::CumprodExclusive, Opcode::AffineScan],
+            inputs: &[(&[2, 3, 2], -1.5, 1.5)],
+            wrt: &[true],
+            body: |t, x| t.cumprod_exclusive(&x[0], 0b101, true).unwrap(),
+        },
+        Case {
+            name: "affine_scan",
+            covers: &[Opcode::AffineScan, Opcode::Mul],
+            inputs: &[(&[3, 4], -1.5, 1.5), (&[3, 4], -1.5, 1.5)],
+            wrt: &[true, true],
+            body: |t, x| t.affine_scan(&x[0], &x[1], 0b01, false).unwrap(),
+        },
+        Case {
             name: "softmax_ce",
             covers: &[
                 Opcode::MaxTo,

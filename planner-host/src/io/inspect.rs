@@ -204,6 +204,7 @@ impl PlanInfo {
                             ""
                         }
                     ),
+                    Attr::Scan { axes, reverse } => format!("axes={axes:#b} reverse={reverse}"),
                     Attr::None | Attr::Target(_) => String::new(),
                 };
                 let at = match t {

@@ -47,31 +47,7 @@ pub(crate) fn gradient_with(
         .unwrap();
     run.forward().unwrap();
     let oracle = run.value(g).unwrap().data.clone();
-    let p = plan(
-        &tape,
-        &[EntrySpec {
-            name: "grad".into(),
-            roots: vec![Root::Output {
-                name: "g".into(),
-                node: g,
-            }],
-            guarded: false,
-        }],
-    )
-    .unwrap();
-    let bytes = p.to_bytes();
-    let rt = RtPlan::parse(&bytes).unwrap();
-    let e = rt.entry("grad").unwrap();
-    let mut arena = vec![f32::NAN; rt.arena_elems()];
-    let mut s = Session::bind(&rt, &mut arena).unwrap();
-    for (name, v) in [("x", x), ("d", d.1)] {
-        if rt.input(e, name).is_some() {
-            s.set_input(e, name, v).unwrap();
-        }
-    }
-    s.set_input(e, "w", w).unwrap();
-    s.run(e).unwrap();
-    let runtime = s.output(e, "g").unwrap().to_vec();
+    let runtime = run_planned(&tape, g, &[("x", x), ("d", d.1), ("w", w)]);
     (oracle, runtime)
 }
 
@@ -203,4 +179,93 @@ fn reductions_over_axes_0_and_2_of_a_rank_3_tensor() {
         }
     }
     assert_eq!(runtime, oracle);
+}
+
+/// The product's gradient and Hessian-vector product with one zero and with two zeros in a
+/// group, by hand (no division by `x` anywhere), through the oracle and the runtime.
+#[test]
+fn the_product_is_differentiated_right_with_one_and_two_zeros() {
+    let s = Shape::vector(4);
+    let prod = |t: &mut Trace<'_>, x: &NodeId| t.prod_to(x, Shape::SCALAR).unwrap();
+    // One zero: only the zero's gradient is nonzero, the product of the others.
+    let (oracle, runtime) = gradient(s, &[2., 0., 3., 4.], &[1.], prod);
+    assert_eq!(oracle, [0., 24., 0., 0.]);
+    assert_eq!(runtime, oracle);
+    // Two zeros: every gradient is zero.
+    let (oracle, runtime) = gradient(s, &[2., 0., 3., 0.], &[1.], prod);
+    assert_eq!(oracle, [0., 0., 0., 0.]);
+    assert_eq!(runtime, oracle);
+    // No zero: the gradient is the product of the others.
+    let (oracle, _) = gradient(s, &[2., 5., 3., 4.], &[1.], prod);
+    assert_eq!(oracle, [60., 24., 40., 30.]);
+
+    // Second order: H[j][k] = product of the elements other than j and k (0 on the diagonal).
+    // At [2, 0, 3, 4] with v = [1, 10, 100, 1000]: Hv = [12·10, 12 + 8·100 + 6·1000, 8·10,
+    // 6·10]. At [2, 0, 3, 0]: only H[1][3] = H[3][1] = 6: Hv = [0, 6000, 0, 60].
+    let v = [1., 10., 100., 1000.];
+    for (x, expected) in [
+        ([2., 0., 3., 4.], [120., 6812., 80., 60.]),
+        ([2., 0., 3., 0.], [0., 6000., 0., 60.]),
+    ] {
+        let (oracle, runtime) = hvp(s, &x, &v, prod);
+        assert_eq!(oracle, expected, "{x:?}");
+        assert_eq!(runtime, oracle, "{x:?}");
+    }
+}
+
+/// `H(x) · v` of `sum(body(x))`: the recorded gradient differentiated again along `v`, from the
+/// oracle and the runtime.
+fn hvp(
+    shape: Shape,
+    x: &[f32],
+    v: &[f32],
+    body: impl Fn(&mut Trace<'_>, &NodeId) -> NodeId,
+) -> (Vec<f32>, Vec<f32>) {
+    let mut tape = Tape::new();
+    let xn = tape.input("x", shape);
+    let f = {
+        let mut t = tape.trace();
+        let y = body(&mut t, &xn);
+        t.sum_all(&y).unwrap()
+    };
+    let g = *tape.differentiate(f, &[xn]).unwrap().get(xn).unwrap();
+    let vn = tape.input("v", shape);
+    let h = *tape.vjp(g, vn, &[xn]).unwrap().get(xn).unwrap();
+    let mut run = Run::new(&tape);
+    run.set(xn, Tensor::new(shape, x.to_vec()).unwrap())
+        .unwrap();
+    run.set(vn, Tensor::new(shape, v.to_vec()).unwrap())
+        .unwrap();
+    run.forward().unwrap();
+    let oracle = run.value(h).unwrap().data.clone();
+    (oracle, run_planned(&tape, h, &[("x", x), ("v", v)]))
+}
+
+/// `node` planned as the output of one entry and run by the runtime over the named inputs (an
+/// input the plan does not read is skipped).
+fn run_planned(tape: &Tape, node: NodeId, inputs: &[(&str, &[f32])]) -> Vec<f32> {
+    let p = plan(
+        tape,
+        &[EntrySpec {
+            name: "e".into(),
+            roots: vec![Root::Output {
+                name: "out".into(),
+                node,
+            }],
+            guarded: false,
+        }],
+    )
+    .unwrap();
+    let bytes = p.to_bytes();
+    let rt = RtPlan::parse(&bytes).unwrap();
+    let e = rt.entry("e").unwrap();
+    let mut arena = vec![f32::NAN; rt.arena_elems()];
+    let mut s = Session::bind(&rt, &mut arena).unwrap();
+    for (name, v) in inputs {
+        if rt.input(e, name).is_some() {
+            s.set_input(e, name, v).unwrap();
+        }
+    }
+    s.run(e).unwrap();
+    s.output(e, "out").unwrap().to_vec()
 }
