@@ -57,8 +57,8 @@ macro_rules! opcode_table {
             0x1D Sigmoid      "sigmoid"       1 Elementwise None   ext  grad unary_math sigmoid       "`1 / (1 + exp(-x))` with the profile's `exp`.";
             0x1E Softplus     "softplus"      1 Elementwise None   ext  grad unary_math softplus      "`log(1 + e^x)` with the profile's functions, `x` above 20 (PyTorch's threshold).";
             0x1F Abs          "abs"           1 Elementwise None   ext  grad unary      abs           "`|x|`.";
-            0x20 MatMul       "matmul"        2 Structural  None   core grad node       matmul        "Matrix product `[m, k] x [k, n] -> [m, n]`.";
-            0x21 Transpose    "transpose"     1 Structural  None   core grad node       transpose     "Matrix transpose `[m, n] -> [n, m]`.";
+            0x20 MatMul       "matmul"        2 Structural  None   core grad node       matmul        "Matrix product `[m, k] x [k, n] -> [m, n]`; batched `[b, m, k] x [b, k, n] -> [b, m, n]`.";
+            0x21 Transpose    "transpose"     1 Structural  None   core grad node       transpose     "Matrix transpose `[m, n] -> [n, m]`; batched `[b, m, n] -> [b, n, m]`.";
             0x22 Reshape      "reshape"       1 Structural  Target core grad node       reshape       "Same elements, same order, another shape.";
             0x23 Broadcast    "broadcast"     1 Structural  Target core grad node       broadcast     "NumPy broadcasting to the target shape.";
             0x24 SumTo        "sum_to"        1 Structural  Target core grad node       sum_to        "Sum down to a shape that broadcasts back (broadcast's adjoint).";

@@ -123,14 +123,20 @@ pub trait Recordable {
     fn equal(&mut self, a: &Self::Value, b: &Self::Value) -> Result<Self::Value, Self::Error> {
         self.apply(Opcode::Equal, Attr::NONE, &[a, b])
     }
-    /// `a · b` for `a: [m, k]`, `b: [k, n]`.
+    /// `a · b` for `a: [m, k]`, `b: [k, n]`; batched, one product per batch index.
+    ///
+    /// # Shapes
+    /// `[m, k] x [k, n] -> [m, n]`; `[b, m, k] x [b, k, n] -> [b, m, n]`.
     ///
     /// # Errors
     /// As [`Recordable::apply`].
     fn matmul(&mut self, a: &Self::Value, b: &Self::Value) -> Result<Self::Value, Self::Error> {
         self.apply(Opcode::MatMul, Attr::NONE, &[a, b])
     }
-    /// `xᵀ` for `x: [m, n]`.
+    /// `xᵀ` for `x: [m, n]`; the last two axes of `x: [b, m, n]`.
+    ///
+    /// # Shapes
+    /// `[m, n] -> [n, m]`; `[b, m, n] -> [b, n, m]`.
     ///
     /// # Errors
     /// As [`Recordable::apply`].

@@ -14,8 +14,9 @@ pub struct Limits {
     /// The most binding records.
     pub max_bindings: u32,
     /// The most work one entry may do, in element operations ([`crate::Plan::entry_work`]:
-    /// a matrix product `[m, k] x [k, n]` counts `m·k·n`, every other instruction the elements
-    /// it reads and writes). A device with a watchdog sets this so a plan that would run too
+    /// a matrix product `[m, k] x [k, n]` counts `m·k·n`, a pooling instruction the elements
+    /// it reads and writes times its kernel's taps, every other instruction the elements it
+    /// reads and writes). A device with a watchdog sets this so a plan that would run too
     /// long is refused before it runs. `u64::MAX` (the default) is no cap.
     pub max_work_per_entry: u64,
 }

@@ -178,6 +178,23 @@ pub fn cases() -> Vec<Case> {
             body: |t, x| t.matmul(&x[0], &x[1]).unwrap(),
         },
         Case {
+            name: "matmul_batched",
+            covers: &[Opcode::MatMul, Opcode::Transpose],
+            inputs: &[(&[2, 3, 4], -1.0, 1.0), (&[2, 4, 2], -1.0, 1.0)],
+            wrt: &[true, true],
+            body: |t, x| {
+                let y = t.matmul(&x[0], &x[1]).unwrap();
+                t.mul(&y, &y).unwrap()
+            },
+        },
+        Case {
+            name: "transpose_batched",
+            covers: &[Opcode::Transpose],
+            inputs: &[(&[2, 3, 4], -1.0, 1.0)],
+            wrt: &[true],
+            body: |t, x| t.transpose(&x[0]).unwrap(),
+        },
+        Case {
             name: "transpose",
             covers: &[Opcode::Transpose],
             inputs: &[(&[3, 4], -1.0, 1.0)],
