@@ -107,10 +107,7 @@ impl Geometry {
     /// then output row, then output column), `taps` listing the input indices (into the whole
     /// tensor) of the window's real taps in row-major window order.
     #[inline(always)]
-    pub(crate) fn for_each_window(
-        &self,
-        mut f: impl FnMut(usize, &mut dyn Iterator<Item = usize>),
-    ) {
+    pub(crate) fn for_each_window(&self, mut f: impl FnMut(usize, Taps)) {
         let (h, w) = (self.h, self.w);
         let mut window = 0usize;
         for plane in 0..self.planes {
@@ -119,11 +116,19 @@ impl Geometry {
                 let (h0, h1) = h.taps(oh);
                 for ow in 0..w.out {
                     let (w0, w1) = w.taps(ow);
-                    let mut taps = (h0..h1).flat_map(move |th| {
-                        let row = base.saturating_add(h.pos(oh, th).saturating_mul(w.len));
-                        (w0..w1).map(move |tw| row.saturating_add(w.pos(ow, tw)))
-                    });
-                    f(window, &mut taps);
+                    let taps = Taps {
+                        base,
+                        h,
+                        w,
+                        oh,
+                        ow,
+                        th: h0,
+                        h1,
+                        tw: w0,
+                        w0,
+                        w1,
+                    };
+                    f(window, taps);
                     window = window.saturating_add(1);
                 }
             }
@@ -141,6 +146,43 @@ impl Geometry {
         let (h0, h1) = self.h.taps(oh);
         let (w0, w1) = self.w.taps(ow);
         (h1 - h0).saturating_mul(w1 - w0)
+    }
+}
+
+/// The real taps of one window, in row-major window order: input indices into the whole
+/// tensor.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Taps {
+    base: usize,
+    h: Axis,
+    w: Axis,
+    oh: usize,
+    ow: usize,
+    th: usize,
+    h1: usize,
+    tw: usize,
+    w0: usize,
+    w1: usize,
+}
+
+impl Iterator for Taps {
+    type Item = usize;
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<usize> {
+        if self.tw >= self.w1 {
+            self.tw = self.w0;
+            self.th += 1;
+        }
+        if self.th >= self.h1 || self.w0 >= self.w1 {
+            return None;
+        }
+        let row = self
+            .base
+            .saturating_add(self.h.pos(self.oh, self.th).saturating_mul(self.w.len));
+        let i = row.saturating_add(self.w.pos(self.ow, self.tw));
+        self.tw += 1;
+        Some(i)
     }
 }
 
@@ -270,10 +312,7 @@ pub(crate) fn check_pooled(
 /// order given: a tap takes over when it is NaN or greater than the maximum so far, unless the
 /// maximum so far is NaN (so the first NaN wins, and among equal values, `-0` and `+0`
 /// included, the first). `None` for a window without taps (which the shape rule refuses).
-pub(crate) fn argmax<E: crate::Element>(
-    x: &[E],
-    taps: &mut dyn Iterator<Item = usize>,
-) -> Option<usize> {
+pub(crate) fn argmax<E: crate::Element>(x: &[E], taps: Taps) -> Option<usize> {
     let mut best: Option<(usize, E)> = None;
     for i in taps {
         let Some(&v) = x.get(i) else { continue };
