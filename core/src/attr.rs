@@ -109,7 +109,7 @@ pub enum Attr {
 
 /// A pooling window over the spatial axes of a channels-first tensor (`[N, C, L]` or
 /// `[N, C, H, W]`), in ONNX's terms (`kernel_shape`, `strides`, `dilations`, `pads`,
-/// `count_include_pad`). Entries are per spatial axis `[h, w]`; a 1-D tensor `[N, C, L]` is
+/// `count_include_pad`), each value at most `u16::MAX`. Entries are per spatial axis `[h, w]`; a 1-D tensor `[N, C, L]` is
 /// pooled as `[N, C, 1, L]`, so its values are the `w` entries and the `h` entries must be the
 /// identity (kernel 1, stride 1, dilation 1, no padding): [`PoolWindow::new_1d`] builds that.
 ///
@@ -120,13 +120,13 @@ pub enum Attr {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PoolWindow {
     /// The kernel's extents `[h, w]` (ONNX `kernel_shape`; each at least 1).
-    pub kernel: [u32; 2],
+    pub kernel: [u16; 2],
     /// The strides `[h, w]` (each at least 1).
-    pub strides: [u32; 2],
+    pub strides: [u16; 2],
     /// The dilations `[h, w]` (each at least 1; 1 is a dense window).
-    pub dilations: [u32; 2],
+    pub dilations: [u16; 2],
     /// Padding in ONNX's `pads` order: `[h_begin, w_begin, h_end, w_end]`.
-    pub pads: [u32; 4],
+    pub pads: [u16; 4],
     /// Average pooling only (`false` for the max-pool opcodes): whether padded positions count
     /// in the divisor. ONNX's `count_include_pad` (default 0: they do not); PyTorch's
     /// `nn.AvgPool2d` defaults to `count_include_pad=True`.
@@ -136,7 +136,7 @@ pub struct PoolWindow {
 impl PoolWindow {
     /// A 2-D window: kernel, strides, dilations `[h, w]`, `pads` in ONNX order
     /// `[h_begin, w_begin, h_end, w_end]`.
-    pub fn new_2d(kernel: [u32; 2], strides: [u32; 2], pads: [u32; 4]) -> PoolWindow {
+    pub fn new_2d(kernel: [u16; 2], strides: [u16; 2], pads: [u16; 4]) -> PoolWindow {
         PoolWindow {
             kernel,
             strides,
@@ -148,12 +148,12 @@ impl PoolWindow {
 
     /// A 1-D window (a tensor `[N, C, L]`): kernel, stride, `pads` in ONNX order
     /// `[begin, end]`.
-    pub fn new_1d(kernel: u32, stride: u32, pads: [u32; 2]) -> PoolWindow {
+    pub fn new_1d(kernel: u16, stride: u16, pads: [u16; 2]) -> PoolWindow {
         PoolWindow::new_2d([1, kernel], [1, stride], [0, pads[0], 0, pads[1]])
     }
 
     /// The same window with dilations `[h, w]`.
-    pub fn with_dilations(self, dilations: [u32; 2]) -> PoolWindow {
+    pub fn with_dilations(self, dilations: [u16; 2]) -> PoolWindow {
         PoolWindow { dilations, ..self }
     }
 
@@ -172,19 +172,24 @@ impl PoolWindow {
         let [sh, sw] = self.strides;
         let [dh, dw] = self.dilations;
         let [p0, p1, p2, p3] = self.pads;
-        let c = u32::from(self.count_include_pad);
-        [kh, kw, sh, sw, dh, dw, p0, p1, p2, p3, c]
+        let c = u16::from(self.count_include_pad);
+        [kh, kw, sh, sw, dh, dw, p0, p1, p2, p3, c].map(u32::from)
     }
 
-    /// The inverse of [`PoolWindow::words`]; `None` when the last word is neither 0 nor 1.
-    pub fn from_words(w: [u32; 11]) -> Option<PoolWindow> {
-        let [kh, kw, sh, sw, dh, dw, p0, p1, p2, p3, c] = w;
+    /// The inverse of [`PoolWindow::words`]; `Err(word)` for the first word out of its range
+    /// (a value above `u16::MAX`, a flag other than 0 or 1).
+    pub fn from_words(w: [u32; 11]) -> Result<PoolWindow, u32> {
+        let mut v = [0u16; 11];
+        for (o, &x) in v.iter_mut().zip(&w) {
+            *o = u16::try_from(x).map_err(|_| x)?;
+        }
+        let [kh, kw, sh, sw, dh, dw, p0, p1, p2, p3, c] = v;
         let count_include_pad = match c {
             0 => false,
             1 => true,
-            _ => return None,
+            _ => return Err(u32::from(c)),
         };
-        Some(PoolWindow {
+        Ok(PoolWindow {
             kernel: [kh, kw],
             strides: [sh, sw],
             dilations: [dh, dw],

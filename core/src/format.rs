@@ -479,9 +479,9 @@ pub enum AttrError {
         /// The block's length word.
         found: u32,
     },
-    /// A flag word other than its defined values (a pooling window's `count_include_pad`
+    /// A word outside its kind's range (a pooling window's value above `u16::MAX` or flag
     /// other than 0 or 1; a scan word with bits above its mask and direction).
-    BadFlag {
+    OutOfRange {
         /// The word found.
         word: u32,
     },
@@ -505,8 +505,8 @@ impl core::fmt::Display for AttrError {
                     "attribute block of {found} words where {expected} are needed"
                 )
             }
-            AttrError::BadFlag { word } => {
-                write!(f, "a flag word with undefined bits: {word:#x}")
+            AttrError::OutOfRange { word } => {
+                write!(f, "attribute word {word:#x} out of its range")
             }
         }
     }
@@ -568,10 +568,18 @@ pub fn decode_attr(op: Opcode, word: u32, section: &[u8], out: Shape) -> Result<
         }),
         AttrKind::Pow => Ok(Attr::Pow(f32::from_bits(word))),
         AttrKind::Axis => Ok(Attr::Axis(us(word))),
+        // The kinds only `ext` opcodes take: a build without `all-ops` (a firmware) refuses
+        // those opcodes in the shape rule (`OpError::Unsupported`) and links no decoder for
+        // their attributes.
+        AttrKind::AxisTo | AttrKind::Scan | AttrKind::Pool | AttrKind::PoolTo
+            if !cfg!(feature = "all-ops") =>
+        {
+            Ok(Attr::None)
+        }
         AttrKind::AxisTo => Ok(Attr::AxisTo(us(word), out)),
         AttrKind::Scan => {
             if word & !0x1ff != 0 {
-                return Err(AttrError::BadFlag { word });
+                return Err(AttrError::OutOfRange { word });
             }
             Ok(Attr::Scan {
                 axes: (word & 0xff) as u8,
@@ -589,7 +597,7 @@ pub fn decode_attr(op: Opcode, word: u32, section: &[u8], out: Shape) -> Result<
         AttrKind::Pool | AttrKind::PoolTo => {
             let words = block::<11>(word, section)?;
             let window =
-                PoolWindow::from_words(words).ok_or(AttrError::BadFlag { word: words[10] })?;
+                PoolWindow::from_words(words).map_err(|word| AttrError::OutOfRange { word })?;
             Ok(if op.attr_kind() == AttrKind::Pool {
                 Attr::Pool(window)
             } else {
@@ -838,7 +846,7 @@ mod tests {
         }
         assert_eq!(
             decode_attr(Opcode::AvgPool, 0, &section, s),
-            Err(AttrError::BadFlag { word: 2 })
+            Err(AttrError::OutOfRange { word: 2 })
         );
         assert_eq!(
             decode_attr(Opcode::AvgPool, 0, &section[..44], s),
@@ -860,7 +868,7 @@ mod tests {
         );
         assert_eq!(
             decode_attr(Opcode::CumprodExclusive, 0x203, &[], s),
-            Err(AttrError::BadFlag { word: 0x203 })
+            Err(AttrError::OutOfRange { word: 0x203 })
         );
     }
 

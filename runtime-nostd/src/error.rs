@@ -523,7 +523,8 @@ pub enum ValidateError {
         /// The update binding's index.
         binding: u32,
     },
-    /// An entry does more work than [`crate::Limits::max_work_per_entry`] allows.
+    /// An entry does more work than [`crate::Limits::max_work_per_entry`] allows (or, by
+    /// default, than [`crate::Limits::derived_work_cap`] allows for the plan's size).
     TooMuchWork {
         /// The entry's index.
         entry: u32,

@@ -14,11 +14,12 @@ pub struct Limits {
     /// The most binding records.
     pub max_bindings: u32,
     /// The most work one entry may do, in element operations ([`crate::Plan::entry_work`]:
-    /// a matrix product `[m, k] x [k, n]` counts `m·k·n`, a pooling instruction the elements
-    /// it reads and writes times its kernel's taps, every other instruction the elements it
-    /// reads and writes). A device with a watchdog sets this so a plan that would run too
-    /// long is refused before it runs. `u64::MAX` (the default) is no cap.
-    pub max_work_per_entry: u64,
+    /// a matrix product `[m, k] x [k, n]` counts `m·k·n`, every other instruction the elements
+    /// it reads and writes). `None` (the default) derives the cap from the plan itself:
+    /// [`Limits::derived_work_cap`], so an untrusted plan cannot buy unbounded run time with few
+    /// bytes and a small arena. A device with a watchdog sets `Some(cap)` so a plan that would
+    /// run too long is refused before it runs; `Some(u64::MAX)` is no cap (trusted plans only).
+    pub max_work_per_entry: Option<u64>,
 }
 
 impl Limits {
@@ -29,8 +30,47 @@ impl Limits {
         max_instrs: 8192,
         max_entries: 16,
         max_bindings: 512,
-        max_work_per_entry: u64::MAX,
+        max_work_per_entry: None,
     };
+
+    /// The element operations per plan byte per arena element that the derived work cap
+    /// allows ([`Limits::derived_work_cap`]).
+    ///
+    /// Where the 64 comes from: every instruction but a matrix product reads and writes tensors
+    /// that live in the arena (or, in a fused chain, register tiles of an arena tensor's
+    /// shape), so its work is at most a few passes over the arena, and an instruction record
+    /// and its output's tensor record take 48 bytes. A matrix product `[m, k] x [k, n]` does
+    /// `m·k·n` element operations over an arena of at least `m·k + k·n + m·n` elements: at most
+    /// `(m·k·n)^(1/3) / 3` per arena element, which 64 per plan byte covers for every product
+    /// whose plan (header 52 bytes, three tensor records, one instruction, one entry) is a few
+    /// hundred bytes and whose sides stay below about 40 000. A legitimate plan that needs more
+    /// sets the cap itself.
+    pub const WORK_PER_BYTE_PER_ARENA_ELEM: u64 = 64;
+
+    /// The work cap a plan of `plan_bytes` bytes over an arena of `arena_elems` elements gets
+    /// by default: `WORK_PER_BYTE_PER_ARENA_ELEM · plan_bytes · max(arena_elems, 1)`, saturating.
+    /// Run time then grows with what the caller supplies (the plan's bytes and the arena's
+    /// memory), never with what a few hostile bytes claim (a register tile of `2^28` elements
+    /// in a chain over a 4-element arena).
+    pub const fn derived_work_cap(plan_bytes: usize, arena_elems: usize) -> u64 {
+        let arena = if arena_elems == 0 {
+            1
+        } else {
+            arena_elems as u64
+        };
+        Limits::WORK_PER_BYTE_PER_ARENA_ELEM
+            .saturating_mul(plan_bytes as u64)
+            .saturating_mul(arena)
+    }
+
+    /// The work cap for a plan of `plan_bytes` bytes over `arena_elems` elements under these
+    /// limits: `max_work_per_entry`, or the derived cap when it is `None`.
+    pub const fn work_cap(&self, plan_bytes: usize, arena_elems: usize) -> u64 {
+        match self.max_work_per_entry {
+            Some(cap) => cap,
+            None => Limits::derived_work_cap(plan_bytes, arena_elems),
+        }
+    }
 }
 
 impl Default for Limits {

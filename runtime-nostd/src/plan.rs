@@ -8,7 +8,7 @@ use tapeplan_core::format::{
     Sections, TensorKind, TensorRecord, ALL_ENTRIES, BINDING_RECORD_BYTES, ENTRY_RECORD_BYTES,
     HEADER_BYTES, INSTR_RECORD_BYTES, NAME_BYTES, TENSOR_RECORD_BYTES,
 };
-use tapeplan_core::{MathProfile, Shape, MAX_RANK};
+use tapeplan_core::{ops, MathProfile, Shape, MAX_ARITY, MAX_RANK};
 
 use crate::error::{DecodeError, ParseError, ValidateError};
 use crate::validate::{self, Scratch};
@@ -299,55 +299,32 @@ impl<'a> Plan<'a> {
         TensorView::new(&self.tensor_record(us(index))?, index).ok()
     }
 
-    /// The taps of a pooling instruction's kernel (`kernel_h · kernel_w`), `None` for another
-    /// instruction or an attribute that does not decode.
-    fn pool_taps(&self, rec: &tapeplan_core::format::InstrRecord) -> Option<u64> {
-        let op = tapeplan_core::Opcode::from_u8(rec.opcode)?;
-        let out = self.tensor_view(rec.out)?.shape;
-        match tapeplan_core::format::decode_attr(op, rec.attr_word, self.attr_section(), out) {
-            Ok(tapeplan_core::Attr::Pool(w) | tapeplan_core::Attr::PoolTo(w, _)) => {
-                Some(u64::from(w.kernel[0]).saturating_mul(u64::from(w.kernel[1])))
-            }
-            _ => None,
-        }
-    }
-
-    /// The work entry `entry` does, in element operations: a matrix product `[m, k] x [k, n]`
-    /// counts `m·k·n` (a batched one `b·m·k·n`); a pooling instruction the elements of its
-    /// arguments and output times its kernel's taps; every other instruction the elements of
-    /// its arguments and output (saturating at `u64::MAX`). A measure for watchdog budgets, see
-    /// [`crate::Limits::max_work_per_entry`].
+    /// The work entry `entry` does, in element operations: the sum over its instructions of
+    /// [`tapeplan_core::ops::work`] (a matrix product `[m, k] x [k, n]` counts `m·k·n`; every
+    /// other instruction the elements of its arguments and output), saturating at `u64::MAX`.
+    /// A measure for watchdog budgets, see [`crate::Limits::max_work_per_entry`]. An unknown
+    /// opcode counts as the elements of its output and arguments.
     pub fn entry_work(&self, entry: EntryId) -> u64 {
         let Some(range) = self.entry_range(entry) else {
             return 0;
         };
-        let elems = |t: u32| self.tensor_view(t).map_or(0, |v| v.elems as u64);
+        let shape = |t: u32| self.tensor_view(t).map_or(Shape::SCALAR, |v| v.shape);
         let mut work = 0u64;
         for k in range {
             let Some(rec) = self.instr_record(k) else {
                 continue;
             };
             let arity = usize::from(rec.n_args).min(rec.args.len());
-            let cost = if rec.opcode == tapeplan_core::Opcode::MatMul.to_u8() {
-                // The inner extent: the last of `a` (`[m, k]` or `[b, m, k]`).
-                let k_dim = self
-                    .tensor_view(rec.args[0])
-                    .and_then(|a| a.shape.dim(a.shape.rank().saturating_sub(1)))
-                    .unwrap_or(0) as u64;
-                elems(rec.out).saturating_mul(k_dim.max(1))
-            } else if let Some(taps) = self.pool_taps(&rec) {
-                // A pooling instruction reads up to one kernel's taps per element it reads or
-                // writes.
-                rec.args
-                    .iter()
-                    .take(arity)
-                    .fold(elems(rec.out), |acc, &a| acc.saturating_add(elems(a)))
-                    .saturating_mul(taps)
-            } else {
-                rec.args
-                    .iter()
-                    .take(arity)
-                    .fold(elems(rec.out), |acc, &a| acc.saturating_add(elems(a)))
+            let mut args = [Shape::SCALAR; MAX_ARITY];
+            for (a, &t) in args.iter_mut().zip(rec.args.iter().take(arity)) {
+                *a = shape(t);
+            }
+            let args = args.get(..arity).unwrap_or(&[]);
+            let cost = match tapeplan_core::Opcode::from_u8(rec.opcode) {
+                Some(op) => ops::work(op, args, shape(rec.out)),
+                None => args.iter().fold(shape(rec.out).elems() as u64, |acc, a| {
+                    acc.saturating_add(a.elems() as u64)
+                }),
             };
             work = work.saturating_add(cost);
         }

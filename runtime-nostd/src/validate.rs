@@ -1005,14 +1005,15 @@ pub(crate) fn validate<'a, const N: usize>(
         check_chains(&plan, e)?;
     }
     check_no_parameter_writes(&plan, scratch)?;
-    if limits.max_work_per_entry < u64::MAX {
+    let cap = limits.work_cap(bytes.len(), plan.arena_elems());
+    if cap < u64::MAX {
         for e in plan.entries() {
             let work = plan.entry_work(e);
-            if work > limits.max_work_per_entry {
+            if work > cap {
                 return Err(ValidateError::TooMuchWork {
                     entry: idx32(e.index()),
                     work,
-                    limit: limits.max_work_per_entry,
+                    limit: cap,
                 }
                 .into());
             }

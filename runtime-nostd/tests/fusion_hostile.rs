@@ -553,8 +553,17 @@ fn zero_element_chains() {
     b.entry("e", 0, 3);
     b.bind("s", BindingKind::Output, 0, s);
     let bytes = b.build();
+    // By default the cap is derived from the plan's size and arena (issue 16, hole 2: this
+    // plan used to run 2^29 element operations over a 4-element arena).
+    let derived = tapeplan_runtime::Limits::derived_work_cap(bytes.len(), 4);
+    assert!(derived < 1 << 20, "{derived}");
+    assert!(matches!(
+        Plan::parse(&bytes).unwrap_err(),
+        ParseError::Validate(ValidateError::TooMuchWork { work, limit, .. })
+            if work > 1 << 29 && limit == derived
+    ));
     let limits = tapeplan_runtime::Limits {
-        max_work_per_entry: 1 << 20,
+        max_work_per_entry: Some(1 << 20),
         ..tapeplan_runtime::Limits::DEFAULT
     };
     assert!(matches!(

@@ -169,7 +169,7 @@ fn limits() {
     let worst = plan.entries().map(|e| plan.entry_work(e)).max().unwrap();
     assert!(worst > 0);
     let capped = Limits {
-        max_work_per_entry: worst - 1,
+        max_work_per_entry: Some(worst - 1),
         ..Limits::DEFAULT
     };
     assert!(matches!(
@@ -177,7 +177,7 @@ fn limits() {
         Err(ParseError::Validate(ValidateError::TooMuchWork { work, .. })) if work == worst
     ));
     let enough = Limits {
-        max_work_per_entry: worst,
+        max_work_per_entry: Some(worst),
         ..Limits::DEFAULT
     };
     assert!(Plan::parse_with_limits(&b, &enough).is_ok());

@@ -19,6 +19,7 @@ mod bench;
 mod browser;
 
 mod firmware;
+mod fuzz;
 
 /// Rust targets a fresh machine must add: the no_std targets the runtime is built for, plus
 /// `thumbv7m-none-eabi` (Cortex-M3, for the QEMU firmware runs).
@@ -116,6 +117,16 @@ const STEPS: &[Step] = &[
         run: step_wasm_simd,
     },
     Step {
+        name: "miri",
+        about: "the runtime's unit, rejection, hostile-plan and checkpoint tests under Miri (nightly; installed if missing)",
+        run: fuzz::step_miri,
+    },
+    Step {
+        name: "fuzz-smoke",
+        about: "every cargo-fuzz target of fuzz/ for 20 s (nightly and cargo-fuzz; installed if missing)",
+        run: fuzz::step_fuzz_smoke,
+    },
+    Step {
         name: "browser",
         about: "the demo page in headless Chromium: train, check the digest against the host oracle, screenshot",
         run: browser::step_browser,
@@ -172,6 +183,12 @@ const VERBS: &[Verb] = &[
         usage: "bench [--quick]",
         about: "train-step benchmarks W1-W3, scalar and simd catalogs (-C target-cpu=native): the table of docs/benchmarks.md",
         run: bench::verb_bench,
+    },
+    Verb {
+        name: "fuzz",
+        usage: "fuzz [--seconds N] [--target NAME]",
+        about: "run the cargo-fuzz targets of fuzz/ (default: each 60 s) and print runs, exec/s and coverage per target",
+        run: fuzz::verb_fuzz,
     },
     Verb {
         name: "help",

@@ -137,7 +137,7 @@ mod tests {
         bad(ok.with_dilations([0, 1]), x4);
         bad(PoolWindow::new_2d([4, 1], [1, 1], [0; 4]), x4); // larger than the input
         bad(
-            PoolWindow::new_2d([2, 2], [1, 1], [u32::MAX, 0, u32::MAX, 0]),
+            PoolWindow::new_2d([2, 2], [1, 1], [u16::MAX, 0, u16::MAX, 0]),
             x4,
         );
         bad(ok.with_count_include_pad(true), x4); // max pool counts nothing

@@ -287,6 +287,49 @@ pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
     infer_by_table(op, attr, args)
 }
 
+/// The work of one instruction, in element operations: the cost model of a plan's work cap
+/// (the runtime's `Limits::max_work_per_entry`, `docs/threat-model.md`). A matrix product
+/// `[m, k] x [k, n]` counts `m·k·n` (batched `b·m·k·n`); a pooling instruction its windows times
+/// the spatial elements of one input plane (an upper bound of the taps a window holds: the
+/// shapes do not say the kernel); every other instruction the elements of its arguments and
+/// its output. An op whose kernel does more than a pass over its operands (a convolution, a
+/// pooling window) states its count here, from the shapes alone (the validator calls this
+/// before anything runs, without decoding attributes). Saturates at `u64::MAX`; never fails (an argument
+/// missing from `args` counts as empty).
+///
+/// # Shapes
+/// `args`: the argument shapes (the first `op.arity()` are used); `out`: the output shape.
+pub fn work(op: Opcode, args: &[Shape], out: Shape) -> u64 {
+    let elems = |s: Shape| s.elems() as u64;
+    // The spatial elements of one plane of a channels-first tensor (`[N, C, ..]`): the most
+    // real taps a pooling window can hold, whatever its attribute.
+    let plane = |s: Shape| s.dims()[2..s.rank().max(2)].iter().product::<usize>() as u64;
+    let arg = |i: usize| nth(args, i);
+    match op {
+        Opcode::MatMul => {
+            // The inner extent: the last of `a` (`[m, k]` or `[b, m, k]`).
+            let a = arg(0);
+            let k = a.dim(a.rank().saturating_sub(1)).unwrap_or(0) as u64;
+            elems(out).saturating_mul(k.max(1))
+        }
+        // A window visits at most one plane of its input: an upper bound from the shapes
+        // (the real count is the kernel's taps per window).
+        Opcode::MaxPool | Opcode::AvgPool | Opcode::MaxPoolGather => elems(out)
+            .saturating_mul(plane(arg(0)).max(1))
+            .saturating_add(elems(arg(0))),
+        Opcode::MaxPoolScatter => elems(arg(1))
+            .saturating_mul(plane(arg(0)).max(1))
+            .saturating_add(elems(out)),
+        Opcode::AvgPoolBackward => elems(arg(0))
+            .saturating_mul(plane(out).max(1))
+            .saturating_add(elems(out)),
+        _ => args
+            .iter()
+            .take(op.arity())
+            .fold(elems(out), |acc, &a| acc.saturating_add(elems(a))),
+    }
+}
+
 /// What a `node` kernel (see the opcode table) is given by [`eval`]: lengths and shapes are
 /// checked, `out_shape` is the shape rule's answer.
 pub(crate) struct Kernel<'a, E> {

@@ -37,7 +37,7 @@ impl Axis {
     /// Checks one axis and computes its output extent (`None` when the values do not fit:
     /// a zero kernel, stride or dilation, a window larger than the padded input, or a padded
     /// extent beyond `u32`).
-    fn new(len: usize, kernel: u32, stride: u32, dilation: u32, pads: [u32; 2]) -> Option<Axis> {
+    fn new(len: usize, kernel: u16, stride: u16, dilation: u16, pads: [u16; 2]) -> Option<Axis> {
         if kernel == 0 || stride == 0 || dilation == 0 {
             return None;
         }
@@ -56,7 +56,7 @@ impl Axis {
             kernel: usize::try_from(k).ok()?,
             stride: usize::try_from(s).ok()?,
             dilation: usize::try_from(d).ok()?,
-            pad: usize::try_from(pads[0]).ok()?,
+            pad: usize::from(pads[0]),
             out: usize::try_from(out).ok()?,
         })
     }

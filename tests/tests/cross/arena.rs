@@ -248,3 +248,38 @@ proptest! {
         }
     }
 }
+
+/// The runtime's default work cap ([`tapeplan_runtime::Limits::derived_work_cap`], issue 16,
+/// hole 2) admits the planner's models with room to spare: the W1–W3 benchmark models and a
+/// wide one, whose entries' work stays a hundred times below `64 · plan_bytes · arena_elems`.
+#[test]
+fn default_work_cap_admits_planned_models() {
+    let models: [(&[usize], Activation, usize); 4] = [
+        (&[64, 32, 10], Activation::Tanh, 32),
+        (&[784, 128, 10], Activation::Relu, 64),
+        (&[2, 16, 16, 1], Activation::Tanh, 1),
+        (&[1024, 1024, 1024, 10], Activation::Relu, 256),
+    ];
+    for (sizes, activation, batch) in models {
+        let mut worst = 0f64;
+        let job = TrainingJob::build(
+            Mlp {
+                sizes: sizes.to_vec(),
+                activation,
+            },
+            Loss::SoftmaxCrossEntropy,
+            Sgd { lr: 0.05 },
+            batch,
+        )
+        .unwrap();
+        let bytes = job.schedule.to_bytes();
+        let plan = tapeplan_runtime::Plan::parse(&bytes).unwrap();
+        let cap = tapeplan_runtime::Limits::derived_work_cap(bytes.len(), plan.arena_elems());
+        for e in plan.entries() {
+            let fraction = plan.entry_work(e) as f64 / cap as f64;
+            assert!(fraction < 1e-2, "{sizes:?}: {fraction}");
+            worst = worst.max(fraction);
+        }
+        println!("{sizes:?} batch {batch}: largest entry work / derived cap {worst:.2e}");
+    }
+}
