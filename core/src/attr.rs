@@ -114,8 +114,8 @@ pub enum Attr {
 /// identity (kernel 1, stride 1, dilation 1, no padding): [`PoolWindow::new_1d`] builds that.
 ///
 /// The output extent along an axis of extent `len` is ONNX's and PyTorch's floor rule:
-/// `(len + pad_begin + pad_end - ((kernel - 1) * dilation + 1)) / stride + 1`. The shape rule
-/// ([`crate::ops::max_pool::infer`]) also refuses a window that holds no element of the input
+/// `(len + pad_begin + pad_end - ((kernel - 1) * dilation + 1)) / stride + 1`. The pooling
+/// instructions' shape rule ([`crate::ops::pool`]) also refuses a window that holds no element of the input
 /// (only padding): every window has at least one real element.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PoolWindow {

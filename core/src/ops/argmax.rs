@@ -7,6 +7,10 @@
 //! NaN wins (numpy's and PyTorch's `argmax`; the same convention as `max_to`, whose value it
 //! indexes). Indices are exact in `f32` up to 2^24.
 //!
+//! An instruction: no composition of the others yields an index (a `max_to` and `equal` mask
+//! marks every tied maximum, and turning the first mark into its position needs a scan the
+//! vocabulary does not have).
+//!
 //! Rule: none (the indices are piecewise constant in `x`).
 
 use super::slice::outer_inner;

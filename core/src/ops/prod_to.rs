@@ -9,6 +9,9 @@
 //! those before it times the product of those after it). Their rules speak
 //! [`super::affine_scan`], whose rule speaks itself: second order closes.
 //!
+//! An instruction: no composition reproduces a product's bits or survives its zeros and signs
+//! (`exp(sum_to(log |x|))` rounds differently, and needs the sign and the zeros apart).
+//!
 //! A group is the set of elements of `x` that reduce to one output element; its order is
 //! increasing flat index (row-major), the order every kernel of this family walks it in.
 
