@@ -60,7 +60,7 @@ pub use element::Element;
 pub use math::MathProfile;
 pub use opcode::{OpClass, Opcode, MAX_ARITY};
 pub use ops::OpError;
-pub use recordable::{reduced_shapes, Recordable};
+pub use recordable::{reduced_shapes, BatchNormTrain, Recordable, Reduction, RunningStats};
 pub use shape::{Shape, ShapeError, MAX_RANK, MAX_TENSOR_ELEMS};
 
 #[cfg(feature = "alloc")]

@@ -43,7 +43,7 @@ macro_rules! opcode_table {
             0x02 Fill         "fill"          0 Leaf        Fill   core grad node       fill          "Every element equal to the attribute's value.";
             0x10 Add          "add"           2 Elementwise None   core grad binary     add           "`a + b`.";
             0x11 Sub          "sub"           2 Elementwise None   core grad binary     sub           "`a - b`.";
-            0x12 Mul          "mul"           2 Elementwise None   core grad binary     mul           "`a * b`.";
+            0x12 Mul          "mul"           2 Elementwise None   core grad binary     mul           "`a * b` (IEEE, except `0 · ±inf = ±0`: zero preservation).";
             0x13 Div          "div"           2 Elementwise None   core grad binary     div           "`a / b`.";
             0x14 Neg          "neg"           1 Elementwise None   core grad unary      neg           "`-x` (flips the sign bit, NaN included).";
             0x15 Tanh         "tanh"          1 Elementwise None   core grad unary_math tanh          "`libm::tanhf(x)`; `fast` profile: `math::fast::tanh`.";
@@ -87,6 +87,8 @@ macro_rules! opcode_table {
             0x58 ProdTo         "prod_to"           1 Structural  Target ext  grad node       prod_to           "Product down to a shape that broadcasts back (its rule divides by nothing).";
             0x59 CumprodExclusive "cumprod_exclusive" 1 Structural Scan ext  grad node       cumprod_exclusive "The product of the elements before each in its group (`1` for the first).";
             0x5A AffineScan     "affine_scan"       2 Structural  Scan   ext  grad node       affine_scan       "`z = b[p] + c[p] * z[p]` along each group from `0` (`prod_to`'s second order).";
+            0x60 LogSumExp    "logsumexp"     1 Structural  Target ext  grad node       logsumexp     "`log(sum(exp(x)))` down to a shape that broadcasts back (a fully masked row: `-inf`).";
+            0x61 BceWithLogits "bce_with_logits" 2 Structural None ext grad node       bce_with_logits "Binary cross-entropy of logits `x` against targets `z`, elementwise: `max(x, 0) − x·z + log1p(exp(−|x|))`.";
         }
     };
 }

@@ -5,6 +5,20 @@
 //! payloads implement it in this crate (with `alloc`): the compute payload (`Run`'s tensors,
 //! whose reverse walk is the oracle) and the record payload ([`crate::Trace`], whose values are
 //! handles and whose every operation appends a node to a tape).
+//!
+//! # Activations, losses and normalization (issue 12)
+//! By DESIGN.md's "what earns an instruction" rule most of them are provided methods here,
+//! compositions: their bits are those of the formula PyTorch documents (or ONNX's, where the
+//! two differ; each method says), a composition reproduces them, and the gradient conventions at
+//! the kinks (PyTorch's) follow from which branch a `select` takes or whether a mask is
+//! detached: [`Recordable::leaky_relu`], [`Recordable::clamp`], [`Recordable::hardtanh`],
+//! [`Recordable::relu6`], [`Recordable::hardsigmoid`], [`Recordable::hardswish`],
+//! [`Recordable::silu`], [`Recordable::gelu`], [`Recordable::gelu_tanh`],
+//! [`Recordable::softplus_beta`], [`Recordable::softmax`], [`Recordable::log_softmax`],
+//! [`Recordable::l1_loss`], [`Recordable::huber_loss`]. Two are instructions: `logsumexp`
+//! (a streamed kernel where the composition needs a buffer of the input's size, and a defined
+//! `-inf` for a fully masked row) and `bce_with_logits` (its gradient `σ(x) − z` is its own rule,
+//! smooth where the stable form's `max` and `|x|` have kinks).
 
 use crate::ops::OpError;
 use crate::{Attr, PoolWindow};
@@ -675,6 +689,685 @@ pub trait Recordable {
         let k = self.fill(c, s)?;
         self.mul(x, &k)
     }
+    /// `log(Σ exp(x))` down to `shape` (which broadcasts back to `x`'s shape: the reduced axes
+    /// are those it keeps at extent 1), PyTorch's `torch.logsumexp(x, dims, keepdim=True)`; a
+    /// fully masked row (all `-inf`) gives `-inf`. See [`crate::ops::logsumexp`].
+    ///
+    /// # Shapes
+    /// `x: [..]` to `shape`, e.g. `[batch, classes] -> [batch, 1]`.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn logsumexp_to(&mut self, x: &Self::Value, shape: Shape) -> Result<Self::Value, Self::Error> {
+        self.apply(Opcode::LogSumExp, Attr::target(shape), &[x])
+    }
+    /// `log_softmax(x)` over `axis` (PyTorch's `F.log_softmax(x, dim=axis)`), a composition:
+    /// `x − broadcast(logsumexp_to(x, shape with axis at 1))`. Its gradient is
+    /// `ḡ − softmax · Σ ḡ` through `logsumexp`'s rule. A fully masked row gives
+    /// `-inf − (-inf) = NaN`, as PyTorch's does.
+    ///
+    /// # Shapes
+    /// `x: [.., n, ..]` (`n` at `axis`) to the same shape.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`]; an `axis` past the rank is a shape error.
+    fn log_softmax(&mut self, x: &Self::Value, axis: usize) -> Result<Self::Value, Self::Error> {
+        let s = self.shape_of(x);
+        let lse = self.logsumexp_to(x, keep_axis_at_one(s, axis)?)?;
+        let lse = self.broadcast(&lse, s)?;
+        self.sub(x, &lse)
+    }
+    /// `softmax(x)` over `axis` (PyTorch's `F.softmax(x, dim=axis)`), a composition:
+    /// `e / broadcast(sum_to(e))` with `e = exp(x − detach(broadcast(max_to(x))))` (the
+    /// max shift contributes no gradient: softmax is shift-invariant). The quotient form rounds
+    /// each output about 1.5 ulp from its value where `exp(log_softmax)` would carry the
+    /// rounding of the log-sum-exp (an ulp of a number as large as the logits). A fully masked
+    /// row gives NaN, as PyTorch's does.
+    ///
+    /// # Shapes
+    /// `x: [.., n, ..]` (`n` at `axis`) to the same shape.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`]; an `axis` past the rank is a shape error.
+    fn softmax(&mut self, x: &Self::Value, axis: usize) -> Result<Self::Value, Self::Error> {
+        let s = self.shape_of(x);
+        let row = keep_axis_at_one(s, axis)?;
+        let m = self.max_to(x, row)?;
+        let m = self.detach(&m)?;
+        let m = self.broadcast(&m, s)?;
+        let shifted = self.sub(x, &m)?;
+        let e = self.exp(&shifted)?;
+        let total = self.sum_to(&e, row)?;
+        let total = self.broadcast(&total, s)?;
+        self.div(&e, &total)
+    }
+    /// Binary cross-entropy of logits `x` against targets `z` (PyTorch's
+    /// `F.binary_cross_entropy_with_logits`, no `weight` or `pos_weight`): the elementwise
+    /// instruction [`crate::ops::bce_with_logits`] (gradient `σ(x) − z`, smooth at 0), then
+    /// `reduction`.
+    ///
+    /// # Shapes
+    /// `x`, `z`: one shape; the result a scalar (`Mean`, `Sum`) or that shape (`None`).
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn binary_cross_entropy_with_logits(
+        &mut self,
+        x: &Self::Value,
+        z: &Self::Value,
+        reduction: Reduction,
+    ) -> Result<Self::Value, Self::Error> {
+        let l = self.apply(Opcode::BceWithLogits, Attr::NONE, &[x, z])?;
+        self.reduce(&l, reduction)
+    }
+    /// Softmax cross-entropy of `logits: [batch, classes]` against integer class indices
+    /// `labels: [batch]` (stored as `f32`), PyTorch's `F.cross_entropy` without weights or
+    /// label smoothing: `−log_softmax(logits)[label]` per row, then `reduction`. A composition
+    /// over [`Recordable::log_softmax`] (so over the `logsumexp` instruction: a row's
+    /// log-sum-exp is `-inf`, not NaN, when the row is fully masked; its loss is then
+    /// `-inf − (-inf)`, NaN, as PyTorch's). The MLP's own loss
+    /// (`tapeplan_planner::model::softmax_cross_entropy`) keeps its max-shifted form, so the
+    /// plans recorded with it keep their bytes.
+    ///
+    /// # Shapes
+    /// `logits: [batch, classes]`, `labels: [batch]`; the result `[]` (`Mean`, `Sum`) or
+    /// `[batch, 1]` (`None`).
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn cross_entropy(
+        &mut self,
+        logits: &Self::Value,
+        labels: &Self::Value,
+        reduction: Reduction,
+    ) -> Result<Self::Value, Self::Error> {
+        let s = self.shape_of(logits);
+        let logp = self.log_softmax(logits, 1)?;
+        let onehot = self.one_hot(labels, s.dim(1).unwrap_or(0))?;
+        let picked = self.mul(&onehot, &logp)?;
+        let rows = keep_axis_at_one(s, 1)?;
+        let per_row = self.sum_to(&picked, rows)?;
+        let loss = self.neg(&per_row)?;
+        self.reduce(&loss, reduction)
+    }
+    /// The L1 loss `|pred − target|`, then `reduction` (PyTorch's `F.l1_loss`). A composition:
+    /// its gradient at `pred = target` is `abs`'s, `sign(0) = 0`, as PyTorch's.
+    ///
+    /// # Shapes
+    /// `pred`, `target`: one shape; the result a scalar (`Mean`, `Sum`) or that shape (`None`).
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn l1_loss(
+        &mut self,
+        pred: &Self::Value,
+        target: &Self::Value,
+        reduction: Reduction,
+    ) -> Result<Self::Value, Self::Error> {
+        let d = self.sub(pred, target)?;
+        let a = self.abs(&d)?;
+        self.reduce(&a, reduction)
+    }
+    /// The Huber loss (PyTorch's `F.huber_loss`): with `a = |pred − target|`,
+    /// `(0.5·a)·a` where `a < delta`, else `delta·(a − 0.5·delta)`, then `reduction`. A
+    /// composition (`select` over the two branches): at `a = delta` the linear branch is taken,
+    /// whose slope `delta·sign(d)` equals the quadratic's there, so the gradient is continuous
+    /// (PyTorch's convention gives the same value); at `pred = target` it is `0`.
+    ///
+    /// # Shapes
+    /// `pred`, `target`: one shape; the result a scalar (`Mean`, `Sum`) or that shape (`None`).
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn huber_loss(
+        &mut self,
+        pred: &Self::Value,
+        target: &Self::Value,
+        delta: f32,
+        reduction: Reduction,
+    ) -> Result<Self::Value, Self::Error> {
+        let s = self.shape_of(pred);
+        let d = self.sub(pred, target)?;
+        let a = self.abs(&d)?;
+        let half_a = self.scale(&a, 0.5)?;
+        let quadratic = self.mul(&half_a, &a)?;
+        let half_delta = self.fill(0.5 * delta, s)?;
+        let shifted = self.sub(&a, &half_delta)?;
+        let linear = self.scale(&shifted, delta)?;
+        let delta_t = self.fill(delta, s)?;
+        let inside = self.less(&a, &delta_t)?;
+        let l = self.select(&inside, &quadratic, &linear)?;
+        self.reduce(&l, reduction)
+    }
+    /// `x` reduced as PyTorch's losses reduce: unchanged (`None`), summed to a scalar (`Sum`),
+    /// or averaged (`Mean`: [`Recordable::mean_to`], the sum divided by the element count).
+    ///
+    /// # Shapes
+    /// `x: [..]` to `[]` (`Mean`, `Sum`) or `x`'s shape (`None`).
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn reduce(
+        &mut self,
+        x: &Self::Value,
+        reduction: Reduction,
+    ) -> Result<Self::Value, Self::Error> {
+        match reduction {
+            Reduction::None => Ok(x.clone()),
+            Reduction::Sum => self.sum_all(x),
+            Reduction::Mean => self.mean_to(x, Shape::SCALAR),
+        }
+    }
+    /// A constant of `x`'s shape.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn fill_like(&mut self, x: &Self::Value, value: f32) -> Result<Self::Value, Self::Error> {
+        let s = self.shape_of(x);
+        self.fill(value, s)
+    }
+    /// Leaky ReLU (PyTorch's `F.leaky_relu`, ONNX `LeakyRelu`'s `alpha`): `x` where `x > 0`,
+    /// else `x · negative_slope`. A composition (`select` over `greater(x, 0)`); the slope at
+    /// `x = 0` is `negative_slope`, as PyTorch's (`x > 0 ? ḡ : ḡ · slope`). NaN stays NaN.
+    ///
+    /// # Shapes
+    /// Any shape, kept.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn leaky_relu(
+        &mut self,
+        x: &Self::Value,
+        negative_slope: f32,
+    ) -> Result<Self::Value, Self::Error> {
+        let zero = self.fill_like(x, 0.0)?;
+        let positive = self.greater(x, &zero)?;
+        let scaled = self.scale(x, negative_slope)?;
+        self.select(&positive, x, &scaled)
+    }
+    /// `min(max(x, min_val), max_val)` with PyTorch's `torch.clamp` gradient (ONNX `Clip`):
+    /// `1` where `min_val ≤ x ≤ max_val`, the bounds included (`maximum` and `minimum` give a
+    /// tie to their first argument), else `0`. NaN stays NaN.
+    ///
+    /// # Shapes
+    /// Any shape, kept.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn clamp(
+        &mut self,
+        x: &Self::Value,
+        min_val: f32,
+        max_val: f32,
+    ) -> Result<Self::Value, Self::Error> {
+        let lo = self.fill_like(x, min_val)?;
+        let hi = self.fill_like(x, max_val)?;
+        let above = self.maximum(x, &lo)?;
+        self.minimum(&above, &hi)
+    }
+    /// Hardtanh (PyTorch's `F.hardtanh`): the values of [`Recordable::clamp`], with
+    /// PyTorch's hardtanh gradient: `1` strictly inside `(min_val, max_val)`, `0` at the bounds
+    /// and outside (`x ≤ min_val || x ≥ max_val ? 0 : ḡ`). A composition:
+    /// `select(min_val < x < max_val, x, detach(clamp(x)))`.
+    ///
+    /// # Shapes
+    /// Any shape, kept.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn hardtanh(
+        &mut self,
+        x: &Self::Value,
+        min_val: f32,
+        max_val: f32,
+    ) -> Result<Self::Value, Self::Error> {
+        let lo = self.fill_like(x, min_val)?;
+        let hi = self.fill_like(x, max_val)?;
+        let above = self.greater(x, &lo)?;
+        let below = self.less(x, &hi)?;
+        let inside = self.mul(&above, &below)?;
+        let clamped = self.clamp(x, min_val, max_val)?;
+        let clamped = self.detach(&clamped)?;
+        self.select(&inside, x, &clamped)
+    }
+    /// ReLU6 (PyTorch's `F.relu6`): [`Recordable::hardtanh`] over `[0, 6]` (gradient `0` at
+    /// `0` and at `6`, as PyTorch's).
+    ///
+    /// # Shapes
+    /// Any shape, kept.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn relu6(&mut self, x: &Self::Value) -> Result<Self::Value, Self::Error> {
+        self.hardtanh(x, 0.0, 6.0)
+    }
+    /// Hard sigmoid in ONNX's form (`HardSigmoid`: `max(0, min(1, alpha·x + beta))`, ONNX's
+    /// defaults `alpha = 0.2`, `beta = 0.5`; PyTorch's `F.hardsigmoid` is `alpha = 1/6`,
+    /// `beta = 1/2`, which it computes as `relu6(x + 3) / 6`: within an ulp or two of this
+    /// form, not bit for bit). `alpha · x` then `+ beta`, then [`Recordable::hardtanh`] over
+    /// `[0, 1]`: gradient `alpha` strictly inside, `0` at the kinks, as PyTorch's.
+    ///
+    /// # Shapes
+    /// Any shape, kept.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn hardsigmoid(
+        &mut self,
+        x: &Self::Value,
+        alpha: f32,
+        beta: f32,
+    ) -> Result<Self::Value, Self::Error> {
+        let ax = self.scale(x, alpha)?;
+        let b = self.fill_like(x, beta)?;
+        let t = self.add(&ax, &b)?;
+        self.hardtanh(&t, 0.0, 1.0)
+    }
+    /// Hard swish (ONNX `HardSwish`, PyTorch's `F.hardswish`): `x · clamp(x/6 + 1/2, 0, 1)`
+    /// with `1/6` as an `f32` (`alpha · x + beta`, ONNX's form). The inner clamp is
+    /// [`Recordable::clamp`] (bounds included), so the gradient at the kinks is PyTorch's:
+    /// `x/3 + 1/2` on `[−3, 3]` (`−1/2` at `−3`, `3/2` at `3`), `0` below, `1` above.
+    ///
+    /// # Shapes
+    /// Any shape, kept.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn hardswish(&mut self, x: &Self::Value) -> Result<Self::Value, Self::Error> {
+        let ax = self.scale(x, 1.0 / 6.0)?;
+        let b = self.fill_like(x, 0.5)?;
+        let t = self.add(&ax, &b)?;
+        let gate = self.clamp(&t, 0.0, 1.0)?;
+        self.mul(x, &gate)
+    }
+    /// SiLU / swish (PyTorch's `F.silu`): `x · sigmoid(x)`, a composition.
+    ///
+    /// # Shapes
+    /// Any shape, kept.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn silu(&mut self, x: &Self::Value) -> Result<Self::Value, Self::Error> {
+        let s = self.sigmoid(x)?;
+        self.mul(x, &s)
+    }
+    /// GELU, the exact (erf) form (PyTorch's `F.gelu(x)`, ONNX `Gelu` with
+    /// `approximate="none"`): `(x · 0.5) · (1 + erf(x · (1/√2)))`, PyTorch's order of
+    /// operations, a composition over the `erf` instruction.
+    ///
+    /// # Shapes
+    /// Any shape, kept.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn gelu(&mut self, x: &Self::Value) -> Result<Self::Value, Self::Error> {
+        let half_x = self.scale(x, 0.5)?;
+        let u = self.scale(x, core::f32::consts::FRAC_1_SQRT_2)?;
+        let e = self.erf(&u)?;
+        let one = self.fill_like(x, 1.0)?;
+        let w = self.add(&one, &e)?;
+        self.mul(&half_x, &w)
+    }
+    /// GELU, the tanh approximation (PyTorch's `F.gelu(x, approximate='tanh')`, ONNX `Gelu`
+    /// with `approximate="tanh"`): `(0.5 · x) · (1 + tanh(√(2/π) · (x + 0.044715 · x³)))` with
+    /// `x³ = (x · x) · x`, PyTorch's order of operations, a composition.
+    ///
+    /// # Shapes
+    /// Any shape, kept.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn gelu_tanh(&mut self, x: &Self::Value) -> Result<Self::Value, Self::Error> {
+        const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+        let xx = self.mul(x, x)?;
+        let cube = self.mul(&xx, x)?;
+        let k = self.scale(&cube, 0.044_715)?;
+        let inner = self.add(x, &k)?;
+        let inner = self.scale(&inner, SQRT_2_OVER_PI)?;
+        let t = self.tanh(&inner)?;
+        let one = self.fill_like(x, 1.0)?;
+        let w = self.add(&one, &t)?;
+        let half_x = self.scale(x, 0.5)?;
+        self.mul(&half_x, &w)
+    }
+    /// Softplus with PyTorch's `beta` and `threshold` (`F.softplus(x, beta, threshold)`):
+    /// `x` itself where `x · beta > threshold`, else `log1p(exp(x · beta)) / beta`, PyTorch's
+    /// formula and order. A composition, `select(greater(βx, threshold), x, softplus(βx) / β)`,
+    /// that rounds no more than PyTorch's formula: above the threshold the answer is `x`, not
+    /// `(βx)/β`; below it the `softplus` instruction (`β = 1`, its own threshold 20) is
+    /// `log1p(exp(βx))` up to 20, and between 20 and a larger `threshold` both are `βx` to the
+    /// last bit in `f32` (`log1p(e^t) − t = log1p(e^−t) < e^−20`, far below half an ulp of `t`;
+    /// the cross test `log1p_of_exp_is_the_identity_above_20_in_f32` checks it) until `exp` overflows
+    /// (`βx` above 88.7, where PyTorch's gives `inf` and this gives `x`). So no new instruction
+    /// and no attribute: the plans of `softplus` (0x1E) are unchanged. The gradient is
+    /// `1` above the threshold and `sigmoid(βx)` (as `((ḡ/β)·σ(βx))·β`) below it.
+    ///
+    /// # Shapes
+    /// Any shape, kept.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn softplus_beta(
+        &mut self,
+        x: &Self::Value,
+        beta: f32,
+        threshold: f32,
+    ) -> Result<Self::Value, Self::Error> {
+        let bx = self.scale(x, beta)?;
+        let limit = self.fill_like(x, threshold)?;
+        let linear = self.greater(&bx, &limit)?;
+        let sp = self.softplus(&bx)?;
+        let b = self.fill_like(x, beta)?;
+        let smooth = self.div(&sp, &b)?;
+        self.select(&linear, x, &smooth)
+    }
+    /// Batch normalization in training mode (Ioffe & Szegedy, 2015; PyTorch's
+    /// `F.batch_norm(training=True)`, ONNX `BatchNormalization` with `training_mode=1`) over the
+    /// channel axis 1: statistics per channel over the batch and spatial axes, `x` normalized
+    /// with the batch statistics (biased variance), then the affine `weight`, `bias`; and the
+    /// new running statistics (see [`RunningStats`] for PyTorch's and ONNX's conventions).
+    ///
+    /// A composition, not an instruction: its bits are the formula's, spoken with `sum_to`,
+    /// `div`, `sub`, `mul`, `sqrt` and `broadcast`, and its gradient is the exact derivative
+    /// through the batch statistics (PyTorch's backward is the same derivative simplified by
+    /// hand: the same math, another rounding); an instruction would have three outputs, which
+    /// the vocabulary's instructions do not have, and the elementwise tail fuses.
+    ///
+    /// # Arithmetic order
+    /// `n` values per channel; `μ = sum_to(x) / n`; `d = x − μ`; `s = sum_to(d · d)`;
+    /// `σ² = s / n`; `y = (d / sqrt(σ² + eps)) · weight + bias` (ONNX's formula: the quotient,
+    /// where PyTorch's kernel multiplies by `1 / sqrt`). PyTorch's running variance uses the
+    /// unbiased `s / (n − 1)`; ONNX's the biased `σ²`.
+    ///
+    /// # Shapes
+    /// `x: [N, C]`, `[N, C, L]` or `[N, C, H, W]`; `weight`, `bias`, `running_mean`,
+    /// `running_var: [C]`; `y` of `x`'s shape, the new running statistics `[C]`.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`]; [`OpError::BadTarget`] (naming `sum_to`) for `x` of rank
+    /// below 2 or fewer than 2 values per channel (PyTorch refuses it too: no unbiased variance).
+    #[allow(clippy::too_many_arguments)]
+    fn batch_norm_train(
+        &mut self,
+        x: &Self::Value,
+        weight: Option<&Self::Value>,
+        bias: Option<&Self::Value>,
+        running_mean: &Self::Value,
+        running_var: &Self::Value,
+        stats: RunningStats,
+        eps: f32,
+    ) -> Result<BatchNormTrain<Self::Value>, Self::Error> {
+        let s = self.shape_of(x);
+        let stat = channel_stat_shape(s)?;
+        let n = s.elems() / stat.elems().max(1);
+        if n < 2 {
+            return Err(OpError::BadTarget {
+                op: Opcode::SumTo,
+                from: s,
+                to: stat,
+            }
+            .into());
+        }
+        let [mean, d, squares, var] = self.moments(x, stat)?;
+        let y = self.normalize_affine(&d, &var, weight, bias, eps, stat, Some(stat))?;
+        let c = self.shape_of(running_mean);
+        let mean_c = self.reshape(&mean, c)?;
+        let var_c = self.reshape(&var, c)?;
+        let (running_mean, running_var) = match stats {
+            RunningStats::PyTorch { momentum } => {
+                let squares_c = self.reshape(&squares, c)?;
+                let n_minus_1 = self.fill((n - 1) as f32, c)?;
+                let unbiased = self.div(&squares_c, &n_minus_1)?;
+                let rm = self.lerp_stat(running_mean, &mean_c, 1.0 - momentum, momentum)?;
+                let rv = self.lerp_stat(running_var, &unbiased, 1.0 - momentum, momentum)?;
+                (rm, rv)
+            }
+            RunningStats::Onnx { momentum } => {
+                let rm = self.lerp_stat(running_mean, &mean_c, momentum, 1.0 - momentum)?;
+                let rv = self.lerp_stat(running_var, &var_c, momentum, 1.0 - momentum)?;
+                (rm, rv)
+            }
+        };
+        Ok(BatchNormTrain {
+            y,
+            running_mean,
+            running_var,
+        })
+    }
+    /// Batch normalization in evaluation mode (PyTorch's `F.batch_norm(training=False)`, ONNX
+    /// `BatchNormalization` with `training_mode=0`): `((x − running_mean) /
+    /// sqrt(running_var + eps)) · weight + bias`, per channel (axis 1), the order of
+    /// [`Recordable::batch_norm_train`]. A composition.
+    ///
+    /// # Shapes
+    /// `x: [N, C, ..]`; `weight`, `bias`, `running_mean`, `running_var: [C]`; `y` of `x`'s shape.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`]; [`OpError::BadTarget`] for `x` of rank below 2.
+    fn batch_norm_eval(
+        &mut self,
+        x: &Self::Value,
+        weight: Option<&Self::Value>,
+        bias: Option<&Self::Value>,
+        running_mean: &Self::Value,
+        running_var: &Self::Value,
+        eps: f32,
+    ) -> Result<Self::Value, Self::Error> {
+        let s = self.shape_of(x);
+        let stat = channel_stat_shape(s)?;
+        let mean = self.reshape(running_mean, stat)?;
+        let mean_b = self.broadcast(&mean, s)?;
+        let d = self.sub(x, &mean_b)?;
+        let var = self.reshape(running_var, stat)?;
+        self.normalize_affine(&d, &var, weight, bias, eps, stat, Some(stat))
+    }
+    /// Layer normalization (Ba et al., 2016; PyTorch's `F.layer_norm`, ONNX
+    /// `LayerNormalization` with `axis = rank − normalized_dims`) over the last
+    /// `normalized_dims` axes, with the biased variance and `eps` inside the square root:
+    /// `μ = mean(x)`, `d = x − μ`, `σ² = mean(d · d)`, `y = (d / sqrt(σ² + eps)) · weight + bias`
+    /// (means as `sum_to` then a division by the count). A composition, for the reasons of
+    /// [`Recordable::batch_norm_train`].
+    ///
+    /// # Shapes
+    /// `x: [.., D1, .., Dk]` (`k = normalized_dims`, 1 to the rank); `weight`, `bias`:
+    /// `[D1, .., Dk]`; `y` of `x`'s shape.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`]; [`OpError::BadTarget`] (naming `sum_to`) for
+    /// `normalized_dims` of 0 or past the rank.
+    fn layer_norm(
+        &mut self,
+        x: &Self::Value,
+        normalized_dims: usize,
+        weight: Option<&Self::Value>,
+        bias: Option<&Self::Value>,
+        eps: f32,
+    ) -> Result<Self::Value, Self::Error> {
+        let s = self.shape_of(x);
+        let rank = s.rank();
+        if normalized_dims == 0 || normalized_dims > rank {
+            return Err(OpError::BadTarget {
+                op: Opcode::SumTo,
+                from: s,
+                to: s,
+            }
+            .into());
+        }
+        let mut dims = s.dims();
+        for d in dims.iter_mut().take(rank).skip(rank - normalized_dims) {
+            *d = 1;
+        }
+        let stat = Shape::new(&dims[..rank]).map_err(OpError::Shape)?;
+        let [_, d, _, var] = self.moments(x, stat)?;
+        self.normalize_affine(&d, &var, weight, bias, eps, stat, None)
+    }
+    /// `(d / broadcast(sqrt(var + eps))) · weight + bias`, `weight` and `bias` (optional)
+    /// reshaped to `params_as` when given (batch norm: `[C]` to `[1, C, 1, ..]`) and broadcast
+    /// to `d`'s shape (layer norm's trailing dims broadcast as they are). The shared tail of the
+    /// normalizations.
+    ///
+    /// # Shapes
+    /// `d: [..]`, `var` of shape `stat` (broadcasts to `d`'s shape).
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    #[allow(clippy::too_many_arguments)]
+    fn normalize_affine(
+        &mut self,
+        d: &Self::Value,
+        var: &Self::Value,
+        weight: Option<&Self::Value>,
+        bias: Option<&Self::Value>,
+        eps: f32,
+        stat: Shape,
+        params_as: Option<Shape>,
+    ) -> Result<Self::Value, Self::Error> {
+        let s = self.shape_of(d);
+        let e = self.fill(eps, stat)?;
+        let shifted = self.add(var, &e)?;
+        let root = self.sqrt(&shifted)?;
+        let root = self.broadcast(&root, s)?;
+        let mut y = self.div(d, &root)?;
+        let to_x = |r: &mut Self, p: &Self::Value| -> Result<Self::Value, Self::Error> {
+            let p = match params_as {
+                Some(shape) => r.reshape(p, shape)?,
+                None => p.clone(),
+            };
+            r.broadcast(&p, s)
+        };
+        if let Some(w) = weight {
+            let w = to_x(self, w)?;
+            y = self.mul(&y, &w)?;
+        }
+        if let Some(b) = bias {
+            let b = to_x(self, b)?;
+            y = self.add(&y, &b)?;
+        }
+        Ok(y)
+    }
+    /// The moments of `x` down to `stat` (`n` elements of `x` per element of `stat`):
+    /// `[μ, d, s, σ²]` with `μ = sum_to(x) / n`, `d = x − broadcast(μ)`, `s = sum_to(d · d)`,
+    /// `σ² = s / n` (biased). Two passes, as the normalizations define them.
+    ///
+    /// # Shapes
+    /// `x: [..]`, `stat` broadcasting to it; `d` of `x`'s shape, the others of `stat`.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn moments(&mut self, x: &Self::Value, stat: Shape) -> Result<[Self::Value; 4], Self::Error> {
+        let s = self.shape_of(x);
+        let n = s.elems() / stat.elems().max(1);
+        let sum = self.sum_to(x, stat)?;
+        let count = self.fill(n as f32, stat)?;
+        let mean = self.div(&sum, &count)?;
+        let mean_b = self.broadcast(&mean, s)?;
+        let d = self.sub(x, &mean_b)?;
+        let dd = self.mul(&d, &d)?;
+        let squares = self.sum_to(&dd, stat)?;
+        let var = self.div(&squares, &count)?;
+        Ok([mean, d, squares, var])
+    }
+    /// `old · keep + new · take` (a running statistic's update).
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn lerp_stat(
+        &mut self,
+        old: &Self::Value,
+        new: &Self::Value,
+        keep: f32,
+        take: f32,
+    ) -> Result<Self::Value, Self::Error> {
+        let a = self.scale(old, keep)?;
+        let b = self.scale(new, take)?;
+        self.add(&a, &b)
+    }
+}
+
+/// `shape` with its extent at `axis` set to 1 (the target of a reduction over `axis`, kept).
+///
+/// # Errors
+/// [`OpError::BadTarget`] (naming `logsumexp`, the reduction) for an `axis` past the rank.
+pub fn keep_axis_at_one(shape: Shape, axis: usize) -> Result<Shape, OpError> {
+    let rank = shape.rank();
+    if axis >= rank {
+        return Err(OpError::BadTarget {
+            op: Opcode::LogSumExp,
+            from: shape,
+            to: shape,
+        });
+    }
+    let mut dims = shape.dims();
+    if let Some(d) = dims.get_mut(axis) {
+        *d = 1;
+    }
+    Shape::new(&dims[..rank]).map_err(OpError::Shape)
+}
+
+/// How a loss reduces its elementwise values, as PyTorch's `reduction` argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Reduction {
+    /// `'none'`: the elementwise losses.
+    None,
+    /// `'mean'` (PyTorch's default): the sum divided by the element count.
+    #[default]
+    Mean,
+    /// `'sum'`.
+    Sum,
+}
+
+/// The running statistics' update of batch normalization in training mode, in PyTorch's or
+/// ONNX's convention. The two differ in what `momentum` weighs and in the variance:
+/// - PyTorch (`nn.BatchNorm*`, default `momentum = 0.1`): `running = (1 − momentum) · running +
+///   momentum · stat`, the running variance from the unbiased batch variance `s / (n − 1)`;
+/// - ONNX (`BatchNormalization`, default `momentum = 0.9`): `running = running · momentum +
+///   stat · (1 − momentum)` (momentum is the weight of the old value), the running variance from
+///   the population (biased) variance `s / n`.
+///
+/// PyTorch's `momentum = None` (a cumulative average) is not provided.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RunningStats {
+    /// PyTorch's convention.
+    PyTorch {
+        /// The weight of the new batch statistic.
+        momentum: f32,
+    },
+    /// ONNX's convention.
+    Onnx {
+        /// The weight of the old running value.
+        momentum: f32,
+    },
+}
+
+/// What [`Recordable::batch_norm_train`] answers: the normalized output and the new running
+/// statistics, to be written back to the persistent region by the caller.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchNormTrain<V> {
+    /// The normalized, affine output, of `x`'s shape.
+    pub y: V,
+    /// The new running mean, `[C]`.
+    pub running_mean: V,
+    /// The new running variance, `[C]`.
+    pub running_var: V,
+}
+
+/// `[1, C, 1, ..]` of `x`'s rank: the shape of per-channel statistics (channels on axis 1).
+///
+/// # Errors
+/// [`OpError::BadTarget`] (naming `sum_to`) for `x` of rank below 2.
+fn channel_stat_shape(x: Shape) -> Result<Shape, OpError> {
+    let rank = x.rank();
+    let bad = OpError::BadTarget {
+        op: Opcode::SumTo,
+        from: x,
+        to: x,
+    };
+    if rank < 2 {
+        return Err(bad);
+    }
+    let mut dims = [1usize; crate::MAX_RANK];
+    dims[1] = x.dim(1).ok_or(bad)?;
+    Shape::new(&dims[..rank]).map_err(OpError::Shape)
 }
 
 /// The shapes of reducing `s` over `axes`: the keep-dims shape (extent 1 along each axis) and

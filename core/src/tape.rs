@@ -521,7 +521,8 @@ pub fn describe(tape: &Tape, marks: &[(usize, &str)]) -> String {
             | Opcode::SumTo
             | Opcode::MaxTo
             | Opcode::ProdTo
-            | Opcode::Reshape => {
+            | Opcode::Reshape
+            | Opcode::LogSumExp => {
                 let _ = write!(args, "  shape={}", n.shape);
             }
             Opcode::MaxPool

@@ -1,7 +1,9 @@
 //! The conformance cases shared by the first-order and second-order suites: one or more per
 //! opcode, each a small function of random inputs reduced to a scalar.
 
-use tapeplan_core::{NodeId, Opcode, PoolWindow, Recordable, Shape, Tape, Trace};
+use tapeplan_core::{
+    NodeId, Opcode, PoolWindow, Recordable, Reduction, RunningStats, Shape, Tape, Trace,
+};
 use tapeplan_planner::protocol::SplitMix64;
 
 /// A case: the inputs' shapes and value ranges, and the function body from inputs to a value
@@ -24,7 +26,10 @@ pub fn near_kink(case: &str, v: &[Vec<f32>], i: usize) -> bool {
         "relu" | "heaviside" | "abs" | "sign" | "equal" | "greater" | "select" => {
             close(v[0][i], 0.0)
         }
-        "maximum" | "minimum" => close(v[0][i], v[1][i]),
+        "maximum" | "minimum" | "l1_loss" => close(v[0][i], v[1][i]),
+        "leaky_relu" => close(v[0][i], 0.0),
+        "softplus_beta" => close(v[0][i], 2.5),
+        "hardswish" => close(v[0][i], -3.0) || close(v[0][i], 3.0),
         // The maximum of a row (argmax) or of a group over axes {0, 2} (stride 4 within 12)
         // changes hands when two of its entries are close.
         "argmax" => {
@@ -280,6 +285,166 @@ pub fn cases() -> Vec<Case> {
             inputs: &[(&[8], -4.0, 24.0)],
             wrt: &[true],
             body: |t, x| t.softplus(&x[0]).unwrap(),
+        },
+        Case {
+            name: "logsumexp",
+            covers: &[
+                Opcode::LogSumExp,
+                Opcode::Equal,
+                Opcode::Select,
+                Opcode::Exp,
+                Opcode::Broadcast,
+            ],
+            inputs: &[(&[3, 4], -3.0, 3.0)],
+            wrt: &[true],
+            body: |t, x| t.logsumexp_to(&x[0], Shape::matrix(3, 1)).unwrap(),
+        },
+        Case {
+            name: "logsumexp_columns",
+            covers: &[Opcode::LogSumExp],
+            inputs: &[(&[2, 3, 2], -3.0, 3.0)],
+            wrt: &[true],
+            body: |t, x| t.logsumexp_to(&x[0], Shape::new(&[3, 1]).unwrap()).unwrap(),
+        },
+        Case {
+            name: "log_softmax",
+            covers: &[Opcode::LogSumExp, Opcode::Sub],
+            inputs: &[(&[3, 4], -3.0, 3.0)],
+            wrt: &[true],
+            body: |t, x| t.log_softmax(&x[0], 1).unwrap(),
+        },
+        Case {
+            name: "softmax",
+            covers: &[Opcode::MaxTo, Opcode::Detach, Opcode::Div],
+            inputs: &[(&[4, 3], -3.0, 3.0)],
+            wrt: &[true],
+            body: |t, x| t.softmax(&x[0], 0).unwrap(),
+        },
+        Case {
+            name: "bce_with_logits",
+            covers: &[Opcode::BceWithLogits, Opcode::Sigmoid, Opcode::Neg],
+            inputs: &[(&[3, 4], -4.0, 4.0), (&[3, 4], 0.0, 1.0)],
+            wrt: &[true, true],
+            body: |t, x| {
+                t.binary_cross_entropy_with_logits(&x[0], &x[1], Reduction::None)
+                    .unwrap()
+            },
+        },
+        Case {
+            name: "bce_with_logits_mean",
+            covers: &[Opcode::BceWithLogits, Opcode::SumTo, Opcode::Div],
+            inputs: &[(&[2, 3], -4.0, 4.0), (&[2, 3], 0.0, 1.0)],
+            wrt: &[true, false],
+            body: |t, x| {
+                t.binary_cross_entropy_with_logits(&x[0], &x[1], Reduction::Mean)
+                    .unwrap()
+            },
+        },
+        Case {
+            name: "l1_loss",
+            covers: &[Opcode::Abs, Opcode::Sub],
+            inputs: &[(&[3, 4], -2.0, 2.0), (&[3, 4], -2.0, 2.0)],
+            wrt: &[true, true],
+            body: |t, x| t.l1_loss(&x[0], &x[1], Reduction::Sum).unwrap(),
+        },
+        Case {
+            name: "huber_loss",
+            covers: &[Opcode::Abs, Opcode::Select, Opcode::Greater],
+            inputs: &[(&[3, 4], -2.0, 2.0), (&[3, 4], -2.0, 2.0)],
+            wrt: &[true, true],
+            body: |t, x| t.huber_loss(&x[0], &x[1], 1.0, Reduction::None).unwrap(),
+        },
+        Case {
+            name: "leaky_relu",
+            covers: &[Opcode::Select, Opcode::Greater],
+            inputs: &[(&[8], -2.0, 2.0)],
+            wrt: &[true],
+            body: |t, x| t.leaky_relu(&x[0], 0.1).unwrap(),
+        },
+        Case {
+            name: "silu",
+            covers: &[Opcode::Sigmoid, Opcode::Mul],
+            inputs: &[(&[8], -4.0, 4.0)],
+            wrt: &[true],
+            body: |t, x| t.silu(&x[0]).unwrap(),
+        },
+        Case {
+            name: "gelu",
+            covers: &[Opcode::Erf],
+            inputs: &[(&[8], -3.0, 3.0)],
+            wrt: &[true],
+            body: |t, x| t.gelu(&x[0]).unwrap(),
+        },
+        Case {
+            name: "gelu_tanh",
+            covers: &[Opcode::Tanh],
+            inputs: &[(&[8], -3.0, 3.0)],
+            wrt: &[true],
+            body: |t, x| t.gelu_tanh(&x[0]).unwrap(),
+        },
+        Case {
+            name: "softplus_beta",
+            covers: &[Opcode::Softplus, Opcode::Select],
+            inputs: &[(&[8], -4.0, 4.0)],
+            wrt: &[true],
+            body: |t, x| t.softplus_beta(&x[0], 2.0, 5.0).unwrap(),
+        },
+        Case {
+            name: "hardswish",
+            covers: &[Opcode::Maximum, Opcode::Minimum],
+            inputs: &[(&[8], -5.0, 5.0)],
+            wrt: &[true],
+            body: |t, x| t.hardswish(&x[0]).unwrap(),
+        },
+        Case {
+            name: "batch_norm_train",
+            covers: &[Opcode::SumTo, Opcode::Sqrt, Opcode::Reshape],
+            inputs: &[(&[4, 3], -2.0, 2.0), (&[3], 0.5, 1.5), (&[3], -1.0, 1.0)],
+            wrt: &[true, true, true],
+            body: |t, x| {
+                let rv = t.fill(1.0, Shape::vector(3)).unwrap();
+                let stats = RunningStats::PyTorch { momentum: 0.1 };
+                t.batch_norm_train(&x[0], Some(&x[1]), Some(&x[2]), &rv, &rv, stats, 1e-5)
+                    .unwrap()
+                    .y
+            },
+        },
+        Case {
+            name: "batch_norm_running_stats",
+            covers: &[Opcode::SumTo, Opcode::Reshape],
+            inputs: &[(&[2, 2, 3], -2.0, 2.0), (&[2], 0.5, 1.5)],
+            wrt: &[true, true],
+            body: |t, x| {
+                let stats = RunningStats::Onnx { momentum: 0.9 };
+                let out = t
+                    .batch_norm_train(&x[0], None, None, &x[1], &x[1], stats, 1e-5)
+                    .unwrap();
+                t.mul(&out.running_mean, &out.running_var).unwrap()
+            },
+        },
+        Case {
+            name: "batch_norm_eval",
+            covers: &[Opcode::Sqrt, Opcode::Div],
+            inputs: &[(&[3, 2], -2.0, 2.0), (&[2], -1.0, 1.0), (&[2], 0.5, 2.0)],
+            wrt: &[true, true, true],
+            body: |t, x| {
+                t.batch_norm_eval(&x[0], None, None, &x[1], &x[2], 1e-5)
+                    .unwrap()
+            },
+        },
+        Case {
+            name: "layer_norm",
+            covers: &[Opcode::SumTo, Opcode::Sqrt, Opcode::Broadcast],
+            inputs: &[
+                (&[2, 2, 3], -2.0, 2.0),
+                (&[2, 3], 0.5, 1.5),
+                (&[2, 3], -1.0, 1.0),
+            ],
+            wrt: &[true, true, true],
+            body: |t, x| {
+                t.layer_norm(&x[0], 2, Some(&x[1]), Some(&x[2]), 1e-5)
+                    .unwrap()
+            },
         },
         Case {
             name: "abs",

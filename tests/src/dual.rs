@@ -115,7 +115,8 @@ impl Element for Dual {
     }
     fn sqrt(self) -> Dual {
         let s = Element::sqrt(self.v);
-        Dual::new(s, self.t / (2.0 * s))
+        // The slope as `sqrt`'s rule forms it: `0.5 / y`.
+        Dual::new(s, self.t * (0.5 / s))
     }
     fn erf(self) -> Dual {
         // The slope as `erf`'s rule forms it: `(2/√π) · e^(−x²)`.

@@ -6,3 +6,4 @@
 
 pub mod cases;
 pub mod dual;
+pub mod readers;

@@ -16,7 +16,7 @@ use crate::{output, run, Ctx};
 pub const TARGETS: &[&str] = &["plan_bytes", "plan_mutate", "checkpoint", "differential"];
 
 /// Seconds per target in CI's smoke run.
-const SMOKE_SECONDS: u32 = 20;
+const SMOKE_SECONDS: u32 = 15;
 
 /// The toolchain cargo-fuzz and Miri run on.
 const NIGHTLY: &str = "nightly";
@@ -251,9 +251,11 @@ pub fn step_fuzz_smoke(ctx: &Ctx) -> Result<()> {
     fuzz(ctx, TARGETS, SMOKE_SECONDS)
 }
 
-/// The runtime's unit tests and its rejection, hostile-plan and checkpoint tests under Miri
+/// The runtime's unit tests and its rejection and checkpoint tests under Miri
 /// (undefined behaviour, out-of-bounds and uninitialized reads, in our code and the crates
-/// it links), with few property-test cases: Miri runs about a thousand times slower.
+/// it links), with few property-test cases: Miri runs about a thousand times slower (the
+/// hostile-plan suite took over six CPU minutes alone under Miri, so it stays out of CI; run
+/// `cargo +nightly miri test -p tapeplan-runtime --test hostile` by hand).
 pub fn step_miri(ctx: &Ctx) -> Result<()> {
     ensure_nightly(ctx, true)?;
     let mut cmd = nightly_cargo(&ctx.root);
@@ -266,9 +268,14 @@ pub fn step_miri(ctx: &Ctx) -> Result<()> {
         "--test",
         "reject",
         "--test",
-        "hostile",
-        "--test",
         "checkpoint",
+        "--",
+        // The two exhaustive checkpoint tests (every bit flipped, every length cut) take
+        // minutes under Miri and exercise the same code as their neighbours.
+        "--skip",
+        "every_flipped_bit_and_byte",
+        "--skip",
+        "truncation_at_every_length",
     ])
     .env("PROPTEST_CASES", "4")
     .env("MIRIFLAGS", "-Zmiri-disable-isolation");

@@ -20,6 +20,7 @@ mod browser;
 
 mod firmware;
 mod fuzz;
+mod onnx;
 
 /// Rust targets a fresh machine must add: the no_std targets the runtime is built for, plus
 /// `thumbv7m-none-eabi` (Cortex-M3, for the QEMU firmware runs).
@@ -92,6 +93,11 @@ const STEPS: &[Step] = &[
         run: step_demo,
     },
     Step {
+        name: "onnx-conformance",
+        about: "ONNX's backend node tests (pinned onnx, generated into a cache) through the translation, the oracle and the no_std runtime: bitwise between the readings, each operator's tolerance against the expected outputs; prints the table",
+        run: onnx::step_onnx_conformance,
+    },
+    Step {
         name: "qemu",
         about: "cargo xtask firmware: train on Cortex-M4F, M3 and M0 under QEMU (and the M4F under the fast math profile too), verify bitwise against the oracle, check sizes",
         run: firmware::step_qemu,
@@ -118,12 +124,12 @@ const STEPS: &[Step] = &[
     },
     Step {
         name: "miri",
-        about: "the runtime's unit, rejection, hostile-plan and checkpoint tests under Miri (nightly; installed if missing)",
+        about: "the runtime's unit, rejection and checkpoint tests under Miri (nightly; installed if missing)",
         run: fuzz::step_miri,
     },
     Step {
         name: "fuzz-smoke",
-        about: "every cargo-fuzz target of fuzz/ for 20 s (nightly and cargo-fuzz; installed if missing)",
+        about: "every cargo-fuzz target of fuzz/ for 15 s (nightly and cargo-fuzz; installed if missing)",
         run: fuzz::step_fuzz_smoke,
     },
     Step {
@@ -143,6 +149,9 @@ const CI_STEPS: &[&str] = &[
     "simd",
     "doc",
     "demo",
+    "onnx-conformance",
+    "miri",
+    "fuzz-smoke",
     "qemu",
     "wasm-setup",
     "wasm-test",
@@ -189,6 +198,12 @@ const VERBS: &[Verb] = &[
         usage: "fuzz [--seconds N] [--target NAME]",
         about: "run the cargo-fuzz targets of fuzz/ (default: each 60 s) and print runs, exec/s and coverage per target",
         run: fuzz::verb_fuzz,
+    },
+    Verb {
+        name: "onnx-proto",
+        usage: "onnx-proto [--check]",
+        about: "regenerate planner-host/src/model/onnx/proto/onnx.rs from onnx.proto (prost-build, vendored protoc; its own workspace xtask/onnx-proto-gen); --check: compare with the committed file",
+        run: onnx::verb_onnx_proto,
     },
     Verb {
         name: "help",

@@ -17,6 +17,7 @@ pub mod affine_scan;
 pub mod argmax;
 pub mod avg_pool;
 pub mod avg_pool_backward;
+pub mod bce_with_logits;
 pub mod broadcast;
 pub mod concat;
 pub mod cumprod_exclusive;
@@ -33,6 +34,7 @@ pub mod greater_equal;
 pub mod heaviside;
 pub mod leaf;
 pub mod log;
+pub mod logsumexp;
 pub mod matmul;
 pub mod max_pool;
 pub mod max_pool_gather;
@@ -323,6 +325,11 @@ pub fn work(op: Opcode, args: &[Shape], out: Shape) -> u64 {
         Opcode::AvgPoolBackward => elems(arg(0))
             .saturating_mul(plane(out).max(1))
             .saturating_add(elems(out)),
+        // Two passes over its argument (the maximum, then the sum of exponentials).
+        Opcode::LogSumExp => {
+            let x = args.first().map_or(0, |&a| elems(a));
+            elems(out).saturating_add(x.saturating_mul(2))
+        }
         _ => args
             .iter()
             .take(op.arity())

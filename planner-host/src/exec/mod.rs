@@ -3,6 +3,7 @@
 //! ([`precision`]), and device verification: transcripts ([`transcript`]), the check
 //! ([`verify`]) and its outcome ([`report`]).
 
+pub mod forward;
 pub mod interp;
 pub mod oracle;
 pub mod precision;

@@ -4,6 +4,7 @@
 
 pub mod job;
 pub mod mlp;
+pub mod onnx;
 pub mod optim;
 pub mod run;
 

@@ -47,9 +47,22 @@ pub enum Optimizer {
     },
     /// Adam (Kingma & Ba, 2015) and, with `decoupled_weight_decay > 0`, AdamW (Loshchilov &
     /// Hutter, 2019): `p ← p·(1 − lr·λ)` first (decoupled decay), then
-    /// `m ← β1·m + (1−β1)·g`, `v ← β2·v + (1−β2)·g²`, `c1 ← c1·β1`, `c2 ← c2·β2` (running powers
-    /// `β^t`, starting at 1), and `p ← p − (lr / (1 − c1)) · m / (sqrt(v) / sqrt(1 − c2) + ε)`:
-    /// epsilon added after the bias-corrected square root, as PyTorch places it.
+    /// `m ← β1·m + (1−β1)·g`, `v ← β2·v + (1−β2)·g²`, the running powers `c1 = β1^t`,
+    /// `c2 = β2^t` advanced one step, and
+    /// `p ← p − (lr / (1 − c1)) · m / (sqrt(v) / sqrt(1 − c2) + ε)`: epsilon added after the
+    /// bias-corrected square root, as PyTorch places it.
+    ///
+    /// # Bias correction
+    /// Each running power is kept as an unevaluated sum `hi + lo` of two `f32` (double-`f32`
+    /// arithmetic): `hi · β` is split exactly into a product and its rounding error (Dekker's
+    /// product over Veltkamp's split, no fused multiply-add), the error and `lo · β` carried in
+    /// `lo`, and the pair renormalized; the correction is `(1 − hi) − lo`. So `1 − β^t` is within
+    /// about one ulp of its value for the `f32` `β` (the `β` the moments decay by), where a
+    /// running `f32` power `β^t` drifts by an ulp of `β^t` per step and `1 − β^t` cancels it
+    /// into hundreds of ulp (`β2 = 0.999` at `t = 2`: 1 − β² ≈ 0.002 carries the rounding of
+    /// `β²` ≈ 1). Only `+ − ×` on scalars: exact in both math profiles, the same bits on every
+    /// target. PyTorch computes `1 − β^t` in `f64` from the decimal `β`; the moments here decay
+    /// by the `f32` `β`, and the correction matches that decay.
     Adam {
         /// Learning rate.
         lr: f32,
@@ -62,6 +75,62 @@ pub enum Optimizer {
         /// AdamW's decoupled weight decay `λ` (0 for Adam).
         decoupled_weight_decay: f32,
     },
+}
+
+/// Veltkamp's splitting constant for `f32`: `2^12 + 1` (a 24-bit significand splits into two
+/// halves of at most 12 bits, whose products are exact).
+const SPLITTER: f32 = 4097.0;
+
+/// `(hi, lo)` of `c`: `c = hi + lo` exactly, each half of at most 12 significant bits (Veltkamp's
+/// split, in `f32` arithmetic as the recorded form computes it).
+fn split(c: f32) -> (f32, f32) {
+    let t = c * SPLITTER;
+    let hi = t - (t - c);
+    (hi, c - hi)
+}
+
+/// `(hi + lo) · beta` in double-`f32` arithmetic, recorded: the exact product `hi · beta = p + e`
+/// (Dekker's two-product over Veltkamp's split of `hi`, `beta` split on the host), then
+/// `lo' = lo · beta + e` and the renormalization `s = p + lo'`, `lo'' = lo' − (s − p)`
+/// (`|lo'| ≤ ulp(p)` so the fast two-sum is exact). Answers `(s, lo'')`.
+fn times_constant_compensated<R: Recordable>(
+    r: &mut R,
+    hi: &R::Value,
+    lo: &R::Value,
+    beta: f32,
+) -> Result<(R::Value, R::Value), R::Error> {
+    let (b_hi, b_lo) = split(beta);
+    let t = r.scale(hi, SPLITTER)?;
+    let t_minus = r.sub(&t, hi)?;
+    let a_hi = r.sub(&t, &t_minus)?;
+    let a_lo = r.sub(hi, &a_hi)?;
+    let p = r.scale(hi, beta)?;
+    let hh = r.scale(&a_hi, b_hi)?;
+    let e = r.sub(&hh, &p)?;
+    let hl = r.scale(&a_hi, b_lo)?;
+    let e = r.add(&e, &hl)?;
+    let lh = r.scale(&a_lo, b_hi)?;
+    let e = r.add(&e, &lh)?;
+    let ll = r.scale(&a_lo, b_lo)?;
+    let e = r.add(&e, &ll)?;
+    let lo_beta = r.scale(lo, beta)?;
+    let lo_new = r.add(&lo_beta, &e)?;
+    let s = r.add(&p, &lo_new)?;
+    let moved = r.sub(&s, &p)?;
+    let lo_new = r.sub(&lo_new, &moved)?;
+    Ok((s, lo_new))
+}
+
+/// `1 − (hi + lo)` as `(1 − hi) − lo`: `1 − hi` is exact for `hi` in `[0.5, 1]` (Sterbenz), so
+/// the one rounding is the last; for smaller `hi` the result exceeds `0.5` and nothing cancels.
+fn one_minus_compensated<R: Recordable>(
+    r: &mut R,
+    hi: &R::Value,
+    lo: &R::Value,
+) -> Result<R::Value, R::Error> {
+    let one = r.fill(1.0, Shape::SCALAR)?;
+    let d = r.sub(&one, hi)?;
+    r.sub(&d, lo)
 }
 
 /// One piece of optimizer state: its name, shape and initial value.
@@ -129,8 +198,9 @@ impl Optimizer {
     }
 
     /// The state this optimizer keeps for `params` (names and shapes in order): per parameter
-    /// first (`<name>.m`, `<name>.v` or `<name>.b`), then the shared scalars, then the step
-    /// counter `opt.step`. Plain SGD keeps none (not even the counter).
+    /// first (`<name>.m`, `<name>.v` or `<name>.b`), then the shared scalars (Adam's running
+    /// powers `opt.beta1_pow`, `opt.beta2_pow` and their low parts `opt.beta1_pow_lo`,
+    /// `opt.beta2_pow_lo`), then the step counter `opt.step`. Plain SGD keeps none (not even the counter).
     pub fn state(&self, params: &[(String, Shape)]) -> Vec<StateSpec> {
         let mut out = Vec::new();
         let per = |suffix: &str, out: &mut Vec<StateSpec>| {
@@ -148,11 +218,18 @@ impl Optimizer {
             Optimizer::Adam { .. } => {
                 per("m", &mut out);
                 per("v", &mut out);
-                for n in ["opt.beta1_pow", "opt.beta2_pow"] {
+                // The running powers' high parts (start at 1), then their low parts (start
+                // at 0): see the bias correction of [`Optimizer::Adam`].
+                for (n, init) in [
+                    ("opt.beta1_pow", 1.0),
+                    ("opt.beta2_pow", 1.0),
+                    ("opt.beta1_pow_lo", 0.0),
+                    ("opt.beta2_pow_lo", 0.0),
+                ] {
                     out.push(StateSpec {
                         name: n.into(),
                         shape: Shape::SCALAR,
-                        init: 1.0,
+                        init,
                     });
                 }
             }
@@ -227,11 +304,11 @@ impl Optimizer {
                 decoupled_weight_decay,
             } => {
                 let (c1, c2) = (&state[2 * n], &state[2 * n + 1]);
-                let c1_new = r.scale(c1, beta1)?;
-                let c2_new = r.scale(c2, beta2)?;
-                let one = r.fill(1.0, Shape::SCALAR)?;
-                let bc1 = r.sub(&one, &c1_new)?;
-                let bc2 = r.sub(&one, &c2_new)?;
+                let (c1_lo, c2_lo) = (&state[2 * n + 2], &state[2 * n + 3]);
+                let (c1_new, c1_lo_new) = times_constant_compensated(r, c1, c1_lo, beta1)?;
+                let (c2_new, c2_lo_new) = times_constant_compensated(r, c2, c2_lo, beta2)?;
+                let bc1 = one_minus_compensated(r, &c1_new, &c1_lo_new)?;
+                let bc2 = one_minus_compensated(r, &c2_new, &c2_lo_new)?;
                 let lr_t = r.fill(lr, Shape::SCALAR)?;
                 let step_size = r.div(&lr_t, &bc1)?;
                 let bc2_sqrt = r.sqrt(&bc2)?;
@@ -268,6 +345,8 @@ impl Optimizer {
                 }
                 new_state[2 * n] = Some(c1_new);
                 new_state[2 * n + 1] = Some(c2_new);
+                new_state[2 * n + 2] = Some(c1_lo_new);
+                new_state[2 * n + 3] = Some(c2_lo_new);
             }
         }
         // The step counter, last.

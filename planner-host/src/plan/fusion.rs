@@ -65,6 +65,20 @@ pub fn fuse(tape: &Tape, order: &[usize], iv: &Intervals, roots: &[usize]) -> Fu
             n.op == Opcode::Broadcast && n.arg_indices().contains(&(v as u32))
         })
     };
+    // A broadcast whose source is defined inside a chain would read a range the chain writes
+    // (the source stays in the arena, written a tile at a time): no chain may hold both.
+    let position: BTreeMap<usize, usize> = order.iter().enumerate().map(|(p, &v)| (v, p)).collect();
+    let broadcasts_inner_value = |lo: usize, hi: usize| {
+        (lo..=hi).any(|p| {
+            let n = &nodes[order[p]];
+            n.op == Opcode::Broadcast
+                && n.arg_indices().iter().any(|&a| {
+                    position
+                        .get(&(a as usize))
+                        .is_some_and(|&q| lo <= q && q <= hi)
+                })
+        })
+    };
     // Candidate intervals, in definition order, merged into chains.
     let mut chains: Vec<(usize, usize)> = Vec::new();
     let mut candidates: Vec<(usize, usize, usize)> = Vec::new(); // (def, last read, node)
@@ -87,7 +101,7 @@ pub fn fuse(tape: &Tape, order: &[usize], iv: &Intervals, roots: &[usize]) -> Fu
             Some(&(a, b)) if pos <= b => (a, b.max(end)),
             _ => (pos, end),
         };
-        if hi - lo + 1 > MAX_CHAIN_INSTRS {
+        if hi - lo + 1 > MAX_CHAIN_INSTRS || broadcasts_inner_value(lo, hi) {
             continue;
         }
         match chains.last_mut() {
@@ -151,6 +165,33 @@ mod tests {
         let slots: Vec<(usize, usize)> = f.registers.into_iter().collect();
         assert_eq!(slots, vec![(a.index(), 0), (b.index(), 0)]);
         assert_eq!(Fusion::none(3).registers.len(), 0);
+    }
+
+    #[test]
+    fn a_broadcast_of_a_value_defined_in_the_chain_stays_out_of_it() {
+        // `k` is live across `one` and its same-shape broadcast `b` (a scalar, as the seed of a
+        // recorded gradient is): fusing them would let `b` read `one` from the arena while the
+        // chain writes it, which the runtime's validator refuses (PartialAlias).
+        let mut tape = Tape::new();
+        let w = tape.input("w", Shape::SCALAR);
+        let out = {
+            let mut t = tape.trace();
+            let k = t.fill(6.0, Shape::SCALAR).unwrap();
+            let one = t.fill(1.0, Shape::SCALAR).unwrap();
+            let b = t.broadcast(&one, Shape::SCALAR).unwrap();
+            let m = t.mul(&b, &w).unwrap();
+            t.div(&m, &k).unwrap()
+        };
+        let (order, f) = fusion_of(&tape, &[w.index()], &[out.index()]);
+        let b_pos = order
+            .iter()
+            .position(|&v| tape.nodes()[v].op == Opcode::Broadcast)
+            .unwrap();
+        let one_pos = b_pos - 1;
+        assert_ne!(
+            f.step[b_pos], f.step[one_pos],
+            "the broadcast and its source's definition are not one chain: {f:?}"
+        );
     }
 
     #[test]

@@ -139,7 +139,13 @@ pub(crate) mod ops {
 
     bin!(Add, add::scalar, |a, b| a + b);
     bin!(Sub, sub::scalar, |a, b| a - b);
-    bin!(Mul, mul::scalar, |a, b| a * b);
+    // The IEEE product, except `0 · ±inf`: NaN from non-NaN operands becomes the zero signed by
+    // the exclusive or of the operands' sign bits (`mul`'s zero preservation).
+    bin!(Mul, mul::scalar, |a, b| {
+        let p = a * b;
+        let zero_times_inf = p.is_nan() & !(a.is_nan() | b.is_nan());
+        zero_times_inf.select((a ^ b) & splat(-0.0), p)
+    });
     bin!(Div, div::scalar, |a, b| a / b);
     // Masks: ordered comparisons (false when either side is NaN), as in the scalar code.
     bin!(Equal, equal::scalar, |a, b| a

@@ -123,7 +123,7 @@ fn second_order_recorded_runtime_and_oracle_agree_and_match_finite_differences()
                 )
                 .unwrap();
                 let bytes = p.to_bytes();
-                let rt = RtPlan::parse(&bytes).unwrap();
+                let rt = RtPlan::parse(&bytes).unwrap_or_else(|e| panic!("{}: {e}", case.name));
                 let e = rt.entry("hvp").unwrap();
                 let mut arena = vec![f32::NAN; rt.arena_elems()];
                 let mut s = Session::bind(&rt, &mut arena).unwrap();

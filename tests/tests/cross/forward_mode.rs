@@ -202,16 +202,22 @@ const TOLERANCE: f32 = 1e-6;
 ///   products of the rule): the same terms, formed and added in another order;
 /// - `affine_scan`: the dual forms `b'[p] + (c'[p]·z[p] + c[p]·z'[p])` at each step; the
 ///   recorded jvp is the transpose of the rule's reverse scan, `affine_scan(c, b' + c'·z)`:
-///   the tangent of `c` is multiplied in first and added to `b'` before the recurrence.
+///   the tangent of `c` is multiplied in first and added to `b'` before the recurrence;
+/// - `logsumexp`: the kernel's dual carries the shift's tangent through `exp(x − c)`, the sum
+///   and `ln(acc) + c`; the rule's transpose is `Σ t·exp(x − y)`;
+/// - `bce_with_logits`: the dual differentiates the stable form (`x − x·z + log1p(e^−x)` or its
+///   other branch), `t − (t·z + x·t_z) − t·e^−x/(1 + e^−x)`; the rule is `t·(σ(x) − z) − x·t_z`.
 ///
 /// Every other kernel applies to its element the arithmetic its rule's transpose records (the
 /// dual's slopes are formed as the rules form them), so the two readings reach the same bits.
-const ROUNDS_APART: [Opcode; 5] = [
+const ROUNDS_APART: [Opcode; 7] = [
     Opcode::MatMul,
     Opcode::Sigmoid,
     Opcode::Softplus,
     Opcode::ProdTo,
     Opcode::AffineScan,
+    Opcode::LogSumExp,
+    Opcode::BceWithLogits,
 ];
 
 /// The selections whose reverse rule and kernel choose differently at a NaN or a tie: the

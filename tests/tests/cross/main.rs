@@ -5,6 +5,7 @@
 //! --test cross -- fusion::` (the simd step of `cargo xtask ci` runs `simd_training::` and
 //! `fusion::` this way under `--features simd`).
 
+mod activations;
 mod arena;
 mod closure;
 mod conformance;
@@ -15,6 +16,8 @@ mod fusion;
 mod fusion_hostile;
 mod higher_order;
 mod hostile;
+mod normalization;
+mod numerics;
 mod optimizers;
 mod passes;
 mod pooling;
