@@ -27,6 +27,15 @@ pub enum AttrKind {
     Axis,
     /// A convolution's geometry ([`ConvAttr`]).
     Conv,
+    /// A pooling window (see [`PoolWindow`]).
+    Pool,
+    /// A pooling window and the pooled tensor's shape, which is the output shape (the adjoint
+    /// of average pooling: the input's extents do not follow from the pooled ones).
+    PoolTo,
+    /// One axis and the output shape (`scatter_add`, `gather`'s adjoint).
+    AxisTo,
+    /// A set of axes and a direction (the scans of `prod_to`'s rule).
+    Scan,
 }
 
 impl AttrKind {
@@ -40,6 +49,10 @@ impl AttrKind {
             AttrKind::Window => "window",
             AttrKind::Axis => "axis",
             AttrKind::Conv => "conv",
+            AttrKind::Pool => "pool",
+            AttrKind::PoolTo => "pool_to",
+            AttrKind::AxisTo => "axis_to",
+            AttrKind::Scan => "scan",
         }
     }
 }
@@ -82,6 +95,113 @@ pub enum Attr {
     /// `conv`, `conv_transpose`, `conv_weight_grad`: strides, padding per side, dilations,
     /// groups and the output's spatial extent.
     Conv(ConvAttr),
+    /// `max_pool`, `max_pool_scatter`, `max_pool_gather`, `avg_pool`: the window.
+    Pool(PoolWindow),
+    /// `avg_pool_backward`: the window and the output shape (the pooled tensor's).
+    PoolTo(PoolWindow, Shape),
+    /// `scatter_add`: the axis and the output shape.
+    AxisTo(usize, Shape),
+    /// `cumprod_exclusive`, `affine_scan`: the axes along which a group runs (bit `k` for
+    /// axis `k`; the elements that agree on every other axis form a group, walked in increasing
+    /// flat index) and the direction.
+    Scan {
+        /// The group's axes, a bit mask.
+        axes: u8,
+        /// Walk each group in decreasing flat index.
+        reverse: bool,
+    },
+}
+
+/// A pooling window over the spatial axes of a channels-first tensor (`[N, C, L]` or
+/// `[N, C, H, W]`), in ONNX's terms (`kernel_shape`, `strides`, `dilations`, `pads`,
+/// `count_include_pad`), each value at most `u16::MAX`. Entries are per spatial axis `[h, w]`; a 1-D tensor `[N, C, L]` is
+/// pooled as `[N, C, 1, L]`, so its values are the `w` entries and the `h` entries must be the
+/// identity (kernel 1, stride 1, dilation 1, no padding): [`PoolWindow::new_1d`] builds that.
+///
+/// The output extent along an axis of extent `len` is ONNX's and PyTorch's floor rule:
+/// `(len + pad_begin + pad_end - ((kernel - 1) * dilation + 1)) / stride + 1`. The pooling
+/// instructions' shape rule ([`crate::ops::pool`]) also refuses a window that holds no element of the input
+/// (only padding): every window has at least one real element.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PoolWindow {
+    /// The kernel's extents `[h, w]` (ONNX `kernel_shape`; each at least 1).
+    pub kernel: [u16; 2],
+    /// The strides `[h, w]` (each at least 1).
+    pub strides: [u16; 2],
+    /// The dilations `[h, w]` (each at least 1; 1 is a dense window).
+    pub dilations: [u16; 2],
+    /// Padding in ONNX's `pads` order: `[h_begin, w_begin, h_end, w_end]`.
+    pub pads: [u16; 4],
+    /// Average pooling only (`false` for the max-pool opcodes): whether padded positions count
+    /// in the divisor. ONNX's `count_include_pad` (default 0: they do not); PyTorch's
+    /// `nn.AvgPool2d` defaults to `count_include_pad=True`.
+    pub count_include_pad: bool,
+}
+
+impl PoolWindow {
+    /// A 2-D window: kernel, strides, dilations `[h, w]`, `pads` in ONNX order
+    /// `[h_begin, w_begin, h_end, w_end]`.
+    pub fn new_2d(kernel: [u16; 2], strides: [u16; 2], pads: [u16; 4]) -> PoolWindow {
+        PoolWindow {
+            kernel,
+            strides,
+            dilations: [1, 1],
+            pads,
+            count_include_pad: false,
+        }
+    }
+
+    /// A 1-D window (a tensor `[N, C, L]`): kernel, stride, `pads` in ONNX order
+    /// `[begin, end]`.
+    pub fn new_1d(kernel: u16, stride: u16, pads: [u16; 2]) -> PoolWindow {
+        PoolWindow::new_2d([1, kernel], [1, stride], [0, pads[0], 0, pads[1]])
+    }
+
+    /// The same window with dilations `[h, w]`.
+    pub fn with_dilations(self, dilations: [u16; 2]) -> PoolWindow {
+        PoolWindow { dilations, ..self }
+    }
+
+    /// The same window with `count_include_pad` set.
+    pub fn with_count_include_pad(self, count_include_pad: bool) -> PoolWindow {
+        PoolWindow {
+            count_include_pad,
+            ..self
+        }
+    }
+
+    /// The plan format's words (the `pool` block, 11 words): kernel `h, w`, strides `h, w`,
+    /// dilations `h, w`, pads `h_begin, w_begin, h_end, w_end`, `count_include_pad` (0 or 1).
+    pub fn words(&self) -> [u32; 11] {
+        let [kh, kw] = self.kernel;
+        let [sh, sw] = self.strides;
+        let [dh, dw] = self.dilations;
+        let [p0, p1, p2, p3] = self.pads;
+        let c = u16::from(self.count_include_pad);
+        [kh, kw, sh, sw, dh, dw, p0, p1, p2, p3, c].map(u32::from)
+    }
+
+    /// The inverse of [`PoolWindow::words`]; `Err(word)` for the first word out of its range
+    /// (a value above `u16::MAX`, a flag other than 0 or 1).
+    pub fn from_words(w: [u32; 11]) -> Result<PoolWindow, u32> {
+        let mut v = [0u16; 11];
+        for (o, &x) in v.iter_mut().zip(&w) {
+            *o = u16::try_from(x).map_err(|_| x)?;
+        }
+        let [kh, kw, sh, sw, dh, dw, p0, p1, p2, p3, c] = v;
+        let count_include_pad = match c {
+            0 => false,
+            1 => true,
+            _ => return Err(u32::from(c)),
+        };
+        Ok(PoolWindow {
+            kernel: [kh, kw],
+            strides: [sh, sw],
+            dilations: [dh, dw],
+            pads: [p0, p1, p2, p3],
+            count_include_pad,
+        })
+    }
 }
 
 impl Attr {
@@ -108,13 +228,20 @@ impl Attr {
             Attr::Window { .. } => AttrKind::Window,
             Attr::Axis(_) => AttrKind::Axis,
             Attr::Conv(_) => AttrKind::Conv,
+            Attr::Pool(_) => AttrKind::Pool,
+            Attr::PoolTo(..) => AttrKind::PoolTo,
+            Attr::AxisTo(..) => AttrKind::AxisTo,
+            Attr::Scan { .. } => AttrKind::Scan,
         }
     }
 
     /// The shape the attribute gives as the output shape (targets and fills), if any.
     pub fn target_shape(&self) -> Option<Shape> {
         match self {
-            Attr::Target(s) | Attr::Fill { shape: s, .. } => Some(*s),
+            Attr::Target(s)
+            | Attr::Fill { shape: s, .. }
+            | Attr::PoolTo(_, s)
+            | Attr::AxisTo(_, s) => Some(*s),
             _ => None,
         }
     }
@@ -133,30 +260,52 @@ impl Attr {
         match self {
             Attr::Target(_) => Attr::Target(shape),
             Attr::Fill { value, .. } => Attr::Fill { value, shape },
+            Attr::PoolTo(w, _) => Attr::PoolTo(w, shape),
+            Attr::AxisTo(a, _) => Attr::AxisTo(a, shape),
             other => other,
         }
     }
 
     /// A value that compares and hashes as the attribute does (floats by their bits).
-    fn key(&self) -> (AttrKind, [u32; 4], Option<Shape>, Option<ConvAttr>) {
+    fn key(&self) -> (AttrKind, [u32; 4], Option<Shape>, Geometry) {
         let u = |x: usize| x as u32;
         match *self {
-            Attr::None => (AttrKind::None, [0; 4], None, None),
-            Attr::Target(s) => (AttrKind::Target, [0; 4], Some(s), None),
+            Attr::None => (AttrKind::None, [0; 4], None, Geometry::None),
+            Attr::Target(s) => (AttrKind::Target, [0; 4], Some(s), Geometry::None),
             Attr::Fill { value, shape } => (
                 AttrKind::Fill,
                 [value.to_bits(), 0, 0, 0],
                 Some(shape),
-                None,
+                Geometry::None,
             ),
-            Attr::Pow(p) => (AttrKind::Pow, [p.to_bits(), 0, 0, 0], None, None),
-            Attr::Window { axis, start, len } => {
-                (AttrKind::Window, [u(axis), u(start), u(len), 0], None, None)
-            }
-            Attr::Axis(a) => (AttrKind::Axis, [u(a), 0, 0, 0], None, None),
-            Attr::Conv(c) => (AttrKind::Conv, [0; 4], None, Some(c)),
+            Attr::Pow(p) => (AttrKind::Pow, [p.to_bits(), 0, 0, 0], None, Geometry::None),
+            Attr::Window { axis, start, len } => (
+                AttrKind::Window,
+                [u(axis), u(start), u(len), 0],
+                None,
+                Geometry::None,
+            ),
+            Attr::Axis(a) => (AttrKind::Axis, [u(a), 0, 0, 0], None, Geometry::None),
+            Attr::Conv(c) => (AttrKind::Conv, [0; 4], None, Geometry::Conv(c)),
+            Attr::Pool(w) => (AttrKind::Pool, [0; 4], None, Geometry::Pool(w)),
+            Attr::PoolTo(w, s) => (AttrKind::PoolTo, [0; 4], Some(s), Geometry::Pool(w)),
+            Attr::AxisTo(a, s) => (AttrKind::AxisTo, [u(a), 0, 0, 0], Some(s), Geometry::None),
+            Attr::Scan { axes, reverse } => (
+                AttrKind::Scan,
+                [u32::from(axes), u32::from(reverse), 0, 0],
+                None,
+                Geometry::None,
+            ),
         }
     }
+}
+
+/// The block-sized part of an attribute's comparison key ([`Attr::key`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Geometry {
+    None,
+    Conv(ConvAttr),
+    Pool(PoolWindow),
 }
 
 /// Floats compare by their bit patterns (so `-0.0 != 0.0` and a NaN equals itself): two equal

@@ -10,7 +10,7 @@
 //! is the runtime's validator's job.
 
 use crate::shape::MAX_RANK;
-use crate::{Attr, AttrKind, Opcode, Shape};
+use crate::{Attr, AttrKind, Opcode, PoolWindow, Shape};
 
 /// The first four bytes of every plan.
 pub const MAGIC: [u8; 4] = *b"TPLN";
@@ -443,8 +443,9 @@ impl EncodedAttr {
 /// no attribute and a target shape are the word `0` (the target is the output tensor's shape);
 /// a fill value and an exponent are their `f32` bit patterns; an axis is the axis; a window is
 /// the block `[3, axis, start, len]`; a convolution is the block `[1 + 5r, groups, stride…,
-/// pad_begin…, pad_end…, dilation…, extent…]` with `r` values each for its `r` spatial axes.
-/// Only the plan writer calls this.
+/// pad_begin…, pad_end…, dilation…, extent…]` with `r` values each for its `r` spatial axes;
+/// a pooling window is the block of its 11 words ([`crate::PoolWindow::words`]). Only the plan
+/// writer calls this.
 pub fn encode_attr(attr: &Attr) -> EncodedAttr {
     let w = |x: usize| u32::try_from(x).unwrap_or(u32::MAX);
     match *attr {
@@ -463,8 +464,12 @@ pub fn encode_attr(attr: &Attr) -> EncodedAttr {
         Attr::None | Attr::Target(_) => EncodedAttr::Inline(0),
         Attr::Fill { value, .. } => EncodedAttr::Inline(value.to_bits()),
         Attr::Pow(p) => EncodedAttr::Inline(p.to_bits()),
-        Attr::Axis(axis) => EncodedAttr::Inline(w(axis)),
+        Attr::Axis(axis) | Attr::AxisTo(axis, _) => EncodedAttr::Inline(w(axis)),
         Attr::Window { axis, start, len } => EncodedAttr::block(&[w(axis), w(start), w(len)]),
+        Attr::Pool(window) | Attr::PoolTo(window, _) => EncodedAttr::block(&window.words()),
+        Attr::Scan { axes, reverse } => {
+            EncodedAttr::Inline(u32::from(axes) | u32::from(reverse) << 8)
+        }
     }
 }
 
@@ -488,6 +493,12 @@ pub enum AttrError {
         /// The block's length word.
         found: u32,
     },
+    /// A word outside its kind's range (a pooling window's value above `u16::MAX` or flag
+    /// other than 0 or 1; a scan word with bits above its mask and direction).
+    OutOfRange {
+        /// The word found.
+        word: u32,
+    },
 }
 
 impl core::fmt::Display for AttrError {
@@ -507,6 +518,9 @@ impl core::fmt::Display for AttrError {
                     f,
                     "attribute block of {found} words where {expected} are needed"
                 )
+            }
+            AttrError::OutOfRange { word } => {
+                write!(f, "attribute word {word:#x} out of its range")
             }
         }
     }
@@ -579,6 +593,24 @@ pub fn decode_attr(op: Opcode, word: u32, section: &[u8], out: Shape) -> Result<
         }),
         AttrKind::Pow => Ok(Attr::Pow(f32::from_bits(word))),
         AttrKind::Axis => Ok(Attr::Axis(us(word))),
+        // The kinds only `ext` opcodes take: a build without `all-ops` (a firmware) refuses
+        // those opcodes in the shape rule (`OpError::Unsupported`) and links no decoder for
+        // their attributes.
+        AttrKind::AxisTo | AttrKind::Scan | AttrKind::Pool | AttrKind::PoolTo | AttrKind::Conv
+            if !cfg!(feature = "all-ops") =>
+        {
+            Ok(Attr::None)
+        }
+        AttrKind::AxisTo => Ok(Attr::AxisTo(us(word), out)),
+        AttrKind::Scan => {
+            if word & !0x1ff != 0 {
+                return Err(AttrError::OutOfRange { word });
+            }
+            Ok(Attr::Scan {
+                axes: (word & 0xff) as u8,
+                reverse: word & 0x100 != 0,
+            })
+        }
         AttrKind::Window => {
             let [axis, start, len] = block::<3>(word, section)?;
             Ok(Attr::Window {
@@ -587,10 +619,17 @@ pub fn decode_attr(op: Opcode, word: u32, section: &[u8], out: Shape) -> Result<
                 len: us(len),
             })
         }
-        // A build without the convolutions reads no conv block (the shape rule then refuses
-        // the opcode).
-        AttrKind::Conv if !cfg!(feature = "all-ops") => Ok(Attr::None),
         AttrKind::Conv => decode_conv(word, section),
+        AttrKind::Pool | AttrKind::PoolTo => {
+            let words = block::<11>(word, section)?;
+            let window =
+                PoolWindow::from_words(words).map_err(|word| AttrError::OutOfRange { word })?;
+            Ok(if op.attr_kind() == AttrKind::Pool {
+                Attr::Pool(window)
+            } else {
+                Attr::PoolTo(window, out)
+            })
+        }
     }
 }
 
@@ -785,6 +824,14 @@ mod tests {
             (Opcode::Fill, Attr::fill(-0.0, s)),
             (Opcode::Pow, Attr::Pow(0.5)),
             (Opcode::Concat, Attr::Axis(1)),
+            (Opcode::ScatterAdd, Attr::AxisTo(1, s)),
+            (
+                Opcode::AffineScan,
+                Attr::Scan {
+                    axes: 0b101,
+                    reverse: true,
+                },
+            ),
             (
                 Opcode::Slice,
                 Attr::Window {
@@ -801,6 +848,19 @@ mod tests {
                 Opcode::ConvTranspose,
                 Attr::Conv(
                     crate::ConvAttr::d2([2, 3], [4, 5], [6, 7], [8, 9], 10).with_extent(&[11, 12]),
+                ),
+            ),
+            (
+                Opcode::MaxPool,
+                Attr::Pool(
+                    PoolWindow::new_2d([2, 3], [4, 5], [6, 7, 8, 9]).with_dilations([10, 11]),
+                ),
+            ),
+            (
+                Opcode::AvgPoolBackward,
+                Attr::PoolTo(
+                    PoolWindow::new_1d(3, 2, [1, 0]).with_count_include_pad(true),
+                    s,
                 ),
             ),
         ];
@@ -870,6 +930,50 @@ mod tests {
             Ok(Attr::Conv(
                 crate::ConvAttr::d1(1, 0, 0, 1, 1).with_extent(&[3])
             ))
+        );
+    }
+
+    #[test]
+    fn a_pool_block_is_eleven_words_in_onnx_order_and_its_flag_is_0_or_1() {
+        let w = PoolWindow::new_2d([2, 3], [4, 5], [6, 7, 8, 9])
+            .with_dilations([10, 11])
+            .with_count_include_pad(true);
+        match encode_attr(&Attr::Pool(w)) {
+            EncodedAttr::Block { words, len } => {
+                assert_eq!(words[..len], [2, 3, 4, 5, 10, 11, 6, 7, 8, 9, 1]);
+            }
+            other => panic!("{other:?}"),
+        }
+        let s = Shape::matrix(2, 3);
+        let mut section = alloc::vec::Vec::new();
+        for word in [11u32, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0, 2] {
+            section.extend_from_slice(&word.to_le_bytes());
+        }
+        assert_eq!(
+            decode_attr(Opcode::AvgPool, 0, &section, s),
+            Err(AttrError::OutOfRange { word: 2 })
+        );
+        assert_eq!(
+            decode_attr(Opcode::AvgPool, 0, &section[..44], s),
+            Err(AttrError::BlockOutOfRange { at: 0 })
+        );
+    }
+
+    #[test]
+    fn a_scan_word_is_the_mask_and_the_direction_bit() {
+        let s = Shape::vector(3);
+        let attr = Attr::Scan {
+            axes: 0b11,
+            reverse: true,
+        };
+        assert_eq!(encode_attr(&attr), EncodedAttr::Inline(0x103));
+        assert_eq!(
+            decode_attr(Opcode::CumprodExclusive, 0x103, &[], s),
+            Ok(attr)
+        );
+        assert_eq!(
+            decode_attr(Opcode::CumprodExclusive, 0x203, &[], s),
+            Err(AttrError::OutOfRange { word: 0x203 })
         );
     }
 

@@ -55,12 +55,12 @@ mod run;
 #[cfg(feature = "alloc")]
 mod tape;
 
-pub use attr::{Attr, AttrKind, ConvAttr};
+pub use attr::{Attr, AttrKind, ConvAttr, PoolWindow};
 pub use element::Element;
 pub use math::MathProfile;
 pub use opcode::{OpClass, Opcode, MAX_ARITY};
 pub use ops::OpError;
-pub use recordable::{BatchNormTrain, Recordable, Reduction, RunningStats};
+pub use recordable::{reduced_shapes, BatchNormTrain, Recordable, Reduction, RunningStats};
 pub use shape::{Shape, ShapeError, MAX_RANK, MAX_TENSOR_ELEMS};
 
 #[cfg(feature = "alloc")]

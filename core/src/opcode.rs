@@ -57,8 +57,8 @@ macro_rules! opcode_table {
             0x1D Sigmoid      "sigmoid"       1 Elementwise None   ext  grad unary_math sigmoid       "`1 / (1 + exp(-x))` with the profile's `exp`.";
             0x1E Softplus     "softplus"      1 Elementwise None   ext  grad unary_math softplus      "`log(1 + e^x)` with the profile's functions, `x` above 20 (PyTorch's threshold).";
             0x1F Abs          "abs"           1 Elementwise None   ext  grad unary      abs           "`|x|`.";
-            0x20 MatMul       "matmul"        2 Structural  None   core grad node       matmul        "Matrix product `[m, k] x [k, n] -> [m, n]`.";
-            0x21 Transpose    "transpose"     1 Structural  None   core grad node       transpose     "Matrix transpose `[m, n] -> [n, m]`.";
+            0x20 MatMul       "matmul"        2 Structural  None   core grad node       matmul        "Matrix product `[m, k] x [k, n] -> [m, n]`; batched `[b, m, k] x [b, k, n] -> [b, m, n]`.";
+            0x21 Transpose    "transpose"     1 Structural  None   core grad node       transpose     "Matrix transpose `[m, n] -> [n, m]`; batched `[b, m, n] -> [b, n, m]`.";
             0x22 Reshape      "reshape"       1 Structural  Target core grad node       reshape       "Same elements, same order, another shape.";
             0x23 Broadcast    "broadcast"     1 Structural  Target core grad node       broadcast     "NumPy broadcasting to the target shape.";
             0x24 SumTo        "sum_to"        1 Structural  Target core grad node       sum_to        "Sum down to a shape that broadcasts back (broadcast's adjoint).";
@@ -79,6 +79,17 @@ macro_rules! opcode_table {
             0x40 Conv         "conv"          2 Structural  Conv   ext  grad node       conv          "Convolution `x: [N, C_in, …] ⊛ w: [C_out, C_in / groups, …]`, 1-D or 2-D (attribute: `Conv`).";
             0x41 ConvTranspose "conv_transpose" 2 Structural Conv  ext  grad node       conv_transpose "Transposed convolution `g ⊛ᵀ w`: `conv`'s input gradient, `x`-shaped.";
             0x42 ConvWeightGrad "conv_weight_grad" 2 Structural Conv ext grad node    conv_weight_grad "Correlation of `x` with `g`: `conv`'s weight gradient, `w`-shaped.";
+            0x50 MaxPool        "max_pool"          1 Structural  Pool   ext  grad node       max_pool          "The maximum of each window of `[N, C, L]` / `[N, C, H, W]` (attribute: `Pool`).";
+            0x51 MaxPoolScatter "max_pool_scatter"  2 Structural  Pool   ext  grad node       max_pool_scatter  "`max_pool`'s adjoint: each window's `g` added at the window's first maximum of `x`.";
+            0x52 MaxPoolGather  "max_pool_gather"   2 Structural  Pool   ext  grad node       max_pool_gather   "`h` read at each window's first maximum of `x` (`max_pool_scatter`'s adjoint).";
+            0x53 AvgPool        "avg_pool"          1 Structural  Pool   ext  grad node       avg_pool          "The mean of each window (padding as zero; `count_include_pad` in the attribute).";
+            0x54 AvgPoolBackward "avg_pool_backward" 1 Structural PoolTo ext  grad node       avg_pool_backward "`avg_pool`'s adjoint, back to the target shape (attribute: `PoolTo`).";
+            0x55 Gather         "gather"            2 Structural  Axis   ext  grad node       gather            "ONNX `Gather` along an axis: indices stored as `f32`; an invalid index gives zeros.";
+            0x56 ScatterAdd     "scatter_add"       2 Structural  AxisTo ext  grad node       scatter_add       "`gather`'s adjoint: `updates` added at their indices along an axis (duplicates accumulate).";
+            0x57 ArgMax         "argmax"            1 Structural  Axis   ext  zero node       argmax            "The index (as `f32`) of the maximum along an axis, kept as extent 1 (ties: lowest; NaN wins).";
+            0x58 ProdTo         "prod_to"           1 Structural  Target ext  grad node       prod_to           "Product down to a shape that broadcasts back (its rule divides by nothing).";
+            0x59 CumprodExclusive "cumprod_exclusive" 1 Structural Scan ext  grad node       cumprod_exclusive "The product of the elements before each in its group (`1` for the first).";
+            0x5A AffineScan     "affine_scan"       2 Structural  Scan   ext  grad node       affine_scan       "`z = b[p] + c[p] * z[p]` along each group from `0` (`prod_to`'s second order).";
             0x60 LogSumExp    "logsumexp"     1 Structural  Target ext  grad node       logsumexp     "`log(sum(exp(x)))` down to a shape that broadcasts back (a fully masked row: `-inf`).";
             0x61 BceWithLogits "bce_with_logits" 2 Structural None ext grad node       bce_with_logits "Binary cross-entropy of logits `x` against targets `z`, elementwise: `max(x, 0) − x·z + log1p(exp(−|x|))`.";
         }

@@ -512,8 +512,8 @@ pub fn describe(tape: &Tape, marks: &[(usize, &str)]) -> String {
                     let _ = write!(args, "  axis={axis} start={start}");
                 }
             }
-            Opcode::Concat => {
-                if let Attr::Axis(axis) = n.attr {
+            Opcode::Concat | Opcode::Gather | Opcode::ScatterAdd | Opcode::ArgMax => {
+                if let Attr::Axis(axis) | Attr::AxisTo(axis, _) = n.attr {
                     let _ = write!(args, "  axis={axis}");
                 }
             }
@@ -525,9 +525,23 @@ pub fn describe(tape: &Tape, marks: &[(usize, &str)]) -> String {
             Opcode::Broadcast
             | Opcode::SumTo
             | Opcode::MaxTo
+            | Opcode::ProdTo
             | Opcode::Reshape
             | Opcode::LogSumExp => {
                 let _ = write!(args, "  shape={}", n.shape);
+            }
+            Opcode::MaxPool
+            | Opcode::MaxPoolScatter
+            | Opcode::MaxPoolGather
+            | Opcode::AvgPool
+            | Opcode::AvgPoolBackward => {
+                if let Attr::Pool(w) | Attr::PoolTo(w, _) = n.attr {
+                    let _ = write!(
+                        args,
+                        "  kernel={:?} strides={:?} pads={:?}",
+                        w.kernel, w.strides, w.pads
+                    );
+                }
             }
             Opcode::OneHot => {
                 let _ = write!(args, "  classes={}", n.shape.dim(1).unwrap_or(0));

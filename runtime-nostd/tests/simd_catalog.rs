@@ -241,6 +241,16 @@ proptest! {
         // Long sums of ordinary values: any change of order or a fused multiply-add shows.
         check(Opcode::MatMul, Attr::NONE, &[&a, &b], &[shp(&[m, k]), shp(&[k, n])])?;
     }
+
+    #[test]
+    fn batched_matmul_matches_reference(
+        (bt, m, k, n, a, b) in (0usize..=4, 0usize..=9, 0usize..=21, 0usize..=40)
+            .prop_flat_map(|(bt, m, k, n)| {
+                (Just(bt), Just(m), Just(k), Just(n), values(bt * m * k), values(bt * k * n))
+            })
+    ) {
+        check(Opcode::MatMul, Attr::NONE, &[&a, &b], &[shp(&[bt, m, k]), shp(&[bt, k, n])])?;
+    }
 }
 
 proptest! {
@@ -251,6 +261,14 @@ proptest! {
         (m, n, x) in (0usize..=40, 0usize..=40).prop_flat_map(|(m, n)| (Just(m), Just(n), values(m * n)))
     ) {
         check(Opcode::Transpose, Attr::NONE, &[&x], &[shp(&[m, n])])?;
+    }
+
+    #[test]
+    fn batched_transpose_matches_reference(
+        (b, m, n, x) in (0usize..=4, 0usize..=20, 0usize..=20)
+            .prop_flat_map(|(b, m, n)| (Just(b), Just(m), Just(n), values(b * m * n)))
+    ) {
+        check(Opcode::Transpose, Attr::NONE, &[&x], &[shp(&[b, m, n])])?;
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! opcode, each a small function of random inputs reduced to a scalar.
 
 use tapeplan_core::{
-    ConvAttr, NodeId, Opcode, Recordable, Reduction, RunningStats, Shape, Tape, Trace,
+    ConvAttr, NodeId, Opcode, PoolWindow, Recordable, Reduction, RunningStats, Shape, Tape, Trace,
 };
 use tapeplan_planner::protocol::SplitMix64;
 
@@ -30,6 +30,20 @@ pub fn near_kink(case: &str, v: &[Vec<f32>], i: usize) -> bool {
         "leaky_relu" => close(v[0][i], 0.0),
         "softplus_beta" => close(v[0][i], 2.5),
         "hardswish" => close(v[0][i], -3.0) || close(v[0][i], 3.0),
+        // The maximum of a row (argmax) or of a group over axes {0, 2} (stride 4 within 12)
+        // changes hands when two of its entries are close.
+        "argmax" => {
+            let row = &v[0][(i / 4) * 4..(i / 4) * 4 + 4];
+            row.iter()
+                .enumerate()
+                .any(|(j, &y)| j != i % 4 && close(y, v[0][i]))
+        }
+        "reduce_axes_0_2" => {
+            let j = (i % 12) / 4;
+            (0..24)
+                .filter(|&k| (k % 12) / 4 == j && k != i)
+                .any(|k| close(v[0][k], v[0][i]))
+        }
         // The row maximum changes hands when two entries of a row are close.
         "max_to" => {
             let row = i / 4;
@@ -38,12 +52,27 @@ pub fn near_kink(case: &str, v: &[Vec<f32>], i: usize) -> bool {
             sorted.sort_by(f32::total_cmp);
             close(sorted[3], sorted[2])
         }
+        // A window's maximum changes hands when two of its entries are close: conservatively,
+        // any other entry of the same plane (the planes are 7 and 25 elements).
+        "max_pool_1d" | "max_pool_2d" => {
+            let plane = if case == "max_pool_1d" { 7 } else { 25 };
+            let p = i / plane;
+            let x = &v[0][p * plane..(p + 1) * plane];
+            x.iter()
+                .enumerate()
+                .any(|(j, &y)| j != i % plane && close(y, v[0][i]))
+        }
         _ => false,
     }
 }
 
 /// What a convolution's rules speak: the three convolution instructions.
 const CONV_OPS: &[Opcode] = &[Opcode::Conv, Opcode::ConvTranspose, Opcode::ConvWeightGrad];
+/// The 2-D max-pool window of the conformance cases: kernel `[3, 2]`, strides 2, pads
+/// `[1, 0, 0, 1]`, dilations `[1, 2]` over a `5 × 5` plane: a `2 × 2` output.
+pub fn max_pool_2d_window() -> PoolWindow {
+    PoolWindow::new_2d([3, 2], [2, 2], [1, 0, 0, 1]).with_dilations([1, 2])
+}
 
 pub fn cases() -> Vec<Case> {
     vec![
@@ -154,6 +183,23 @@ pub fn cases() -> Vec<Case> {
             inputs: &[(&[3, 4], -1.0, 1.0), (&[4, 2], -1.0, 1.0)],
             wrt: &[true, true],
             body: |t, x| t.matmul(&x[0], &x[1]).unwrap(),
+        },
+        Case {
+            name: "matmul_batched",
+            covers: &[Opcode::MatMul, Opcode::Transpose],
+            inputs: &[(&[2, 3, 4], -1.0, 1.0), (&[2, 4, 2], -1.0, 1.0)],
+            wrt: &[true, true],
+            body: |t, x| {
+                let y = t.matmul(&x[0], &x[1]).unwrap();
+                t.mul(&y, &y).unwrap()
+            },
+        },
+        Case {
+            name: "transpose_batched",
+            covers: &[Opcode::Transpose],
+            inputs: &[(&[2, 3, 4], -1.0, 1.0)],
+            wrt: &[true],
+            body: |t, x| t.transpose(&x[0]).unwrap(),
         },
         Case {
             name: "transpose",
@@ -590,6 +636,134 @@ pub fn cases() -> Vec<Case> {
                 let a = ConvAttr::d2([2, 2], [0, 0], [0, 1], [1, 1], 1);
                 t.conv_weight_grad(&x[0], &x[1], a, &[2, 3]).unwrap()
             },
+        },
+        Case {
+            name: "max_pool_1d",
+            covers: &[Opcode::MaxPool, Opcode::MaxPoolScatter],
+            inputs: &[(&[2, 2, 7], -3.0, 3.0)],
+            wrt: &[true],
+            body: |t, x| t.max_pool(&x[0], PoolWindow::new_1d(3, 2, [1, 1])).unwrap(),
+        },
+        Case {
+            name: "max_pool_2d",
+            covers: &[
+                Opcode::MaxPool,
+                Opcode::MaxPoolScatter,
+                Opcode::MaxPoolGather,
+                Opcode::Mul,
+            ],
+            inputs: &[(&[1, 2, 5, 5], -3.0, 3.0)],
+            wrt: &[true],
+            body: |t, x| {
+                let y = t.max_pool(&x[0], max_pool_2d_window()).unwrap();
+                t.mul(&y, &y).unwrap()
+            },
+        },
+        Case {
+            name: "avg_pool_1d_count_include_pad",
+            covers: &[Opcode::AvgPool, Opcode::AvgPoolBackward],
+            inputs: &[(&[2, 3, 6], -2.0, 2.0)],
+            wrt: &[true],
+            body: |t, x| {
+                let w = PoolWindow::new_1d(3, 2, [1, 1]).with_count_include_pad(true);
+                t.avg_pool(&x[0], w).unwrap()
+            },
+        },
+        Case {
+            name: "avg_pool_2d",
+            covers: &[Opcode::AvgPool, Opcode::AvgPoolBackward, Opcode::Mul],
+            inputs: &[(&[1, 2, 5, 4], -2.0, 2.0)],
+            wrt: &[true],
+            body: |t, x| {
+                let w = PoolWindow::new_2d([2, 3], [1, 2], [1, 1, 0, 1]);
+                let y = t.avg_pool(&x[0], w).unwrap();
+                t.mul(&y, &y).unwrap()
+            },
+        },
+        Case {
+            name: "global_avg_pool",
+            covers: &[Opcode::SumTo, Opcode::Div, Opcode::Broadcast],
+            inputs: &[(&[2, 3, 3, 4], -2.0, 2.0)],
+            wrt: &[true],
+            body: |t, x| {
+                let y = t.global_avg_pool(&x[0]).unwrap();
+                t.mul(&y, &y).unwrap()
+            },
+        },
+        Case {
+            name: "embedding",
+            covers: &[Opcode::Gather, Opcode::ScatterAdd],
+            inputs: &[(&[4, 3], -2.0, 2.0), (&[5], 0.0, 0.0)],
+            wrt: &[true, false],
+            body: |t, x| t.embedding(&x[0], &x[1]).unwrap(),
+        },
+        Case {
+            name: "gather_axis_1",
+            covers: &[Opcode::Gather, Opcode::ScatterAdd, Opcode::Mul],
+            inputs: &[(&[2, 3, 4], -2.0, 2.0), (&[2, 2], 0.0, 0.0)],
+            wrt: &[true, false],
+            body: |t, x| {
+                let y = t.gather(&x[0], &x[1], 1).unwrap();
+                t.mul(&y, &y).unwrap()
+            },
+        },
+        Case {
+            name: "argmax",
+            covers: &[Opcode::ArgMax, Opcode::Mul],
+            inputs: &[(&[3, 4], -2.0, 2.0), (&[3, 1], -1.0, 1.0)],
+            wrt: &[true, true],
+            body: |t, x| {
+                let i = t.argmax(&x[0], 1).unwrap();
+                let y = t.mul(&i, &x[1]).unwrap();
+                let m = t.max_to(&x[0], Shape::matrix(3, 1)).unwrap();
+                t.mul(&y, &m).unwrap()
+            },
+        },
+        Case {
+            name: "reduce_axes_0_2",
+            covers: &[Opcode::SumTo, Opcode::MaxTo, Opcode::Reshape, Opcode::Div],
+            inputs: &[(&[2, 3, 4], -2.0, 2.0)],
+            wrt: &[true],
+            body: |t, x| {
+                let s = t.sum_axes(&x[0], &[0, 2], false).unwrap();
+                let m = t.mean_axes(&x[0], &[2, 0], false).unwrap();
+                let k = t.max_axes(&x[0], &[0, 2], false).unwrap();
+                let sm = t.mul(&s, &m).unwrap();
+                t.mul(&sm, &k).unwrap()
+            },
+        },
+        Case {
+            name: "prod_to_rows",
+            covers: &[
+                Opcode::ProdTo,
+                Opcode::CumprodExclusive,
+                Opcode::AffineScan,
+                Opcode::Mul,
+            ],
+            inputs: &[(&[3, 4], -1.5, 1.5)],
+            wrt: &[true],
+            body: |t, x| t.prod_to(&x[0], Shape::matrix(3, 1)).unwrap(),
+        },
+        Case {
+            name: "prod_axes_0_2",
+            covers: &[Opcode::ProdTo, Opcode::CumprodExclusive, Opcode::Reshape],
+            inputs: &[(&[2, 3, 2], -1.5, 1.5)],
+            wrt: &[true],
+            body: |t, x| t.prod_axes(&x[0], &[0, 2], false).unwrap(),
+        },
+        Case {
+            name: "cumprod_exclusive",
+            covers: &[Opcode::CumprodExclusive, Opcode::AffineScan],
+            inputs: &[(&[2, 3, 2], -1.5, 1.5)],
+            wrt: &[true],
+            body: |t, x| t.cumprod_exclusive(&x[0], 0b101, true).unwrap(),
+        },
+        Case {
+            name: "affine_scan",
+            covers: &[Opcode::AffineScan, Opcode::Mul],
+            inputs: &[(&[3, 4], -1.5, 1.5), (&[3, 4], -1.5, 1.5)],
+            wrt: &[true, true],
+            body: |t, x| t.affine_scan(&x[0], &x[1], 0b01, false).unwrap(),
         },
         Case {
             name: "softmax_ce",

@@ -1,29 +1,51 @@
-//! `matmul`: the matrix product `[m, k] x [k, n] -> [m, n]`.
+//! `matmul`: the matrix product `[m, k] x [k, n] -> [m, n]`, and the batched product
+//! `[b, m, k] x [b, k, n] -> [b, m, n]` (one product per batch index, PyTorch's `bmm`; ONNX's
+//! `MatMul` over rank-3 operands of one batch extent — an importer broadcasts other batch
+//! shapes first).
 //!
-//! Rule: `Ā += ḡ · Bᵀ`, `B̄ += Aᵀ · ḡ` (spoken as `matmul` and `transpose`).
+//! Rule: `Ā += ḡ · Bᵀ`, `B̄ += Aᵀ · ḡ` (spoken as `matmul` and `transpose`, which transposes the
+//! last two axes: batch by batch at rank 3).
 
 use super::{want, Contributions, Kernel, OpError, VjpArgs};
 use crate::{Attr, Element, Opcode, Recordable, Shape};
 
-/// The shape rule: `[m, k] x [k, n] -> [m, n]`.
+/// The shape rule: `[m, k] x [k, n] -> [m, n]`; `[b, m, k] x [b, k, n] -> [b, m, n]`.
 ///
 /// # Errors
-/// [`OpError::NotMatrix`] for an argument of rank other than 2; [`OpError::ShapeMismatch`]
-/// when the inner extents differ.
+/// [`OpError::NotMatrix`] for an argument of rank other than 2 or 3;
+/// [`OpError::ShapeMismatch`] for arguments of two ranks, or when the inner (or the batch)
+/// extents differ.
 #[inline(always)]
 pub fn infer(op: Opcode, _attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
     let (a, b) = (super::nth(args, 0), super::nth(args, 1));
     for s in [a, b] {
-        if s.rank() != 2 {
+        if s.rank() != 2 && s.rank() != 3 {
             return Err(OpError::NotMatrix { op, shape: s });
         }
     }
-    let [m, k, _, _] = a.dims();
-    let [k2, n, _, _] = b.dims();
-    if k != k2 {
-        return Err(OpError::ShapeMismatch { op, lhs: a, rhs: b });
+    let bad = OpError::ShapeMismatch { op, lhs: a, rhs: b };
+    if a.rank() != b.rank() {
+        return Err(bad);
     }
-    Ok(Shape::new(&[m, n])?)
+    let ([batch, m, k], [batch2, k2, n]) = (batched(a), batched(b));
+    if k != k2 || batch != batch2 {
+        return Err(bad);
+    }
+    if a.rank() == 2 {
+        Ok(Shape::new(&[m, n])?)
+    } else {
+        Ok(Shape::new(&[batch, m, n])?)
+    }
+}
+
+/// `[batch, rows, cols]` of a matrix (`batch = 1`) or of a batch of matrices.
+pub(crate) fn batched(s: Shape) -> [usize; 3] {
+    let d = s.dims();
+    if s.rank() == 3 {
+        [d[0], d[1], d[2]]
+    } else {
+        [1, d[0], d[1]]
+    }
 }
 
 /// The reference kernel. Row-major `a: [m, k]`, `b: [k, n]`, `out: [m, n]`.
@@ -55,11 +77,21 @@ pub fn kernel<E: Element>(a: &[E], b: &[E], out: &mut [E], m: usize, k: usize, n
     }
 }
 
-/// Through [`kernel`].
+/// Through [`kernel`], once per batch index (a matrix is one batch).
 pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
-    let [m, kk, _, _] = k.shape(0).dims();
-    let n = k.shape(1).dim(1).unwrap_or(0);
-    kernel(k.arg(0), k.arg(1), k.out, m, kk, n);
+    let [batch, m, kk] = batched(k.shape(0));
+    let n = batched(k.shape(1))[2];
+    let (a, b) = (k.arg(0), k.arg(1));
+    for i in 0..batch {
+        let (ra, rb, ro) = (m * kk, kk * n, m * n);
+        if let (Some(a), Some(b), Some(out)) = (
+            a.get(i * ra..(i + 1) * ra),
+            b.get(i * rb..(i + 1) * rb),
+            k.out.get_mut(i * ro..(i + 1) * ro),
+        ) {
+            kernel(a, b, out, m, kk, n);
+        }
+    }
     Ok(())
 }
 
@@ -110,5 +142,35 @@ mod tests {
         );
         assert!(infer(op, none, &[a, Shape::matrix(2, 4)]).is_err());
         assert!(infer(op, none, &[Shape::vector(3), a]).is_err());
+        // Batched: one batch extent, inner extents agree; ranks do not mix.
+        let a3 = Shape::new(&[5, 2, 3]).unwrap();
+        let b3 = Shape::new(&[5, 3, 4]).unwrap();
+        assert_eq!(
+            infer(op, none, &[a3, b3]),
+            Ok(Shape::new(&[5, 2, 4]).unwrap())
+        );
+        assert!(infer(op, none, &[a3, Shape::new(&[4, 3, 4]).unwrap()]).is_err());
+        assert!(infer(op, none, &[a3, Shape::matrix(3, 4)]).is_err());
+        assert!(infer(op, none, &[Shape::new(&[1, 1, 2, 3]).unwrap(), a]).is_err());
+    }
+
+    #[test]
+    fn batched_literal() {
+        // Two batches: [[1, 2]] x [[3], [4]] = [[11]], [[5, 6]] x [[7], [8]] = [[83]].
+        let (a, b) = (
+            Shape::new(&[2, 1, 2]).unwrap(),
+            Shape::new(&[2, 2, 1]).unwrap(),
+        );
+        let mut out = [0.0f32; 2];
+        crate::ops::eval(
+            Opcode::MatMul,
+            Attr::None,
+            crate::MathProfile::Precise,
+            &[&[1., 2., 5., 6.], &[3., 4., 7., 8.]],
+            &[a, b],
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(out, [11., 83.]);
     }
 }

@@ -1,10 +1,16 @@
 //! `max_to`: the maximum of `x` down to a target shape that broadcasts back (a max-reduction
 //! over the axes the target keeps at extent 1).
 //!
-//! Rule: `x̄ += broadcast(ḡ, shape(x)) * equal(x, broadcast(y, shape(x)))`: every element equal
-//! to the maximum receives the whole cotangent. With ties that sends the cotangent to each tied
-//! element (PyTorch's `amax` splits it evenly instead; ours is the subgradient the mask gives,
-//! and both readings follow it).
+//! Rule (ties split evenly, as `jnp.max` and `torch.amax` do):
+//! `m = equal(x, broadcast(y, shape(x)))`, `n = sum_to(m, shape(y))`,
+//! `x̄ += broadcast(ḡ / (n + equal(n, 0)), shape(x)) * m`: the elements equal to their group's
+//! maximum share its cotangent equally (each gets `ḡ / n`), so the gradient of a group sums to
+//! `ḡ` (up to the rounding of `ḡ / n`), whatever the ties. Without a tie `n = 1` and `ḡ / 1` is
+//! `ḡ`: the same bits as the rule before (every maximum received the whole cotangent, so the
+//! gradient of `max_to([3, 0, 3, 3])` summed to 3). A group whose maximum is NaN has no element
+//! equal to it (`n = 0`, divided as 1): its gradient is zero. (`max_pool` keeps its own rule:
+//! the first maximum of each window takes the whole cotangent, as PyTorch's max pool with
+//! indices does.)
 
 use crate::Element;
 
@@ -46,10 +52,15 @@ pub(crate) fn vjp<R: Recordable>(
 ) -> Result<Contributions<R::Value>, R::Error> {
     let d = want(v.wants[0], || {
         let x = v.args[0];
-        let s = r.shape_of(x);
+        let (s, t) = (r.shape_of(x), r.shape_of(v.out));
         let y = r.broadcast(v.out, s)?;
         let mask = r.equal(x, &y)?;
-        let g = r.broadcast(v.cotangent, s)?;
+        let n = r.sum_to(&mask, t)?;
+        let zero = r.fill(0.0, t)?;
+        let none = r.equal(&n, &zero)?;
+        let n = r.add(&n, &none)?;
+        let share = r.div(v.cotangent, &n)?;
+        let g = r.broadcast(&share, s)?;
         r.mul(&g, &mask)
     })?;
     Ok([d, None, None])

@@ -13,12 +13,17 @@ use crate::{Element, MathProfile, Opcode, Shape, MAX_ARITY};
 
 pub mod abs;
 pub mod add;
+pub mod affine_scan;
+pub mod argmax;
+pub mod avg_pool;
+pub mod avg_pool_backward;
 pub mod bce_with_logits;
 pub mod broadcast;
 pub mod concat;
 pub mod conv;
 pub mod conv_transpose;
 pub mod conv_weight_grad;
+pub mod cumprod_exclusive;
 pub mod detach;
 pub mod div;
 pub mod elementwise;
@@ -26,6 +31,7 @@ pub mod equal;
 pub mod erf;
 pub mod exp;
 pub mod fill;
+pub mod gather;
 pub mod greater;
 pub mod greater_equal;
 pub mod heaviside;
@@ -33,6 +39,9 @@ pub mod leaf;
 pub mod log;
 pub mod logsumexp;
 pub mod matmul;
+pub mod max_pool;
+pub mod max_pool_gather;
+pub mod max_pool_scatter;
 pub mod max_to;
 pub mod maximum;
 pub mod minimum;
@@ -40,9 +49,13 @@ pub mod mul;
 pub mod neg;
 pub mod one_hot;
 pub mod pad;
+pub mod pool;
 pub mod pow;
+pub mod prod_to;
 pub mod relu;
 pub mod reshape;
+pub mod scan;
+pub mod scatter_add;
 pub mod select;
 pub mod sigmoid;
 pub mod sign;
@@ -167,6 +180,16 @@ pub enum OpError {
         /// The second argument's shape.
         rhs: Shape,
     },
+    /// A pooling window that does not fit its tensor (see [`crate::PoolWindow`]): a rank other
+    /// than 3 or 4, a zero kernel, stride or dilation, a window larger than the padded input
+    /// or holding padding only, a 1-D tensor with a 2-D window, `count_include_pad` on max
+    /// pooling.
+    BadPool {
+        /// The instruction.
+        op: Opcode,
+        /// The pooled tensor's shape (the input of the forward pooling).
+        shape: Shape,
+    },
 }
 
 impl fmt::Display for OpError {
@@ -230,6 +253,9 @@ impl fmt::Display for OpError {
                 lhs,
                 rhs,
             } => write!(f, "{op} over {lhs} and {rhs}: {error}"),
+            OpError::BadPool { op, shape } => {
+                write!(f, "{op}: the pooling window does not fit shape {shape}")
+            }
         }
     }
 }
@@ -290,13 +316,15 @@ pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
 
 /// The work of one instruction, in element operations: the cost model of a plan's work cap
 /// (the runtime's `Limits::max_work_per_entry`, `docs/threat-model.md`). A matrix product
-/// `[m, k] x [k, n]` counts `m·k·n`; `conv`, `conv_transpose` and `conv_weight_grad` count the
-/// elements of their arguments and output plus their multiply-accumulates (`y`'s elements
-/// times `C_in/groups · K_h · K_w`); every other instruction the elements of its arguments and
-/// its output. An op whose kernel does more than a pass over its operands (a convolution, a
-/// pooling window) states its count here, from the shapes alone (the validator calls this
-/// before anything runs, without decoding attributes). Saturates at `u64::MAX`; never fails (an argument
-/// missing from `args` counts as empty).
+/// `[m, k] x [k, n]` counts `m·k·n` (batched `b·m·k·n`); `conv`, `conv_transpose` and
+/// `conv_weight_grad` count the elements of their arguments and output plus their
+/// multiply-accumulates (`y`'s elements times `C_in/groups · K_h · K_w`); a pooling instruction
+/// its windows times the spatial elements of one input plane (an upper bound of the taps a
+/// window holds: the shapes do not say the kernel); `logsumexp` two passes over its argument;
+/// every other instruction the elements of its arguments and its output. The count comes from
+/// the shapes alone (the validator calls this before anything runs, without decoding
+/// attributes). Saturates at `u64::MAX`; never fails (an argument missing from `args` counts
+/// as empty).
 ///
 /// # Shapes
 /// `args`: the argument shapes (the first `op.arity()` are used); `out`: the output shape.
@@ -315,11 +343,32 @@ pub fn work(op: Opcode, args: &[Shape], out: Shape) -> u64 {
             .unwrap_or(0);
         elems(y).saturating_mul(per_channel)
     };
+    // The spatial elements of one plane of a channels-first tensor (`[N, C, ..]`): the most
+    // real taps a pooling window can hold, whatever its attribute.
+    let plane = |s: Shape| {
+        s.dims()
+            .get(2..)
+            .map_or(1, |d| d.iter().product::<usize>() as u64)
+    };
+    let arg = |i: usize| nth(args, i);
     match op {
         Opcode::MatMul => {
-            let k = args.first().and_then(|a| a.dim(1)).unwrap_or(0) as u64;
+            // The inner extent: the last of `a` (`[m, k]` or `[b, m, k]`).
+            let a = arg(0);
+            let k = a.dim(a.rank().saturating_sub(1)).unwrap_or(0) as u64;
             elems(out).saturating_mul(k.max(1))
         }
+        // A window visits at most one plane of its input: an upper bound from the shapes
+        // (the real count is the kernel's taps per window).
+        Opcode::MaxPool | Opcode::AvgPool | Opcode::MaxPoolGather => elems(out)
+            .saturating_mul(plane(arg(0)).max(1))
+            .saturating_add(elems(arg(0))),
+        Opcode::MaxPoolScatter => elems(arg(1))
+            .saturating_mul(plane(arg(0)).max(1))
+            .saturating_add(elems(out)),
+        Opcode::AvgPoolBackward => elems(arg(0))
+            .saturating_mul(plane(out).max(1))
+            .saturating_add(elems(out)),
         // Two passes over its argument (the maximum, then the sum of exponentials).
         Opcode::LogSumExp => {
             let x = args.first().map_or(0, |&a| elems(a));

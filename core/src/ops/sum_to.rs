@@ -32,12 +32,27 @@ pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
 /// may vectorize across outputs (e.g. across the columns of a `[batch, n] -> [n]` reduction),
 /// never across one output's inputs.
 pub fn kernel<E: Element>(x: &[E], x_shape: Shape, out: &mut [E], out_shape: Shape) {
+    fold_to(x, x_shape, out, out_shape, E::ZERO, |acc, v| acc + v);
+}
+
+/// The walk of the reductions to a target (`sum_to`, `prod_to`): every output starts at
+/// `init`; the input is walked once in increasing row-major index order and each element is
+/// folded (`acc = f(acc, x[i])`) into the output it maps to.
+#[inline(always)]
+pub(crate) fn fold_to<E: Copy>(
+    x: &[E],
+    x_shape: Shape,
+    out: &mut [E],
+    out_shape: Shape,
+    init: E,
+    f: impl Fn(E, E) -> E,
+) {
     for o in out.iter_mut() {
-        *o = E::ZERO;
+        *o = init;
     }
     for (i, &v) in x.iter().enumerate() {
         if let Some(o) = out.get_mut(out_shape.broadcast_source_index(&x_shape, i)) {
-            *o = *o + v;
+            *o = f(*o, v);
         }
     }
 }

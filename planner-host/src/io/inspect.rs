@@ -191,8 +191,21 @@ impl PlanInfo {
                     Attr::Window { axis, start, len } => {
                         format!("axis={axis} start={start} len={len}")
                     }
-                    Attr::Axis(axis) => format!("axis={axis}"),
                     Attr::Conv(c) => c.to_string(),
+                    Attr::Axis(axis) | Attr::AxisTo(axis, _) => format!("axis={axis}"),
+                    Attr::Pool(w) | Attr::PoolTo(w, _) => format!(
+                        "kernel={:?} strides={:?} dilations={:?} pads={:?}{}",
+                        w.kernel,
+                        w.strides,
+                        w.dilations,
+                        w.pads,
+                        if w.count_include_pad {
+                            " count_include_pad"
+                        } else {
+                            ""
+                        }
+                    ),
+                    Attr::Scan { axes, reverse } => format!("axes={axes:#b} reverse={reverse}"),
                     Attr::None | Attr::Target(_) => String::new(),
                 };
                 let at = match t {

@@ -16,7 +16,7 @@
 //!   `p = 0, 1, …, k-1` in increasing order, exactly the reference's per-element order. With
 //!   `simd`, a register tile of `MR` rows by `NR` vectors of columns keeps its accumulators in
 //!   registers across the whole `p` loop: vectorized across independent outputs (`j`), never
-//!   across `p`.
+//!   across `p`. A batched product (rank 3) runs the same kernel once per batch index.
 //! - **`broadcast`**, **`sum_to`**, **`max_to`** over the common shapes (see `Pattern`): a row
 //!   vector repeated down a matrix, a column repeated across it, a matrix summed to its row or its
 //!   column, everything to a scalar. Sums keep the reference's order: every output starts at
@@ -308,6 +308,16 @@ pub(crate) fn elementwise(
 // ---------------------------------------------------------------------------------------------
 // Structural.
 
+/// `[batch, rows, cols]` of a matrix (one batch) or of a batch of matrices (rank 3); `[0, 0, 0]`
+/// for another rank (which the shape rule refuses).
+fn batched(d: &Dims) -> [usize; 3] {
+    match d.rank {
+        2 => [1, d.dims[0], d.dims[1]],
+        3 => [d.dims[0], d.dims[1], d.dims[2]],
+        _ => [0, 0, 0],
+    }
+}
+
 /// Runs a structural instruction or `fill` from the catalog when it has a kernel for `op` at
 /// these shapes, and answers `true`; otherwise answers `false` having written nothing. `args`
 /// are disjoint from `out`; lengths equal the dims' element counts (the caller checked).
@@ -325,22 +335,38 @@ pub(crate) fn structural(
             true
         }
         (Opcode::MatMul, [a, b], [da, db]) => {
-            if da.rank != 2 || db.rank != 2 {
+            let ([batch, m, k], [batch_b, k_b, n]) = (batched(da), batched(db));
+            if da.rank != db.rank || batch != batch_b || k_b != k {
                 return false;
             }
-            let [m, k, _, _] = da.dims;
-            let n = db.dims[1];
-            if db.dims[0] != k || a.len() != m * k || b.len() != k * n || out.len() != m * n {
+            let (ra, rb, ro) = (m * k, k * n, m * n);
+            if a.len() != batch * ra || b.len() != batch * rb || out.len() != batch * ro {
                 return false;
             }
-            lanes::matmul(a, b, out, m, k, n);
+            for i in 0..batch {
+                if let (Some(a), Some(b), Some(o)) = (
+                    a.get(i * ra..(i + 1) * ra),
+                    b.get(i * rb..(i + 1) * rb),
+                    out.get_mut(i * ro..(i + 1) * ro),
+                ) {
+                    lanes::matmul(a, b, o, m, k, n);
+                }
+            }
             true
         }
         (Opcode::Transpose, [x], [dx]) => {
-            if dx.rank != 2 || x.len() != out.len() {
+            let [batch, m, n] = batched(dx);
+            if x.len() != out.len() || x.len() != batch * m * n {
                 return false;
             }
-            transpose(x, out, dx.dims[0], dx.dims[1]);
+            let r = m * n;
+            for i in 0..batch {
+                if let (Some(x), Some(o)) =
+                    (x.get(i * r..(i + 1) * r), out.get_mut(i * r..(i + 1) * r))
+                {
+                    transpose(x, o, m, n);
+                }
+            }
             true
         }
         (Opcode::Reshape, [x], _) => {

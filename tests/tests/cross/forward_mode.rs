@@ -197,6 +197,12 @@ const TOLERANCE: f32 = 1e-6;
 ///   `(0 - y·(-t·e^(-x))) / (1 + e^(-x))`; the rule is `t·(y·(1 - y))`;
 /// - `softplus`: the kernel is `ln_1p(e^x)`, so the dual forms `t·e^x / (1 + e^x)`; the rule is
 ///   `t·sigmoid(x)`;
+/// - `prod_to`: the kernel multiplies left to right, so the dual's tangent is the product rule
+///   applied step by step; the recorded jvp sums `t_i · (before_i · after_i)` (the exclusive
+///   products of the rule): the same terms, formed and added in another order;
+/// - `affine_scan`: the dual forms `b'[p] + (c'[p]·z[p] + c[p]·z'[p])` at each step; the
+///   recorded jvp is the transpose of the rule's reverse scan, `affine_scan(c, b' + c'·z)`:
+///   the tangent of `c` is multiplied in first and added to `b'` before the recurrence;
 /// - `logsumexp`: the kernel's dual carries the shift's tangent through `exp(x − c)`, the sum
 ///   and `ln(acc) + c`; the rule's transpose is `Σ t·exp(x − y)`;
 /// - `bce_with_logits`: the dual differentiates the stable form (`x − x·z + log1p(e^−x)` or its
@@ -207,10 +213,12 @@ const TOLERANCE: f32 = 1e-6;
 ///
 /// Every other kernel applies to its element the arithmetic its rule's transpose records (the
 /// dual's slopes are formed as the rules form them), so the two readings reach the same bits.
-const ROUNDS_APART: [Opcode; 8] = [
+const ROUNDS_APART: [Opcode; 10] = [
     Opcode::MatMul,
     Opcode::Sigmoid,
     Opcode::Softplus,
+    Opcode::ProdTo,
+    Opcode::AffineScan,
     Opcode::LogSumExp,
     Opcode::BceWithLogits,
     Opcode::Conv,
@@ -221,7 +229,7 @@ const ROUNDS_APART: [Opcode; 8] = [
 /// The selections whose reverse rule and kernel choose differently at a NaN or a tie: the
 /// kernel passes a NaN argument (and its tangent) through and `max_to` keeps the first of tied
 /// maxima, while the rules' masks (`heaviside`, `greater_equal`, `equal`) send a NaN's cotangent
-/// nowhere (or multiply it by NaN) and `max_to`'s rule sends it to every tied maximum.
+/// nowhere (or multiply it by NaN) and `max_to`'s rule splits it among the tied maxima.
 const SELECTIONS: [Opcode; 6] = [
     Opcode::Relu,
     Opcode::Heaviside,

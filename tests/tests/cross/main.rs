@@ -21,6 +21,8 @@ mod normalization;
 mod numerics;
 mod optimizers;
 mod passes;
+mod pooling;
+mod reductions;
 mod seeds;
 mod simd_training;
 mod spec;

@@ -43,6 +43,10 @@ fn the_spec_opcode_table_matches_the_enum() {
             AttrKind::Window => "window",
             AttrKind::Axis => "axis",
             AttrKind::Conv => "conv",
+            AttrKind::Pool => "pool",
+            AttrKind::PoolTo => "pool_to",
+            AttrKind::AxisTo => "axis_to",
+            AttrKind::Scan => "scan",
         };
         let expected = [
             format!("{:#04x}", op.to_u8()),
