@@ -166,7 +166,25 @@ fn close(got: f32, expected: f32, tol: Tolerance) -> bool {
 
 /// The loosest tolerance of the operators a graph uses (one operator for a node test; several
 /// for a function's expansion).
-fn tolerance_of(model: &onnx::proto::ModelProto) -> Tolerance {
+/// Tests whose expected outputs are literals written in the generator rounded to a few digits,
+/// not computed: they are checked with ONNX's own runner defaults (rtol 1e-3, atol 1e-7), which
+/// those literals were written for.
+const ROUNDED_LITERALS: &[(&str, &str)] = &[(
+    "test_averagepool_2d_ceil_last_window_starts_on_pad",
+    "expected values typed as 4-decimal literals (0.2841 for (0.8816 + 0.4353 + 0.5772 + 0.6623) / 9 = 0.28404…)",
+)];
+
+/// ONNX's runner defaults, for [`ROUNDED_LITERALS`].
+const ONNX_RUNNER_DEFAULT: Tolerance = Tolerance {
+    rtol: 1e-3,
+    atol: 1e-7,
+    why: "ONNX's runner defaults, for expected values typed as rounded literals",
+};
+
+fn tolerance_of(name: &str, model: &onnx::proto::ModelProto) -> Tolerance {
+    if ROUNDED_LITERALS.iter().any(|(t, _)| *t == name) {
+        return ONNX_RUNNER_DEFAULT;
+    }
     let mut tol = onnx::ops::EXACT;
     for n in model.graph.iter().flat_map(|g| g.node.iter()) {
         if let Some(row) = onnx::ops::operator(n.op_type()) {
@@ -227,7 +245,8 @@ fn run_test_inner(dir: &Path) -> Result<Outcome, String> {
         .map(|i| i.name())
         .filter(|n| !initializers.contains(n))
         .collect();
-    let tol = tolerance_of(&model);
+    let test_name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let tol = tolerance_of(test_name, &model);
     let sets = data_sets(dir)?;
     if sets.is_empty() {
         return Err("no test_data_set_*".into());

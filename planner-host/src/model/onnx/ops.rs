@@ -3,10 +3,10 @@
 //! Adding an operator is adding a row (and, for a new instruction, the function the row names).
 //! `docs/onnx.md` lists the same rows.
 
-use tapeplan_core::{Attr, ConvAttr, NodeId, Opcode, Recordable, RunningStats, Shape};
+use tapeplan_core::{Attr, ConvAttr, NodeId, Opcode, PoolWindow, Recordable, RunningStats, Shape};
 
 use super::tensor::{Elements, TensorData};
-use super::translate::{dims_of, NodeCx, BOOL, FLOAT};
+use super::translate::{broadcast_shapes, dims_of, NodeCx, BOOL, FLOAT, INT32, INT64};
 use super::OnnxError;
 
 /// How a row translates its node.
@@ -71,6 +71,13 @@ pub const GELU: Tolerance = Tolerance {
     why: "libm's erf/tanh against numpy's (float64 in ONNX's reference), and for negative x the sum 1 + erf(…) or 1 + tanh(…) cancels: the f32 error of a few 2^-24 in erf/tanh near −1 is multiplied by x/2, an absolute error up to about |x| · 1e-7 (the tests' |x| is below 4) however small the result",
 };
 
+/// Products in another order.
+pub const PRODS: Tolerance = Tolerance {
+    rtol: 2e-6,
+    atol: 0.0,
+    why: "the same factors multiplied in another order (numpy's pairwise reduction): each rounding is relative, half an ulp per factor, so at most n · 2^-24 relative for n factors (the tests' n ≤ 12, about 7e-7)",
+};
+
 /// Normalizations: means and variances summed in another order, then a division by the
 /// standard deviation.
 pub const NORM: Tolerance = Tolerance {
@@ -104,8 +111,10 @@ use Translate::{Binary, Custom, Unary};
 
 /// Every operator the translation knows, by name.
 pub const OPERATORS: &[Operator] = &[
+    row!("ArgMax", Custom(arg_max), ["axis", "keepdims", "select_last_index"], EXACT, "FLOAT, any axis, keepdims both; the lowest index of a tie (`argmax`), or with `select_last_index=1` the highest (`max_to` of the indices where `equal(x, max_to(x))`); INT64 output as `f32` integers."),
     row!("Abs", Unary(Opcode::Abs), [], EXACT, "FLOAT."),
     row!("Add", Binary(Opcode::Add), [], EXACT, "FLOAT, multidirectional broadcasting (`broadcast`)."),
+    row!("AveragePool", Custom(average_pool), ["auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"], SUMS, "1-D and 2-D, strides, pads, dilations, `count_include_pad` both (`avg_pool`); `auto_pad` and `ceil_mode` as explicit (end) pads at plan time; `ceil_mode` with `count_include_pad=1` and a window past the end padding is not (the divisor would count it); 3-D is rank 5, outside the vocabulary."),
     row!("BatchNormalization", Custom(batch_normalization), ["epsilon", "momentum", "training_mode", "spatial"], NORM, "Inference (`training_mode=0`): the running statistics known or not (`batch_norm_eval`); training mode: Y and ONNX's running mean and variance (`momentum` weighs the old value, the biased batch variance: `batch_norm_train` with `RunningStats::Onnx`); `spatial=0` (opset < 9) and the saved mean/variance outputs of opset < 14 are not in the vocabulary."),
     row!("Conv", Custom(conv), ["auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"], SUMS, "1-D and 2-D (`[N, C, L]`, `[N, C, H, W]`), strides, pads, dilations, group (depthwise included), optional bias (`conv`); `auto_pad` `SAME_UPPER`, `SAME_LOWER` and `VALID` become explicit pads at plan time (the shapes are known); 3-D is rank 5, outside the vocabulary."),
     row!("Cast", Custom(cast), ["to", "saturate", "round_mode"], EXACT, "To FLOAT from FLOAT or BOOL (the same 0/1 values); integer values known at plan time to any integer type or FLOAT (folded); other casts are not in the vocabulary."),
@@ -120,7 +129,8 @@ pub const OPERATORS: &[Operator] = &[
     row!("Flatten", Custom(flatten), ["axis"], EXACT, "Any axis, negative included (`reshape`)."),
     row!("Gelu", Custom(gelu), ["approximate"], GELU, "`approximate` `none` (erf form: `gelu`) and `tanh` (`gelu_tanh`), PyTorch's order of operations."),
     row!("Gemm", Custom(gemm), ["alpha", "beta", "transA", "transB"], SUMS, "`alpha·A'B' + beta·C`, C optional and broadcast (`matmul`, `transpose`, `mul`, `add`)."),
-    row!("Gather", Custom(gather), ["axis"], EXACT, "Integer data and indices known at plan time (shape arithmetic, folded: torch's flatten); a gather of run-time data is issue 12's indexing instruction, not in this table yet."),
+    row!("Gather", Custom(gather), ["axis"], EXACT, "FLOAT data, INT64 or INT32 indices (`gather`, indices as `f32`, negative ones from the end; an index out of range, an error in ONNX, gives zeros); integer data and indices known at plan time are folded (shape arithmetic: torch's flatten)."),
+    row!("GlobalAveragePool", Custom(global_average_pool), [], SUMS, "`[N, C, L]` and `[N, C, H, W]` (`global_avg_pool`: `sum_to`, one division)."),
     row!("Greater", Custom(greater), [], EXACT, "FLOAT inputs, BOOL output as a 0/1 mask (`greater`)."),
     row!("GreaterOrEqual", Custom(greater_or_equal), [], EXACT, "FLOAT inputs, BOOL output as a mask (`greater_equal`)."),
     row!("HardSigmoid", Custom(hard_sigmoid), ["alpha", "beta"], EXACT, "`max(0, min(1, alpha·x + beta))` (`hardsigmoid`)."),
@@ -132,8 +142,9 @@ pub const OPERATORS: &[Operator] = &[
     row!("LessOrEqual", Custom(less_or_equal), [], EXACT, "FLOAT inputs, BOOL output as a mask (`greater_equal`, swapped)."),
     row!("Log", Unary(Opcode::Log), [], LIBM, "FLOAT."),
     row!("LogSoftmax", Custom(log_softmax), ["axis"], SOFTMAX, "Any axis; opset < 13's flattening semantics too (`max_to`, `sub`, `exp`, `sum_to`, `log`)."),
-    row!("MatMul", Custom(matmul), [], SUMS, "Ranks 1 and 2 (`matmul`, `reshape`); batched (rank 3+) products are not in the vocabulary yet."),
+    row!("MatMul", Custom(matmul), [], SUMS, "Ranks 1 to 4, numpy's batch broadcasting (`broadcast`, then one batched `matmul` over `[b, m, k]`, `reshape`)."),
     row!("Max", Custom(max), [], EXACT, "FLOAT, any count, broadcasting (`maximum`)."),
+    row!("MaxPool", Custom(max_pool), ["auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"], EXACT, "1-D and 2-D, strides, pads, dilations (`max_pool`, padding as −inf); `auto_pad` and `ceil_mode` as explicit (end) pads at plan time; the Indices output (flat indices, row-major or with `storage_order=1` column-major) as `max_pool_gather` of a table of indices, INT64 as `f32` integers; 3-D is rank 5, outside the vocabulary."),
     row!("Min", Custom(min), [], EXACT, "FLOAT, any count, broadcasting (`minimum`)."),
     row!("Mul", Binary(Opcode::Mul), [], EXACT, "FLOAT, broadcasting."),
     row!("Neg", Unary(Opcode::Neg), [], EXACT, "FLOAT."),
@@ -141,6 +152,7 @@ pub const OPERATORS: &[Operator] = &[
     row!("Pow", Custom(pow), [], LIBM, "FLOAT base, an exponent known at plan time whose elements are all equal (`pow`'s attribute); a tensor of different exponents is not in the vocabulary."),
     row!("ReduceMax", Custom(reduce_max), ["axes", "keepdims", "noop_with_empty_axes"], EXACT, "FLOAT, axes as attribute or input (known at plan time), keepdims both (`max_to`)."),
     row!("ReduceMean", Custom(reduce_mean), ["axes", "keepdims", "noop_with_empty_axes"], SUMS, "FLOAT, axes as attribute or input, keepdims both (`sum_to`, `div`)."),
+    row!("ReduceProd", Custom(reduce_prod), ["axes", "keepdims", "noop_with_empty_axes"], PRODS, "FLOAT, axes as attribute or input, keepdims both (`prod_to`)."),
     row!("ReduceSum", Custom(reduce_sum), ["axes", "keepdims", "noop_with_empty_axes"], SUMS, "FLOAT, axes as attribute or input, keepdims both (`sum_to`)."),
     row!("Relu", Unary(Opcode::Relu), [], EXACT, "FLOAT."),
     row!("Reshape", Custom(reshape), ["allowzero"], EXACT, "A shape known at plan time, `0` (copy) and `-1` (inferred); `allowzero=1` with a zero is a zero extent, not planned."),
@@ -352,30 +364,48 @@ fn pow(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
 fn matmul(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
     let (a, b) = (cx.data(0)?, cx.data(1)?);
     let (sa, sb) = (cx.shape(a)?, cx.shape(b)?);
-    if sa.rank() > 2 || sb.rank() > 2 || sa.rank() == 0 || sb.rank() == 0 {
-        return Err(cx.unsupported(
-            format!("operands of shapes {sa} and {sb}"),
-            "operands of rank 1 or 2 (batched products of rank 3 or more are not in the vocabulary yet)",
-        ));
+    if sa.rank() == 0 || sb.rank() == 0 {
+        return Err(cx.invalid(format!("operands of shapes {sa} and {sb}")));
     }
-    let a2 = if sa.rank() == 1 {
-        cx.reshape(a, Shape::matrix(1, sa.elems()))?
+    // numpy's matmul: a vector is a matrix of one row (`a`) or one column (`b`), that extent
+    // dropped from the result; the batch axes (all but the last two) broadcast.
+    let (da, db) = (dims_of(sa), dims_of(sb));
+    let ma: Vec<usize> = if da.len() == 1 {
+        vec![1, da[0]]
     } else {
-        a
+        da.clone()
     };
-    let b2 = if sb.rank() == 1 {
-        cx.reshape(b, Shape::matrix(sb.elems(), 1))?
+    let mb: Vec<usize> = if db.len() == 1 {
+        vec![db[0], 1]
     } else {
-        b
+        db.clone()
     };
-    let y = cx.push(Opcode::MatMul, Attr::NONE, &[a2, b2])?;
-    let ys = cx.shape(y)?;
-    let mut out = Vec::new();
-    if sa.rank() == 2 {
-        out.push(ys.dim(0).unwrap_or(1));
+    let (ba, bb) = (&ma[..ma.len() - 2], &mb[..mb.len() - 2]);
+    let batch = broadcast_shapes(cx.shape_from(ba)?, cx.shape_from(bb)?)
+        .map(dims_of)
+        .ok_or_else(|| cx.invalid(format!("batch axes of {sa} and {sb} do not broadcast")))?;
+    let nb: usize = batch.iter().product();
+    let (m, k, n) = (ma[ma.len() - 2], ma[ma.len() - 1], mb[mb.len() - 1]);
+    let operand = |cx: &mut NodeCx<'_>, x: NodeId, mat: &[usize], rows: usize, cols: usize| {
+        let full: Vec<usize> = batch.iter().copied().chain([rows, cols]).collect();
+        let x = cx.reshape(x, cx.shape_from(mat)?)?;
+        let x = cx.broadcast(x, cx.shape_from(&full)?)?;
+        let flat: Vec<usize> = if nb == 1 {
+            vec![rows, cols]
+        } else {
+            vec![nb, rows, cols]
+        };
+        cx.reshape(x, cx.shape_from(&flat)?)
+    };
+    let a3 = operand(cx, a, &ma, m, k)?;
+    let b3 = operand(cx, b, &mb, k, n)?;
+    let y = cx.push(Opcode::MatMul, Attr::NONE, &[a3, b3])?;
+    let mut out = batch.clone();
+    if da.len() >= 2 {
+        out.push(m);
     }
-    if sb.rank() == 2 {
-        out.push(ys.dim(1).unwrap_or(1));
+    if db.len() >= 2 {
+        out.push(n);
     }
     let out = Shape::new(&out).map_err(|e| cx.invalid(e.to_string()))?;
     let y = cx.reshape(y, out)?;
@@ -865,6 +895,7 @@ enum Reduce {
     Sum,
     Mean,
     Max,
+    Prod,
 }
 
 fn reduce(cx: &mut NodeCx<'_>, how: Reduce) -> Result<(), OnnxError> {
@@ -888,6 +919,7 @@ fn reduce(cx: &mut NodeCx<'_>, how: Reduce) -> Result<(), OnnxError> {
     let kshape = cx.shape_from(&kept)?;
     let mut y = match how {
         Reduce::Max => cx.push(Opcode::MaxTo, Attr::target(kshape), &[x])?,
+        Reduce::Prod => cx.push(Opcode::ProdTo, Attr::target(kshape), &[x])?,
         Reduce::Sum | Reduce::Mean => cx.push(Opcode::SumTo, Attr::target(kshape), &[x])?,
     };
     if let Reduce::Mean = how {
@@ -916,6 +948,10 @@ fn reduce_mean(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
 
 fn reduce_max(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
     reduce(cx, Reduce::Max)
+}
+
+fn reduce_prod(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    reduce(cx, Reduce::Prod)
 }
 
 /// Softmax (`log = false`) or log-softmax over the node's axis: `d = x - max(x)`, then
@@ -966,14 +1002,12 @@ fn log_softmax(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
 
 fn gather(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
     let (Some(data), Some(idx)) = (known_ints(cx, 0), known_ints(cx, 1)) else {
-        let t = cx.input_type(0)?;
-        return Err(cx.unsupported(
-            format!(
-                "a gather of {} data or indices computed at run time",
-                super::tensor::data_type_name(t)
-            ),
-            "integer data and indices known at plan time (shape arithmetic)",
-        ));
+        let x = cx.data(0)?;
+        let i = cx.data_of_types(1, &[INT64, INT32])?;
+        let r = cx.shape(x)?.rank();
+        let axis = cx.axis(cx.attr_int("axis", 0), r)?;
+        let y = cx.record(|t| t.gather(&x, &i, axis))?;
+        return cx.set_output(0, y, FLOAT);
     };
     let (Elements::Int(v), Elements::Int(ix)) = (&data.elements, &idx.elements) else {
         return Err(cx.invalid("not integers"));
@@ -1250,6 +1284,136 @@ fn conv(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
     .ok_or_else(|| cx.invalid("strides, pads, dilations or group out of range"))?;
     let y = cx.record(|t| t.conv(&x, &w, b.as_ref(), attr))?;
     cx.set_output(0, y, FLOAT)
+}
+
+/// The pooling window of a `MaxPool` or `AveragePool` node over `x`, and whether `ceil_mode`
+/// added end padding past the explicit pads.
+fn pool_window(cx: &NodeCx<'_>, x: NodeId) -> Result<(PoolWindow, bool), OnnxError> {
+    let input = spatial_extents(cx, x)?;
+    let n = input.len();
+    let kernel = spatial_ints(cx, "kernel_shape", n, 0)?;
+    if cx.attr_ints("kernel_shape").is_none() || kernel.contains(&0) {
+        return Err(cx.invalid("no kernel_shape, or an extent of 0"));
+    }
+    let ceil_mode = cx.attr_int("ceil_mode", 0) != 0;
+    let (g, overhang) = window_geometry(cx, &input, &kernel, ceil_mode)?;
+    let w = |v: usize| {
+        u16::try_from(v)
+            .map_err(|_| cx.unsupported(format!("a window value {v}"), "values up to 65535"))
+    };
+    let win = if n == 1 {
+        PoolWindow::new_1d(
+            w(kernel[0])?,
+            w(g.strides[0])?,
+            [w(g.pads[0])?, w(g.pads[1])?],
+        )
+        .with_dilations([1, w(g.dilations[0])?])
+    } else {
+        PoolWindow::new_2d(
+            [w(kernel[0])?, w(kernel[1])?],
+            [w(g.strides[0])?, w(g.strides[1])?],
+            [w(g.pads[0])?, w(g.pads[1])?, w(g.pads[2])?, w(g.pads[3])?],
+        )
+        .with_dilations([w(g.dilations[0])?, w(g.dilations[1])?])
+    };
+    Ok((win, overhang))
+}
+
+fn max_pool(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    let x = cx.data(0)?;
+    let column_major = match cx.attr_int("storage_order", 0) {
+        0 => false,
+        1 => true,
+        v => return Err(cx.invalid(format!("storage_order {v}"))),
+    };
+    let (win, _) = pool_window(cx, x)?;
+    let y = cx.record(|t| t.max_pool(&x, win))?;
+    cx.set_output(0, y, FLOAT)?;
+    if cx.has_output(1) {
+        // Indices: the flat index of each window's first maximum, read from a table of every
+        // element's flat index (exact in f32 below 2^24): row-major, or with `storage_order=1`
+        // the spatial axes column-major (`(n·C + c)·H·W + w·H + h`).
+        let s = cx.shape(x)?;
+        if s.elems() > 1 << 24 {
+            return Err(cx.unsupported(
+                format!("Indices of {} elements", s.elems()),
+                "at most 2^24 elements (f32 integers)",
+            ));
+        }
+        let dims = dims_of(s);
+        let plane: usize = dims[2..].iter().product();
+        let (h, w) = if dims.len() == 4 {
+            (dims[2], dims[3])
+        } else {
+            (1, dims[2])
+        };
+        let index = |i: usize| {
+            let (base, p) = (i - i % plane, i % plane);
+            let (r, c) = (p / w, p % w);
+            (if column_major { base + c * h + r } else { i }) as f32
+        };
+        let ramp = TensorData::f32(dims, (0..s.elems()).map(index).collect());
+        let ramp = cx.constant("ramp", ramp)?;
+        let idx = cx.record(|t| t.max_pool_gather(&x, &ramp, win))?;
+        cx.set_output(1, idx, INT64)?;
+    }
+    Ok(())
+}
+
+fn average_pool(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    let x = cx.data(0)?;
+    let include = cx.attr_int("count_include_pad", 0) != 0;
+    let (win, overhang) = pool_window(cx, x)?;
+    if include && overhang {
+        return Err(cx.unsupported(
+            "ceil_mode with count_include_pad=1 and a window past the end padding",
+            "ceil_mode with count_include_pad=0, or windows within the padding",
+        ));
+    }
+    let win = win.with_count_include_pad(include);
+    let y = cx.record(|t| t.avg_pool(&x, win))?;
+    cx.set_output(0, y, FLOAT)
+}
+
+fn global_average_pool(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    let x = cx.data(0)?;
+    spatial_extents(cx, x)?;
+    let y = cx.record(|t| t.global_avg_pool(&x))?;
+    cx.set_output(0, y, FLOAT)
+}
+
+fn arg_max(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    let x = cx.data(0)?;
+    let s = cx.shape(x)?;
+    let dims = dims_of(s);
+    let r = dims.len();
+    let axis = cx.axis(cx.attr_int("axis", 0), r)?;
+    let mut kept = dims.clone();
+    kept[axis] = 1;
+    let kshape = cx.shape_from(&kept)?;
+    let mut y = if cx.attr_int("select_last_index", 0) == 0 {
+        cx.record(|t| t.argmax(&x, axis))?
+    } else {
+        // The highest index where x equals its maximum: max_to of `mask · index`.
+        let mut ramp_dims = vec![1; r];
+        ramp_dims[axis] = dims[axis];
+        let ramp = TensorData::f32(ramp_dims, (0..dims[axis]).map(|i| i as f32).collect());
+        let ramp = cx.constant("index", ramp)?;
+        cx.record(|t| {
+            let m = t.max_to(&x, kshape)?;
+            let m = t.broadcast(&m, s)?;
+            let at_max = t.equal(&x, &m)?;
+            let ramp = t.broadcast(&ramp, s)?;
+            let idx = t.mul(&at_max, &ramp)?;
+            t.max_to(&idx, kshape)
+        })?
+    };
+    if cx.attr_int("keepdims", 1) == 0 {
+        let out: Vec<usize> = (0..r).filter(|&a| a != axis).map(|a| dims[a]).collect();
+        let out = cx.shape_from(&out)?;
+        y = cx.reshape(y, out)?;
+    }
+    cx.set_output(0, y, INT64)
 }
 
 fn batch_normalization(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
