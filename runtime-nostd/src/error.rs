@@ -928,9 +928,10 @@ impl fmt::Display for ExecError {
                 value_bits,
                 classes,
             } => write!(
+                // The bits, not the float: formatting an f32 would link about 14 KiB of
+                // float-printing code into every firmware.
                 f,
-                "label {index} is {}, not a class index below {classes}",
-                f32::from_bits(value_bits)
+                "label {index} (f32 bits {value_bits:#010x}) is not a class index below {classes}"
             ),
         }
     }

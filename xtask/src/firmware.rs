@@ -136,7 +136,14 @@ const BOARD_FEATURE: &str = "board-nrf52840dk";
 /// `size-baseline` build inlines differently) brought the demo build to about 25 260 B. The
 /// selective build of the device issue (link only the kernels a plan uses) is the way back under
 /// 24 KiB.
-const RUNTIME_BUDGET_BYTES: u64 = 25 * 1024;
+///
+/// 26 KiB since issue 12's vocabulary (measured 26 180 B on the M4F at its merge): the opcode
+/// table now spans bytes up to 0x61, so the per-opcode lookup tables (`from_u8`, `class`,
+/// `attr_kind`, `name`) cover 98 bytes (about 600 B of switch tables); the core set's `matmul`
+/// and `transpose` take a batch axis (about 450 B of shape rule and 290 B of kernels); `mul`
+/// preserves zeros (`0 · inf = 0`, about 100 B); the new error variants' messages. The ext
+/// opcodes' own kernels and attribute decoders are compiled out of this build.
+const RUNTIME_BUDGET_BYTES: u64 = 26 * 1024;
 /// Whether going over [`RUNTIME_BUDGET_BYTES`] fails the check (it is always reported).
 ///
 /// On: the firmware builds the runtime without its default features (`all-ops`: the opcodes
@@ -769,7 +776,7 @@ fn render_snapshot(order: &[String], all: &BTreeMap<String, Sizes>) -> String {
         "# tapeplan-firmware-demo sizes in bytes, release profile (opt-level \"s\", lto), written by\n\
          # `cargo xtask firmware --bless`. `cargo xtask firmware` fails when a figure grows more than\n\
          # 15% (and 512 bytes) over this; it reports the runtime's code on m4f against the budget of\n\
-         # 25600 bytes (see RUNTIME_BUDGET_BYTES in xtask/src/firmware.rs).\n\
+         # 26624 bytes (see RUNTIME_BUDGET_BYTES in xtask/src/firmware.rs).\n\
          # flash_runtime: code + constants of the runtime, its kernels and libm (the firmware minus\n\
          # its `size-baseline` build); ram_stack: the stack's high-water mark, measured on the device.\n",
     );
