@@ -117,7 +117,7 @@ pub const OPERATORS: &[Operator] = &[
     row!("AveragePool", Custom(average_pool), ["auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"], SUMS, "1-D and 2-D, strides, pads, dilations, `count_include_pad` both (`avg_pool`); `auto_pad` and `ceil_mode` as explicit (end) pads at plan time; `ceil_mode` with `count_include_pad=1` and a window past the end padding is not (the divisor would count it); 3-D is rank 5, outside the vocabulary."),
     row!("BatchNormalization", Custom(batch_normalization), ["epsilon", "momentum", "training_mode", "spatial"], NORM, "Inference (`training_mode=0`): the running statistics known or not (`batch_norm_eval`); training mode: Y and ONNX's running mean and variance (`momentum` weighs the old value, the biased batch variance: `batch_norm_train` with `RunningStats::Onnx`); `spatial=0` (opset < 9) and the saved mean/variance outputs of opset < 14 are not in the vocabulary."),
     row!("Conv", Custom(conv), ["auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"], SUMS, "1-D and 2-D (`[N, C, L]`, `[N, C, H, W]`), strides, pads, dilations, group (depthwise included), optional bias (`conv`); `auto_pad` `SAME_UPPER`, `SAME_LOWER` and `VALID` become explicit pads at plan time (the shapes are known); 3-D is rank 5, outside the vocabulary."),
-    row!("Cast", Custom(cast), ["to", "saturate", "round_mode"], EXACT, "To FLOAT from FLOAT or BOOL (the same 0/1 values); integer values known at plan time to any integer type or FLOAT (folded); other casts are not in the vocabulary."),
+    row!("Cast", Custom(cast), ["to", "saturate", "round_mode"], EXACT, "To FLOAT from FLOAT or BOOL (the same 0/1 values); integer values known at plan time to any integer type or FLOAT, and FLOAT values known at plan time to FLOAT (folded); other casts are not in the vocabulary."),
     row!("CastLike", Custom(cast_like), ["saturate", "round_mode"], EXACT, "As Cast, to the element type of the second input."),
     row!("Clip", Custom(clip), ["min", "max"], EXACT, "FLOAT; bounds as attributes (opset < 11) or inputs, either absent (`clamp`: `maximum` then `minimum`, so `min > max` gives `max`, as numpy's `clip`); bounds computed at run time as elementwise `maximum`/`minimum`."),
     row!("Concat", Custom(concat), ["axis"], EXACT, "FLOAT inputs, any count (pairwise `concat`)."),
@@ -1521,6 +1521,12 @@ fn cast_like(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
 
 /// Input 0 cast to element type `to` (`Cast`'s attribute, `CastLike`'s second input's type).
 fn cast_to(cx: &mut NodeCx<'_>, to: i32) -> Result<(), OnnxError> {
+    if let Some(k) = cx.known(0).filter(|t| t.data_type == FLOAT && to == FLOAT) {
+        // A constant cast to its own type (a function body's `CastLike` of a constant to the
+        // input's type): still known at plan time.
+        let k = k.clone();
+        return cx.set_known_output(0, k);
+    }
     if let Some(k) = known_ints(cx, 0) {
         let Elements::Int(v) = &k.elements else {
             return Err(cx.invalid("not integers"));
