@@ -116,6 +116,7 @@ pub const OPERATORS: &[Operator] = &[
     row!("Add", Binary(Opcode::Add), [], EXACT, "FLOAT, multidirectional broadcasting (`broadcast`)."),
     row!("AveragePool", Custom(average_pool), ["auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"], SUMS, "1-D and 2-D, strides, pads, dilations, `count_include_pad` both (`avg_pool`); `auto_pad` and `ceil_mode` as explicit (end) pads at plan time; `ceil_mode` with `count_include_pad=1` and a window past the end padding is not (the divisor would count it); 3-D is rank 5, outside the vocabulary."),
     row!("BatchNormalization", Custom(batch_normalization), ["epsilon", "momentum", "training_mode", "spatial"], NORM, "Inference (`training_mode=0`): the running statistics known or not (`batch_norm_eval`); training mode: Y and ONNX's running mean and variance (`momentum` weighs the old value, the biased batch variance: `batch_norm_train` with `RunningStats::Onnx`); `spatial=0` (opset < 9) and the saved mean/variance outputs of opset < 14 are not in the vocabulary."),
+    row!("ConstantOfShape", Custom(constant_of_shape), ["value"], EXACT, "A shape known at plan time, a FLOAT or integer value (default FLOAT 0): a value known at plan time."),
     row!("Conv", Custom(conv), ["auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"], SUMS, "1-D and 2-D (`[N, C, L]`, `[N, C, H, W]`), strides, pads, dilations, group (depthwise included), optional bias (`conv`); `auto_pad` `SAME_UPPER`, `SAME_LOWER` and `VALID` become explicit pads at plan time (the shapes are known); 3-D is rank 5, outside the vocabulary."),
     row!("Cast", Custom(cast), ["to", "saturate", "round_mode"], EXACT, "To FLOAT from FLOAT or BOOL (the same 0/1 values); integer values known at plan time to any integer type or FLOAT, and FLOAT values known at plan time to FLOAT (folded); other casts are not in the vocabulary."),
     row!("CastLike", Custom(cast_like), ["saturate", "round_mode"], EXACT, "As Cast, to the element type of the second input."),
@@ -154,11 +155,13 @@ pub const OPERATORS: &[Operator] = &[
     row!("ReduceMean", Custom(reduce_mean), ["axes", "keepdims", "noop_with_empty_axes"], SUMS, "FLOAT, axes as attribute or input, keepdims both (`sum_to`, `div`)."),
     row!("ReduceProd", Custom(reduce_prod), ["axes", "keepdims", "noop_with_empty_axes"], PRODS, "FLOAT, axes as attribute or input, keepdims both (`prod_to`)."),
     row!("ReduceSum", Custom(reduce_sum), ["axes", "keepdims", "noop_with_empty_axes"], SUMS, "FLOAT, axes as attribute or input, keepdims both (`sum_to`)."),
+    row!("Reciprocal", Custom(reciprocal), [], EXACT, "FLOAT (`1 / x`, one correctly rounded division: `fill`, `div`)."),
     row!("Relu", Unary(Opcode::Relu), [], EXACT, "FLOAT."),
     row!("Reshape", Custom(reshape), ["allowzero"], EXACT, "A shape known at plan time, `0` (copy) and `-1` (inferred); `allowzero=1` with a zero is a zero extent, not planned."),
     row!("Shape", Custom(shape), ["start", "end"], EXACT, "A value known at plan time (INT64)."),
     row!("Sigmoid", Unary(Opcode::Sigmoid), [], LIBM, "FLOAT."),
     row!("Sign", Unary(Opcode::Sign), [], EXACT, "FLOAT."),
+    row!("Size", Custom(size), [], EXACT, "A value known at plan time (INT64, the element count)."),
     row!("Slice", Custom(slice), ["starts", "ends", "axes"], EXACT, "starts/ends/axes known at plan time, steps 1 (`slice` per axis); other steps are not in the vocabulary."),
     row!("Softmax", Custom(softmax), ["axis"], SOFTMAX, "Any axis; opset < 13's flattening semantics too (`max_to`, `sub`, `exp`, `sum_to`, `div`)."),
     row!("Softplus", Unary(Opcode::Softplus), [], LIBM, "FLOAT (`log(1 + e^x)`, `x` above 20: PyTorch's threshold, the same value in f32)."),
@@ -1037,6 +1040,55 @@ fn gather(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
     let mut t = data.with_elements(data.data_type, Elements::Int(out));
     t.dims = dims;
     cx.set_known_output(0, t)
+}
+
+fn size(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    let n = match cx.known(0) {
+        Some(t) => t.dims.iter().product::<usize>(),
+        None => {
+            let x = cx.data_of_types(0, &[FLOAT, BOOL])?;
+            cx.shape(x)?.elems()
+        }
+    };
+    cx.set_known_output(0, TensorData::i64(vec![], vec![n as i64]))
+}
+
+fn constant_of_shape(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    let dims: Vec<usize> = cx
+        .const_ints(0, "the shape")?
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| cx.invalid(format!("extent {d}"))))
+        .collect::<Result<_, _>>()?;
+    let n = checked_product(&dims).ok_or_else(|| cx.invalid(format!("extents {dims:?}")))?;
+    let value = cx
+        .attr_tensor("value")?
+        .unwrap_or_else(|| TensorData::f32(vec![1], vec![0.0]));
+    let mut out = match &value.elements {
+        Elements::F32(v) if v.len() == 1 => TensorData::f32(vec![], vec![v[0]; n]),
+        Elements::Int(v) if v.len() == 1 => {
+            value.with_elements(value.data_type, Elements::Int(vec![v[0]; n]))
+        }
+        _ => {
+            return Err(cx.unsupported(
+                format!(
+                    "a value of type {} and {} elements",
+                    value.type_name(),
+                    value.dims.iter().product::<usize>()
+                ),
+                "one FLOAT or integer value",
+            ))
+        }
+    };
+    out.dims = dims;
+    cx.set_known_output(0, out)
+}
+
+fn reciprocal(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    let x = cx.data(0)?;
+    let s = cx.shape(x)?;
+    let one = cx.fill(1.0, s)?;
+    let y = cx.push(Opcode::Div, Attr::NONE, &[one, x])?;
+    cx.set_output(0, y, FLOAT)
 }
 
 fn leaky_relu(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
