@@ -1,7 +1,8 @@
 //! The same model planned fused and unfused, run with the fuzzer's input values (NaNs,
 //! infinities, subnormals, out-of-range labels) through `run` and through a decoded program:
 //! every entry's outputs and the persistent region agree bit for bit (NaNs as one class),
-//! and a refused guarded step commits nothing.
+//! and a refused guarded step commits nothing. Then the runtime's SIMD catalog (this crate
+//! builds the runtime with `simd`) against the reference kernels of the host interpreter.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -65,4 +66,5 @@ fuzz_target!(|data: &[u8]| {
             );
         }
     }
+    tapeplan_fuzz::catalog_agrees_with_reference(seed, values);
 });

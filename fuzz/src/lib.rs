@@ -9,6 +9,7 @@ use tapeplan_core::format::{plan_crc, Header, CRC_OFFSET, HEADER_BYTES};
 use tapeplan_planner::model::optim::{Optimizer, Sgd};
 use tapeplan_planner::model::{Activation, JobOptions, Loss, Mlp, TrainingJob};
 use tapeplan_planner::plan::PlanOptions;
+use tapeplan_planner::Schedule;
 use tapeplan_runtime::{BindingKind, Decoded, EntryId, ExecError, Plan, Session};
 
 /// The most arena a fuzzed plan may ask for (elements); bigger plans are parsed but not run,
@@ -26,6 +27,9 @@ pub struct Seed {
     pub fused: Vec<u8>,
     /// The unfused plan's bytes (same model, same bits expected).
     pub unfused: Vec<u8>,
+    /// The fused plan before serialization, for the host interpreter's reference kernels
+    /// ([`Schedule::run_host`]).
+    pub schedule: Schedule,
 }
 
 fn job(
@@ -35,7 +39,7 @@ fn job(
     opt: Optimizer,
     batch: usize,
     options: JobOptions,
-) -> Vec<u8> {
+) -> Schedule {
     let mlp = Mlp {
         sizes: mlp.to_vec(),
         activation: act,
@@ -43,7 +47,6 @@ fn job(
     TrainingJob::build_with(mlp, loss, opt, batch, options)
         .expect("seed models plan")
         .schedule
-        .to_bytes()
 }
 
 /// The seed plans: the digits MLP (SGD, unguarded), a guarded Adam + dropout MLP, and a
@@ -112,10 +115,12 @@ pub fn seeds() -> &'static [Seed] {
                     },
                     ..JobOptions::default()
                 };
+                let schedule = job(sizes, act, loss, opt, batch, options(true));
                 Seed {
                     name,
-                    fused: job(sizes, act, loss, opt, batch, options(true)),
-                    unfused: job(sizes, act, loss, opt, batch, options(false)),
+                    fused: schedule.to_bytes(),
+                    unfused: job(sizes, act, loss, opt, batch, options(false)).to_bytes(),
+                    schedule,
                 }
             })
             .collect()
@@ -276,5 +281,51 @@ pub fn exercise(bytes: &[u8], data: &[u8]) {
         let ra = run_entry(&mut a, &plan, entry, data, false);
         let rb = run_entry(&mut b, &plan, entry, data, true);
         assert_eq!(ra, rb, "run and run_program disagree on entry {entry:?}");
+    }
+}
+
+/// The runtime (built with the `simd` catalog) against the host interpreter's reference
+/// kernels ([`Schedule::run_host`]) on the seed's fused plan: `init`, two `train_step`s and
+/// `forward`, each started from the same arena; every output, and every update of a step the
+/// runtime accepted, agrees bit for bit (NaNs as one class).
+pub fn catalog_agrees_with_reference(seed: &Seed, data: &[u8]) {
+    let plan = Plan::parse(&seed.fused).expect("seed plans are valid");
+    let mut arena = vec![0.0f32; plan.arena_elems()];
+    for name in ["init", "train_step", "train_step", "forward"] {
+        let Some(entry) = plan.entry(name) else {
+            continue;
+        };
+        {
+            let mut s = Session::bind(&plan, &mut arena).expect("the arena fits");
+            set_inputs(&mut s, &plan, entry, data);
+        }
+        let mut host = arena.clone();
+        let result = Session::bind(&plan, &mut arena)
+            .expect("the arena fits")
+            .run(entry);
+        seed.schedule
+            .run_host(name, &mut host)
+            .expect("the reference kernels run a valid plan");
+        for b in plan.bindings().filter(|b| b.entry == Some(entry)) {
+            let compare = match b.kind {
+                BindingKind::Output => true,
+                BindingKind::Update => result.is_ok(),
+                _ => false,
+            };
+            if compare {
+                assert_eq!(
+                    bits(&arena[b.range()]),
+                    bits(&host[b.range()]),
+                    "{}: {name}: {} differs between the catalog and the reference kernels",
+                    seed.name,
+                    b.name
+                );
+            }
+        }
+        if result.is_err() {
+            // A refused step committed nothing; the host interpreter's arena did: continue
+            // from the runtime's.
+            continue;
+        }
     }
 }

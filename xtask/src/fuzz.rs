@@ -13,7 +13,13 @@ use anyhow::{bail, Context, Result};
 use crate::{output, run, Ctx};
 
 /// The fuzz targets (`fuzz/fuzz_targets/*.rs`), in the order they run.
-pub const TARGETS: &[&str] = &["plan_bytes", "plan_mutate", "checkpoint", "differential"];
+pub const TARGETS: &[&str] = &[
+    "plan_bytes",
+    "plan_mutate",
+    "checkpoint",
+    "differential",
+    "onnx_import",
+];
 
 /// Seconds per target in CI's smoke run.
 const SMOKE_SECONDS: u32 = 15;
@@ -167,6 +173,38 @@ fn seed_plan_bytes(ctx: &Ctx) -> Result<()> {
     Ok(())
 }
 
+/// Up to 200 node-test models of the ONNX conformance step's cache (`target/onnx-node-tests`,
+/// when `cargo xtask onnx-conformance` has made it), written into `onnx_import`'s corpus.
+fn seed_onnx(ctx: &Ctx) -> Result<()> {
+    let dir = ctx.root.join("fuzz").join("corpus").join("onnx_import");
+    std::fs::create_dir_all(&dir)?;
+    let cache = ctx.root.join("target").join("onnx-node-tests");
+    let mut models = Vec::new();
+    for key in std::fs::read_dir(&cache).into_iter().flatten().flatten() {
+        for test in std::fs::read_dir(key.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let model = test.path().join("model.onnx");
+            if model.is_file() {
+                models.push(model);
+            }
+        }
+    }
+    models.sort();
+    for m in models.iter().take(200) {
+        let name = m
+            .parent()
+            .and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        std::fs::copy(m, dir.join(format!("seed-{name}.onnx")))?;
+    }
+    eprintln!("fuzz: {} ONNX seed models", models.len().min(200));
+    Ok(())
+}
+
 /// Builds the targets (sanitizer `none`: the runtime forbids `unsafe`, so AddressSanitizer has
 /// nothing to watch that Rust's own bounds checks do not; coverage instrumentation stays),
 /// then runs each for `seconds`, failing at the first crash, and prints the table.
@@ -177,6 +215,7 @@ fn fuzz(ctx: &Ctx, targets: &[&'static str], seconds: u32) -> Result<()> {
     build.args(["fuzz", "build", "--sanitizer", "none"]);
     run(build)?;
     seed_plan_bytes(ctx)?;
+    seed_onnx(ctx)?;
     let mut table = Vec::new();
     for &target in targets {
         let corpus = fuzz_dir.join("corpus").join(target);
