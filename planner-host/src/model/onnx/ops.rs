@@ -1044,7 +1044,7 @@ fn gather(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
 
 fn size(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
     let n = match cx.known(0) {
-        Some(t) => t.dims.iter().product::<usize>(),
+        Some(t) => checked_product(&t.dims).ok_or_else(|| cx.invalid("extents overflow"))?,
         None => {
             let x = cx.data_of_types(0, &[FLOAT, BOOL])?;
             cx.shape(x)?.elems()
@@ -1059,7 +1059,9 @@ fn constant_of_shape(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
         .iter()
         .map(|&d| usize::try_from(d).map_err(|_| cx.invalid(format!("extent {d}"))))
         .collect::<Result<_, _>>()?;
-    let n = checked_product(&dims).ok_or_else(|| cx.invalid(format!("extents {dims:?}")))?;
+    let n = checked_product(&dims)
+        .filter(|&n| n <= 1 << 24)
+        .ok_or_else(|| cx.unsupported(format!("extents {dims:?}"), "at most 2^24 elements"))?;
     let value = cx
         .attr_tensor("value")?
         .unwrap_or_else(|| TensorData::f32(vec![1], vec![0.0]));
@@ -1227,7 +1229,14 @@ fn window_geometry(
     if strides.contains(&0) || dilations.contains(&0) {
         return Err(cx.invalid("a stride or dilation of 0"));
     }
-    let span = |a: usize| (kernel[a] - 1) * dilations[a] + 1;
+    // Saturating: a hostile value saturates, and the instruction's attribute (u32, u16)
+    // refuses it.
+    let span = |a: usize| {
+        kernel[a]
+            .saturating_sub(1)
+            .saturating_mul(dilations[a])
+            .saturating_add(1)
+    };
     let auto_pad = cx.attr_string("auto_pad", "NOTSET");
     let mut pads = match auto_pad.as_str() {
         "NOTSET" => spatial_ints(cx, "pads", 2 * n, 0)?,
@@ -1236,7 +1245,9 @@ fn window_geometry(
             let mut p = vec![0; 2 * n];
             for a in 0..n {
                 let out = input[a].div_ceil(strides[a]);
-                let total = ((out - 1) * strides[a] + span(a)).saturating_sub(input[a]);
+                let total = ((out - 1) * strides[a])
+                    .saturating_add(span(a))
+                    .saturating_sub(input[a]);
                 let small = total / 2;
                 let (b, e) = if auto_pad == "SAME_UPPER" {
                     (small, total - small)
@@ -1257,7 +1268,7 @@ fn window_geometry(
     };
     let mut overhang = false;
     for a in 0..n {
-        let padded = input[a] + pads[a] + pads[n + a];
+        let padded = input[a].saturating_add(pads[a]).saturating_add(pads[n + a]);
         if padded < span(a) {
             return Err(cx.invalid(format!(
                 "a window of {} does not fit {padded} padded positions",
@@ -1266,12 +1277,12 @@ fn window_geometry(
         }
         if ceil_mode {
             let mut out = (padded - span(a)).div_ceil(strides[a]) + 1;
-            if (out - 1) * strides[a] >= input[a] + pads[a] {
+            if (out - 1).saturating_mul(strides[a]) >= input[a].saturating_add(pads[a]) {
                 out -= 1;
             }
-            let need = (out - 1) * strides[a] + span(a);
+            let need = (out - 1).saturating_mul(strides[a]).saturating_add(span(a));
             if need > padded {
-                pads[n + a] += need - padded;
+                pads[n + a] = pads[n + a].saturating_add(need - padded);
                 overhang = true;
             }
         }
