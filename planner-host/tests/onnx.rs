@@ -341,15 +341,21 @@ fn reduce_mean_and_where_over_a_mask() {
 #[test]
 fn an_unsupported_operator_names_the_node_the_operator_and_what_is_supported() {
     let bytes = model(
-        vec![node("Conv", "features.0", &["x", "w"], &["y"], vec![])],
+        vec![node(
+            "ConvTranspose",
+            "features.0",
+            &["x", "w"],
+            &["y"],
+            vec![],
+        )],
         vec![value_info("x", &[1, 1, 4, 4])],
-        vec![value_info("y", &[1, 1, 3, 3])],
+        vec![value_info("y", &[1, 1, 5, 5])],
         vec![floats("w", &[1, 1, 2, 2], &[1.0; 4])],
     );
     let err = translate(&read_model(&bytes).unwrap(), &TranslateOptions::default()).unwrap_err();
     assert!(err.is_unsupported());
     let msg = err.to_string();
-    for part in ["features.0", "Conv", "supported", "Gemm", "MatMul"] {
+    for part in ["features.0", "ConvTranspose", "supported", "Gemm", "MatMul"] {
         assert!(msg.contains(part), "{msg}");
     }
 }
@@ -739,4 +745,255 @@ fn hostile_numbers_are_errors_never_panics() {
     let t = translate(&read_model(&bytes).unwrap(), &TranslateOptions::default()).unwrap();
     assert!(t.outputs.is_empty());
     assert_eq!(t.folded_outputs[0].2.dims, [0]);
+}
+
+/// `Conv` with `auto_pad="SAME_UPPER"` and stride 2 over `x = 0..25` (`[1, 1, 5, 5]`), a 2×2
+/// kernel and a bias: `ceil(5 / 2) = 3` outputs per axis need `(3 − 1)·2 + 2 − 5 = 1` pad, at the
+/// end (`SAME_UPPER`), so `y[i, j] = b + Σ w[p, q] · x[2i + p, 2j + q]` with `x` zero past index
+/// 4; computed here in f64 (every value is an exact small integer sum).
+#[test]
+fn conv_with_same_upper_padding_is_the_explicit_end_padding() {
+    let w = [1.0f32, 2.0, 3.0, 4.0];
+    let bytes = model(
+        vec![node(
+            "Conv",
+            "c",
+            &["x", "w", "b"],
+            &["y"],
+            vec![
+                attr_string("auto_pad", "SAME_UPPER"),
+                attr_ints("strides", &[2, 2]),
+                attr_ints("kernel_shape", &[2, 2]),
+            ],
+        )],
+        vec![value_info("x", &[1, 1, 5, 5])],
+        vec![value_info("y", &[1, 1, 3, 3])],
+        vec![floats("w", &[1, 1, 2, 2], &w), floats("b", &[1], &[0.5])],
+    );
+    let x: Vec<f32> = (0..25).map(|v| v as f32).collect();
+    let y = run(&bytes, &x);
+    let at = |r: usize, c: usize| {
+        if r < 5 && c < 5 {
+            f64::from(x[r * 5 + c])
+        } else {
+            0.0
+        }
+    };
+    let mut want = Vec::new();
+    for i in 0..3 {
+        for j in 0..3 {
+            let mut acc = 0.5f64;
+            for p in 0..2 {
+                for q in 0..2 {
+                    acc += f64::from(w[p * 2 + q]) * at(2 * i + p, 2 * j + q);
+                }
+            }
+            want.push(acc as f32);
+        }
+    }
+    assert_eq!(y, want);
+    assert_eq!(y[8], 0.5 + 24.0); // the corner window holds one real element
+}
+
+/// Reads, translates and runs `bytes` with the given inputs; checks that the oracle and the
+/// runtime agree bit for bit on every output and returns the outputs.
+fn run_all(bytes: &[u8], inputs: &[(&str, Vec<f32>)]) -> Vec<Vec<f32>> {
+    let m = read_model(bytes).unwrap();
+    let t = translate(&m, &TranslateOptions::default()).unwrap();
+    let inputs: BTreeMap<String, Vec<f32>> = inputs
+        .iter()
+        .map(|(n, v)| ((*n).to_owned(), v.clone()))
+        .collect();
+    let out = run_forward(&t, &inputs).unwrap();
+    let bits = |v: &Vec<Vec<f32>>| -> Vec<Vec<u32>> {
+        v.iter()
+            .map(|o| o.iter().map(|x| x.to_bits()).collect())
+            .collect()
+    };
+    assert_eq!(bits(&out.oracle), bits(&out.runtime), "oracle vs runtime");
+    out.oracle
+}
+
+/// An INT64 graph input or output.
+fn int_info(name: &str, dims: &[i64]) -> ValueInfoProto {
+    let mut v = value_info(name, dims);
+    if let Some(type_proto::Value::TensorType(t)) = v.r#type.as_mut().and_then(|t| t.value.as_mut())
+    {
+        t.elem_type = Some(DataType::Int64 as i32);
+    }
+    v
+}
+
+/// `BatchNormalization` with `training_mode=1`: Y from the batch statistics and ONNX's running
+/// statistics (`momentum` the weight of the old value, the biased variance), against f64.
+#[test]
+fn batch_normalization_in_training_mode_follows_onnx_running_statistics() {
+    let x = [1.0f32, -2.0, 3.0, 0.5, 4.0, 1.0, -1.0, 2.5]; // [N=2, C=2, L=2]
+    let (scale, bias) = ([2.0f32, 0.5], [0.25f32, -1.0]);
+    let (mean0, var0) = ([0.5f32, -0.5], [1.5f32, 2.0]);
+    let (eps, momentum) = (1e-3f32, 0.8f32);
+    let bytes = model(
+        vec![node(
+            "BatchNormalization",
+            "bn",
+            &["x", "scale", "bias", "mean", "var"],
+            &["y", "running_mean", "running_var"],
+            vec![
+                attr_int("training_mode", 1),
+                AttributeProto {
+                    f: Some(eps),
+                    ..attr("epsilon", AttributeType::Float)
+                },
+                AttributeProto {
+                    f: Some(momentum),
+                    ..attr("momentum", AttributeType::Float)
+                },
+            ],
+        )],
+        vec![value_info("x", &[2, 2, 2])],
+        vec![
+            value_info("y", &[2, 2, 2]),
+            value_info("running_mean", &[2]),
+            value_info("running_var", &[2]),
+        ],
+        vec![
+            floats("scale", &[2], &scale),
+            floats("bias", &[2], &bias),
+            floats("mean", &[2], &mean0),
+            floats("var", &[2], &var0),
+        ],
+    );
+    let out = run_all(&bytes, &[("x", x.to_vec())]);
+    let at = |n: usize, c: usize, l: usize| f64::from(x[(n * 2 + c) * 2 + l]);
+    for c in 0..2 {
+        let vals: Vec<f64> = (0..2)
+            .flat_map(|n| (0..2).map(move |l| (n, l)))
+            .map(|(n, l)| at(n, c, l))
+            .collect();
+        let mu = vals.iter().sum::<f64>() / 4.0;
+        let var = vals.iter().map(|v| (v - mu) * (v - mu)).sum::<f64>() / 4.0;
+        for n in 0..2 {
+            for l in 0..2 {
+                let want = (at(n, c, l) - mu) / (var + f64::from(eps)).sqrt() * f64::from(scale[c])
+                    + f64::from(bias[c]);
+                let got = f64::from(out[0][(n * 2 + c) * 2 + l]);
+                assert!((got - want).abs() < 1e-6, "y[{n},{c},{l}] {got} vs {want}");
+            }
+        }
+        let m = f64::from(momentum);
+        let rm = f64::from(mean0[c]) * m + mu * (1.0 - m);
+        let rv = f64::from(var0[c]) * m + var * (1.0 - m);
+        assert!((f64::from(out[1][c]) - rm).abs() < 1e-6, "running mean {c}");
+        assert!((f64::from(out[2][c]) - rv).abs() < 1e-6, "running var {c}");
+    }
+}
+
+/// `MaxPool` with `ceil_mode` (a last window over the end, padding as −inf) and its Indices
+/// output (row-major flat indices of each window's first maximum, as INT64), by hand.
+#[test]
+fn max_pool_with_ceil_mode_and_indices() {
+    // x: [1, 1, 3, 3] = 0..9 with a tie; kernel 2, stride 2, ceil_mode: 2×2 windows, the last
+    // row and column of windows hold one real row/column.
+    let x = [1.0f32, 5.0, 2.0, 5.0, 0.0, 7.0, 3.0, 8.0, 4.0];
+    let bytes = model(
+        vec![node(
+            "MaxPool",
+            "p",
+            &["x"],
+            &["y", "i"],
+            vec![
+                attr_ints("kernel_shape", &[2, 2]),
+                attr_ints("strides", &[2, 2]),
+                attr_int("ceil_mode", 1),
+            ],
+        )],
+        vec![value_info("x", &[1, 1, 3, 3])],
+        vec![value_info("y", &[1, 1, 2, 2]), int_info("i", &[1, 1, 2, 2])],
+        vec![],
+    );
+    let out = run_all(&bytes, &[("x", x.to_vec())]);
+    // Windows {0,1,3,4} → 5 at 1 (the first of the tie 1, 3), {2,5} → 7 at 5, {6,7} → 8 at 7,
+    // {8} → 4 at 8.
+    assert_eq!(out[0], [5.0, 7.0, 8.0, 4.0]);
+    assert_eq!(out[1], [1.0, 5.0, 7.0, 8.0]);
+}
+
+/// `ArgMax` with ties: the lowest index, and with `select_last_index=1` the highest, INT64.
+#[test]
+fn arg_max_ties_both_ways() {
+    let x = [3.0f32, 0.0, 3.0, 3.0, -1.0, 2.0, -1.0, 2.0]; // [2, 4]
+    let graph = |last: i64| {
+        model(
+            vec![node(
+                "ArgMax",
+                "a",
+                &["x"],
+                &["i"],
+                vec![
+                    attr_int("axis", 1),
+                    attr_int("keepdims", 0),
+                    attr_int("select_last_index", last),
+                ],
+            )],
+            vec![value_info("x", &[2, 4])],
+            vec![int_info("i", &[2])],
+            vec![],
+        )
+    };
+    assert_eq!(run_all(&graph(0), &[("x", x.to_vec())])[0], [0.0, 1.0]);
+    assert_eq!(run_all(&graph(1), &[("x", x.to_vec())])[0], [3.0, 3.0]);
+}
+
+/// `Gather` of FLOAT data along axis 1 with run-time INT64 indices, negative ones from the end.
+#[test]
+fn gather_of_float_data_with_runtime_indices() {
+    let data: Vec<f32> = (0..6).map(|v| v as f32 * 1.5).collect(); // [2, 3]
+    let bytes = model(
+        vec![node(
+            "Gather",
+            "g",
+            &["x", "idx"],
+            &["y"],
+            vec![attr_int("axis", 1)],
+        )],
+        vec![value_info("x", &[2, 3]), int_info("idx", &[3])],
+        vec![value_info("y", &[2, 3])],
+        vec![],
+    );
+    let out = run_all(
+        &bytes,
+        &[("x", data.clone()), ("idx", vec![2.0, -3.0, -1.0])],
+    );
+    assert_eq!(out[0], [3.0, 0.0, 3.0, 7.5, 4.5, 7.5]);
+}
+
+/// A batched `MatMul` whose batch axes broadcast (`[2, 1, 2, 3] x [3, 3, 2]` → `[2, 3, 2, 2]`)
+/// against f64 (small integers: exact).
+#[test]
+fn batched_matmul_broadcasts_batch_axes() {
+    let a: Vec<f32> = (0..12).map(|v| (v % 5) as f32 - 2.0).collect();
+    let b: Vec<f32> = (0..18).map(|v| (v % 7) as f32 - 3.0).collect();
+    let bytes = model(
+        vec![node("MatMul", "mm", &["x", "b"], &["y"], vec![])],
+        vec![value_info("x", &[2, 1, 2, 3])],
+        vec![value_info("y", &[2, 3, 2, 2])],
+        vec![floats("b", &[3, 3, 2], &b)],
+    );
+    let y = run(&bytes, &a);
+    let mut want = Vec::new();
+    for i in 0..2 {
+        for j in 0..3 {
+            for r in 0..2 {
+                for c in 0..2 {
+                    let s: f64 = (0..3)
+                        .map(|k| {
+                            f64::from(a[(i * 2 + r) * 3 + k]) * f64::from(b[(j * 3 + k) * 2 + c])
+                        })
+                        .sum();
+                    want.push(s as f32);
+                }
+            }
+        }
+    }
+    assert_eq!(y, want);
 }

@@ -166,10 +166,38 @@ fn close(got: f32, expected: f32, tol: Tolerance) -> bool {
 
 /// The loosest tolerance of the operators a graph uses (one operator for a node test; several
 /// for a function's expansion).
-fn tolerance_of(model: &onnx::proto::ModelProto) -> Tolerance {
+/// Tests whose expected outputs are literals written in the generator rounded to a few digits,
+/// not computed: they are checked with ONNX's own runner defaults (rtol 1e-3, atol 1e-7), which
+/// those literals were written for.
+const ROUNDED_LITERALS: &[(&str, &str)] = &[(
+    "test_averagepool_2d_ceil_last_window_starts_on_pad",
+    "expected values typed as 4-decimal literals (0.2841 for (0.8816 + 0.4353 + 0.5772 + 0.6623) / 9 = 0.28404…)",
+)];
+
+/// ONNX's runner defaults, for [`ROUNDED_LITERALS`].
+const ONNX_RUNNER_DEFAULT: Tolerance = Tolerance {
+    rtol: 1e-3,
+    atol: 1e-7,
+    why: "ONNX's runner defaults, for expected values typed as rounded literals",
+};
+
+/// The tolerance of test `name` of operator `op`: the loosest of the rows of the operators its
+/// graph holds, and for a function-expanded test (whose graph computes `op`'s function) of
+/// `op`'s own row too (the function has the operator's numerics, e.g. `Gelu`'s cancellation).
+fn tolerance_of(name: &str, op: &str, model: &onnx::proto::ModelProto) -> Tolerance {
+    if ROUNDED_LITERALS.iter().any(|(t, _)| *t == name) {
+        return ONNX_RUNNER_DEFAULT;
+    }
     let mut tol = onnx::ops::EXACT;
-    for n in model.graph.iter().flat_map(|g| g.node.iter()) {
-        if let Some(row) = onnx::ops::operator(n.op_type()) {
+    let expanded_from = name.contains("_expanded").then_some(op);
+    let ops = model
+        .graph
+        .iter()
+        .flat_map(|g| g.node.iter())
+        .map(|n| n.op_type())
+        .chain(expanded_from);
+    for o in ops {
+        if let Some(row) = onnx::ops::operator(o) {
             if row.tolerance.rtol > tol.rtol || row.tolerance.atol > tol.atol {
                 tol = Tolerance {
                     rtol: row.tolerance.rtol.max(tol.rtol),
@@ -208,14 +236,14 @@ fn data_sets(dir: &Path) -> Result<Vec<PathBuf>, String> {
     Ok(sets)
 }
 
-fn run_test(dir: &Path) -> Outcome {
-    match run_test_inner(dir) {
+fn run_test(dir: &Path, op: &str) -> Outcome {
+    match run_test_inner(dir, op) {
         Ok(o) => o,
         Err(e) => Outcome::Fail(e),
     }
 }
 
-fn run_test_inner(dir: &Path) -> Result<Outcome, String> {
+fn run_test_inner(dir: &Path, op: &str) -> Result<Outcome, String> {
     let (mut max_abs, mut max_rel) = (0.0f64, 0.0f64);
     let bytes = fs::read(dir.join("model.onnx")).map_err(|e| format!("model.onnx: {e}"))?;
     let model = read_model(&bytes).map_err(|e| e.to_string())?;
@@ -227,7 +255,8 @@ fn run_test_inner(dir: &Path) -> Result<Outcome, String> {
         .map(|i| i.name())
         .filter(|n| !initializers.contains(n))
         .collect();
-    let tol = tolerance_of(&model);
+    let test_name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let tol = tolerance_of(test_name, op, &model);
     let sets = data_sets(dir)?;
     if sets.is_empty() {
         return Err("no test_data_set_*".into());
@@ -369,7 +398,7 @@ pub fn step_onnx_conformance(ctx: &Ctx) -> Result<()> {
                 "inputs or outputs that are not plain tensors (sequences, maps, optionals)".into(),
             )
         } else {
-            run_test(&dir.join(name))
+            run_test(&dir.join(name), op)
         };
         let key = if op == "-" {
             "(sequence or optional I/O)".to_owned()

@@ -3,10 +3,10 @@
 //! Adding an operator is adding a row (and, for a new instruction, the function the row names).
 //! `docs/onnx.md` lists the same rows.
 
-use tapeplan_core::{Attr, NodeId, Opcode, Shape};
+use tapeplan_core::{Attr, ConvAttr, NodeId, Opcode, PoolWindow, Recordable, RunningStats, Shape};
 
 use super::tensor::{Elements, TensorData};
-use super::translate::{dims_of, NodeCx, BOOL, FLOAT};
+use super::translate::{broadcast_shapes, dims_of, NodeCx, BOOL, FLOAT, INT32, INT64};
 use super::OnnxError;
 
 /// How a row translates its node.
@@ -63,6 +63,29 @@ pub const SOFTMAX: Tolerance = Tolerance {
     why: "libm's exp/log against numpy's and a sum in another order",
 };
 
+/// GELU: `1 + erf(…)` or `1 + tanh(…)` cancels for negative `x`, where numpy's reference computes
+/// in float64 and the composition (PyTorch's order) in f32.
+pub const GELU: Tolerance = Tolerance {
+    rtol: 1e-6,
+    atol: 4e-7,
+    why: "libm's erf/tanh against numpy's (float64 in ONNX's reference), and for negative x the sum 1 + erf(…) or 1 + tanh(…) cancels: the f32 error of a few 2^-24 in erf/tanh near −1 is multiplied by x/2, an absolute error up to about |x| · 1e-7 (the tests' |x| is below 4) however small the result",
+};
+
+/// Products in another order.
+pub const PRODS: Tolerance = Tolerance {
+    rtol: 2e-6,
+    atol: 0.0,
+    why: "the same factors multiplied in another order (numpy's pairwise reduction): each rounding is relative, half an ulp per factor, so at most n · 2^-24 relative for n factors (the tests' n ≤ 12, about 7e-7)",
+};
+
+/// Normalizations: means and variances summed in another order, then a division by the
+/// standard deviation.
+pub const NORM: Tolerance = Tolerance {
+    rtol: 1e-5,
+    atol: 1e-6,
+    why: "means and variances summed in another order (numpy's pairwise sums) and ONNX's reference multiplying by 1/σ where the composition divides by σ: the mean's error is a few ulp of the inputs' magnitude, and `x − μ` cancels, so an output near zero needs an absolute part; the tests' inputs are of order 1 and their σ near 1",
+};
+
 /// One row of the table.
 #[derive(Clone, Copy)]
 pub struct Operator {
@@ -88,10 +111,16 @@ use Translate::{Binary, Custom, Unary};
 
 /// Every operator the translation knows, by name.
 pub const OPERATORS: &[Operator] = &[
+    row!("ArgMax", Custom(arg_max), ["axis", "keepdims", "select_last_index"], EXACT, "FLOAT, any axis, keepdims both; the lowest index of a tie (`argmax`), or with `select_last_index=1` the highest (`max_to` of the indices where `equal(x, max_to(x))`); INT64 output as `f32` integers."),
     row!("Abs", Unary(Opcode::Abs), [], EXACT, "FLOAT."),
     row!("Add", Binary(Opcode::Add), [], EXACT, "FLOAT, multidirectional broadcasting (`broadcast`)."),
-    row!("Cast", Custom(cast), ["to", "saturate", "round_mode"], EXACT, "To FLOAT from FLOAT or BOOL (the same 0/1 values); integer values known at plan time to any integer type or FLOAT (folded); other casts are not in the vocabulary."),
+    row!("AveragePool", Custom(average_pool), ["auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"], SUMS, "1-D and 2-D, strides, pads, dilations, `count_include_pad` both (`avg_pool`); `auto_pad` and `ceil_mode` as explicit (end) pads at plan time; `ceil_mode` with `count_include_pad=1` and a window past the end padding is not (the divisor would count it); 3-D is rank 5, outside the vocabulary."),
+    row!("BatchNormalization", Custom(batch_normalization), ["epsilon", "momentum", "training_mode", "spatial"], NORM, "Inference (`training_mode=0`): the running statistics known or not (`batch_norm_eval`); training mode: Y and ONNX's running mean and variance (`momentum` weighs the old value, the biased batch variance: `batch_norm_train` with `RunningStats::Onnx`); `spatial=0` (opset < 9) and the saved mean/variance outputs of opset < 14 are not in the vocabulary."),
+    row!("ConstantOfShape", Custom(constant_of_shape), ["value"], EXACT, "A shape known at plan time, a FLOAT or integer value (default FLOAT 0): a value known at plan time."),
+    row!("Conv", Custom(conv), ["auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"], SUMS, "1-D and 2-D (`[N, C, L]`, `[N, C, H, W]`), strides, pads, dilations, group (depthwise included), optional bias (`conv`); `auto_pad` `SAME_UPPER`, `SAME_LOWER` and `VALID` become explicit pads at plan time (the shapes are known); 3-D is rank 5, outside the vocabulary."),
+    row!("Cast", Custom(cast), ["to", "saturate", "round_mode"], EXACT, "To FLOAT from FLOAT or BOOL (the same 0/1 values); integer values known at plan time to any integer type or FLOAT, and FLOAT values known at plan time to FLOAT (folded); other casts are not in the vocabulary."),
     row!("CastLike", Custom(cast_like), ["saturate", "round_mode"], EXACT, "As Cast, to the element type of the second input."),
+    row!("Clip", Custom(clip), ["min", "max"], EXACT, "FLOAT; bounds as attributes (opset < 11) or inputs, either absent (`clamp`: `maximum` then `minimum`, so `min > max` gives `max`, as numpy's `clip`); bounds computed at run time as elementwise `maximum`/`minimum`."),
     row!("Concat", Custom(concat), ["axis"], EXACT, "FLOAT inputs, any count (pairwise `concat`)."),
     row!("Constant", Custom(constant), ["value", "value_float", "value_floats", "value_int", "value_ints"], EXACT, "A value known at plan time (a `fill` or a frozen parameter where used as data); sparse and string values are not read."),
     row!("Div", Binary(Opcode::Div), [], EXACT, "FLOAT, broadcasting."),
@@ -99,17 +128,24 @@ pub const OPERATORS: &[Operator] = &[
     row!("Erf", Unary(Opcode::Erf), [], LIBM, "FLOAT."),
     row!("Exp", Unary(Opcode::Exp), [], LIBM, "FLOAT (the plan's math profile; conformance uses `precise`, libm)."),
     row!("Flatten", Custom(flatten), ["axis"], EXACT, "Any axis, negative included (`reshape`)."),
+    row!("Gelu", Custom(gelu), ["approximate"], GELU, "`approximate` `none` (erf form: `gelu`) and `tanh` (`gelu_tanh`), PyTorch's order of operations."),
     row!("Gemm", Custom(gemm), ["alpha", "beta", "transA", "transB"], SUMS, "`alpha·A'B' + beta·C`, C optional and broadcast (`matmul`, `transpose`, `mul`, `add`)."),
-    row!("Gather", Custom(gather), ["axis"], EXACT, "Integer data and indices known at plan time (shape arithmetic, folded: torch's flatten); a gather of run-time data is issue 12's indexing instruction, not in this table yet."),
+    row!("Gather", Custom(gather), ["axis"], EXACT, "FLOAT data, INT64 or INT32 indices (`gather`, indices as `f32`, negative ones from the end; an index out of range, an error in ONNX, gives zeros); integer data and indices known at plan time are folded (shape arithmetic: torch's flatten)."),
+    row!("GlobalAveragePool", Custom(global_average_pool), [], SUMS, "`[N, C, L]` and `[N, C, H, W]` (`global_avg_pool`: `sum_to`, one division)."),
     row!("Greater", Custom(greater), [], EXACT, "FLOAT inputs, BOOL output as a 0/1 mask (`greater`)."),
     row!("GreaterOrEqual", Custom(greater_or_equal), [], EXACT, "FLOAT inputs, BOOL output as a mask (`greater_equal`)."),
+    row!("HardSigmoid", Custom(hard_sigmoid), ["alpha", "beta"], EXACT, "`max(0, min(1, alpha·x + beta))` (`hardsigmoid`)."),
+    row!("HardSwish", Custom(hard_swish), [], EXACT, "`x · max(0, min(1, x/6 + 1/2))` (`hardswish`)."),
     row!("Identity", Custom(identity), [], EXACT, "Any tensor (the same value)."),
+    row!("LayerNormalization", Custom(layer_normalization), ["axis", "epsilon", "stash_type"], NORM, "Any axis, Scale and B broadcast to the normalized axes, the optional Mean and InvStdDev outputs; ONNX's formula `(x − μ) · (1/sqrt(σ² + ε))` (`sum_to`, `sub`, `mul`, `sqrt`, `div`); `stash_type` other than 1 (FLOAT) is not in the vocabulary."),
+    row!("LeakyRelu", Custom(leaky_relu), ["alpha"], EXACT, "`x` where `x > 0`, else `alpha·x` (`leaky_relu`)."),
     row!("Less", Custom(less), [], EXACT, "FLOAT inputs, BOOL output as a mask (`greater` with the arguments swapped)."),
     row!("LessOrEqual", Custom(less_or_equal), [], EXACT, "FLOAT inputs, BOOL output as a mask (`greater_equal`, swapped)."),
     row!("Log", Unary(Opcode::Log), [], LIBM, "FLOAT."),
     row!("LogSoftmax", Custom(log_softmax), ["axis"], SOFTMAX, "Any axis; opset < 13's flattening semantics too (`max_to`, `sub`, `exp`, `sum_to`, `log`)."),
-    row!("MatMul", Custom(matmul), [], SUMS, "Ranks 1 and 2 (`matmul`, `reshape`); batched (rank 3+) products are not in the vocabulary yet."),
+    row!("MatMul", Custom(matmul), [], SUMS, "Ranks 1 to 4, numpy's batch broadcasting (`broadcast`, then one batched `matmul` over `[b, m, k]`, `reshape`)."),
     row!("Max", Custom(max), [], EXACT, "FLOAT, any count, broadcasting (`maximum`)."),
+    row!("MaxPool", Custom(max_pool), ["auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"], EXACT, "1-D and 2-D, strides, pads, dilations (`max_pool`, padding as −inf); `auto_pad` and `ceil_mode` as explicit (end) pads at plan time; the Indices output (flat indices, row-major or with `storage_order=1` column-major) as `max_pool_gather` of a table of indices, INT64 as `f32` integers; 3-D is rank 5, outside the vocabulary."),
     row!("Min", Custom(min), [], EXACT, "FLOAT, any count, broadcasting (`minimum`)."),
     row!("Mul", Binary(Opcode::Mul), [], EXACT, "FLOAT, broadcasting."),
     row!("Neg", Unary(Opcode::Neg), [], EXACT, "FLOAT."),
@@ -117,12 +153,15 @@ pub const OPERATORS: &[Operator] = &[
     row!("Pow", Custom(pow), [], LIBM, "FLOAT base, an exponent known at plan time whose elements are all equal (`pow`'s attribute); a tensor of different exponents is not in the vocabulary."),
     row!("ReduceMax", Custom(reduce_max), ["axes", "keepdims", "noop_with_empty_axes"], EXACT, "FLOAT, axes as attribute or input (known at plan time), keepdims both (`max_to`)."),
     row!("ReduceMean", Custom(reduce_mean), ["axes", "keepdims", "noop_with_empty_axes"], SUMS, "FLOAT, axes as attribute or input, keepdims both (`sum_to`, `div`)."),
+    row!("ReduceProd", Custom(reduce_prod), ["axes", "keepdims", "noop_with_empty_axes"], PRODS, "FLOAT, axes as attribute or input, keepdims both (`prod_to`)."),
     row!("ReduceSum", Custom(reduce_sum), ["axes", "keepdims", "noop_with_empty_axes"], SUMS, "FLOAT, axes as attribute or input, keepdims both (`sum_to`)."),
+    row!("Reciprocal", Custom(reciprocal), [], EXACT, "FLOAT (`1 / x`, one correctly rounded division: `fill`, `div`)."),
     row!("Relu", Unary(Opcode::Relu), [], EXACT, "FLOAT."),
     row!("Reshape", Custom(reshape), ["allowzero"], EXACT, "A shape known at plan time, `0` (copy) and `-1` (inferred); `allowzero=1` with a zero is a zero extent, not planned."),
     row!("Shape", Custom(shape), ["start", "end"], EXACT, "A value known at plan time (INT64)."),
     row!("Sigmoid", Unary(Opcode::Sigmoid), [], LIBM, "FLOAT."),
     row!("Sign", Unary(Opcode::Sign), [], EXACT, "FLOAT."),
+    row!("Size", Custom(size), [], EXACT, "A value known at plan time (INT64, the element count)."),
     row!("Slice", Custom(slice), ["starts", "ends", "axes"], EXACT, "starts/ends/axes known at plan time, steps 1 (`slice` per axis); other steps are not in the vocabulary."),
     row!("Softmax", Custom(softmax), ["axis"], SOFTMAX, "Any axis; opset < 13's flattening semantics too (`max_to`, `sub`, `exp`, `sum_to`, `div`)."),
     row!("Softplus", Unary(Opcode::Softplus), [], LIBM, "FLOAT (`log(1 + e^x)`, `x` above 20: PyTorch's threshold, the same value in f32)."),
@@ -328,30 +367,48 @@ fn pow(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
 fn matmul(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
     let (a, b) = (cx.data(0)?, cx.data(1)?);
     let (sa, sb) = (cx.shape(a)?, cx.shape(b)?);
-    if sa.rank() > 2 || sb.rank() > 2 || sa.rank() == 0 || sb.rank() == 0 {
-        return Err(cx.unsupported(
-            format!("operands of shapes {sa} and {sb}"),
-            "operands of rank 1 or 2 (batched products of rank 3 or more are not in the vocabulary yet)",
-        ));
+    if sa.rank() == 0 || sb.rank() == 0 {
+        return Err(cx.invalid(format!("operands of shapes {sa} and {sb}")));
     }
-    let a2 = if sa.rank() == 1 {
-        cx.reshape(a, Shape::matrix(1, sa.elems()))?
+    // numpy's matmul: a vector is a matrix of one row (`a`) or one column (`b`), that extent
+    // dropped from the result; the batch axes (all but the last two) broadcast.
+    let (da, db) = (dims_of(sa), dims_of(sb));
+    let ma: Vec<usize> = if da.len() == 1 {
+        vec![1, da[0]]
     } else {
-        a
+        da.clone()
     };
-    let b2 = if sb.rank() == 1 {
-        cx.reshape(b, Shape::matrix(sb.elems(), 1))?
+    let mb: Vec<usize> = if db.len() == 1 {
+        vec![db[0], 1]
     } else {
-        b
+        db.clone()
     };
-    let y = cx.push(Opcode::MatMul, Attr::NONE, &[a2, b2])?;
-    let ys = cx.shape(y)?;
-    let mut out = Vec::new();
-    if sa.rank() == 2 {
-        out.push(ys.dim(0).unwrap_or(1));
+    let (ba, bb) = (&ma[..ma.len() - 2], &mb[..mb.len() - 2]);
+    let batch = broadcast_shapes(cx.shape_from(ba)?, cx.shape_from(bb)?)
+        .map(dims_of)
+        .ok_or_else(|| cx.invalid(format!("batch axes of {sa} and {sb} do not broadcast")))?;
+    let nb: usize = batch.iter().product();
+    let (m, k, n) = (ma[ma.len() - 2], ma[ma.len() - 1], mb[mb.len() - 1]);
+    let operand = |cx: &mut NodeCx<'_>, x: NodeId, mat: &[usize], rows: usize, cols: usize| {
+        let full: Vec<usize> = batch.iter().copied().chain([rows, cols]).collect();
+        let x = cx.reshape(x, cx.shape_from(mat)?)?;
+        let x = cx.broadcast(x, cx.shape_from(&full)?)?;
+        let flat: Vec<usize> = if nb == 1 {
+            vec![rows, cols]
+        } else {
+            vec![nb, rows, cols]
+        };
+        cx.reshape(x, cx.shape_from(&flat)?)
+    };
+    let a3 = operand(cx, a, &ma, m, k)?;
+    let b3 = operand(cx, b, &mb, k, n)?;
+    let y = cx.push(Opcode::MatMul, Attr::NONE, &[a3, b3])?;
+    let mut out = batch.clone();
+    if da.len() >= 2 {
+        out.push(m);
     }
-    if sb.rank() == 2 {
-        out.push(ys.dim(1).unwrap_or(1));
+    if db.len() >= 2 {
+        out.push(n);
     }
     let out = Shape::new(&out).map_err(|e| cx.invalid(e.to_string()))?;
     let y = cx.reshape(y, out)?;
@@ -841,6 +898,7 @@ enum Reduce {
     Sum,
     Mean,
     Max,
+    Prod,
 }
 
 fn reduce(cx: &mut NodeCx<'_>, how: Reduce) -> Result<(), OnnxError> {
@@ -864,6 +922,7 @@ fn reduce(cx: &mut NodeCx<'_>, how: Reduce) -> Result<(), OnnxError> {
     let kshape = cx.shape_from(&kept)?;
     let mut y = match how {
         Reduce::Max => cx.push(Opcode::MaxTo, Attr::target(kshape), &[x])?,
+        Reduce::Prod => cx.push(Opcode::ProdTo, Attr::target(kshape), &[x])?,
         Reduce::Sum | Reduce::Mean => cx.push(Opcode::SumTo, Attr::target(kshape), &[x])?,
     };
     if let Reduce::Mean = how {
@@ -892,6 +951,10 @@ fn reduce_mean(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
 
 fn reduce_max(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
     reduce(cx, Reduce::Max)
+}
+
+fn reduce_prod(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    reduce(cx, Reduce::Prod)
 }
 
 /// Softmax (`log = false`) or log-softmax over the node's axis: `d = x - max(x)`, then
@@ -942,14 +1005,12 @@ fn log_softmax(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
 
 fn gather(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
     let (Some(data), Some(idx)) = (known_ints(cx, 0), known_ints(cx, 1)) else {
-        let t = cx.input_type(0)?;
-        return Err(cx.unsupported(
-            format!(
-                "a gather of {} data or indices computed at run time",
-                super::tensor::data_type_name(t)
-            ),
-            "integer data and indices known at plan time (shape arithmetic)",
-        ));
+        let x = cx.data(0)?;
+        let i = cx.data_of_types(1, &[INT64, INT32])?;
+        let r = cx.shape(x)?.rank();
+        let axis = cx.axis(cx.attr_int("axis", 0), r)?;
+        let y = cx.record(|t| t.gather(&x, &i, axis))?;
+        return cx.set_output(0, y, FLOAT);
     };
     let (Elements::Int(v), Elements::Int(ix)) = (&data.elements, &idx.elements) else {
         return Err(cx.invalid("not integers"));
@@ -981,6 +1042,536 @@ fn gather(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
     cx.set_known_output(0, t)
 }
 
+fn size(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    let n = match cx.known(0) {
+        Some(t) => checked_product(&t.dims).ok_or_else(|| cx.invalid("extents overflow"))?,
+        None => {
+            let x = cx.data_of_types(0, &[FLOAT, BOOL])?;
+            cx.shape(x)?.elems()
+        }
+    };
+    cx.set_known_output(0, TensorData::i64(vec![], vec![n as i64]))
+}
+
+fn constant_of_shape(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    let dims: Vec<usize> = cx
+        .const_ints(0, "the shape")?
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| cx.invalid(format!("extent {d}"))))
+        .collect::<Result<_, _>>()?;
+    let n = checked_product(&dims)
+        .filter(|&n| n <= 1 << 24)
+        .ok_or_else(|| cx.unsupported(format!("extents {dims:?}"), "at most 2^24 elements"))?;
+    let value = cx
+        .attr_tensor("value")?
+        .unwrap_or_else(|| TensorData::f32(vec![1], vec![0.0]));
+    let mut out = match &value.elements {
+        Elements::F32(v) if v.len() == 1 => TensorData::f32(vec![], vec![v[0]; n]),
+        Elements::Int(v) if v.len() == 1 => {
+            value.with_elements(value.data_type, Elements::Int(vec![v[0]; n]))
+        }
+        _ => {
+            return Err(cx.unsupported(
+                format!(
+                    "a value of type {} and {} elements",
+                    value.type_name(),
+                    value.dims.iter().product::<usize>()
+                ),
+                "one FLOAT or integer value",
+            ))
+        }
+    };
+    out.dims = dims;
+    cx.set_known_output(0, out)
+}
+
+fn reciprocal(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    let x = cx.data(0)?;
+    let s = cx.shape(x)?;
+    let one = cx.fill(1.0, s)?;
+    let y = cx.push(Opcode::Div, Attr::NONE, &[one, x])?;
+    cx.set_output(0, y, FLOAT)
+}
+
+fn leaky_relu(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    let x = cx.data(0)?;
+    let alpha = cx.attr_float("alpha", 0.01);
+    let y = cx.record(|t| t.leaky_relu(&x, alpha))?;
+    cx.set_output(0, y, FLOAT)
+}
+
+fn hard_sigmoid(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    let x = cx.data(0)?;
+    let (alpha, beta) = (cx.attr_float("alpha", 0.2), cx.attr_float("beta", 0.5));
+    let y = cx.record(|t| t.hardsigmoid(&x, alpha, beta))?;
+    cx.set_output(0, y, FLOAT)
+}
+
+fn hard_swish(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    let x = cx.data(0)?;
+    let y = cx.record(|t| t.hardswish(&x))?;
+    cx.set_output(0, y, FLOAT)
+}
+
+fn gelu(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    let x = cx.data(0)?;
+    let y = match cx.attr_string("approximate", "none").as_str() {
+        "none" => cx.record(|t| t.gelu(&x))?,
+        "tanh" => cx.record(|t| t.gelu_tanh(&x))?,
+        other => {
+            return Err(cx.unsupported(
+                format!("approximate {other:?}"),
+                "approximate \"none\" and \"tanh\"",
+            ))
+        }
+    };
+    cx.set_output(0, y, FLOAT)
+}
+
+/// A bound of `Clip`: an attribute before opset 11, an optional input after; `None` when absent.
+enum Bound {
+    Known(f32),
+    Data(NodeId),
+}
+
+fn clip_bound(cx: &mut NodeCx<'_>, i: usize, attr: &str) -> Result<Option<Bound>, OnnxError> {
+    if cx.opset() < 11 {
+        let present = cx.attribute_names().any(|a| a == attr);
+        return Ok(present.then(|| Bound::Known(cx.attr_float(attr, 0.0))));
+    }
+    if !cx.has_input(i) {
+        return Ok(None);
+    }
+    if cx.known(i).is_some() {
+        let v = cx.const_floats(i, attr)?;
+        let [v] = v[..] else {
+            return Err(cx.invalid(format!("{attr} has {} elements, not 1", v.len())));
+        };
+        return Ok(Some(Bound::Known(v)));
+    }
+    Ok(Some(Bound::Data(cx.data(i)?)))
+}
+
+fn clip(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    let x = cx.data(0)?;
+    let lo = clip_bound(cx, 1, "min")?;
+    let hi = clip_bound(cx, 2, "max")?;
+    let y = match (&lo, &hi) {
+        (Some(Bound::Known(a)), Some(Bound::Known(b))) => {
+            let (a, b) = (*a, *b);
+            cx.record(|t| t.clamp(&x, a, b))?
+        }
+        _ => {
+            let mut y = x;
+            for (bound, op) in [(lo, Opcode::Maximum), (hi, Opcode::Minimum)] {
+                let b = match bound {
+                    None => continue,
+                    Some(Bound::Known(v)) => {
+                        let s = cx.shape(x)?;
+                        cx.fill(v, s)?
+                    }
+                    Some(Bound::Data(b)) => b,
+                };
+                y = cx.elementwise(op, &[y, b])?;
+            }
+            if y == x {
+                let s = cx.shape(x)?;
+                y = cx.push(Opcode::Reshape, Attr::target(s), &[x])?;
+            }
+            y
+        }
+    };
+    cx.set_output(0, y, FLOAT)
+}
+
+/// A windowed operator's geometry (Conv, the pools) per spatial axis, its pads explicit.
+struct Window {
+    strides: Vec<usize>,
+    dilations: Vec<usize>,
+    /// ONNX's order: every axis's begin, then every axis's end.
+    pads: Vec<usize>,
+}
+
+/// An attribute list of `n` non-negative values, or `default` everywhere when absent.
+fn spatial_ints(
+    cx: &NodeCx<'_>,
+    name: &str,
+    n: usize,
+    default: usize,
+) -> Result<Vec<usize>, OnnxError> {
+    let Some(v) = cx.attr_ints(name) else {
+        return Ok(vec![default; n]);
+    };
+    if v.len() != n {
+        return Err(cx.invalid(format!("{name} has {} values for {n} axes", v.len())));
+    }
+    v.iter()
+        .map(|&x| usize::try_from(x).map_err(|_| cx.invalid(format!("{name} value {x}"))))
+        .collect()
+}
+
+/// The geometry of a windowed node over spatial extents `input` and kernel extents `kernel`:
+/// `strides`, `dilations`, and the pads from `pads` or `auto_pad` (`SAME_UPPER`/`SAME_LOWER`:
+/// `ceil(in / stride)` outputs, the total padding split evenly, the odd one at the end or the
+/// beginning; `VALID`: none), made explicit at plan time. With `ceil_mode` (the pools), the
+/// output extent is rounded up (a last window that would start in the end padding dropped, as
+/// ONNX's reference and PyTorch) and the overhang added to the end pads: `ceil_overhang` tells
+/// whether any was.
+fn window_geometry(
+    cx: &NodeCx<'_>,
+    input: &[usize],
+    kernel: &[usize],
+    ceil_mode: bool,
+) -> Result<(Window, bool), OnnxError> {
+    let n = input.len();
+    let strides = spatial_ints(cx, "strides", n, 1)?;
+    let dilations = spatial_ints(cx, "dilations", n, 1)?;
+    if strides.contains(&0) || dilations.contains(&0) {
+        return Err(cx.invalid("a stride or dilation of 0"));
+    }
+    // Saturating: a hostile value saturates, and the instruction's attribute (u32, u16)
+    // refuses it.
+    let span = |a: usize| {
+        kernel[a]
+            .saturating_sub(1)
+            .saturating_mul(dilations[a])
+            .saturating_add(1)
+    };
+    let auto_pad = cx.attr_string("auto_pad", "NOTSET");
+    let mut pads = match auto_pad.as_str() {
+        "NOTSET" => spatial_ints(cx, "pads", 2 * n, 0)?,
+        "VALID" => vec![0; 2 * n],
+        "SAME_UPPER" | "SAME_LOWER" => {
+            let mut p = vec![0; 2 * n];
+            for a in 0..n {
+                let out = input[a].div_ceil(strides[a]);
+                let total = ((out - 1) * strides[a])
+                    .saturating_add(span(a))
+                    .saturating_sub(input[a]);
+                let small = total / 2;
+                let (b, e) = if auto_pad == "SAME_UPPER" {
+                    (small, total - small)
+                } else {
+                    (total - small, small)
+                };
+                p[a] = b;
+                p[n + a] = e;
+            }
+            p
+        }
+        other => {
+            return Err(cx.unsupported(
+                format!("auto_pad {other:?}"),
+                "auto_pad NOTSET, VALID, SAME_UPPER, SAME_LOWER",
+            ))
+        }
+    };
+    let mut overhang = false;
+    for a in 0..n {
+        let padded = input[a].saturating_add(pads[a]).saturating_add(pads[n + a]);
+        if padded < span(a) {
+            return Err(cx.invalid(format!(
+                "a window of {} does not fit {padded} padded positions",
+                span(a)
+            )));
+        }
+        if ceil_mode {
+            let mut out = (padded - span(a)).div_ceil(strides[a]) + 1;
+            if (out - 1).saturating_mul(strides[a]) >= input[a].saturating_add(pads[a]) {
+                out -= 1;
+            }
+            let need = (out - 1).saturating_mul(strides[a]).saturating_add(span(a));
+            if need > padded {
+                pads[n + a] = pads[n + a].saturating_add(need - padded);
+                overhang = true;
+            }
+        }
+    }
+    Ok((
+        Window {
+            strides,
+            dilations,
+            pads,
+        },
+        overhang,
+    ))
+}
+
+/// The spatial extents of a channels-first input `[N, C, ..]` with one or two spatial axes.
+fn spatial_extents(cx: &NodeCx<'_>, x: NodeId) -> Result<Vec<usize>, OnnxError> {
+    let dims = dims_of(cx.shape(x)?);
+    if !(3..=4).contains(&dims.len()) {
+        return Err(cx.unsupported(
+            format!("an input of rank {}", dims.len()),
+            "1-D and 2-D windows (inputs [N, C, L] and [N, C, H, W])",
+        ));
+    }
+    Ok(dims[2..].to_vec())
+}
+
+fn conv(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    let x = cx.data(0)?;
+    let w = cx.data(1)?;
+    let b = if cx.has_input(2) {
+        Some(cx.data(2)?)
+    } else {
+        None
+    };
+    let input = spatial_extents(cx, x)?;
+    let kernel = dims_of(cx.shape(w)?)
+        .get(2..)
+        .map(<[usize]>::to_vec)
+        .unwrap_or_default();
+    if kernel.len() != input.len() {
+        return Err(cx.invalid(format!(
+            "a kernel of rank {} for the input",
+            kernel.len() + 2
+        )));
+    }
+    if let Some(k) = cx.attr_ints("kernel_shape") {
+        if k.iter()
+            .map(|&v| usize::try_from(v).ok())
+            .ne(kernel.iter().map(|&v| Some(v)))
+        {
+            return Err(cx.invalid(format!("kernel_shape {k:?} is not the weight's {kernel:?}")));
+        }
+    }
+    let (g, _) = window_geometry(cx, &input, &kernel, false)?;
+    let as_i64 = |v: &[usize]| v.iter().map(|&x| x as i64).collect::<Vec<_>>();
+    let attr = ConvAttr::from_onnx(
+        &as_i64(&g.strides),
+        &as_i64(&g.pads),
+        &as_i64(&g.dilations),
+        cx.attr_int("group", 1),
+    )
+    .ok_or_else(|| cx.invalid("strides, pads, dilations or group out of range"))?;
+    let y = cx.record(|t| t.conv(&x, &w, b.as_ref(), attr))?;
+    cx.set_output(0, y, FLOAT)
+}
+
+/// The pooling window of a `MaxPool` or `AveragePool` node over `x`, and whether `ceil_mode`
+/// added end padding past the explicit pads.
+fn pool_window(cx: &NodeCx<'_>, x: NodeId) -> Result<(PoolWindow, bool), OnnxError> {
+    let input = spatial_extents(cx, x)?;
+    let n = input.len();
+    let kernel = spatial_ints(cx, "kernel_shape", n, 0)?;
+    if cx.attr_ints("kernel_shape").is_none() || kernel.contains(&0) {
+        return Err(cx.invalid("no kernel_shape, or an extent of 0"));
+    }
+    let ceil_mode = cx.attr_int("ceil_mode", 0) != 0;
+    let (g, overhang) = window_geometry(cx, &input, &kernel, ceil_mode)?;
+    let w = |v: usize| {
+        u16::try_from(v)
+            .map_err(|_| cx.unsupported(format!("a window value {v}"), "values up to 65535"))
+    };
+    let win = if n == 1 {
+        PoolWindow::new_1d(
+            w(kernel[0])?,
+            w(g.strides[0])?,
+            [w(g.pads[0])?, w(g.pads[1])?],
+        )
+        .with_dilations([1, w(g.dilations[0])?])
+    } else {
+        PoolWindow::new_2d(
+            [w(kernel[0])?, w(kernel[1])?],
+            [w(g.strides[0])?, w(g.strides[1])?],
+            [w(g.pads[0])?, w(g.pads[1])?, w(g.pads[2])?, w(g.pads[3])?],
+        )
+        .with_dilations([w(g.dilations[0])?, w(g.dilations[1])?])
+    };
+    Ok((win, overhang))
+}
+
+fn max_pool(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    let x = cx.data(0)?;
+    let column_major = match cx.attr_int("storage_order", 0) {
+        0 => false,
+        1 => true,
+        v => return Err(cx.invalid(format!("storage_order {v}"))),
+    };
+    let (win, _) = pool_window(cx, x)?;
+    let y = cx.record(|t| t.max_pool(&x, win))?;
+    cx.set_output(0, y, FLOAT)?;
+    if cx.has_output(1) {
+        // Indices: the flat index of each window's first maximum, read from a table of every
+        // element's flat index (exact in f32 below 2^24): row-major, or with `storage_order=1`
+        // the spatial axes column-major (`(n·C + c)·H·W + w·H + h`).
+        let s = cx.shape(x)?;
+        if s.elems() > 1 << 24 {
+            return Err(cx.unsupported(
+                format!("Indices of {} elements", s.elems()),
+                "at most 2^24 elements (f32 integers)",
+            ));
+        }
+        let dims = dims_of(s);
+        let plane: usize = dims[2..].iter().product();
+        let (h, w) = if dims.len() == 4 {
+            (dims[2], dims[3])
+        } else {
+            (1, dims[2])
+        };
+        let index = |i: usize| {
+            let (base, p) = (i - i % plane, i % plane);
+            let (r, c) = (p / w, p % w);
+            (if column_major { base + c * h + r } else { i }) as f32
+        };
+        let ramp = TensorData::f32(dims, (0..s.elems()).map(index).collect());
+        let ramp = cx.constant("ramp", ramp)?;
+        let idx = cx.record(|t| t.max_pool_gather(&x, &ramp, win))?;
+        cx.set_output(1, idx, INT64)?;
+    }
+    Ok(())
+}
+
+fn average_pool(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    let x = cx.data(0)?;
+    let include = cx.attr_int("count_include_pad", 0) != 0;
+    let (win, overhang) = pool_window(cx, x)?;
+    if include && overhang {
+        return Err(cx.unsupported(
+            "ceil_mode with count_include_pad=1 and a window past the end padding",
+            "ceil_mode with count_include_pad=0, or windows within the padding",
+        ));
+    }
+    let win = win.with_count_include_pad(include);
+    let y = cx.record(|t| t.avg_pool(&x, win))?;
+    cx.set_output(0, y, FLOAT)
+}
+
+fn global_average_pool(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    let x = cx.data(0)?;
+    spatial_extents(cx, x)?;
+    let y = cx.record(|t| t.global_avg_pool(&x))?;
+    cx.set_output(0, y, FLOAT)
+}
+
+fn arg_max(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    let x = cx.data(0)?;
+    let s = cx.shape(x)?;
+    let dims = dims_of(s);
+    let r = dims.len();
+    let axis = cx.axis(cx.attr_int("axis", 0), r)?;
+    let mut kept = dims.clone();
+    kept[axis] = 1;
+    let kshape = cx.shape_from(&kept)?;
+    let mut y = if cx.attr_int("select_last_index", 0) == 0 {
+        cx.record(|t| t.argmax(&x, axis))?
+    } else {
+        // The highest index where x equals its maximum: max_to of `mask · index`.
+        let mut ramp_dims = vec![1; r];
+        ramp_dims[axis] = dims[axis];
+        let ramp = TensorData::f32(ramp_dims, (0..dims[axis]).map(|i| i as f32).collect());
+        let ramp = cx.constant("index", ramp)?;
+        cx.record(|t| {
+            let m = t.max_to(&x, kshape)?;
+            let m = t.broadcast(&m, s)?;
+            let at_max = t.equal(&x, &m)?;
+            let ramp = t.broadcast(&ramp, s)?;
+            let idx = t.mul(&at_max, &ramp)?;
+            t.max_to(&idx, kshape)
+        })?
+    };
+    if cx.attr_int("keepdims", 1) == 0 {
+        let out: Vec<usize> = (0..r).filter(|&a| a != axis).map(|a| dims[a]).collect();
+        let out = cx.shape_from(&out)?;
+        y = cx.reshape(y, out)?;
+    }
+    cx.set_output(0, y, INT64)
+}
+
+fn batch_normalization(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    if cx.attr_int("spatial", 1) != 1 {
+        return Err(cx.unsupported("spatial=0", "spatial=1 (statistics per channel)"));
+    }
+    let x = cx.data(0)?;
+    let (scale, bias) = (cx.data(1)?, cx.data(2)?);
+    let (mean, var) = (cx.data(3)?, cx.data(4)?);
+    let eps = cx.attr_float("epsilon", 1e-5);
+    let momentum = cx.attr_float("momentum", 0.9);
+    let training = cx.attr_int("training_mode", 0) != 0;
+    if !training {
+        if cx.num_outputs() > 1 {
+            return Err(cx.unsupported(
+                "the training outputs of opset < 14 (saved mean and variance)",
+                "output Y in inference, Y and the running statistics with training_mode=1",
+            ));
+        }
+        let y =
+            cx.record(|t| t.batch_norm_eval(&x, Some(&scale), Some(&bias), &mean, &var, eps))?;
+        return cx.set_output(0, y, FLOAT);
+    }
+    if cx.opset() < 14 {
+        return Err(cx.unsupported(
+            "training_mode before opset 14",
+            "training_mode=1 from opset 14 (ONNX's running statistics)",
+        ));
+    }
+    let stats = RunningStats::Onnx { momentum };
+    let out =
+        cx.record(|t| t.batch_norm_train(&x, Some(&scale), Some(&bias), &mean, &var, stats, eps))?;
+    cx.set_output(0, out.y, FLOAT)?;
+    if cx.has_output(1) {
+        cx.set_output(1, out.running_mean, FLOAT)?;
+    }
+    if cx.has_output(2) {
+        cx.set_output(2, out.running_var, FLOAT)?;
+    }
+    Ok(())
+}
+
+/// ONNX's `LayerNormalization` (its reference's order): over the axes from `axis` on,
+/// `μ = sum(x) / n`, `d = x − μ`, `σ² = sum(d · d) / n`, `r = 1 / sqrt(σ² + ε)`,
+/// `Y = (d · r) · Scale + B`; outputs `Mean = μ` and `InvStdDev = r` (extent 1 on the
+/// normalized axes).
+fn layer_normalization(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
+    if cx.attr_int("stash_type", 1) != 1 {
+        return Err(cx.unsupported(
+            format!("stash_type {}", cx.attr_int("stash_type", 1)),
+            "stash_type 1 (statistics in FLOAT)",
+        ));
+    }
+    let x = cx.data(0)?;
+    let s = cx.shape(x)?;
+    let dims = dims_of(s);
+    let axis = cx.axis(cx.attr_int("axis", -1), dims.len())?;
+    let stat_dims: Vec<usize> = (0..dims.len())
+        .map(|a| if a < axis { dims[a] } else { 1 })
+        .collect();
+    let stat = cx.shape_from(&stat_dims)?;
+    let eps = cx.attr_float("epsilon", 1e-5);
+    let scale = cx.data(1)?;
+    let bias = if cx.has_input(2) {
+        Some(cx.data(2)?)
+    } else {
+        None
+    };
+    let [mean, d, _, var] = cx.record(|t| t.moments(&x, stat))?;
+    let inv = cx.record(|t| {
+        let e = t.fill(eps, stat)?;
+        let shifted = t.add(&var, &e)?;
+        let root = t.sqrt(&shifted)?;
+        let one = t.fill(1.0, stat)?;
+        t.div(&one, &root)
+    })?;
+    let inv_b = cx.broadcast(inv, s)?;
+    let mut y = cx.push(Opcode::Mul, Attr::NONE, &[d, inv_b])?;
+    y = cx.elementwise(Opcode::Mul, &[y, scale])?;
+    if let Some(b) = bias {
+        y = cx.elementwise(Opcode::Add, &[y, b])?;
+    }
+    if cx.shape(y)? != s {
+        return Err(cx.invalid("Scale or B broadcasts past the input's shape"));
+    }
+    cx.set_output(0, y, FLOAT)?;
+    if cx.has_output(1) {
+        cx.set_output(1, mean, FLOAT)?;
+    }
+    if cx.has_output(2) {
+        cx.set_output(2, inv, FLOAT)?;
+    }
+    Ok(())
+}
+
 fn cast(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
     let to = cx.attr_int("to", 0) as i32;
     cast_to(cx, to)
@@ -993,6 +1584,12 @@ fn cast_like(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
 
 /// Input 0 cast to element type `to` (`Cast`'s attribute, `CastLike`'s second input's type).
 fn cast_to(cx: &mut NodeCx<'_>, to: i32) -> Result<(), OnnxError> {
+    if let Some(k) = cx.known(0).filter(|t| t.data_type == FLOAT && to == FLOAT) {
+        // A constant cast to its own type (a function body's `CastLike` of a constant to the
+        // input's type): still known at plan time.
+        let k = k.clone();
+        return cx.set_known_output(0, k);
+    }
     if let Some(k) = known_ints(cx, 0) {
         let Elements::Int(v) = &k.elements else {
             return Err(cx.invalid("not integers"));

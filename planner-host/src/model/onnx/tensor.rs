@@ -83,11 +83,16 @@ impl TensorData {
     }
 
     /// The elements as `f32` when the vocabulary reads them as such: `FLOAT` as is, `BOOL` as
-    /// `0`/`1` (the masks of `where` and the comparisons). `None` for every other type.
+    /// `0`/`1` (the masks of `where` and the comparisons), integers (`gather`'s indices,
+    /// `argmax`'s output) when every one is exact in `f32` (`|v| ≤ 2^24`). `None` otherwise.
     pub fn to_f32(&self) -> Option<Vec<f32>> {
+        const EXACT: i64 = 1 << 24;
         match &self.elements {
             Elements::F32(v) => Some(v.clone()),
             Elements::Bool(v) => Some(v.iter().map(|&b| if b { 1.0 } else { 0.0 }).collect()),
+            Elements::Int(v) if v.iter().all(|x| (-EXACT..=EXACT).contains(x)) => {
+                Some(v.iter().map(|&x| x as f32).collect())
+            }
             _ => None,
         }
     }

@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use tapeplan_core::{Attr, NodeId, Opcode, Shape, Tape, MAX_RANK};
+use tapeplan_core::{Attr, NodeId, Opcode, Shape, Tape, TapeError, Trace, MAX_RANK};
 
 use super::proto::{tensor_proto::DataType, GraphProto, ModelProto, NodeProto};
 use super::tensor::{data_type_name, Elements, TensorData};
@@ -21,6 +21,11 @@ use super::{ops, OnnxError};
 pub const FLOAT: i32 = DataType::Float as i32;
 /// `BOOL`'s `DataType` code: masks (`0`/`1` in `f32` on the tape).
 pub const BOOL: i32 = DataType::Bool as i32;
+/// `INT64`'s `DataType` code: indices (`gather`'s input, `argmax`'s output), integers stored
+/// as `f32` on the tape (exact up to `2^24`).
+pub const INT64: i32 = DataType::Int64 as i32;
+/// `INT32`'s `DataType` code (indices too).
+pub const INT32: i32 = DataType::Int32 as i32;
 
 /// What the translation is told besides the model.
 #[derive(Clone, Debug, Default)]
@@ -193,12 +198,13 @@ pub fn translate(model: &ModelProto, options: &TranslateOptions) -> Result<Trans
         }
         // The type the translation computed (a comparison's BOOL mask, FLOAT data).
         let data_type = slot.data_type;
-        if !matches!(data_type, FLOAT | BOOL) {
+        if !matches!(data_type, FLOAT | BOOL | INT64) {
             return Err(OnnxError::Unsupported {
                 node: format!("graph output {name:?}"),
                 op: "output".into(),
                 what: format!("element type {}", data_type_name(data_type)),
-                supported: "FLOAT outputs (and BOOL masks, as 0/1)".into(),
+                supported: "FLOAT outputs (BOOL masks as 0/1, INT64 indices as f32 integers)"
+                    .into(),
             });
         }
         let mut node = tr.data_of(name, &format!("graph output {k}"))?;
@@ -415,7 +421,7 @@ impl Translator {
                         node,
                         shape,
                         value: values,
-                        trainable: slot.origin == Origin::Initializer,
+                        trainable: slot.origin == Origin::Initializer && slot.data_type == FLOAT,
                     });
                     node
                 }
@@ -694,6 +700,20 @@ impl NodeCx<'_> {
             .map_err(|e| self.invalid(format!("{op}: {e}")))
     }
 
+    /// Records a composition spoken against `Recordable` (the activations and normalizations
+    /// of `tapeplan_core`: `leaky_relu`, `gelu`, `layer_norm`, …) on the tape; a shape-rule
+    /// error names this node.
+    ///
+    /// # Errors
+    /// [`OnnxError::Node`] with the shape rule's error.
+    pub fn record<T>(
+        &mut self,
+        f: impl FnOnce(&mut Trace<'_>) -> Result<T, TapeError>,
+    ) -> Result<T, OnnxError> {
+        let r = f(&mut self.tr.tape.trace());
+        r.map_err(|e| self.invalid(e.to_string()))
+    }
+
     /// `value` everywhere in `shape`.
     ///
     /// # Errors
@@ -811,6 +831,37 @@ impl NodeCx<'_> {
         }
         self.tr.slots.insert(name, alias);
         Ok(())
+    }
+
+    /// True when optional output `k` is named (an empty name is an output not asked for).
+    pub fn has_output(&self, k: usize) -> bool {
+        self.node.output.get(k).is_some_and(|s| !s.is_empty())
+    }
+
+    /// A tensor known at plan time (an index table, a ramp) as a tape leaf: a `fill` when
+    /// every element is equal, else a parameter that is not trained, named after the node's
+    /// first output and `what`.
+    ///
+    /// # Errors
+    /// A shape outside the vocabulary.
+    pub fn constant(&mut self, what: &str, data: TensorData) -> Result<NodeId, OnnxError> {
+        let name = format!(
+            "{}/{what}",
+            self.node.output.first().map_or("", |s| s.as_str())
+        );
+        self.tr.slots.insert(
+            name.clone(),
+            Slot {
+                origin: Origin::Constant,
+                data_type: data.data_type,
+                known: Some(data),
+                node: None,
+                declared: None,
+                source: None,
+            },
+        );
+        let who = self.who();
+        self.tr.data_of(&name, &who)
     }
 
     /// The number of outputs the node names.
