@@ -290,11 +290,12 @@ pub fn step_fuzz_smoke(ctx: &Ctx) -> Result<()> {
     fuzz(ctx, TARGETS, SMOKE_SECONDS)
 }
 
-/// The runtime's unit tests and its rejection and checkpoint tests under Miri
+/// The runtime's unit tests and its rejection, checkpoint and API (`run`) tests under Miri
 /// (undefined behaviour, out-of-bounds and uninitialized reads, in our code and the crates
 /// it links), with few property-test cases: Miri runs about a thousand times slower (the
-/// hostile-plan suite took over six CPU minutes alone under Miri, so it stays out of CI; run
-/// `cargo +nightly miri test -p tapeplan-runtime --test hostile` by hand).
+/// hostile-plan suite took over six CPU minutes alone under Miri, and the model property tests
+/// 395 s with four cases each, so they stay out of CI; run
+/// `cargo +nightly miri test -p tapeplan-runtime --test hostile --test model` by hand).
 pub fn step_miri(ctx: &Ctx) -> Result<()> {
     ensure_nightly(ctx, true)?;
     let mut cmd = nightly_cargo(&ctx.root);
@@ -308,6 +309,8 @@ pub fn step_miri(ctx: &Ctx) -> Result<()> {
         "reject",
         "--test",
         "checkpoint",
+        "--test",
+        "run",
         "--",
         // The two exhaustive checkpoint tests (every bit flipped, every length cut) take
         // minutes under Miri and exercise the same code as their neighbours.

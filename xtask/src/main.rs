@@ -124,7 +124,7 @@ const STEPS: &[Step] = &[
     },
     Step {
         name: "miri",
-        about: "the runtime's unit, rejection and checkpoint tests under Miri (nightly; installed if missing)",
+        about: "the runtime's unit, rejection, checkpoint and API tests under Miri (nightly; installed if missing)",
         run: fuzz::step_miri,
     },
     Step {
