@@ -2,12 +2,16 @@
 //! recorded spec ([`optim`]), and the job description: a training job recorded and planned
 //! ([`job`]) and a whole training run named by a few keys ([`run`]).
 
+pub mod graph;
 pub mod job;
 pub mod mlp;
 pub mod onnx;
 pub mod optim;
 pub mod run;
 
+pub use graph::{
+    Forward, ForwardCx, InputSpec, Mode, Model, ModelError, ParamKind, ParamSpec, RngLeaves,
+};
 pub use job::{advance_model_state, JobOptions, TrainingJob};
 pub use mlp::{
     glorot_uniform, loss_of, mean_squared_error, record_inputs, record_loss, softmax_cross_entropy,
