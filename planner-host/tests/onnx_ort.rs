@@ -1,0 +1,609 @@
+//! Issue 13's check of tapeplan's recorded gradients against an independent autodiff: ONNX
+//! Runtime's on-device training (`onnxruntime-training-cpu` 1.19.2) on the five test models of
+//! `scripts/onnx_models.py` (an MLP, a 1-D CNN, a 2-D CNN with batch normalization, a
+//! depthwise-separable block, an embedding + mean-pool text classifier).
+//!
+//! `scripts/ort_check.py` wrote, per model, ORT's forward outputs (inference), and over 5 fixed
+//! batches from the initializers: each step's cross-entropy loss and gradients (per parameter,
+//! by name), and the parameters after the 5 SGD steps (lr 0.1). This test reads the models as
+//! [`OnnxModel`]s, records the loss, its gradient (`Tape::differentiate`) and the SGD update on
+//! one tape, plans a `train_step` and a `forward` entry, and runs the same 5 steps through the
+//! oracle (`tapeplan_core::Run`) and the `no_std` runtime from the plan's bytes: the two are
+//! compared bit for bit, and each with ORT's numbers within `1e-5 + 1e-4·|ORT|` per element.
+//!
+//! The files are checked in (`tests/data/onnx/`); `cargo xtask ort-check` regenerates them with
+//! ONNX Runtime into a fresh directory and runs this test on that (`TAPEPLAN_ORT_DIR`).
+#![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde_json::Value;
+use tapeplan_core::{MathProfile, NodeId, Run, Shape, Tape, Tensor};
+use tapeplan_planner::model::onnx::OnnxModel;
+use tapeplan_planner::model::optim::Optimizer;
+use tapeplan_planner::model::{softmax_cross_entropy, ForwardCx, Mode, Model, ParamKind};
+use tapeplan_planner::plan::{plan, EntrySpec, Root};
+use tapeplan_runtime::{Plan as RtPlan, Session};
+
+/// The per-element bound against ONNX Runtime: `|ours − ORT| ≤ ATOL + RTOL·|ORT|`.
+const ATOL: f64 = 1e-5;
+/// See [`ATOL`].
+const RTOL: f64 = 1e-4;
+
+/// The table's relative differences are over the elements with `|ORT| ≥ REL_FLOOR`: below, a
+/// value is rounding noise of a sum that cancels (the conv bias before a batch normalization
+/// in training mode has a gradient of exactly 0 in exact arithmetic), held by the absolute part.
+const REL_FLOOR: f64 = 1e-4;
+
+const MODELS: &[&str] = &["mlp", "cnn1d", "cnn2d_bn", "dwsep", "text"];
+
+fn data_dir() -> PathBuf {
+    match std::env::var_os("TAPEPLAN_ORT_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/onnx"),
+    }
+}
+
+fn floats(v: &Value) -> Vec<f32> {
+    v.as_array()
+        .expect("an array of numbers")
+        .iter()
+        .map(|x| x.as_f64().expect("a number") as f32)
+        .collect()
+}
+
+/// The largest absolute and relative differences, and whether every element is within the
+/// bound.
+#[derive(Clone, Copy, Default, Debug)]
+struct Diff {
+    abs: f64,
+    rel: f64,
+    worst_excess: f64,
+}
+
+impl Diff {
+    fn add(&mut self, ours: &[f32], ort: &[f32], what: &str) {
+        assert_eq!(ours.len(), ort.len(), "{what}: element counts");
+        for (&a, &b) in ours.iter().zip(ort) {
+            let (a, b) = (f64::from(a), f64::from(b));
+            assert!(a.is_finite(), "{what}: {a} is not finite");
+            let d = (a - b).abs();
+            self.abs = self.abs.max(d);
+            if b.abs() >= REL_FLOOR {
+                self.rel = self.rel.max(d / b.abs());
+            }
+            self.worst_excess = self.worst_excess.max(d - (ATOL + RTOL * b.abs()));
+        }
+    }
+
+    fn ok(&self) -> bool {
+        self.worst_excess <= 0.0
+    }
+}
+
+/// What one model's check measured.
+struct Report {
+    name: &'static str,
+    loss: Diff,
+    grads: Diff,
+    params: Diff,
+    forward: Diff,
+    arena_bytes: usize,
+    plan_bytes: usize,
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+fn check_model(name: &'static str) -> Report {
+    let dir = data_dir();
+    let bytes = std::fs::read(dir.join(format!("{name}.onnx"))).expect("the model file");
+    let ort: Value = serde_json::from_slice(
+        &std::fs::read(dir.join(format!("{name}.ort.json"))).expect("ORT's results"),
+    )
+    .unwrap();
+    let model = OnnxModel::from_bytes(&bytes).unwrap();
+    let batch = ort["batch"].as_u64().unwrap() as usize;
+    let lr = ort["lr"].as_f64().unwrap() as f32;
+
+    // The persistent tensors: ORT's trainable set is the model's parameters, its frozen set the
+    // buffers (batch normalization's running statistics).
+    let specs = model.parameters().unwrap();
+    let trainable_names: Vec<String> = ort["trainable"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    let ours: Vec<String> = specs
+        .iter()
+        .filter(|s| s.kind == ParamKind::Parameter)
+        .map(|s| s.name.clone())
+        .collect();
+    assert_eq!(ours, trainable_names, "{name}: the parameters");
+
+    // One tape: inputs, labels, persistent leaves, the forward at the batch and at batch 1
+    // (over the same leaves), the loss, its gradient, the SGD update.
+    let mut tape = Tape::new();
+    let input_specs = model.inputs(batch).unwrap();
+    let inputs: Vec<NodeId> = input_specs
+        .iter()
+        .map(|i| tape.input(&i.name, i.shape))
+        .collect();
+    let labels = tape.input("labels", Shape::vector(batch));
+    let leaves: Vec<NodeId> = specs
+        .iter()
+        .map(|s| tape.parameter(&s.name, s.shape))
+        .collect();
+    let cx = |mode, batch, inputs| ForwardCx {
+        batch,
+        mode,
+        inputs,
+        params: &leaves,
+        rng: None,
+    };
+    // Training (batch normalization on the batch's statistics, as ORT trains), and inference
+    // at the batch and at batch 1 (the running statistics, as ORT's inference).
+    let train_fwd = model
+        .record(&mut tape, &cx(Mode::Train, batch, &inputs))
+        .unwrap();
+    let logits = model
+        .record(&mut tape, &cx(Mode::Eval, batch, &inputs))
+        .unwrap()
+        .output;
+    let one_specs = model.inputs(1).unwrap();
+    let one_inputs: Vec<NodeId> = one_specs
+        .iter()
+        .map(|i| tape.input(&format!("{}@1", i.name), i.shape))
+        .collect();
+    let logits_1 = model
+        .record(&mut tape, &cx(Mode::Eval, 1, &one_inputs))
+        .unwrap()
+        .output;
+    let loss = softmax_cross_entropy(&mut tape.trace(), &train_fwd.output, &labels).unwrap();
+    let trainable: Vec<NodeId> = specs
+        .iter()
+        .zip(&leaves)
+        .filter(|(s, _)| s.kind == ParamKind::Parameter)
+        .map(|(_, &l)| l)
+        .collect();
+    let adjoints = tape.differentiate(loss, &trainable).unwrap();
+    let grads: Vec<Option<NodeId>> = trainable
+        .iter()
+        .map(|p| adjoints.get(*p).copied())
+        .collect();
+    let (updated, _) = Optimizer::sgd(lr)
+        .step(&mut tape.trace(), &trainable, &grads, &[])
+        .unwrap();
+    let grads: Vec<NodeId> = grads
+        .into_iter()
+        .map(|g| g.expect("every parameter reaches the loss"))
+        .collect();
+
+    let mut roots = vec![Root::Output {
+        name: "loss".into(),
+        node: loss,
+    }];
+    for (k, g) in grads.iter().enumerate() {
+        roots.push(Root::Output {
+            name: format!("grad{k}"),
+            node: *g,
+        });
+    }
+    for (p, v) in trainable.iter().zip(&updated) {
+        roots.push(Root::Update {
+            param: *p,
+            value: v.expect("an update"),
+        });
+    }
+    for &(k, v) in &train_fwd.buffer_updates {
+        assert_eq!(
+            specs[k].kind,
+            ParamKind::Buffer,
+            "{name}: only buffers get new values"
+        );
+        roots.push(Root::Update {
+            param: leaves[k],
+            value: v,
+        });
+    }
+    let schedule = plan(
+        &tape,
+        &[
+            EntrySpec {
+                name: "train_step".into(),
+                roots,
+                guarded: false,
+            },
+            EntrySpec {
+                name: "forward".into(),
+                roots: vec![
+                    Root::Output {
+                        name: "logits".into(),
+                        node: logits,
+                    },
+                    Root::Output {
+                        name: "logits1".into(),
+                        node: logits_1,
+                    },
+                ],
+                guarded: false,
+            },
+        ],
+    )
+    .unwrap();
+    let plan_bytes = schedule.to_bytes();
+    let parsed = RtPlan::parse(&plan_bytes).unwrap();
+    let arena_bytes = parsed.arena_elems() * 4;
+    let mut arena = vec![0.0f32; parsed.arena_elems()];
+    let mut session = Session::bind(&parsed, &mut arena).unwrap();
+    for s in &specs {
+        if parsed.parameter(&s.name).is_some() {
+            session.load_parameter(&s.name, &s.init).unwrap();
+        }
+    }
+    let train = parsed.entry("train_step").unwrap();
+    let forward = parsed.entry("forward").unwrap();
+
+    // The oracle's persistent values, carried by hand from step to step.
+    let mut values: Vec<Vec<f32>> = specs.iter().map(|s| s.init.clone()).collect();
+    let mut report = Report {
+        name,
+        loss: Diff::default(),
+        grads: Diff::default(),
+        params: Diff::default(),
+        forward: Diff::default(),
+        arena_bytes,
+        plan_bytes: plan_bytes.len(),
+    };
+    let set_inputs = |run: &mut Run<'_>, step: &Value| {
+        for (spec, &leaf) in model.data_inputs().iter().zip(&inputs) {
+            let v = floats(&step["inputs"][&spec.onnx_name]);
+            run.set(leaf, Tensor::new(run_shape(&tape, leaf), v).unwrap())
+                .unwrap();
+        }
+        run.set(
+            labels,
+            Tensor::new(Shape::vector(batch), floats(&step["labels"])).unwrap(),
+        )
+        .unwrap();
+    };
+    fn run_shape(tape: &Tape, id: NodeId) -> Shape {
+        tape.shape(id).unwrap()
+    }
+
+    // The forward outputs (ORT's inference of the untouched model, step 0's batch), at the
+    // batch and, row by row, at batch 1.
+    let steps = ort["steps"].as_array().unwrap();
+    {
+        let mut run = Run::with_math(&tape, MathProfile::Precise);
+        for (leaf, v) in leaves.iter().zip(&values) {
+            run.set(
+                *leaf,
+                Tensor::new(tape.shape(*leaf).unwrap(), v.clone()).unwrap(),
+            )
+            .unwrap();
+        }
+        set_inputs(&mut run, &steps[0]);
+        for (k, spec) in model.data_inputs().iter().enumerate() {
+            let all = floats(&steps[0]["inputs"][&spec.onnx_name]);
+            let row = all.len() / batch;
+            run.set(
+                one_inputs[k],
+                Tensor::new(one_specs[k].shape, all[..row].to_vec()).unwrap(),
+            )
+            .unwrap();
+        }
+        run.forward().unwrap();
+        let oracle = run.value(logits).unwrap().data.clone();
+        let oracle_1 = run.value(logits_1).unwrap().data.clone();
+        for (k, spec) in model.data_inputs().iter().enumerate() {
+            let v = floats(&steps[0]["inputs"][&spec.onnx_name]);
+            session
+                .set_input(forward, &input_specs[k].name, &v)
+                .unwrap();
+            let row = v.len() / batch;
+            session
+                .set_input(forward, &format!("{}@1", one_specs[k].name), &v[..row])
+                .unwrap();
+        }
+        session.run(forward).unwrap();
+        let rt = session.output(forward, "logits").unwrap().to_vec();
+        let rt_1 = session.output(forward, "logits1").unwrap().to_vec();
+        assert_eq!(
+            bits(&oracle),
+            bits(&rt),
+            "{name}: forward, oracle vs runtime"
+        );
+        assert_eq!(
+            bits(&oracle_1),
+            bits(&rt_1),
+            "{name}: batch-1 forward, oracle vs runtime"
+        );
+        let expected = floats(&ort["forward"]);
+        report.forward.add(&oracle, &expected, "forward");
+        let width = expected.len() / batch;
+        report
+            .forward
+            .add(&oracle_1, &expected[..width], "forward at batch 1");
+    }
+
+    for (k, step) in steps.iter().enumerate() {
+        let mut run = Run::with_math(&tape, MathProfile::Precise);
+        for (leaf, v) in leaves.iter().zip(&values) {
+            run.set(
+                *leaf,
+                Tensor::new(tape.shape(*leaf).unwrap(), v.clone()).unwrap(),
+            )
+            .unwrap();
+        }
+        set_inputs(&mut run, step);
+        // The batch-1 inputs are not read by the loss: any value.
+        for (i, s) in one_inputs.iter().zip(&one_specs) {
+            run.set(
+                *i,
+                Tensor::new(s.shape, vec![0.0; s.shape.elems()]).unwrap(),
+            )
+            .unwrap();
+        }
+        run.forward().unwrap();
+        let loss_o = run.value(loss).unwrap().data.clone();
+        let grads_o: Vec<Vec<f32>> = grads
+            .iter()
+            .map(|g| run.value(*g).unwrap().data.clone())
+            .collect();
+        let updated_o: Vec<Vec<f32>> = updated
+            .iter()
+            .map(|u| run.value(u.unwrap()).unwrap().data.clone())
+            .collect();
+
+        for (spec, i) in model.data_inputs().iter().zip(&input_specs) {
+            session
+                .set_input(train, &i.name, &floats(&step["inputs"][&spec.onnx_name]))
+                .unwrap();
+        }
+        session
+            .set_input(train, "labels", &floats(&step["labels"]))
+            .unwrap();
+        session.run(train).unwrap();
+        let loss_r = session.output(train, "loss").unwrap().to_vec();
+        assert_eq!(
+            bits(&loss_o),
+            bits(&loss_r),
+            "{name} step {k}: loss, oracle vs runtime"
+        );
+        for (j, g) in grads_o.iter().enumerate() {
+            let r = session.output(train, &format!("grad{j}")).unwrap();
+            assert_eq!(
+                bits(g),
+                bits(r),
+                "{name} step {k}: gradient {j}, oracle vs runtime"
+            );
+        }
+
+        report
+            .loss
+            .add(&loss_o, &[step["loss"].as_f64().unwrap() as f32], "loss");
+        for (j, g) in grads_o.iter().enumerate() {
+            let expected = floats(&step["grads"][&trainable_names[j]]);
+            report.grads.add(g, &expected, &trainable_names[j]);
+        }
+        let buffers_o: Vec<(usize, Vec<f32>)> = train_fwd
+            .buffer_updates
+            .iter()
+            .map(|&(k, v)| (k, run.value(v).unwrap().data.clone()))
+            .collect();
+        for (k, v) in buffers_o {
+            values[k] = v;
+        }
+        let mut j = 0;
+        for (s, v) in specs.iter().zip(values.iter_mut()) {
+            if s.kind == ParamKind::Parameter {
+                *v = updated_o[j].clone();
+                j += 1;
+            }
+            {
+                assert_eq!(
+                    bits(v),
+                    bits(session.parameter(&s.name).unwrap()),
+                    "{name} step {k}: {} after the update, oracle vs runtime",
+                    s.name
+                );
+            }
+        }
+    }
+    for (s, v) in specs.iter().zip(&values) {
+        if s.kind == ParamKind::Parameter {
+            report
+                .params
+                .add(v, &floats(&ort["params_after"][&s.name]), &s.name);
+        }
+    }
+    report
+}
+
+#[test]
+fn gradients_and_sgd_steps_match_onnx_runtime_training() {
+    let mut failed = Vec::new();
+    println!(
+        "{:<9} {:>21} {:>21} {:>21} {:>21} {:>9} {:>7}",
+        "model",
+        "loss abs / rel",
+        "grads abs / rel",
+        "params(5) abs / rel",
+        "forward abs / rel",
+        "arena B",
+        "plan B"
+    );
+    let mut reports: BTreeMap<&str, Report> = BTreeMap::new();
+    for name in MODELS {
+        let r = check_model(name);
+        let cell = |d: &Diff| format!("{:.1e} / {:.1e}", d.abs, d.rel);
+        println!(
+            "{:<9} {:>21} {:>21} {:>21} {:>21} {:>9} {:>7}",
+            r.name,
+            cell(&r.loss),
+            cell(&r.grads),
+            cell(&r.params),
+            cell(&r.forward),
+            r.arena_bytes,
+            r.plan_bytes
+        );
+        for (what, d) in [
+            ("loss", r.loss),
+            ("gradients", r.grads),
+            ("parameters after 5 steps", r.params),
+            ("forward", r.forward),
+        ] {
+            if !d.ok() {
+                failed.push(format!(
+                    "{name}: {what} exceed 1e-5 + 1e-4·|ORT| by {:.2e}",
+                    d.worst_excess
+                ));
+            }
+        }
+        reports.insert(name, r);
+    }
+    assert!(failed.is_empty(), "{failed:#?}");
+    assert_eq!(reports.len(), MODELS.len());
+}
+
+fn load(name: &str) -> OnnxModel {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/onnx")
+        .join(format!("{name}.onnx"));
+    OnnxModel::from_bytes(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// What the models declare: parameters under their `state_dict` names with PyTorch's layouts,
+/// running statistics as buffers, `Constant` shape arithmetic folded (no leaf), the named batch
+/// given at any size, the INT64 ids an input.
+#[test]
+fn onnx_models_describe_themselves_as_pytorch_would() {
+    let mlp = load("mlp");
+    let specs = mlp.parameters().unwrap();
+    let names: Vec<(&str, Vec<usize>)> = specs
+        .iter()
+        .map(|s| (s.name.as_str(), s.shape.dims()[..s.shape.rank()].to_vec()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("fc1.weight", vec![32, 16]),
+            ("fc1.bias", vec![32]),
+            ("fc2.weight", vec![4, 32]),
+            ("fc2.bias", vec![4]),
+        ]
+    );
+    assert!(specs.iter().all(|s| s.kind == ParamKind::Parameter));
+    assert_eq!(mlp.batch_dim(), Some("batch"));
+    let inputs = mlp.inputs(7).unwrap();
+    assert_eq!(inputs.len(), 1);
+    assert_eq!(
+        (inputs[0].name.as_str(), inputs[0].shape),
+        ("input", Shape::matrix(7, 16))
+    );
+
+    let bn = load("cnn2d_bn");
+    let kinds: Vec<(String, ParamKind)> = bn
+        .parameters()
+        .unwrap()
+        .into_iter()
+        .map(|s| (s.name, s.kind))
+        .collect();
+    assert!(kinds.contains(&("bn.running_mean".into(), ParamKind::Buffer)));
+    assert!(kinds.contains(&("bn.running_var".into(), ParamKind::Buffer)));
+    assert!(kinds.contains(&("bn.weight".into(), ParamKind::Parameter)));
+    // The flatten's Constants (0, [0], [-1]) are folded shape arithmetic: no leaf.
+    assert_eq!(kinds.len(), 8, "{kinds:?}");
+
+    let text = load("text");
+    let inputs = text.inputs(3).unwrap();
+    assert_eq!(
+        (inputs[0].name.as_str(), inputs[0].shape),
+        ("tokens", Shape::matrix(3, 6))
+    );
+    assert_eq!(text.data_inputs()[0].data_type, 7, "INT64");
+    // The table reaches Gather through Identity: one parameter, under its own name.
+    assert_eq!(text.parameters().unwrap()[0].name, "embedding.weight");
+    assert!(text.inputs(0).is_err());
+}
+
+/// In training mode the running statistics get new values (ONNX's convention, checked against
+/// numpy-style arithmetic in f64 here); in inference mode none.
+#[test]
+fn batch_norm_running_statistics_update_in_training_only() {
+    let model = load("cnn2d_bn");
+    let specs = model.parameters().unwrap();
+    let mut tape = Tape::new();
+    let x = tape.input("input", model.inputs(2).unwrap()[0].shape);
+    let leaves: Vec<NodeId> = specs
+        .iter()
+        .map(|s| tape.parameter(&s.name, s.shape))
+        .collect();
+    let cx = |mode| ForwardCx {
+        batch: 2,
+        mode,
+        inputs: std::slice::from_ref(&x),
+        params: &leaves,
+        rng: None,
+    };
+    let eval = model.record(&mut tape, &cx(Mode::Eval)).unwrap();
+    assert!(eval.buffer_updates.is_empty());
+    let train = model.record(&mut tape, &cx(Mode::Train)).unwrap();
+    let updated: Vec<&str> = train
+        .buffer_updates
+        .iter()
+        .map(|&(k, _)| specs[k].name.as_str())
+        .collect();
+    assert_eq!(updated, ["bn.running_mean", "bn.running_var"]);
+
+    // The new running mean against f64: 0.9·old + 0.1·mean over (N, H, W) of the conv output.
+    let mut run = Run::with_math(&tape, MathProfile::Precise);
+    let xs: Vec<f32> = (0..2 * 64)
+        .map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0)
+        .collect();
+    run.set(
+        x,
+        Tensor::new(Shape::new(&[2, 1, 8, 8]).unwrap(), xs.clone()).unwrap(),
+    )
+    .unwrap();
+    for (s, l) in specs.iter().zip(&leaves) {
+        run.set(*l, Tensor::new(s.shape, s.init.clone()).unwrap())
+            .unwrap();
+    }
+    run.forward().unwrap();
+    let w = &specs[0].init; // conv.weight [4, 1, 3, 3]
+    let b = &specs[1].init; // conv.bias [4]
+    let old = &specs[4].init; // bn.running_mean
+    assert_eq!(specs[4].name, "bn.running_mean");
+    let new_mean = &run.value(train.buffer_updates[0].1).unwrap().data;
+    for c in 0..4 {
+        let mut sum = 0.0f64;
+        for n in 0..2 {
+            for i in 0..8i32 {
+                for j in 0..8i32 {
+                    let mut acc = f64::from(b[c]);
+                    for di in 0..3i32 {
+                        for dj in 0..3i32 {
+                            let (y, z) = (i + di - 1, j + dj - 1);
+                            if (0..8).contains(&y) && (0..8).contains(&z) {
+                                acc += f64::from(w[c * 9 + (di * 3 + dj) as usize])
+                                    * f64::from(xs[n * 64 + (y * 8 + z) as usize]);
+                            }
+                        }
+                    }
+                    sum += acc;
+                }
+            }
+        }
+        let expected = 0.9 * f64::from(old[c]) + 0.1 * sum / 128.0;
+        let got = f64::from(new_mean[c]);
+        assert!(
+            (got - expected).abs() < 1e-6,
+            "channel {c}: {got} vs {expected}"
+        );
+    }
+}
