@@ -21,6 +21,7 @@ mod browser;
 mod firmware;
 mod fuzz;
 mod onnx;
+mod ort;
 
 /// Rust targets a fresh machine must add: the no_std targets the runtime is built for, plus
 /// `thumbv7m-none-eabi` (Cortex-M3, for the QEMU firmware runs).
@@ -98,6 +99,11 @@ const STEPS: &[Step] = &[
         run: onnx::step_onnx_conformance,
     },
     Step {
+        name: "ort-check",
+        about: "the five ONNX test models trained by tapeplan (oracle and no_std runtime, bitwise) and by ONNX Runtime's training (pinned onnxruntime-training-cpu in the venv): losses, gradients and parameters after 5 SGD steps within 1e-5 + 1e-4|ORT|; prints the table",
+        run: ort::step_ort_check,
+    },
+    Step {
         name: "qemu",
         about: "cargo xtask firmware: train on Cortex-M4F, M3 and M0 under QEMU (and the M4F under the fast math profile too), verify bitwise against the oracle, check sizes",
         run: firmware::step_qemu,
@@ -150,6 +156,7 @@ const CI_STEPS: &[&str] = &[
     "doc",
     "demo",
     "onnx-conformance",
+    "ort-check",
     "miri",
     "fuzz-smoke",
     "qemu",
