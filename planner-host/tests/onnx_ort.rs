@@ -410,6 +410,13 @@ fn check_model(name: &'static str) -> Report {
             bits(&rt_1),
             "{name}: batch-1 forward, oracle vs runtime"
         );
+        // Row 0 at batch 1 is row 0 at the batch, bit for bit (each output row accumulates
+        // in the same order whatever the batch).
+        assert_eq!(
+            bits(&oracle_1),
+            bits(&oracle[..oracle_1.len()]),
+            "{name}: batch-1 forward vs the batch's row 0"
+        );
         let expected = floats(&ort["forward"]);
         report.forward.add(&oracle, &expected, "forward");
         let width = expected.len() / batch;
