@@ -109,9 +109,10 @@ def pin_versions(directory):
         onnx.save(m, path)
 
 
-def batches(model, seed):
+def batches(model, seed, loss):
     """STEPS fixed batches: inputs by name (float32 uniform in [-1, 1), or INT64 ids below the
-    embedding's row count) and INT64 labels below the output width."""
+    embedding's row count) and targets: INT64 labels below the output width for "ce", float32
+    values uniform in [-1, 1) shaped as the output for "mse"."""
     rng = np.random.default_rng(seed)
     inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
     out_width = model.graph.output[0].type.tensor_type.shape.dim[1].dim_value
@@ -128,7 +129,10 @@ def batches(model, seed):
                 feeds[inp.name] = rng.integers(0, rows, size=dims, dtype=np.int64)
             else:
                 feeds[inp.name] = rng.uniform(-1.0, 1.0, size=dims).astype(np.float32)
-        labels = rng.integers(0, out_width, size=[BATCH], dtype=np.int64)
+        if loss == "ce":
+            labels = rng.integers(0, out_width, size=[BATCH], dtype=np.int64)
+        else:
+            labels = rng.uniform(-1.0, 1.0, size=[BATCH, out_width]).astype(np.float32)
         result.append((feeds, labels))
     return result
 
@@ -147,13 +151,19 @@ def trainable(model):
     ]
 
 
-def check(path, artifacts, api):
+LOSSES = {"ce": "CrossEntropyLoss", "mse": "MSELoss"}
+
+# The models checked with a regression head (MSE on float targets) too.
+MSE_MODELS = {"mlp"}
+
+
+def check(path, artifacts, api, kind="ce"):
     model = onnx.load(path)
     name = os.path.splitext(os.path.basename(path))[0]
     params = trainable(model)
     frozen = [i.name for i in model.graph.initializer if i.name not in params]
-    data = batches(model, seed=100 + sum(map(ord, name)))
-    record = {"model": name, "lr": LR, "batch": BATCH, "loss": "ce"}
+    data = batches(model, seed=100 + sum(map(ord, name)) + (0 if kind == "ce" else 1), loss=kind)
+    record = {"model": name, "lr": LR, "batch": BATCH, "loss": kind}
 
     # The forward outputs by inference of the untouched model.
     sess = onnxruntime.InferenceSession(
@@ -166,7 +176,7 @@ def check(path, artifacts, api):
             explicit_pads(model),
             requires_grad=params,
             frozen_params=frozen,
-            loss=artifacts.LossType.CrossEntropyLoss,
+            loss=getattr(artifacts.LossType, LOSSES[kind]),
             optimizer=artifacts.OptimType.SGD,
             artifact_directory=tmp,
         )
@@ -207,10 +217,11 @@ def check(path, artifacts, api):
             "params_after": after,
         }
     )
-    out = os.path.join(os.path.dirname(path), f"{name}.ort.json")
+    suffix = "" if kind == "ce" else f".{kind}"
+    out = os.path.join(os.path.dirname(path), f"{name}{suffix}.ort.json")
     with open(out, "w") as f:
         json.dump(record, f)
-    print(f"{name}: losses {[round(s['loss'], 6) for s in steps]} -> {out}")
+    print(f"{name} ({kind}): losses {[round(s['loss'], 6) for s in steps]} -> {out}")
 
 
 def main():
@@ -222,6 +233,8 @@ def main():
     for f in sorted(os.listdir(d)):
         if f.endswith(".onnx"):
             check(os.path.join(d, f), artifacts, api)
+            if f[: -len(".onnx")] in MSE_MODELS:
+                check(os.path.join(d, f), artifacts, api, kind="mse")
 
 
 if __name__ == "__main__":

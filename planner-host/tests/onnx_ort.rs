@@ -23,7 +23,7 @@ use tapeplan_core::{MathProfile, NodeId, Run, Shape, Tape, Tensor};
 use tapeplan_planner::model::onnx::OnnxModel;
 use tapeplan_planner::model::optim::Optimizer;
 use tapeplan_planner::model::{
-    softmax_cross_entropy, ForwardCx, Mode, Model, ParamKind, ParamSpec,
+    mean_squared_error, softmax_cross_entropy, ForwardCx, Mode, Model, ParamKind, ParamSpec,
 };
 use tapeplan_planner::plan::{plan, EntrySpec, Root};
 use tapeplan_runtime::{Plan as RtPlan, Session};
@@ -38,7 +38,24 @@ const RTOL: f64 = 1e-4;
 /// in training mode has a gradient of exactly 0 in exact arithmetic), held by the absolute part.
 const REL_FLOOR: f64 = 1e-4;
 
-const MODELS: &[&str] = &["mlp", "cnn1d", "cnn2d_bn", "dwsep", "text"];
+/// The loss a check trains with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LossKind {
+    /// Cross-entropy over labels `[batch]` (ORT's `CrossEntropyLoss`, mean reduction).
+    Ce,
+    /// Mean squared error over float targets shaped as the output (ORT's `MSELoss`).
+    Mse,
+}
+
+/// The checks: the five models with cross-entropy, and the MLP as a regression head too.
+const CASES: &[(&str, LossKind)] = &[
+    ("mlp", LossKind::Ce),
+    ("cnn1d", LossKind::Ce),
+    ("cnn2d_bn", LossKind::Ce),
+    ("dwsep", LossKind::Ce),
+    ("text", LossKind::Ce),
+    ("mlp", LossKind::Mse),
+];
 
 fn data_dir() -> PathBuf {
     match std::env::var_os("TAPEPLAN_ORT_DIR") {
@@ -86,7 +103,6 @@ impl Diff {
 
 /// What one model's check measured.
 struct Report {
-    name: &'static str,
     loss: Diff,
     grads: Diff,
     params: Diff,
@@ -103,6 +119,7 @@ fn leaves_of(
     model: &OnnxModel,
     tape: &mut Tape,
     batch: usize,
+    target: Shape,
 ) -> (Vec<NodeId>, NodeId, Vec<NodeId>) {
     let inputs = model
         .inputs(batch)
@@ -110,7 +127,7 @@ fn leaves_of(
         .iter()
         .map(|i| tape.input(&i.name, i.shape))
         .collect();
-    let labels = tape.input("labels", Shape::vector(batch));
+    let labels = tape.input("labels", target);
     let leaves = model
         .parameters()
         .unwrap()
@@ -118,6 +135,15 @@ fn leaves_of(
         .map(|s| tape.parameter(&s.name, s.shape))
         .collect();
     (inputs, labels, leaves)
+}
+
+/// Records the loss of `output` against `target`.
+fn record_loss(tape: &mut Tape, kind: LossKind, output: NodeId, target: NodeId) -> NodeId {
+    match kind {
+        LossKind::Ce => softmax_cross_entropy(&mut tape.trace(), &output, &target),
+        LossKind::Mse => mean_squared_error(&mut tape.trace(), &output, &target),
+    }
+    .unwrap()
 }
 
 /// Records the gradient of `loss` for the parameters `trains` accepts and their SGD update:
@@ -152,11 +178,13 @@ fn sgd(
 fn train_step_plan(
     model: &OnnxModel,
     batch: usize,
+    kind: LossKind,
+    target: Shape,
     trains: impl Fn(&str) -> bool,
 ) -> (usize, usize) {
     let specs = model.parameters().unwrap();
     let mut tape = Tape::new();
-    let (inputs, labels, leaves) = leaves_of(model, &mut tape, batch);
+    let (inputs, labels, leaves) = leaves_of(model, &mut tape, batch, target);
     let fwd = model
         .record(
             &mut tape,
@@ -169,7 +197,7 @@ fn train_step_plan(
             },
         )
         .unwrap();
-    let loss = softmax_cross_entropy(&mut tape.trace(), &fwd.output, &labels).unwrap();
+    let loss = record_loss(&mut tape, kind, fwd.output, labels);
     let (trainable, _, updated) = sgd(&mut tape, &specs, &leaves, loss, 0.1, trains);
     let mut roots = vec![Root::Output {
         name: "loss".into(),
@@ -205,13 +233,15 @@ fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
-fn check_model(name: &'static str) -> Report {
+fn check_model(name: &str, kind: LossKind) -> Report {
     let dir = data_dir();
     let bytes = std::fs::read(dir.join(format!("{name}.onnx"))).expect("the model file");
-    let ort: Value = serde_json::from_slice(
-        &std::fs::read(dir.join(format!("{name}.ort.json"))).expect("ORT's results"),
-    )
-    .unwrap();
+    let results = match kind {
+        LossKind::Ce => format!("{name}.ort.json"),
+        LossKind::Mse => format!("{name}.mse.ort.json"),
+    };
+    let ort: Value =
+        serde_json::from_slice(&std::fs::read(dir.join(results)).expect("ORT's results")).unwrap();
     let model = OnnxModel::from_bytes(&bytes).unwrap();
     let batch = ort["batch"].as_u64().unwrap() as usize;
     let lr = ort["lr"].as_f64().unwrap() as f32;
@@ -236,7 +266,14 @@ fn check_model(name: &'static str) -> Report {
     // (over the same leaves), the loss, its gradient, the SGD update.
     let mut tape = Tape::new();
     let input_specs = model.inputs(batch).unwrap();
-    let (inputs, labels, leaves) = leaves_of(&model, &mut tape, batch);
+    let target = match kind {
+        LossKind::Ce => Shape::vector(batch),
+        LossKind::Mse => {
+            let width = floats(&ort["steps"][0]["labels"]).len() / batch;
+            Shape::matrix(batch, width)
+        }
+    };
+    let (inputs, labels, leaves) = leaves_of(&model, &mut tape, batch, target);
     let cx = |mode, batch, inputs| ForwardCx {
         batch,
         mode,
@@ -262,7 +299,7 @@ fn check_model(name: &'static str) -> Report {
         .record(&mut tape, &cx(Mode::Eval, 1, &one_inputs))
         .unwrap()
         .output;
-    let loss = softmax_cross_entropy(&mut tape.trace(), &train_fwd.output, &labels).unwrap();
+    let loss = record_loss(&mut tape, kind, train_fwd.output, labels);
     let (trainable, grads, updated) = sgd(&mut tape, &specs, &leaves, loss, lr, |_| true);
     let grads: Vec<NodeId> = grads
         .into_iter()
@@ -336,13 +373,12 @@ fn check_model(name: &'static str) -> Report {
     // The oracle's persistent values, carried by hand from step to step.
     let mut values: Vec<Vec<f32>> = specs.iter().map(|s| s.init.clone()).collect();
     let mut report = Report {
-        name,
         loss: Diff::default(),
         grads: Diff::default(),
         params: Diff::default(),
         forward: Diff::default(),
-        full: train_step_plan(&model, batch, |_| true),
-        head: train_step_plan(&model, batch, |n| {
+        full: train_step_plan(&model, batch, kind, target, |_| true),
+        head: train_step_plan(&model, batch, kind, target, |n| {
             n.starts_with("fc.") || n.starts_with("fc2.")
         }),
     };
@@ -354,7 +390,7 @@ fn check_model(name: &'static str) -> Report {
         }
         run.set(
             labels,
-            Tensor::new(Shape::vector(batch), floats(&step["labels"])).unwrap(),
+            Tensor::new(target, floats(&step["labels"])).unwrap(),
         )
         .unwrap();
     };
@@ -533,13 +569,17 @@ fn gradients_and_sgd_steps_match_onnx_runtime_training() {
         "arena head",
         "plan B"
     );
-    let mut reports: BTreeMap<&str, Report> = BTreeMap::new();
-    for name in MODELS {
-        let r = check_model(name);
+    let mut reports: BTreeMap<String, Report> = BTreeMap::new();
+    for &(model, kind) in CASES {
+        let name = match kind {
+            LossKind::Ce => model.to_owned(),
+            LossKind::Mse => format!("{model} mse"),
+        };
+        let r = check_model(model, kind);
         let cell = |d: &Diff| format!("{:.1e}/{:.1e}", d.abs, d.rel);
         println!(
             "{:<9} {:>17} {:>17} {:>17} {:>17} {:>10} {:>10} {:>7}",
-            r.name,
+            name,
             cell(&r.loss),
             cell(&r.grads),
             cell(&r.params),
@@ -571,7 +611,7 @@ fn gradients_and_sgd_steps_match_onnx_runtime_training() {
         reports.insert(name, r);
     }
     assert!(failed.is_empty(), "{failed:#?}");
-    assert_eq!(reports.len(), MODELS.len());
+    assert_eq!(reports.len(), CASES.len());
 }
 
 fn load(name: &str) -> OnnxModel {
