@@ -751,3 +751,26 @@ fn batch_norm_running_statistics_update_in_training_only() {
         );
     }
 }
+
+/// The initial parameters and buffers as safetensors: every persistent tensor under its ONNX
+/// (`state_dict`) name, its shape and its initializer's values.
+#[test]
+fn initial_parameters_are_a_state_dict() {
+    let model = load("cnn2d_bn");
+    let bytes = model.initial_safetensors().unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let specs = model.parameters().unwrap();
+    assert_eq!(st.len(), specs.len());
+    for s in &specs {
+        let t = st.tensor(&s.name).unwrap();
+        assert_eq!(t.shape(), &s.shape.dims()[..s.shape.rank()]);
+        let values: Vec<f32> = t
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        assert_eq!(values, s.init, "{}", s.name);
+    }
+    assert_eq!(st.tensor("conv.weight").unwrap().shape(), [4, 1, 3, 3]);
+    assert!(st.tensor("bn.running_var").is_ok());
+}

@@ -283,6 +283,37 @@ impl OnnxModel {
         self.batch_dim.as_deref()
     }
 
+    /// The initial values of every persistent tensor (parameters and buffers) as a safetensors
+    /// file, keyed by ONNX name (the `state_dict` key: a plan's name is [`state_name`] of it),
+    /// `F32`, in PyTorch's layouts (ONNX's initializers have them), metadata `format = pt`:
+    /// what `torch.load_state_dict` and tapeplan's import read.
+    ///
+    /// # Errors
+    /// [`ModelError::Invalid`] when safetensors refuses a tensor (it does not for a valid
+    /// model).
+    pub fn initial_safetensors(&self) -> Result<Vec<u8>, ModelError> {
+        use safetensors::tensor::{Dtype, TensorView};
+        let bytes: Vec<Vec<u8>> = self
+            .params
+            .iter()
+            .map(|p| p.spec.init.iter().flat_map(|v| v.to_le_bytes()).collect())
+            .collect();
+        let invalid =
+            |e: safetensors::SafeTensorError| ModelError::Invalid(format!("safetensors: {e}"));
+        let views = self
+            .params
+            .iter()
+            .zip(&bytes)
+            .map(|(p, b)| {
+                let dims = p.spec.shape.dims()[..p.spec.shape.rank()].to_vec();
+                TensorView::new(Dtype::F32, dims, b).map(|v| (p.onnx_name.as_str(), v))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(invalid)?;
+        let meta = std::collections::HashMap::from([("format".to_owned(), "pt".to_owned())]);
+        safetensors::serialize(views, Some(meta)).map_err(invalid)
+    }
+
     /// The decoded graph.
     pub fn proto(&self) -> &ModelProto {
         &self.proto
