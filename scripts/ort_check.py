@@ -15,6 +15,7 @@ is registered as an empty module whose path is the installed directory, so that 
 Usage: python scripts/ort_check.py MODELS_DIR   (reads and writes there)
 """
 
+import contextlib
 import importlib
 import json
 import os
@@ -81,6 +82,27 @@ def explicit_pads(model):
         n.attribute.remove(attrs["auto_pad"])
         n.attribute.append(onnx.helper.make_attribute("pads", begin + end))
     return m
+
+
+@contextlib.contextmanager
+def quiet_info_logs():
+    """Drops ONNX Runtime's informational log lines (`[I:onnxruntime…]`: one per graph
+    transformer) that `generate_artifacts` prints on the process's stderr whatever the logger
+    severity; every other line is passed on."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            for line in tmp.read().decode(errors="replace").splitlines():
+                if "[I:onnxruntime" not in line:
+                    print(line, file=sys.stderr)
 
 
 def session_options():
@@ -172,14 +194,15 @@ def check(path, artifacts, api, kind="ce"):
     forward = sess.run(None, data[0][0])[0]
 
     with tempfile.TemporaryDirectory() as tmp:
-        artifacts.generate_artifacts(
-            explicit_pads(model),
-            requires_grad=params,
-            frozen_params=frozen,
-            loss=getattr(artifacts.LossType, LOSSES[kind]),
-            optimizer=artifacts.OptimType.SGD,
-            artifact_directory=tmp,
-        )
+        with quiet_info_logs():
+            artifacts.generate_artifacts(
+                explicit_pads(model),
+                requires_grad=params,
+                frozen_params=frozen,
+                loss=getattr(artifacts.LossType, LOSSES[kind]),
+                optimizer=artifacts.OptimType.SGD,
+                artifact_directory=tmp,
+            )
         pin_versions(tmp)
         state = api.CheckpointState.load_checkpoint(os.path.join(tmp, "checkpoint"))
         module = api.Module(
