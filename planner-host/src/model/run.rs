@@ -279,6 +279,7 @@ impl RunConfig {
                 planning: PlanOptions {
                     fuse: self.fusion,
                     math: self.math,
+                    ..PlanOptions::default()
                 },
                 ..JobOptions::default()
             },
