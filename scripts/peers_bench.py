@@ -1,23 +1,34 @@
-"""The JAX worker of `cargo xtask bench --peers` (issue 15; docs/benchmarks.md, "Against JAX").
+"""The JAX and ONNX Runtime worker of `cargo xtask bench --peers` (issue 15; docs/benchmarks.md,
+"Against JAX and ONNX Runtime").
 
 Usage: peers_bench.py DIR
 
 Reads the workloads `DIR/W1.safetensors`, `W2`, `W3` that `peers export` (planner-host's
 example) wrote: initial parameters, every step's batch in batch order, the definition in the
-metadata. Compiles each workload two ways, warms them up, prints `ready jax-<version>`, then
-answers each line `run W<n> jax-jit|jax-scan` read on standard input with one line, the same as
-the tapeplan worker's:
+metadata. Compiles each workload three ways, warms them up, prints `ready jax-<version>
+ort-<version>`, then answers each line `run W<n> jax-jit|jax-scan|ort` read on standard input
+with one line, the same as the tapeplan worker's:
 
     result W<n> <system> ns_per_step=... loss_last_epoch=... loss_final=... param_abs_sum=... accuracy=...
 
 - `jax-jit`: one compiled call per training step (`jax.jit` of the step, parameters donated),
   called from a Python loop; the time ends when the last step's results are ready.
 - `jax-scan`: every step in one compiled call (`jax.lax.scan` over the steps).
+- `ort`: ONNX Runtime's on-device training (`onnxruntime-training-cpu`): the model as ONNX
+  (MatMul, Add, Tanh/Relu), its training artifacts made by `generate_artifacts` (the loss
+  `CrossEntropyLoss`/`MSELoss`, the optimizer SGD or AdamW with `adam_mode = 0`, weight decay 0
+  and `eps = 1e-8`: PyTorch's Adam), one `Module` call, `Optimizer.step` and `lazy_reset_grad`
+  per step, one intra-op thread.
 
 Both train from the file's initial parameters over every step of the file; the time covers the
 steps only (the initial parameters are put on the device before the clock starts). Set
 `XLA_FLAGS=--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1` (one thread) and
 pin the process with `taskset`; the xtask does both.
+
+onnxruntime-training's package `__init__` imports PyTorch, which does not install here
+(microsoft/onnxruntime issue 22070); its `artifacts` and `api` modules do not need it, so they
+are imported from the installed, unmodified package under a bare `onnxruntime.training`
+package object that skips that `__init__`.
 
 The models, losses and optimizers follow issue 15's definitions and tapeplan's (PyTorch's
 documented formulas): dense layers `y = x W + b` with `W` `[fan_in, fan_out]`; softmax
@@ -27,7 +38,9 @@ Adam `p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)`.
 
 import os
 import sys
+import tempfile
 import time
+import types
 
 os.environ.setdefault(
     "XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
@@ -39,9 +52,20 @@ from safetensors import safe_open  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+import onnx  # noqa: E402
+import onnxruntime  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+_training = types.ModuleType("onnxruntime.training")
+_training.__path__ = [os.path.join(os.path.dirname(onnxruntime.__file__), "training")]
+sys.modules.setdefault("onnxruntime.training", _training)
+from onnxruntime.training import artifacts, onnxblock  # noqa: E402
+from onnxruntime.training.api import CheckpointState, Module, Optimizer  # noqa: E402
+
+onnxruntime.set_default_logger_severity(3)
 
 WORKLOADS = ["W1", "W2", "W3"]
-SYSTEMS = ["jax-jit", "jax-scan"]
+SYSTEMS = ["jax-jit", "jax-scan", "ort"]
 
 
 class Workload:
@@ -74,11 +98,95 @@ class Workload:
         self.test = None
         if "test.x" in tensors:
             self.test = (tensors["test.x"], tensors["test.labels"].astype(np.int64))
+        self.ort_dir = tempfile.mkdtemp(prefix=f"peers-ort-{wid}-")
+        self.ort_artifacts()
         self.jit_step = jax.jit(self.step, donate_argnums=(0,))
         self.scan = jax.jit(
             lambda state, xs, ys: jax.lax.scan(self.scan_body, state, (xs, ys)),
             donate_argnums=(0,),
         )
+
+    def ort_artifacts(self):
+        """The ONNX model (logits of `x`) and ONNX Runtime's training artifacts for it."""
+        layers = len(self.sizes) - 1
+        batch = self.xs.shape[1]
+        act = {jnp.tanh: "Tanh", jax.nn.relu: "Relu"}[self.activation]
+        nodes, h = [], "x"
+        for i in range(layers):
+            nodes.append(helper.make_node("MatMul", [h, f"w{i + 1}"], [f"mm{i + 1}"]))
+            out = "logits" if i == layers - 1 else f"z{i + 1}"
+            nodes.append(helper.make_node("Add", [f"mm{i + 1}", f"b{i + 1}"], [out]))
+            if i < layers - 1:
+                nodes.append(helper.make_node(act, [out], [f"h{i + 1}"]))
+                out = f"h{i + 1}"
+            h = out
+        names = [f"{k}{i + 1}" for i in range(layers) for k in ("w", "b")]
+        graph = helper.make_graph(
+            nodes,
+            "mlp",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, self.sizes[0]])],
+            [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, self.sizes[-1]])],
+            [numpy_helper.from_array(v, n) for n, v in zip(names, self.init)],
+        )
+        # IR version 10: the newest this ONNX Runtime reads.
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+        if self.optimizer == "adam":
+            optim = onnxblock.optim.AdamW(betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+        else:
+            optim = artifacts.OptimType.SGD
+        loss = {"ce": artifacts.LossType.CrossEntropyLoss, "mse": artifacts.LossType.MSELoss}
+        artifacts.generate_artifacts(
+            model,
+            requires_grad=names,
+            loss=loss[self.loss],
+            optimizer=optim,
+            artifact_directory=self.ort_dir,
+        )
+        # The optimizer model is written with onnx's newest IR version: set the newest this
+        # ONNX Runtime reads. The AdamW block writes HF's AdamW (`adam_mode = 1`); PyTorch's
+        # Adam is `adam_mode = 0`.
+        path = os.path.join(self.ort_dir, "optimizer_model.onnx")
+        m = onnx.load(path)
+        m.ir_version = 10
+        for node in m.graph.node:
+            if node.op_type == "AdamWOptimizer":
+                for a in node.attribute:
+                    if a.name == "adam_mode":
+                        a.i = 0
+        onnx.save(m, path)
+        self.ort_y = [np.asarray(y).astype(np.int64) if self.loss == "ce" else np.asarray(y)
+                      for y in self.y_steps]
+        self.ort_x = [np.asarray(x) for x in self.x_steps]
+
+    def train_ort(self):
+        """One training run through ONNX Runtime; the losses, the time and the parameters."""
+        opts = onnxruntime.SessionOptions()
+        opts.intra_op_num_threads = 1
+        opts.inter_op_num_threads = 1
+        state = CheckpointState.load_checkpoint(os.path.join(self.ort_dir, "checkpoint"))
+        module = Module(
+            os.path.join(self.ort_dir, "training_model.onnx"),
+            state,
+            os.path.join(self.ort_dir, "eval_model.onnx"),
+            session_options=opts,
+        )
+        optimizer = Optimizer(os.path.join(self.ort_dir, "optimizer_model.onnx"), module)
+        optimizer.set_learning_rate(float(self.lr))
+        module.train()
+        losses = np.empty(self.steps)
+        start = time.perf_counter_ns()
+        for i, (x, y) in enumerate(zip(self.ort_x, self.ort_y)):
+            losses[i] = module(x, y)
+            optimizer.step()
+            module.lazy_reset_grad()
+        elapsed = time.perf_counter_ns() - start
+        layers = len(self.sizes) - 1
+        params = [
+            np.asarray(state.parameters[f"{k}{i + 1}"].data).reshape(self.init[2 * i + j].shape)
+            for i in range(layers)
+            for j, k in enumerate(("w", "b"))
+        ]
+        return losses, elapsed, params
 
     def logits(self, params, x):
         h = x
@@ -136,6 +244,8 @@ class Workload:
             jax.block_until_ready((state, losses))
             elapsed = time.perf_counter_ns() - start
             losses = np.array([float(v) for v in losses])
+        elif system == "ort":
+            losses, elapsed, params = self.train_ort()
         elif system == "jax-scan":
             start = time.perf_counter_ns()
             state, losses = self.scan(state, self.xs, self.ys)
@@ -144,7 +254,8 @@ class Workload:
             losses = np.asarray(losses, dtype=np.float64)
         else:
             raise ValueError(f"unknown system {system!r} ({', '.join(SYSTEMS)})")
-        params = [np.asarray(p) for p in state[0]]
+        if system != "ort":
+            params = [np.asarray(p) for p in state[0]]
         figures = {
             "ns_per_step": f"{elapsed / self.steps:.1f}",
             "loss_last_epoch": f"{losses[-self.steps_per_epoch:].mean():.7f}",
@@ -154,7 +265,7 @@ class Workload:
         }
         if self.test is not None:
             tx, labels = self.test
-            pred = np.argmax(np.asarray(self.logits(params, jnp.asarray(tx))), axis=1)
+            pred = np.argmax(np.asarray(self.logits(params, tx)), axis=1)
             figures["accuracy"] = f"{(pred == labels).mean():.5f}"
         return " ".join(f"{k}={v}" for k, v in figures.items())
 
@@ -166,7 +277,7 @@ def main():
     for w in work.values():
         for system in SYSTEMS:
             w.train(system)  # compile and warm up
-    print(f"ready jax-{jax.__version__}", flush=True)
+    print(f"ready jax-{jax.__version__} ort-{onnxruntime.__version__}", flush=True)
     for line in sys.stdin:
         words = line.split()
         if not words or words == ["quit"]:

@@ -1,16 +1,18 @@
 //! `cargo xtask bench --peers`: issue 15's side-by-side benchmark of tapeplan's runtime against
-//! JAX, on the workloads W1, W2 and W3 (docs/benchmarks.md, "Against JAX").
+//! JAX and ONNX Runtime's on-device training, on the workloads W1, W2 and W3
+//! (docs/benchmarks.md, "Against JAX and ONNX Runtime").
 //!
-//! 1. Installs the pinned `jax[cpu]` (with numpy and safetensors) into the venv
-//!    `target/py-venv`.
+//! 1. Installs the pinned `jax[cpu]` and `onnxruntime-training-cpu` (with onnx, numpy and
+//!    safetensors) into the venv `target/py-venv`.
 //! 2. Builds planner-host's `peers` example with the `simd` catalog and `-C target-cpu=native`
 //!    (in `target/bench-native`, as `cargo xtask bench` does), and has it export the
 //!    workloads (`peers export`: data, initial parameters and batch order, one safetensors
 //!    file each) into `target/bench/peers`.
 //! 3. Starts two workers, each pinned to the same core with `taskset` and single-threaded:
 //!    the example (`peers serve`: tapeplan's `run_program`) and `scripts/peers_bench.py` (JAX,
-//!    one `jit` call per step and one `lax.scan` over every step). Both read the same files;
-//!    each compiles and warms up before it says `ready`.
+//!    one `jit` call per step and one `lax.scan` over every step; ONNX Runtime, one training
+//!    call per step). Both read the same files; each compiles and warms up before it says
+//!    `ready`.
 //! 4. Runs the rounds: in each, every workload is trained from its initial parameters by every
 //!    system in turn (the order rotating from round to round), one system at a time; each
 //!    answers its time per step and its check figures.
@@ -27,16 +29,20 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use anyhow::{anyhow, bail, Context, Result};
 
 use crate::bench::time;
+use crate::onnx::ONNX_VERSION;
 use crate::{run, venv_python, Ctx};
 
 /// The pinned JAX release (TOOLCHAIN.md).
 const JAX_VERSION: &str = "0.10.2";
 
+/// The pinned ONNX Runtime training release (TOOLCHAIN.md).
+const ORT_VERSION: &str = "1.19.2";
+
 /// The workloads, in table order.
 const WORKLOADS: [&str; 3] = ["W1", "W2", "W3"];
 
 /// The systems: tapeplan first (the numerator of every ratio), then the peers.
-const SYSTEMS: [&str; 3] = ["tapeplan", "jax-scan", "jax-jit"];
+const SYSTEMS: [&str; 4] = ["tapeplan", "jax-scan", "jax-jit", "ort"];
 
 /// Rounds when `--rounds` is not given.
 const DEFAULT_ROUNDS: usize = 9;
@@ -75,7 +81,7 @@ pub(crate) fn verb_peers(ctx: &Ctx, args: &[String]) -> Result<()> {
         }
     }
     let rounds = rounds.unwrap_or(if smoke { 1 } else { DEFAULT_ROUNDS });
-    let py = jax_python(ctx)?;
+    let py = peers_python(ctx)?;
     let native = ctx.root.join("target").join("bench-native");
     let mut build = ctx.cargo([
         "build",
@@ -107,14 +113,17 @@ pub(crate) fn verb_peers(ctx: &Ctx, args: &[String]) -> Result<()> {
     eprintln!("peers: {machine}; both workers pinned to core {core}; load {load_before}");
     let mut tapeplan_cmd = Command::new(&bin);
     tapeplan_cmd.arg("serve").arg(&dir);
-    let mut jax_cmd = Command::new(&py);
-    jax_cmd.arg(ctx.root.join(SCRIPT)).arg(&dir).env(
+    let mut python_cmd = Command::new(&py);
+    python_cmd.arg(ctx.root.join(SCRIPT)).arg(&dir).env(
         "XLA_FLAGS",
         "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
     );
     let mut tapeplan = Worker::start(tapeplan_cmd, &core)?;
-    let mut jax = Worker::start(jax_cmd, &core)?;
-    eprintln!("peers: workers ready: {} and {}", tapeplan.name, jax.name);
+    let mut python = Worker::start(python_cmd, &core)?;
+    eprintln!(
+        "peers: workers ready: {} and {}",
+        tapeplan.name, python.name
+    );
 
     let mut results: Results = BTreeMap::new();
     for round in 0..rounds {
@@ -124,7 +133,7 @@ pub(crate) fn verb_peers(ctx: &Ctx, args: &[String]) -> Result<()> {
                 let worker = if system == "tapeplan" {
                     &mut tapeplan
                 } else {
-                    &mut jax
+                    &mut python
                 };
                 let f = worker.run(w, system)?;
                 results.entry((w, system)).or_default().push(f);
@@ -133,7 +142,7 @@ pub(crate) fn verb_peers(ctx: &Ctx, args: &[String]) -> Result<()> {
         eprintln!("peers: round {}/{rounds} done", round + 1);
     }
     tapeplan.stop()?;
-    jax.stop()?;
+    python.stop()?;
     let load_after = load_average();
     println!(
         "{}",
@@ -143,24 +152,25 @@ pub(crate) fn verb_peers(ctx: &Ctx, args: &[String]) -> Result<()> {
             &machine,
             &load_before,
             &load_after,
-            &jax.name
+            &python.name
         )
     );
     check_agreement(&results)
 }
 
-/// The Python of [`crate::PY_VENV`] with `jax` [`JAX_VERSION`] (and numpy, safetensors) installed.
-fn jax_python(ctx: &Ctx) -> Result<PathBuf> {
+/// The Python of [`crate::PY_VENV`] with `jax` [`JAX_VERSION`], `onnxruntime-training-cpu`
+/// [`ORT_VERSION`] and `onnx` [`ONNX_VERSION`] (and numpy, safetensors) installed.
+fn peers_python(ctx: &Ctx) -> Result<PathBuf> {
     let check = format!(
-        "import sys, numpy, safetensors, jax; sys.exit(0 if jax.__version__ == '{JAX_VERSION}' else 1)"
+        "import sys, numpy, safetensors, jax, onnx, onnxruntime as ort; \
+         sys.exit(0 if (jax.__version__, ort.__version__, onnx.__version__) \
+         == ('{JAX_VERSION}', '{ORT_VERSION}', '{ONNX_VERSION}') else 1)"
     );
     let jax = format!("jax[cpu]=={JAX_VERSION}");
-    venv_python(
-        ctx,
-        &check,
-        &["numpy", "safetensors", &jax],
-        "the peers benchmark",
-    )
+    let ort = format!("onnxruntime-training-cpu=={ORT_VERSION}");
+    let onnx = format!("onnx=={ONNX_VERSION}");
+    let packages = ["numpy", "safetensors", &jax, &ort, &onnx];
+    venv_python(ctx, &check, &packages, "the peers benchmark")
 }
 
 /// The core both workers are pinned to: the second, so the first stays for the rest of the
@@ -349,27 +359,29 @@ fn report(
     machine: &str,
     load_before: &str,
     load_after: &str,
-    jax: &str,
+    peers: &str,
 ) -> String {
     let get =
         |w: &'static str, s: &'static str| results.get(&(w, s)).map_or(&[][..], Vec::as_slice);
     let mut s = format!(
-        "Machine: {machine}; one core (taskset), one thread; {rounds} rounds; {jax}; \
+        "Machine: {machine}; one core (taskset), one thread; {rounds} rounds; {peers}; \
          load average before {load_before}, after {load_after}.\n\n\
-         | workload | tapeplan simd (`run_program`) ÷ JAX `lax.scan` | ÷ JAX one `jit` call per step | tapeplan per step | JAX `lax.scan` per step | JAX `jit` per step |\n\
-         |---|---:|---:|---:|---:|---:|\n"
+         | workload | tapeplan simd (`run_program`) ÷ JAX `lax.scan` | ÷ JAX one `jit` call per step | ÷ ONNX Runtime training, one call per step | tapeplan per step | JAX `lax.scan` per step | JAX `jit` per step | ONNX Runtime per step |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|\n"
     );
     for w in WORKLOADS {
         let t = get(w, "tapeplan");
         let med =
             |sys: &'static str| time(median(get(w, sys).iter().map(|f| f.ns_per_step).collect()));
         s.push_str(&format!(
-            "| {w} | {:.2} | {:.2} | {} | {} | {} |\n",
+            "| {w} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} |\n",
             ratio(t, get(w, "jax-scan")),
             ratio(t, get(w, "jax-jit")),
+            ratio(t, get(w, "ort")),
             med("tapeplan"),
             med("jax-scan"),
             med("jax-jit"),
+            med("ort"),
         ));
     }
     s.push_str(
@@ -513,12 +525,13 @@ mod tests {
             r.insert((w, "tapeplan"), vec![fig(1.0, 0.5)]);
             r.insert((w, "jax-scan"), vec![fig(2.0, 0.5002)]);
             r.insert((w, "jax-jit"), vec![fig(3.0, 0.4999)]);
+            r.insert((w, "ort"), vec![fig(4.0, 0.5)]);
         }
         check_agreement(&r).unwrap();
         r.insert(("W2", "jax-jit"), vec![fig(3.0, 0.51)]);
         let e = check_agreement(&r).unwrap_err().to_string();
         assert!(e.contains("W2 jax-jit: mean loss of the last epoch"), "{e}");
         let t = report(&r, 1, "cpu", "0", "0", "jax-0");
-        assert!(t.contains("| W1 | 0.50 | 0.33 |"), "{t}");
+        assert!(t.contains("| W1 | 0.50 | 0.33 | 0.25 |"), "{t}");
     }
 }
