@@ -45,7 +45,7 @@ const WORKLOADS: [&str; 3] = ["W1", "W2", "W3"];
 const SYSTEMS: [&str; 4] = ["tapeplan", "jax-scan", "jax-jit", "ort"];
 
 /// Rounds when `--rounds` is not given.
-const DEFAULT_ROUNDS: usize = 9;
+const DEFAULT_ROUNDS: usize = 13;
 
 /// How far a peer's last-epoch mean loss and final loss may be from tapeplan's, relative: the
 /// systems round differently (libm's against XLA's `tanh`/`exp`, other summation orders), so
