@@ -36,6 +36,7 @@ cross-entropy averaged over the batch; mean squared error over every element; SG
 Adam `p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)`.
 """
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -66,6 +67,23 @@ onnxruntime.set_default_logger_severity(3)
 
 WORKLOADS = ["W1", "W2", "W3"]
 SYSTEMS = ["jax-jit", "jax-scan", "ort"]
+
+
+@contextlib.contextmanager
+def quiet_stderr():
+    """File descriptor 2 to /dev/null: the gradient-graph builder of `generate_artifacts` logs
+    every graph transformer at the info level from native code, whatever the Python settings.
+    An exception still reaches the caller (and is printed) once the descriptor is restored."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 class Workload:
@@ -135,13 +153,14 @@ class Workload:
         else:
             optim = artifacts.OptimType.SGD
         loss = {"ce": artifacts.LossType.CrossEntropyLoss, "mse": artifacts.LossType.MSELoss}
-        artifacts.generate_artifacts(
-            model,
-            requires_grad=names,
-            loss=loss[self.loss],
-            optimizer=optim,
-            artifact_directory=self.ort_dir,
-        )
+        with quiet_stderr():
+            artifacts.generate_artifacts(
+                model,
+                requires_grad=names,
+                loss=loss[self.loss],
+                optimizer=optim,
+                artifact_directory=self.ort_dir,
+            )
         # The optimizer model is written with onnx's newest IR version: set the newest this
         # ONNX Runtime reads. The AdamW block writes HF's AdamW (`adam_mode = 1`); PyTorch's
         # Adam is `adam_mode = 0`.
