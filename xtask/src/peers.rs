@@ -385,7 +385,7 @@ fn report(
         ));
     }
     s.push_str(
-        "\n| workload | system | mean loss, last epoch | loss, last step | Σ|parameters| | test accuracy |\n\
+        "\n| workload | system | mean loss, last epoch | loss, last step | Σ\\|parameters\\| | test accuracy |\n\
          |---|---|---:|---:|---:|---:|\n",
     );
     for w in WORKLOADS {
