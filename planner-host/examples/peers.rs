@@ -531,3 +531,120 @@ fn main() -> Result<()> {
         _ => bail!("usage: peers export DIR [--epochs N] | peers serve DIR"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tensor<'t>(t: &'t Tensors, name: &str) -> &'t (String, Vec<usize>, Vec<f32>) {
+        t.iter().find(|(n, _, _)| n == name).unwrap()
+    }
+
+    #[test]
+    fn initial_weights_are_uniform_within_one_over_sqrt_fan_in() {
+        let t = init_parameters(&[64, 32, 10], 11);
+        let names: Vec<&str> = t.iter().map(|(n, _, _)| n.as_str()).collect();
+        assert_eq!(names, ["init.w1", "init.b1", "init.w2", "init.b2"]);
+        for (name, fan_in) in [("init.w1", 64.0f32), ("init.w2", 32.0)] {
+            let (_, _, w) = tensor(&t, name);
+            let bound = 1.0 / fan_in.sqrt();
+            assert!(w.iter().all(|v| v.abs() < bound), "{name} outside ±{bound}");
+            // U(-a, a) has mean 0 and variance a²/3.
+            let n = w.len() as f64;
+            let mean = w.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+            let var = w.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / n;
+            let a2 = f64::from(bound).powi(2);
+            assert!(mean.abs() < 0.1 * f64::from(bound), "{name} mean {mean}");
+            assert!(
+                (var / (a2 / 3.0) - 1.0).abs() < 0.2,
+                "{name} variance {var}"
+            );
+        }
+        assert_eq!(tensor(&t, "init.w1").1, [64, 32]);
+        assert!(tensor(&t, "init.b2").2.iter().all(|&b| b == 0.0));
+    }
+
+    #[test]
+    fn every_epoch_is_a_fresh_permutation() {
+        let order = batch_order(256, 1, 3, 5);
+        assert_eq!(order.len(), 3 * 256);
+        let epochs: Vec<&[usize]> = order.chunks(256).collect();
+        for e in &epochs {
+            let mut sorted = e.to_vec();
+            sorted.sort_unstable();
+            assert_eq!(sorted, (0..256).collect::<Vec<_>>());
+        }
+        assert_ne!(epochs[0], epochs[1]);
+        // 1 437 rows in batches of 32: the last 29 of each shuffle fall off.
+        assert_eq!(batch_order(1437, 32, 2, 2).len(), 2 * 44 * 32);
+    }
+
+    #[test]
+    fn w1_splits_the_digits_into_45_batches_and_357_held_out_rows() {
+        let (spec, t) = workload("W1", 2).unwrap();
+        assert_eq!((spec.steps_per_epoch, spec.steps()), (45, 90));
+        let (_, xs, x) = tensor(&t, "x");
+        assert_eq!(xs, &[90, 32, 64]);
+        let (_, ts, test) = tensor(&t, "test.x");
+        assert_eq!(ts, &[357, 64]);
+        // Every pixel is a count over 16; the training rows of an epoch and the held-out rows
+        // are together the whole set (compared as multisets of rows).
+        assert!(x
+            .iter()
+            .all(|&v| (v * 16.0).fract() == 0.0 && (0.0..=1.0).contains(&v)));
+        let digits = data::digits().unwrap();
+        let key = |r: &[f32]| r.iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
+        let mut all: Vec<Vec<u32>> = digits.features.chunks(64).map(key).collect();
+        let mut ours: Vec<Vec<u32>> = x[..45 * 32 * 64]
+            .chunks(64)
+            .chain(test.chunks(64))
+            .map(key)
+            .collect();
+        all.sort();
+        ours.sort();
+        assert_eq!(ours, all);
+        let (_, _, y) = tensor(&t, "y");
+        assert!(y
+            .iter()
+            .all(|&l| l.fract() == 0.0 && (0.0..10.0).contains(&l)));
+    }
+
+    #[test]
+    fn w3_targets_are_sin_pi_x0_cos_pi_x1_over_2() {
+        let (spec, t) = workload("W3", 1).unwrap();
+        assert_eq!((spec.batch, spec.steps()), (1, 256));
+        let (_, _, x) = tensor(&t, "x");
+        let (_, _, y) = tensor(&t, "y");
+        for (p, &target) in x.chunks(2).zip(y) {
+            assert!(p.iter().all(|v| (-1.0..1.0).contains(v)));
+            let want =
+                (std::f32::consts::PI * p[0]).sin() * (std::f32::consts::PI * p[1]).cos() / 2.0;
+            assert!(
+                (target - want).abs() < 1e-5,
+                "{p:?}: {target} against {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn w2_inputs_look_standard_normal_and_the_definition_round_trips() {
+        let (spec, t) = workload("W2", 1).unwrap();
+        let (_, shape, x) = tensor(&t, "x");
+        assert_eq!(shape, &[16, 64, 784]);
+        let n = x.len() as f64;
+        let mean = x.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+        let var = x.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / n - mean * mean;
+        assert!(
+            mean.abs() < 0.01 && (var - 1.0).abs() < 0.01,
+            "{mean} {var}"
+        );
+        assert_eq!(Spec::from_metadata(&spec.metadata()).unwrap(), spec);
+        assert_eq!(spec.optimizer().unwrap(), Optimizer::adam(1e-3));
+        let mut bad = spec.metadata();
+        bad.insert("loss".into(), "hinge".into());
+        assert!(Spec::from_metadata(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("hinge"));
+    }
+}
