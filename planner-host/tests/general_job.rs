@@ -292,7 +292,8 @@ fn partial_update_freezes_a_backbone_in_less_memory() {
     assert!(
         partial.update_start - partial.gradient_start < full.update_start - full.gradient_start
     );
-    let grad_shapes: Vec<Shape> = partial.tape.nodes()[partial.gradient_start..partial.update_start]
+    let grad_shapes: Vec<Shape> = partial.tape.nodes()
+        [partial.gradient_start..partial.update_start]
         .iter()
         .map(|n| n.shape)
         .collect();
@@ -302,7 +303,10 @@ fn partial_update_freezes_a_backbone_in_less_memory() {
         Shape::matrix(batch, 10),
         Shape::matrix(batch, 8),
     ] {
-        assert!(!grad_shapes.contains(&frozen), "{frozen:?} in the partial gradient");
+        assert!(
+            !grad_shapes.contains(&frozen),
+            "{frozen:?} in the partial gradient"
+        );
     }
     let full_shapes: Vec<Shape> = full.tape.nodes()[full.gradient_start..full.update_start]
         .iter()
@@ -585,4 +589,60 @@ fn eval_entries_are_opt_in_for_the_layers_mlp() {
     )
     .unwrap();
     assert_eq!(with.schedule.to_bytes(), general.schedule.to_bytes());
+}
+
+/// A model with neither a generator nor buffers whose training forward still differs (its
+/// output doubled in training mode): the job notices and records both, so `eval_loss` is the
+/// inference-mode loss, not the training one.
+struct DoubledInTraining;
+
+impl Model for DoubledInTraining {
+    fn parameters(&self) -> Result<Vec<ParamSpec>, ModelError> {
+        Ok(vec![ParamSpec {
+            name: "w".into(),
+            shape: Shape::matrix(2, 1),
+            kind: ParamKind::Parameter,
+            init: vec![0.5, -1.5],
+        }])
+    }
+
+    fn inputs(&self, batch: usize) -> Result<Vec<InputSpec>, ModelError> {
+        Ok(vec![InputSpec {
+            name: "x".into(),
+            shape: Shape::matrix(batch, 2),
+        }])
+    }
+
+    fn record(&self, tape: &mut Tape, cx: &ForwardCx<'_>) -> Result<Forward, ModelError> {
+        let mut t = tape.trace();
+        let z = t.matmul(&cx.inputs[0], &cx.params[0])?;
+        let output = match cx.mode {
+            Mode::Train => t.scale(&z, 2.0)?,
+            Mode::Eval => z,
+        };
+        Ok(Forward {
+            output,
+            buffer_updates: Vec::new(),
+        })
+    }
+}
+
+#[test]
+fn a_mode_dependent_forward_gets_its_own_eval_loss() {
+    let job = TrainingJob::for_model(&DoubledInTraining)
+        .loss(Loss::MeanSquaredError)
+        .batch(2)
+        .build()
+        .unwrap();
+    assert_ne!(job.eval_loss, Some(job.loss_node));
+    let (x, y) = ([1.0f32, 2.0, -1.0, 0.5], [0.25f32, -0.75]);
+    // x · w = [-2.5, -1.25]; by hand: eval mean((x·w − y)²), train mean((2·x·w − y)²).
+    let eval_want = ((-2.5f64 - 0.25).powi(2) + (-1.25f64 + 0.75).powi(2)) / 2.0;
+    let train_want = ((-5.0f64 - 0.25).powi(2) + (-2.5f64 + 0.75).powi(2)) / 2.0;
+    let bytes = job.schedule.to_bytes();
+    let mut rt = runtime(&job, &bytes);
+    let el = rt.eval_loss(&[("x", &x), ("y", &y)]).unwrap();
+    assert_eq!(el as f64, eval_want);
+    let tl = rt.train_step_named(&[("x", &x), ("y", &y)]).unwrap();
+    assert_eq!(tl as f64, train_want);
 }

@@ -453,12 +453,26 @@ fn record_and_plan(b: &JobBuilder<'_>) -> Result<TrainingJob, JobError> {
     }
     let trainable = trainable_subset(&parameters, &b.trainable, &b.frozen)?;
     let has_buffers = parameters.iter().any(|p| p.kind == ParamKind::Buffer);
-    // The output's shape, from a recording on a scratch tape, fixes the target's shape.
-    let output_shape = {
-        let mut scratch = Tape::new();
-        let (inputs, params) = record_leaves(&mut scratch, &input_specs, &parameters);
-        let f = model.record(&mut scratch, &eval_cx(batch, &inputs, &params))?;
-        scratch.shape(f.output)?
+    // Recordings on scratch tapes: the output's shape fixes the target's; and a model that
+    // neither draws nor has buffers is checked to record the same nodes in both modes.
+    let scratch = |mode: Mode| -> Result<(Tape, NodeId), JobError> {
+        let mut t = Tape::new();
+        let (inputs, params) = record_leaves(&mut t, &input_specs, &parameters);
+        let cx = ForwardCx {
+            mode,
+            ..eval_cx(batch, &inputs, &params)
+        };
+        let out = model.record(&mut t, &cx)?.output;
+        Ok((t, out))
+    };
+    let (eval_tape, eval_out) = scratch(Mode::Eval)?;
+    let output_shape = eval_tape.shape(eval_out)?;
+    // The training forward is recorded again when the modes can differ (a generator to draw
+    // from, buffers to use and update, or simply other nodes); otherwise the inference forward
+    // is the training one.
+    let modes_differ = model.uses_rng() || has_buffers || {
+        let (train_tape, train_out) = scratch(Mode::Train)?;
+        train_tape.nodes() != eval_tape.nodes() || train_out.index() != eval_out.index()
     };
     let target_shape = loss.target_shape(output_shape)?;
 
@@ -507,9 +521,6 @@ fn record_and_plan(b: &JobBuilder<'_>) -> Result<TrainingJob, JobError> {
         .map(|s| tape.parameter(&s.name, s.shape))
         .collect();
 
-    // The training forward: recorded again when the modes can differ (a generator to draw
-    // from, buffers to use and update); otherwise the inference forward is the training one.
-    let modes_differ = model.uses_rng() || has_buffers;
     let (train_output, buffer_updates) = if modes_differ {
         let rng = model.uses_rng().then(|| RngLeaves {
             key: state[optimizer_state],
