@@ -163,7 +163,13 @@ fn train_and_compare(job: &TrainingJob, batch: usize) -> Vec<f32> {
         let l_rt = rt
             .train_step_named(&[("a", &a), ("b", &b), (target, &y)])
             .unwrap();
-        let l_or = oracle.step_inputs(&[&a, &b], &y).unwrap();
+        let l_or = if step % 2 == 0 {
+            oracle.step_inputs(&[&a, &b], &y).unwrap()
+        } else {
+            oracle
+                .step_named(&[(target, &y), ("b", &b), ("a", &a)])
+                .unwrap()
+        };
         assert_eq!(l_rt.to_bits(), l_or.to_bits(), "step {step}: loss");
         losses.push(l_or);
         for (spec, value) in job.parameters.iter().zip(&oracle.params) {
@@ -235,6 +241,22 @@ fn a_hand_recorded_model_trains_bitwise_with_sgd_and_adam() {
         };
         assert_eq!(entries, want);
         let losses = train_and_compare(&job, batch);
+        // Named bindings: a wrong or missing name is an error naming it.
+        let mut o = Oracle::with_initial_parameters(&job).unwrap();
+        let (a, b, y) = (vec![0.0; batch * A], vec![0.0; batch * B], vec![0.0; batch]);
+        let e = o
+            .step_named(&[("a", &a), ("c", &b), ("target", &y)])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("no input named \"c\" (the job's inputs: a, b, target)"),
+            "{e}"
+        );
+        let e = o
+            .step_named(&[("a", &a), ("target", &y)])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("input \"b\" not given"), "{e}");
         assert!(losses.iter().all(|l| l.is_finite() && *l > 0.0));
         // The buffer moved: 20 steps of `0.75 · rm + 0.25 · mean` from zero.
         let oracle_rm = {
