@@ -208,11 +208,11 @@ fn train_and_compare(job: &TrainingJob, batch: usize) -> Vec<f32> {
 #[test]
 fn a_hand_recorded_model_trains_bitwise_with_sgd_and_adam() {
     let batch = 8;
-    for (optimizer, p) in [
-        (Optimizer::sgd(0.2), 0.0),
-        (Optimizer::adam(0.05), 0.0),
-        (Optimizer::sgd(0.2), 0.25),
-        (Optimizer::adam(0.05), 0.25),
+    for (optimizer, p, guarded) in [
+        (Optimizer::sgd(0.2), 0.0, false),
+        (Optimizer::adam(0.05), 0.0, false),
+        (Optimizer::sgd(0.2), 0.25, false),
+        (Optimizer::adam(0.05), 0.25, true),
     ] {
         let model = TwoInput { p };
         let job = TrainingJob::for_model(&model)
@@ -221,11 +221,14 @@ fn a_hand_recorded_model_trains_bitwise_with_sgd_and_adam() {
             .batch(batch)
             .options(JobOptions {
                 seed: 5,
+                guarded,
                 ..JobOptions::default()
             })
             .build()
             .unwrap();
         assert_eq!(job.loss, None);
+        let bytes = job.schedule.to_bytes();
+        assert_eq!(RuntimeModel::new(&bytes).unwrap().is_guarded(), guarded);
         assert_eq!(job.trainable, [true, true, true, false]);
         assert_eq!(job.buffer_updates.len(), 1);
         let entries: Vec<&str> = job
