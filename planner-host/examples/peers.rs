@@ -73,7 +73,7 @@ impl Spec {
     fn target_elems(&self) -> usize {
         match self.loss {
             Loss::SoftmaxCrossEntropy => self.batch,
-            Loss::MeanSquaredError => self.batch * self.d_out(),
+            _ => self.batch * self.d_out(),
         }
     }
 
@@ -87,6 +87,8 @@ impl Spec {
                 match self.loss {
                     Loss::SoftmaxCrossEntropy => "ce",
                     Loss::MeanSquaredError => "mse",
+                    Loss::BceWithLogits => "bce",
+                    Loss::L1 => "l1",
                 }
                 .into(),
             ),
@@ -378,7 +380,7 @@ impl<'p> Runner<'p> {
             .ok_or_else(|| anyhow!("no train_step"))?;
         let tname = match spec.loss {
             Loss::SoftmaxCrossEntropy => "labels",
-            Loss::MeanSquaredError => "y",
+            _ => "y",
         };
         let bx = plan.input(e, "x").ok_or_else(|| anyhow!("no input x"))?;
         let bt = plan
