@@ -295,6 +295,29 @@ fn train_never_overwrites_a_plan_and_refuses_model_options_beside_one() {
     }
 }
 
+/// The safetensors file (PyTorch names and layouts) of the MLP `widths`' Glorot draw of
+/// `seed`, written by the library.
+fn glorot_file(widths: &[usize], seed: u64) -> Vec<u8> {
+    let mut shapes = Vec::new();
+    for (k, w) in widths.windows(2).enumerate() {
+        shapes.push((
+            format!("w{}", k + 1),
+            tapeplan_core::Shape::matrix(w[0], w[1]),
+        ));
+        shapes.push((format!("b{}", k + 1), tapeplan_core::Shape::vector(w[1])));
+    }
+    let params: Vec<Param> = shapes
+        .iter()
+        .zip(glorot_uniform(&shapes, seed))
+        .map(|((name, shape), values)| Param {
+            name: name.clone(),
+            shape: *shape,
+            values,
+        })
+        .collect();
+    export_safetensors(&params, &[]).unwrap()
+}
+
 #[test]
 fn init_loads_the_initial_parameters_bit_for_bit() {
     let dir = scratch_dir("any-init");
@@ -305,26 +328,7 @@ fn init_loads_the_initial_parameters_bit_for_bit() {
         &[&common[..], &["--save-params", "glorot.safetensors"]].concat(),
     );
     // The same Glorot draw, written by the library, given as --init: the same training.
-    let shapes = vec![
-        ("w1".to_string(), tapeplan_core::Shape::matrix(64, 16)),
-        ("b1".to_string(), tapeplan_core::Shape::vector(16)),
-        ("w2".to_string(), tapeplan_core::Shape::matrix(16, 10)),
-        ("b2".to_string(), tapeplan_core::Shape::vector(10)),
-    ];
-    let params: Vec<Param> = shapes
-        .iter()
-        .zip(glorot_uniform(&shapes, 7))
-        .map(|((name, shape), values)| Param {
-            name: name.clone(),
-            shape: *shape,
-            values,
-        })
-        .collect();
-    std::fs::write(
-        dir.join("init.safetensors"),
-        export_safetensors(&params, &[]).unwrap(),
-    )
-    .unwrap();
+    std::fs::write(dir.join("init.safetensors"), glorot_file(&[64, 16, 10], 7)).unwrap();
     let out = ok(
         &dir,
         &[
@@ -451,4 +455,133 @@ fn export_and_import_rename_keys() {
         ],
     );
     assert!(err.contains("is not FROM=TO"), "{err}");
+}
+
+/// FNV-1a 64 of `bytes` (offset basis 0xcbf29ce484222325, prime 0x100000001b3), written out
+/// here so the run description's digest is checked against the published definition.
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// The transcript a device sends for `cfg`, made here by the `no_std` runtime (not the
+/// oracle): every step's loss, every epoch's `f32` mean, the final parameters.
+fn runtime_transcript(cfg: &tapeplan_planner::model::RunConfig) -> String {
+    use tapeplan_planner::protocol::TranscriptWriter;
+    let job = cfg.job().unwrap();
+    let bytes = job.schedule.to_bytes();
+    let mut model = tapeplan_planner::exec::RuntimeModel::new(&bytes).unwrap();
+    let shapes = job.parameter_shapes();
+    for ((name, _), v) in shapes.iter().zip(cfg.initial_parameters(&job).unwrap()) {
+        model.load_parameter(name, &v).unwrap();
+    }
+    let train = cfg.training_set().unwrap();
+    let mut out = TranscriptWriter::new(String::new());
+    out.header().unwrap();
+    out.config(&cfg.to_line()).unwrap();
+    out.target("host runtime").unwrap();
+    out.plan(model.plan().plan_id(), model.plan().arena_elems())
+        .unwrap();
+    out.data(cfg.data_digest(&train), train.len()).unwrap();
+    let mut step = 0;
+    for epoch in 0..cfg.epochs {
+        let rows = train.subset(&cfg.epoch_order(epoch));
+        let mut sum = 0.0f32;
+        for (x, y) in rows.batches(cfg.batch) {
+            let loss = model.train_step(x, &y).unwrap();
+            step += 1;
+            out.loss(step, loss).unwrap();
+            sum += loss;
+        }
+        out.epoch(epoch + 1, sum / cfg.steps_per_epoch() as f32)
+            .unwrap();
+    }
+    for (name, _) in &shapes {
+        out.param(name, &model.parameter(name).unwrap()).unwrap();
+    }
+    out.digest().unwrap();
+    out.end_ok().unwrap();
+    out.into_inner()
+}
+
+#[test]
+fn verify_checks_a_regression_run_on_a_csv_with_adam_and_an_init_file() {
+    let dir = scratch_dir("any-verify");
+    // Two targets: y1 = x1·x2 (nonlinear) and y2 = x1 − 0.5·x2, with x2 centred.
+    let mut csv = String::from("x1,x2,y1,y2\n");
+    for (x1, x2) in features(120) {
+        csv.push_str(&format!(
+            "{x1},{},{},{}\n",
+            x2 - 4.0,
+            x1 * (x2 - 4.0),
+            x1 - 0.5 * (x2 - 4.0)
+        ));
+    }
+    std::fs::write(dir.join("reg.csv"), &csv).unwrap();
+    // Initial parameters from a file, as `export` writes them (PyTorch names and layouts).
+    let init = glorot_file(&[2, 8, 2], 99);
+    std::fs::write(dir.join("init.safetensors"), &init).unwrap();
+    let run = format!(
+        "# a regression run on a CSV\nmodel=2,8,2 activation=tanh loss=mse batch=8 lr=0.01 \
+         seed=5 split_seed=3 samples=96 epochs=4 optimizer=adam\n\
+         data={} data_digest={:016x}\ninit={} init_digest={:016x}\n",
+        dir.join("reg.csv").display(),
+        fnv1a64(csv.as_bytes()),
+        dir.join("init.safetensors").display(),
+        fnv1a64(&init),
+    );
+    std::fs::write(dir.join("reg.run"), &run).unwrap();
+    let cfg = tapeplan_planner::model::RunConfig::parse(&run).unwrap();
+    assert_eq!(
+        tapeplan_planner::model::RunConfig::parse(&cfg.to_line()).unwrap(),
+        cfg
+    );
+    let transcript = runtime_transcript(&cfg);
+    std::fs::write(dir.join("device.transcript"), &transcript).unwrap();
+    let out = ok(
+        &dir,
+        &["verify", "device.transcript", "--config", "reg.run"],
+    );
+    assert!(out.contains("bitwise: 48/48 steps identical"), "{out}");
+    assert!(
+        out.contains("parameters: 42/42 elements bitwise identical"),
+        "{out}"
+    );
+    // The loss goes down: the run learns.
+    let losses: Vec<f32> = transcript
+        .lines()
+        .filter_map(|l| l.strip_prefix("epoch "))
+        .map(|l| f32::from_bits(u32::from_str_radix(l.split(' ').nth(1).unwrap(), 16).unwrap()))
+        .collect();
+    assert!(losses[3] < losses[0], "{losses:?}");
+
+    // One flipped loss bit is found; another data file is a mismatch naming the digest.
+    let flipped: String = transcript
+        .lines()
+        .map(|l| match l.strip_prefix("loss 5 ") {
+            Some(hex) => format!("loss 5 {:08x}\n", u32::from_str_radix(hex, 16).unwrap() ^ 1),
+            None => format!("{l}\n"),
+        })
+        .collect();
+    std::fs::write(dir.join("flipped.transcript"), flipped).unwrap();
+    let out = tapeplan(
+        &dir,
+        &["verify", "flipped.transcript", "--config", "reg.run"],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("bitwise: 47/48 steps identical"),
+        "{stdout}"
+    );
+    std::fs::write(dir.join("reg.csv"), csv.replace("x1,x2", "a,b")).unwrap();
+    let err = fails(
+        &dir,
+        &["verify", "device.transcript", "--config", "reg.run"],
+    );
+    assert!(
+        err.contains("another file than the run was made with"),
+        "{err}"
+    );
 }
