@@ -283,6 +283,18 @@ fn train_never_overwrites_a_plan_and_refuses_model_options_beside_one() {
     assert!(out.contains("planned 2-8-3"), "{out}");
     assert_ne!(std::fs::read(dir.join("model.plan")).unwrap(), before);
 
+    // Explicit widths that do not fit the data are refused before anything is written.
+    std::fs::remove_file(dir.join("model.plan")).unwrap();
+    let err = fails(&dir, &[&args[..], &["--layers", "4,8,3"]].concat());
+    assert!(
+        err.contains(
+            "--layers 4,8,3 does not fit the data: its rows have 2 features and 3 classes"
+        ),
+        "{err}"
+    );
+    assert!(!dir.join("model.plan").exists());
+    ok(&dir, &args);
+
     for (option, value) in [("--layers", "4,3,2"), ("--lr", "0.5"), ("--loss", "mse")] {
         let err = fails(
             &dir,

@@ -169,17 +169,30 @@ fn plan_model_options(args: &TrainArgs, table: &Table) -> Result<PathBuf> {
     }
     exchange::check_writable(&p)?;
     let mut model_args = args.model.clone();
+    let d = &table.dataset;
+    let d_out = if d.n_targets() > 0 {
+        d.n_targets()
+    } else {
+        d.n_classes()
+    };
+    let layers = &model_args.layers;
     if !args.given_model_options.iter().any(|o| o == "--layers") {
-        let d = &table.dataset;
-        let d_out = if d.n_targets() > 0 {
-            d.n_targets()
-        } else {
-            d.n_classes()
-        };
-        let mut layers = vec![d.n_features()];
-        layers.extend_from_slice(&model_args.layers[1..model_args.layers.len() - 1]);
-        layers.push(d_out);
-        model_args.layers = layers;
+        let mut inferred = vec![d.n_features()];
+        inferred.extend_from_slice(&layers[1..layers.len() - 1]);
+        inferred.push(d_out);
+        model_args.layers = inferred;
+    } else if layers.first() != Some(&d.n_features())
+        || layers
+            .last()
+            .is_none_or(|&w| w < d_out || (d.n_targets() > 0 && w != d_out))
+    {
+        // Checked before the plan is written, so a mistake leaves no plan behind.
+        bail!(
+            "--layers {} does not fit the data: its rows have {} features and {d_out} {}; leave out --layers to take the widths from the data",
+            layers.iter().map(usize::to_string).collect::<Vec<_>>().join(","),
+            d.n_features(),
+            if d.n_targets() > 0 { "targets" } else { "classes" }
+        );
     }
     let job = model_args.job()?;
     std::fs::write(&p, job.schedule.to_bytes())
