@@ -597,3 +597,155 @@ fn verify_checks_a_regression_run_on_a_csv_with_adam_and_an_init_file() {
         "{err}"
     );
 }
+
+/// A plan recorded by hand (not the `--layers` MLP): `logits = x · fc.weight + head.bias`
+/// under PyTorch-style names, softmax cross-entropy, SGD; its `init` entry writes `head.bias`
+/// (0.25 each) but not `fc.weight`.
+fn hand_recorded_plan(batch: usize) -> Vec<u8> {
+    use tapeplan_core::{Recordable, Shape, Tape};
+    use tapeplan_planner::model::optim::Optimizer;
+    use tapeplan_planner::model::{loss_of, Loss};
+    use tapeplan_planner::plan::{plan, EntrySpec, Root};
+    let mut tape = Tape::new();
+    let x = tape.input("x", Shape::matrix(batch, 2));
+    let labels = tape.input("labels", Shape::vector(batch));
+    let w = tape.parameter("fc.weight", Shape::matrix(2, 3));
+    let b = tape.parameter("head.bias", Shape::vector(3));
+    let (logits, loss) = {
+        let mut t = tape.trace();
+        let xw = t.matmul(&x, &w).unwrap();
+        let bb = t.broadcast(&b, Shape::matrix(batch, 3)).unwrap();
+        let logits = t.add(&xw, &bb).unwrap();
+        let loss = loss_of(&mut t, Loss::SoftmaxCrossEntropy, &logits, &labels).unwrap();
+        (logits, loss)
+    };
+    let params = [w, b];
+    let adjoints = tape.differentiate(loss, &params).unwrap();
+    let grads: Vec<_> = params.iter().map(|p| adjoints.get(*p).copied()).collect();
+    let (new_params, _) = Optimizer::sgd(0.5)
+        .step(&mut tape.trace(), &params, &grads, &[])
+        .unwrap();
+    let mut train_roots = vec![Root::Output {
+        name: "loss".into(),
+        node: loss,
+    }];
+    for (p, v) in params.iter().zip(new_params) {
+        train_roots.push(Root::Update {
+            param: *p,
+            value: v.unwrap(),
+        });
+    }
+    let init_bias = tape.trace().fill(0.25, Shape::vector(3)).unwrap();
+    let entries = [
+        EntrySpec {
+            name: "forward".into(),
+            roots: vec![Root::Output {
+                name: "logits".into(),
+                node: logits,
+            }],
+            guarded: false,
+        },
+        EntrySpec {
+            name: "train_step".into(),
+            roots: train_roots,
+            guarded: true,
+        },
+        EntrySpec {
+            name: "init".into(),
+            roots: vec![Root::Update {
+                param: b,
+                value: init_bias,
+            }],
+            guarded: false,
+        },
+    ];
+    plan(&tape, &entries).unwrap().to_bytes()
+}
+
+#[test]
+fn a_hand_recorded_plan_trains_from_init_and_exchanges_its_names_as_they_are() {
+    let dir = scratch_dir("any-hand");
+    std::fs::write(dir.join("iris.csv"), iris_like()).unwrap();
+    std::fs::write(dir.join("hand.plan"), hand_recorded_plan(4)).unwrap();
+    // Nothing gives fc.weight a value: the error names it (head.bias has one from `init`).
+    let err = fails(&dir, &["train", "hand.plan", "--data", "iris.csv"]);
+    assert!(
+        err.contains("the plan's fc.weight needs an initial value") && err.contains("--init"),
+        "{err}"
+    );
+    // From a file under the plan's own names (written as is: no MLP remap).
+    let init = vec![
+        Param {
+            name: "fc.weight".into(),
+            shape: tapeplan_core::Shape::matrix(2, 3),
+            values: vec![0.1, -0.2, 0.05, 0.0, 0.15, -0.1],
+        },
+        Param {
+            name: "head.bias".into(),
+            shape: tapeplan_core::Shape::vector(3),
+            values: vec![0.0; 3],
+        },
+    ];
+    std::fs::write(dir.join("init.st"), export_safetensors(&init, &[]).unwrap()).unwrap();
+    let out = ok(
+        &dir,
+        &[
+            "train",
+            "hand.plan",
+            "--data",
+            "iris.csv",
+            "--init",
+            "init.st",
+            "--epochs",
+            "5",
+            "--checkpoint",
+            "hand.ckpt",
+            "--save-params",
+            "trained.st",
+        ],
+    );
+    assert!(last_value(&out, "test accuracy:") >= 0.95, "{out}");
+    let trained = std::fs::read(dir.join("trained.st")).unwrap();
+    let st = SafeTensors::deserialize(&trained).unwrap();
+    let mut names = st.names();
+    names.sort_unstable();
+    assert_eq!(names, ["fc.weight", "head.bias"]);
+    assert_eq!(st.tensor("fc.weight").unwrap().shape(), [2, 3]);
+    // export → import with a key remap gives back the checkpoint's parameters.
+    ok(
+        &dir,
+        &[
+            "export",
+            "hand.plan",
+            "--checkpoint",
+            "hand.ckpt",
+            "-o",
+            "out.st",
+            "--rename",
+            "fc=classifier",
+        ],
+    );
+    let exported = std::fs::read(dir.join("out.st")).unwrap();
+    assert_eq!(
+        tensor(&exported, "classifier.weight"),
+        tensor(&trained, "fc.weight")
+    );
+    ok(
+        &dir,
+        &[
+            "import",
+            "out.st",
+            "hand.plan",
+            "--base",
+            "hand.ckpt",
+            "-o",
+            "back.ckpt",
+            "--rename",
+            "classifier=fc",
+        ],
+    );
+    assert_eq!(
+        std::fs::read(dir.join("back.ckpt")).unwrap(),
+        std::fs::read(dir.join("hand.ckpt")).unwrap()
+    );
+}
