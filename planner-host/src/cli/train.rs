@@ -256,15 +256,17 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
             (p.clone(), table)
         }
         None => {
-            let task = match args.model.loss {
-                LossArg::Ce => Task::Classification { classes: None },
-                LossArg::Mse => Task::Regression {
+            // Cross-entropy takes labels; every other loss float targets.
+            let task = if matches!(args.model.loss, LossArg::Ce) {
+                Task::Classification { classes: None }
+            } else {
+                Task::Regression {
                     n_targets: if args.given_model_options.iter().any(|o| o == "--layers") {
                         args.model.layers.last().copied().unwrap_or(1)
                     } else {
                         args.target_columns.len().max(1)
                     },
-                },
+                }
             };
             let table = load_data(args.data.as_deref(), &task, &args.target_columns)?;
             (plan_model_options(&args, &table)?, table)

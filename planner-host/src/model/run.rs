@@ -468,9 +468,11 @@ impl RunConfig {
             "model={} activation={} loss={} batch={} lr={} seed={} split_seed={} samples={} epochs={}{math}",
             model.join(","),
             self.activation.name(),
-            match self.loss {
-                Loss::SoftmaxCrossEntropy => "ce",
-                Loss::MeanSquaredError => "mse",
+            // `parse` reads only these two.
+            if self.loss == Loss::SoftmaxCrossEntropy {
+                "ce"
+            } else {
+                "mse"
             },
             self.batch,
             self.lr,
@@ -560,9 +562,10 @@ impl RunConfig {
             RunData::Csv { path, digest } => {
                 let bytes = checked_file(path, *digest, "data_digest")?;
                 let d_out = self.layers.last().copied().unwrap_or(0);
-                let task = match self.loss {
-                    Loss::SoftmaxCrossEntropy => Task::Classification { classes: None },
-                    Loss::MeanSquaredError => Task::Regression { n_targets: d_out },
+                let task = if self.loss == Loss::SoftmaxCrossEntropy {
+                    Task::Classification { classes: None }
+                } else {
+                    Task::Regression { n_targets: d_out }
                 };
                 let spec = TableSpec {
                     task,
