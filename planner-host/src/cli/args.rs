@@ -170,6 +170,7 @@ impl ModelArgs {
             planning: PlanOptions {
                 fuse: !self.no_fusion,
                 math: self.math.into(),
+                ..PlanOptions::default()
             },
             ..Default::default()
         };

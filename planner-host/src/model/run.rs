@@ -545,6 +545,7 @@ impl RunConfig {
                 planning: PlanOptions {
                     fuse: self.fusion,
                     math: self.math,
+                    ..PlanOptions::default()
                 },
                 ..JobOptions::default()
             },
