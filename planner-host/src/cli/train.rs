@@ -582,7 +582,15 @@ impl Evaluation<'_> {
             );
         }
         let (mse, mae) = table::mse_mae(&pred, s.targets());
-        Ok(Some(format!("MSE: {mse:.6}, MAE: {mae:.6}")))
+        // Small errors in scientific notation, so a fit that converged still shows digits.
+        let show = |v: f64| {
+            if v != 0.0 && v.abs() < 1e-3 {
+                format!("{v:.4e}")
+            } else {
+                format!("{v:.6}")
+            }
+        };
+        Ok(Some(format!("MSE: {}, MAE: {}", show(mse), show(mae))))
     }
 }
 
