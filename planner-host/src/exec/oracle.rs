@@ -638,8 +638,9 @@ pub struct OracleRun<'j> {
     pub oracle: Oracle<'j>,
 }
 
-/// Trains `job` (`cfg`'s) with the oracle over `train` (`cfg`'s training set) from `cfg`'s
-/// initial parameters, in `cfg`'s order (see [`RunConfig`]).
+/// Trains `job` (`cfg`'s) with the oracle over `train` (`cfg`'s training set) from `init`
+/// (`cfg`'s initial parameters, [`RunConfig::initial_parameters`]), in `cfg`'s order (see
+/// [`RunConfig`]).
 ///
 /// # Errors
 /// Shape errors.
@@ -647,9 +648,9 @@ pub fn oracle_run<'j>(
     cfg: &RunConfig,
     job: &'j TrainingJob,
     train: &Dataset,
+    init: &[Vec<f32>],
 ) -> Result<OracleRun<'j>, TapeError> {
-    let init = cfg.initial_parameters(job);
-    let mut oracle = Oracle::new(job, &init)?;
+    let mut oracle = Oracle::new(job, init)?;
     let mut losses = Vec::with_capacity(cfg.total_steps());
     let mut epoch_means = Vec::with_capacity(cfg.epochs);
     for epoch in 0..cfg.epochs {
