@@ -15,8 +15,8 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use crate::onnx::{venv_python, ONNX_VERSION};
-use crate::{run, Ctx};
+use crate::onnx::ONNX_VERSION;
+use crate::{run, venv_python, Ctx};
 
 /// The pinned ONNX Runtime training release (its `artifacts` and `api` modules).
 pub const ORT_VERSION: &str = "1.19.2";
@@ -42,7 +42,7 @@ fn ort_python(ctx: &Ctx) -> Result<PathBuf> {
             &format!("onnx=={ONNX_VERSION}"),
             &format!("onnxruntime-training-cpu=={ORT_VERSION}"),
         ],
-        &format!("onnx {ONNX_VERSION} and onnxruntime-training-cpu {ORT_VERSION}"),
+        "the ORT check",
     )
 }
 
