@@ -774,3 +774,109 @@ fn initial_parameters_are_a_state_dict() {
     assert_eq!(st.tensor("conv.weight").unwrap().shape(), [4, 1, 3, 3]);
     assert!(st.tensor("bn.running_var").is_ok());
 }
+
+/// The same check through the general training job, as `tapeplan plan --onnx` builds it
+/// (`TrainingJob::for_model`: entries `forward`, `forward_1`, `train_step`), its oracle
+/// (`Oracle::gradients`, `Oracle::step_inputs`) and the runtime wrapper (`RuntimeModel`, inputs
+/// by name): runtime and oracle bit for bit, each within `1e-5 + 1e-4·|ORT|` of ORT's losses,
+/// gradients, parameters after 5 steps and forward outputs.
+#[test]
+fn the_training_job_of_an_onnx_model_trains_like_onnx_runtime() {
+    use tapeplan_planner::exec::oracle::Oracle;
+    use tapeplan_planner::exec::RuntimeModel;
+    use tapeplan_planner::model::{Loss, TrainingJob};
+
+    for &(name, kind) in CASES {
+        let dir = data_dir();
+        let bytes = std::fs::read(dir.join(format!("{name}.onnx"))).unwrap();
+        let results = match kind {
+            LossKind::Ce => format!("{name}.ort.json"),
+            LossKind::Mse => format!("{name}.mse.ort.json"),
+        };
+        let ort: Value =
+            serde_json::from_slice(&std::fs::read(dir.join(results)).unwrap()).unwrap();
+        let model = OnnxModel::from_bytes(&bytes).unwrap();
+        let batch = ort["batch"].as_u64().unwrap() as usize;
+        let lr = ort["lr"].as_f64().unwrap() as f32;
+        let loss = match kind {
+            LossKind::Ce => Loss::SoftmaxCrossEntropy,
+            LossKind::Mse => Loss::MeanSquaredError,
+        };
+        let job = TrainingJob::for_model(&model)
+            .loss(loss)
+            .optimizer(Optimizer::sgd(lr))
+            .batch(batch)
+            .build()
+            .unwrap();
+        let plan = job.schedule.to_bytes();
+        let mut rt = RuntimeModel::new(&plan).unwrap();
+        for s in &job.parameters {
+            rt.load_parameter(&s.name, &s.init).unwrap();
+        }
+        let mut oracle = Oracle::with_initial_parameters(&job).unwrap();
+        let target_name = job.target_name.clone();
+        let steps = ort["steps"].as_array().unwrap();
+        let inputs_of = |step: &Value| -> Vec<(String, Vec<f32>)> {
+            model
+                .data_inputs()
+                .iter()
+                .map(|i| (i.name.clone(), floats(&step["inputs"][&i.onnx_name])))
+                .collect()
+        };
+
+        // Forward (inference) before training, at the batch and at batch 1.
+        let x0 = inputs_of(&steps[0]);
+        let named: Vec<(&str, &[f32])> =
+            x0.iter().map(|(n, v)| (n.as_str(), v.as_slice())).collect();
+        let fwd = rt.forward_named(&named).unwrap();
+        let plain: Vec<&[f32]> = x0.iter().map(|(_, v)| v.as_slice()).collect();
+        assert_eq!(
+            bits(&fwd),
+            bits(&oracle.forward(&plain).unwrap()),
+            "{name}: forward"
+        );
+        let mut d = Diff::default();
+        d.add(&fwd, &floats(&ort["forward"]), "forward");
+        let row: Vec<(&str, &[f32])> = x0
+            .iter()
+            .map(|(n, v)| (n.as_str(), &v[..v.len() / batch]))
+            .collect();
+        let fwd1 = rt.forward_1(&row).unwrap();
+        assert_eq!(bits(&fwd1), bits(&fwd[..fwd1.len()]), "{name}: forward_1");
+        assert!(d.ok(), "{name}: forward {d:?}");
+
+        let (mut dl, mut dg) = (Diff::default(), Diff::default());
+        for (k, step) in steps.iter().enumerate() {
+            let xs = inputs_of(step);
+            let target = floats(&step["labels"]);
+            let plain: Vec<&[f32]> = xs.iter().map(|(_, v)| v.as_slice()).collect();
+            let (loss_g, grads) = oracle.gradients(&plain, &target).unwrap();
+            for (pname, g) in &grads {
+                dg.add(&g.data, &floats(&step["grads"][pname]), pname);
+            }
+            let loss_o = oracle.step_inputs(&plain, &target).unwrap();
+            assert_eq!(loss_g.to_bits(), loss_o.to_bits());
+            let mut named: Vec<(&str, &[f32])> =
+                xs.iter().map(|(n, v)| (n.as_str(), v.as_slice())).collect();
+            named.push((target_name.as_str(), &target));
+            let loss_r = rt.train_step_named(&named).unwrap();
+            assert_eq!(loss_o.to_bits(), loss_r.to_bits(), "{name} step {k}: loss");
+            dl.add(&[loss_r], &[step["loss"].as_f64().unwrap() as f32], "loss");
+        }
+        let mut dp = Diff::default();
+        for (pname, t) in oracle.named_parameters() {
+            assert_eq!(
+                bits(&t.data),
+                bits(&rt.parameter(&pname).unwrap()),
+                "{name}: {pname}"
+            );
+            if let Some(expected) = ort["params_after"].get(&pname) {
+                dp.add(&t.data, &floats(expected), &pname);
+            }
+        }
+        assert!(
+            dl.ok() && dg.ok() && dp.ok(),
+            "{name}: loss {dl:?} grads {dg:?} params {dp:?}"
+        );
+    }
+}
