@@ -144,16 +144,8 @@ pub enum OptimizerArg {
 impl ModelArgs {
     /// Records and plans the job these options describe.
     pub fn job(&self) -> Result<TrainingJob> {
-        if self.batch == 0 {
-            bail!("--batch must be at least 1");
-        }
-        if !(self.lr.is_finite() && self.lr > 0.0) {
-            bail!("--lr must be a positive, finite number");
-        }
+        self.check_batch_and_lr()?;
         if let Some(model) = self.onnx_model()? {
-            if self.batch > 1 << 20 {
-                bail!("--batch over 2^20 is too large for one plan");
-            }
             return self.onnx_job(&model);
         }
         if self.layers.len() < 2 || self.layers.contains(&0) {
@@ -185,6 +177,17 @@ impl ModelArgs {
             self.batch,
             self.job_options(),
         )?)
+    }
+
+    /// `--batch` at least 1, `--lr` positive and finite.
+    fn check_batch_and_lr(&self) -> Result<()> {
+        if self.batch == 0 {
+            bail!("--batch must be at least 1");
+        }
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            bail!("--lr must be a positive, finite number");
+        }
+        Ok(())
     }
 
     /// The loss.
@@ -231,6 +234,10 @@ impl ModelArgs {
     /// # Errors
     /// Bad options, a batch the model cannot take, patterns that match nothing, planning.
     pub fn onnx_job(&self, model: &OnnxModel) -> Result<TrainingJob> {
+        self.check_batch_and_lr()?;
+        if self.batch > 1 << 20 {
+            bail!("--batch over 2^20 is too large for one plan");
+        }
         let mut builder = TrainingJob::for_model(model)
             .loss(self.loss())
             .optimizer(self.optimizer())
