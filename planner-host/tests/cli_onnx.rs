@@ -150,3 +150,54 @@ fn plan_onnx_names_an_unsupported_operator() {
     }
     assert!(!dir.join("up.plan").exists());
 }
+
+/// From an ONNX file to a trained plan: `plan --onnx`, then `train` from the initial
+/// parameters written beside the plan (the single input is `x`, as `train` sets it).
+#[test]
+fn an_onnx_plan_trains_from_its_initial_parameters() {
+    let dir = scratch_dir("plan-onnx-train");
+    let mut csv = String::new();
+    let mut state = 7u64;
+    for _ in 0..96 {
+        let mut row = Vec::new();
+        for _ in 0..16 {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            row.push(((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0);
+        }
+        let label = usize::from(row[0] > 0.0) + 2 * usize::from(row[1] > 0.0);
+        let cells: Vec<String> = row.iter().map(|v| format!("{v:.4}")).collect();
+        csv.push_str(&format!("{},{label}\n", cells.join(",")));
+    }
+    std::fs::write(dir.join("d.csv"), csv).unwrap();
+    ok(
+        &dir,
+        &[
+            "plan",
+            "--onnx",
+            &model_path("mlp"),
+            "--batch",
+            "8",
+            "-o",
+            "m.plan",
+        ],
+    );
+    let stdout = ok(
+        &dir,
+        &[
+            "train",
+            "m.plan",
+            "--data",
+            "d.csv",
+            "--init",
+            "m.plan.init.safetensors",
+            "--epochs",
+            "2",
+        ],
+    );
+    assert!(
+        stdout.contains("epoch   2") && stdout.contains("test accuracy"),
+        "{stdout}"
+    );
+}

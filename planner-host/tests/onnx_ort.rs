@@ -645,10 +645,12 @@ fn onnx_models_describe_themselves_as_pytorch_would() {
     assert_eq!(mlp.batch_dim(), Some("batch"));
     let inputs = mlp.inputs(7).unwrap();
     assert_eq!(inputs.len(), 1);
+    // The single data input is `x` in the plan, `input` in the graph.
     assert_eq!(
         (inputs[0].name.as_str(), inputs[0].shape),
-        ("input", Shape::matrix(7, 16))
+        ("x", Shape::matrix(7, 16))
     );
+    assert!(mlp.names().contains(&("input".to_owned(), "x".to_owned())));
 
     let bn = load("cnn2d_bn");
     let kinds: Vec<(String, ParamKind)> = bn
@@ -667,7 +669,7 @@ fn onnx_models_describe_themselves_as_pytorch_would() {
     let inputs = text.inputs(3).unwrap();
     assert_eq!(
         (inputs[0].name.as_str(), inputs[0].shape),
-        ("tokens", Shape::matrix(3, 6))
+        ("x", Shape::matrix(3, 6))
     );
     assert_eq!(text.data_inputs()[0].data_type, 7, "INT64");
     // The table reaches Gather through Identity: one parameter, under its own name.
@@ -682,7 +684,7 @@ fn batch_norm_running_statistics_update_in_training_only() {
     let model = load("cnn2d_bn");
     let specs = model.parameters().unwrap();
     let mut tape = Tape::new();
-    let x = tape.input("input", model.inputs(2).unwrap()[0].shape);
+    let x = tape.input("x", model.inputs(2).unwrap()[0].shape);
     let leaves: Vec<NodeId> = specs
         .iter()
         .map(|s| tape.parameter(&s.name, s.shape))

@@ -17,9 +17,11 @@
 //!   running statistics' new values are [`Forward::buffer_updates`], in ONNX's convention (the
 //!   node's `momentum` weighs the old value; the biased batch variance), which is what the
 //!   node computes with `training_mode=1`.
-//! - **Inputs** are the graph inputs used as data, under their ONNX names, with the named
-//!   (`dim_param`) dimension 0 given the batch at record time. An `INT64` input (token ids) is
-//!   an `f32` input holding integers, exact up to 2^24.
+//! - **Inputs** are the graph inputs used as data, with the named (`dim_param`) dimension 0
+//!   given the batch at record time. A single data input is named `x` in the plan (the name
+//!   [`Model::inputs`] gives a single input, which `tapeplan train`, `verify` and the devices
+//!   set); several keep their ONNX names ([`state_name`]). [`OnnxModel::names`] maps them. An
+//!   `INT64` input (token ids) is an `f32` input holding integers, exact up to 2^24.
 //! - **The output** is the graph's first output.
 //!
 //! Shape arithmetic (`Shape`, `Gather`, `Concat` of shapes, `Reshape`) is folded at record
@@ -81,7 +83,8 @@ pub struct OnnxParam {
 pub struct OnnxInput {
     /// The graph input's ONNX name.
     pub onnx_name: String,
-    /// Its name in a plan ([`state_name`]).
+    /// Its name in a plan: `x` for a model's single data input, else [`state_name`] of the
+    /// ONNX name.
     pub name: String,
     /// Its extents after dimension 0 (the batch).
     pub rest: Vec<usize>,
@@ -225,8 +228,11 @@ impl OnnxModel {
                 },
             });
         }
-        // Only the inputs the forward reads, in the graph's order.
+        // Only the inputs the forward reads, in the graph's order; a single one is `x`.
         declared.retain(|d| t.inputs.iter().any(|i| i.onnx_name == d.onnx_name));
+        if let [only] = declared.as_mut_slice() {
+            only.name = crate::protocol::INPUT_X.to_owned();
+        }
         let mut names: Vec<&str> = params
             .iter()
             .map(|p| p.spec.name.as_str())
