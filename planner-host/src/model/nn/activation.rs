@@ -64,7 +64,11 @@ macro_rules! unit_activation {
 
 unit_activation!(ReLU, relu, "`max(x, 0)` (PyTorch's `nn.ReLU`).");
 unit_activation!(Tanh, tanh, "`tanh(x)` (PyTorch's `nn.Tanh`).");
-unit_activation!(Sigmoid, sigmoid, "`1 / (1 + e^−x)` (PyTorch's `nn.Sigmoid`).");
+unit_activation!(
+    Sigmoid,
+    sigmoid,
+    "`1 / (1 + e^−x)` (PyTorch's `nn.Sigmoid`)."
+);
 unit_activation!(
     SiLU,
     silu,

@@ -3,8 +3,8 @@
 use tapeplan_core::{ConvAttr, NodeId, Recordable, Trace};
 
 use super::{
-    conv_u32, expect_rank, leaf, param, uniform_fan_in, window_extent, Layer, LayerCx,
-    LayerOutput, LayerParam, Pair,
+    conv_u32, expect_rank, leaf, param, uniform_fan_in, window_extent, Layer, LayerCx, LayerOutput,
+    LayerParam,
 };
 use crate::model::graph::ModelError;
 use crate::protocol::SplitMix64;
@@ -50,7 +50,11 @@ impl ConvSpec {
     }
 
     fn output_shape(&self, input: &[usize]) -> Result<Vec<usize>, String> {
-        let what = if self.spatial == 1 { "[C, L]" } else { "[C, H, W]" };
+        let what = if self.spatial == 1 {
+            "[C, L]"
+        } else {
+            "[C, H, W]"
+        };
         expect_rank(input, &[self.spatial + 1], what)?;
         if self.groups == 0
             || self.in_channels % self.groups != 0
@@ -132,27 +136,27 @@ impl ConvSpec {
 }
 
 macro_rules! conv_layer {
-    ($name:ident, $arg:ty, $doc:literal) => {
+    ($name:ident, $doc:literal) => {
         #[doc = $doc]
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
         pub struct $name(ConvSpec);
 
         impl $name {
             /// The step between output positions (default 1).
-            pub fn stride(mut self, stride: impl Into<$arg>) -> Self {
-                self.0.stride = Pair::from(stride.into()).0;
+            pub fn stride(mut self, stride: usize) -> Self {
+                self.0.stride = [stride, stride];
                 self
             }
 
             /// Implicit zeros on both sides of each spatial axis (default 0).
-            pub fn padding(mut self, padding: impl Into<$arg>) -> Self {
-                self.0.padding = Pair::from(padding.into()).0;
+            pub fn padding(mut self, padding: usize) -> Self {
+                self.0.padding = [padding, padding];
                 self
             }
 
             /// The step between kernel taps (default 1).
-            pub fn dilation(mut self, dilation: impl Into<$arg>) -> Self {
-                self.0.dilation = Pair::from(dilation.into()).0;
+            pub fn dilation(mut self, dilation: usize) -> Self {
+                self.0.dilation = [dilation, dilation];
                 self
             }
 
@@ -201,7 +205,6 @@ macro_rules! conv_layer {
 
 conv_layer!(
     Conv1d,
-    usize,
     "A 1-D convolution (PyTorch's `nn.Conv1d`, a cross-correlation).\n\n# Shapes\nInput \
      `[C_in, L]` (without the batch), output `[C_out, L_out]` with `L_out = ⌊(L + 2·padding − \
      dilation·(kernel − 1) − 1) / stride⌋ + 1`; `weight` `[C_out, C_in / groups, kernel]`, \
@@ -211,29 +214,57 @@ conv_layer!(
 
 conv_layer!(
     Conv2d,
-    Pair,
     "A 2-D convolution (PyTorch's `nn.Conv2d`, a cross-correlation).\n\n# Shapes\nInput \
      `[C_in, H, W]` (without the batch), output `[C_out, H_out, W_out]`, each extent as \
      [`Conv1d`]'s; `weight` `[C_out, C_in / groups, kH, kW]`, `bias` `[C_out]`. Arguments \
-     are one value for both axes or `[h, w]`. Initialized as PyTorch's `reset_parameters` \
+     are one value for both axes, or `[h, w]` through the `_hw` methods. Initialized as PyTorch's `reset_parameters` \
      (`fan_in = C_in / groups · kH · kW`)."
 );
 
 impl Conv1d {
     /// `nn.Conv1d(in_channels, out_channels, kernel_size)`.
     pub fn new(in_channels: usize, out_channels: usize, kernel_size: usize) -> Conv1d {
-        Conv1d(ConvSpec::new(1, in_channels, out_channels, [kernel_size, 1]))
+        Conv1d(ConvSpec::new(
+            1,
+            in_channels,
+            out_channels,
+            [kernel_size, 1],
+        ))
     }
 }
 
 impl Conv2d {
-    /// `nn.Conv2d(in_channels, out_channels, kernel_size)` (one value or `[kH, kW]`).
-    pub fn new(in_channels: usize, out_channels: usize, kernel_size: impl Into<Pair>) -> Conv2d {
+    /// `nn.Conv2d(in_channels, out_channels, kernel_size)`, a square kernel.
+    pub fn new(in_channels: usize, out_channels: usize, kernel_size: usize) -> Conv2d {
         Conv2d(ConvSpec::new(
             2,
             in_channels,
             out_channels,
-            kernel_size.into().0,
+            [kernel_size, kernel_size],
         ))
+    }
+
+    /// The kernel `[kH, kW]` (PyTorch's tuple `kernel_size`).
+    pub fn kernel_size_hw(mut self, kernel_size: [usize; 2]) -> Conv2d {
+        self.0.kernel = kernel_size;
+        self
+    }
+
+    /// The stride `[h, w]`.
+    pub fn stride_hw(mut self, stride: [usize; 2]) -> Conv2d {
+        self.0.stride = stride;
+        self
+    }
+
+    /// The padding `[h, w]` (each on both sides of its axis).
+    pub fn padding_hw(mut self, padding: [usize; 2]) -> Conv2d {
+        self.0.padding = padding;
+        self
+    }
+
+    /// The dilation `[h, w]`.
+    pub fn dilation_hw(mut self, dilation: [usize; 2]) -> Conv2d {
+        self.0.dilation = dilation;
+        self
     }
 }

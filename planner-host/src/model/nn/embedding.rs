@@ -49,14 +49,14 @@ impl Layer for Embedding {
         Ok(out)
     }
 
-    fn parameters(
-        &self,
-        input: &[usize],
-        rng: &mut SplitMix64,
-    ) -> Result<Vec<LayerParam>, String> {
+    fn parameters(&self, input: &[usize], rng: &mut SplitMix64) -> Result<Vec<LayerParam>, String> {
         self.output_shape(input)?;
         let (v, d) = (self.num_embeddings, self.embedding_dim);
-        Ok(vec![param("weight", vec![v, d], standard_normal(v * d, rng))])
+        Ok(vec![param(
+            "weight",
+            vec![v, d],
+            standard_normal(v * d, rng),
+        )])
     }
 
     fn forward(

@@ -60,11 +60,7 @@ impl Layer for Linear {
         }
     }
 
-    fn parameters(
-        &self,
-        input: &[usize],
-        rng: &mut SplitMix64,
-    ) -> Result<Vec<LayerParam>, String> {
+    fn parameters(&self, input: &[usize], rng: &mut SplitMix64) -> Result<Vec<LayerParam>, String> {
         self.output_shape(input)?;
         let (i, o) = (self.in_features, self.out_features);
         let mut out = vec![param("weight", vec![o, i], uniform_fan_in(o * i, i, rng))];
@@ -84,7 +80,11 @@ impl Layer for Linear {
         let dims = shape_dims(t, x);
         let rows: usize = dims[..dims.len().saturating_sub(1)].iter().product();
         let flat = Shape::matrix(rows, self.in_features);
-        let x2 = if dims.len() == 2 { x } else { t.reshape(&x, flat)? };
+        let x2 = if dims.len() == 2 {
+            x
+        } else {
+            t.reshape(&x, flat)?
+        };
         let wt = t.transpose(&leaf(params, 0, "Linear")?)?;
         let mut y = t.matmul(&x2, &wt)?;
         if let Some(b) = params.get(1).filter(|_| self.has_bias) {

@@ -62,8 +62,7 @@ pub use embedding::Embedding;
 pub use linear::Linear;
 pub use norm::{BatchNorm1d, BatchNorm2d, LayerNorm};
 pub use pool::{
-    AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, GlobalAvgPool, MaxPool1d,
-    MaxPool2d,
+    AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, GlobalAvgPool, MaxPool1d, MaxPool2d,
 };
 pub use reshape::{Flatten, Identity};
 
@@ -135,8 +134,7 @@ pub trait Layer: fmt::Debug {
     ///
     /// # Errors
     /// As [`Layer::output_shape`].
-    fn parameters(&self, input: &[usize], rng: &mut SplitMix64)
-        -> Result<Vec<LayerParam>, String>;
+    fn parameters(&self, input: &[usize], rng: &mut SplitMix64) -> Result<Vec<LayerParam>, String>;
 
     /// How many dropout streams the layer draws from in [`Mode::Train`].
     fn dropout_streams(&self) -> usize {
@@ -267,11 +265,7 @@ impl Layer for Sequential {
         Ok(shapes.last().cloned().unwrap_or_default())
     }
 
-    fn parameters(
-        &self,
-        input: &[usize],
-        rng: &mut SplitMix64,
-    ) -> Result<Vec<LayerParam>, String> {
+    fn parameters(&self, input: &[usize], rng: &mut SplitMix64) -> Result<Vec<LayerParam>, String> {
         let shapes = self.shapes(input)?;
         let mut out = Vec::new();
         for ((name, layer), s) in self.layers.iter().zip(&shapes) {
@@ -353,9 +347,8 @@ impl Model for Sequential {
                         p.name
                     )));
                 }
-                let shape = Shape::new(&p.shape).map_err(|e| {
-                    ModelError::Invalid(format!("parameter {:?}: {e}", p.name))
-                })?;
+                let shape = Shape::new(&p.shape)
+                    .map_err(|e| ModelError::Invalid(format!("parameter {:?}: {e}", p.name)))?;
                 Ok(ParamSpec {
                     name: p.name,
                     shape,
@@ -369,7 +362,9 @@ impl Model for Sequential {
     fn inputs(&self, batch: usize) -> Result<Vec<InputSpec>, ModelError> {
         let input = self.top_input()?;
         if batch == 0 {
-            return Err(ModelError::Invalid("the batch size must be at least 1".into()));
+            return Err(ModelError::Invalid(
+                "the batch size must be at least 1".into(),
+            ));
         }
         let mut dims = vec![batch];
         dims.extend_from_slice(input);
@@ -554,20 +549,4 @@ fn window_extent(
         ));
     }
     Ok((padded - span) / stride + 1)
-}
-
-/// A PyTorch-style pair argument: one value for both spatial axes or `[h, w]`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Pair(pub [usize; 2]);
-
-impl From<usize> for Pair {
-    fn from(v: usize) -> Pair {
-        Pair([v, v])
-    }
-}
-
-impl From<[usize; 2]> for Pair {
-    fn from(v: [usize; 2]) -> Pair {
-        Pair(v)
-    }
 }

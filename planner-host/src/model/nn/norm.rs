@@ -25,7 +25,12 @@ impl BatchNorm {
         }
     }
 
-    fn output_shape(&self, input: &[usize], ranks: &[usize], what: &str) -> Result<Vec<usize>, String> {
+    fn output_shape(
+        &self,
+        input: &[usize],
+        ranks: &[usize],
+        what: &str,
+    ) -> Result<Vec<usize>, String> {
         expect_rank(input, ranks, what)?;
         if input[0] != self.num_features {
             return Err(format!(
@@ -82,15 +87,8 @@ impl BatchNorm {
                 let stats = RunningStats::PyTorch {
                     momentum: self.momentum,
                 };
-                let out = t.batch_norm_train(
-                    &x,
-                    w.as_ref(),
-                    b.as_ref(),
-                    &rm,
-                    &rv,
-                    stats,
-                    self.eps,
-                )?;
+                let out =
+                    t.batch_norm_train(&x, w.as_ref(), b.as_ref(), &rm, &rv, stats, self.eps)?;
                 let one = t.fill(1.0, Shape::SCALAR)?;
                 let counted = t.add(&count, &one)?;
                 Ok(LayerOutput {

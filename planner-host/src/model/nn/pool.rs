@@ -3,7 +3,7 @@
 
 use tapeplan_core::{NodeId, PoolWindow, Recordable, Trace};
 
-use super::{expect_rank, pool_u16, window_extent, Layer, LayerCx, LayerOutput, LayerParam, Pair};
+use super::{expect_rank, pool_u16, window_extent, Layer, LayerCx, LayerOutput, LayerParam};
 use crate::model::graph::ModelError;
 use crate::protocol::SplitMix64;
 
@@ -29,7 +29,11 @@ impl Window {
     }
 
     fn output_shape(&self, input: &[usize]) -> Result<Vec<usize>, String> {
-        let what = if self.spatial == 1 { "[C, L]" } else { "[C, H, W]" };
+        let what = if self.spatial == 1 {
+            "[C, L]"
+        } else {
+            "[C, H, W]"
+        };
         expect_rank(input, &[self.spatial + 1], what)?;
         let mut out = vec![input[0]];
         for a in 0..self.spatial {
@@ -74,7 +78,7 @@ impl Window {
 
 /// The builder methods and the [`Layer`] implementation of a pooling layer over a [`Window`].
 macro_rules! pool_layer {
-    ($name:ident, $arg:ty, $max:expr, $doc:literal) => {
+    ($name:ident, $max:expr, $doc:literal) => {
         #[doc = $doc]
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
         pub struct $name {
@@ -84,16 +88,16 @@ macro_rules! pool_layer {
 
         impl $name {
             /// The step between windows (default: the kernel size).
-            pub fn stride(mut self, stride: impl Into<$arg>) -> Self {
-                self.window.stride = Pair::from(stride.into()).0;
+            pub fn stride(mut self, stride: usize) -> Self {
+                self.window.stride = [stride, stride];
                 self
             }
 
             /// Implicit padding on both sides of each spatial axis (default 0; at most half the
             /// kernel). Max pooling never picks padding; average pooling counts it in the
             /// divisor when `count_include_pad` (PyTorch's default).
-            pub fn padding(mut self, padding: impl Into<$arg>) -> Self {
-                self.window.padding = Pair::from(padding.into()).0;
+            pub fn padding(mut self, padding: usize) -> Self {
+                self.window.padding = [padding, padding];
                 self
             }
         }
@@ -137,21 +141,18 @@ macro_rules! pool_layer {
 
 pool_layer!(
     MaxPool1d,
-    usize,
     true,
     "1-D max pooling (PyTorch's `nn.MaxPool1d`, floor mode).\n\n# Shapes\n`[C, L]` → `[C, \
      L_out]`, `L_out = ⌊(L + 2·padding − dilation·(kernel − 1) − 1) / stride⌋ + 1`."
 );
 pool_layer!(
     MaxPool2d,
-    Pair,
     true,
     "2-D max pooling (PyTorch's `nn.MaxPool2d`, floor mode).\n\n# Shapes\n`[C, H, W]` → `[C, \
      H_out, W_out]`, each extent as [`MaxPool1d`]'s."
 );
 pool_layer!(
     AvgPool1d,
-    usize,
     false,
     "1-D average pooling (PyTorch's `nn.AvgPool1d`, floor mode, `count_include_pad=True` by \
      default).\n\n# Shapes\n`[C, L]` → `[C, L_out]`, `L_out = ⌊(L + 2·padding − kernel) / \
@@ -159,7 +160,6 @@ pool_layer!(
 );
 pool_layer!(
     AvgPool2d,
-    Pair,
     false,
     "2-D average pooling (PyTorch's `nn.AvgPool2d`, floor mode, `count_include_pad=True` by \
      default).\n\n# Shapes\n`[C, H, W]` → `[C, H_out, W_out]`, each extent as \
@@ -183,20 +183,47 @@ impl MaxPool1d {
 }
 
 impl MaxPool2d {
-    /// `nn.MaxPool2d(kernel_size)` (one value or `[kH, kW]`; stride defaults to the kernel).
-    pub fn new(kernel_size: impl Into<Pair>) -> MaxPool2d {
+    /// `nn.MaxPool2d(kernel_size)`, a square window (stride defaults to the kernel).
+    pub fn new(kernel_size: usize) -> MaxPool2d {
+        MaxPool2d::new_hw([kernel_size, kernel_size])
+    }
+
+    /// `nn.MaxPool2d((kH, kW))` (stride defaults to the kernel).
+    pub fn new_hw(kernel_size: [usize; 2]) -> MaxPool2d {
         MaxPool2d {
-            window: Window::new(2, kernel_size.into().0),
+            window: Window::new(2, kernel_size),
             count_include_pad: false,
         }
     }
 
     /// The step between window taps (default 1).
-    pub fn dilation(mut self, dilation: impl Into<Pair>) -> MaxPool2d {
-        self.window.dilation = dilation.into().0;
+    pub fn dilation(mut self, dilation: usize) -> MaxPool2d {
+        self.window.dilation = [dilation, dilation];
         self
     }
 }
+
+/// The `[h, w]` builder methods of a 2-D pooling layer.
+macro_rules! pool_2d_hw {
+    ($name:ident) => {
+        impl $name {
+            /// The stride `[h, w]`.
+            pub fn stride_hw(mut self, stride: [usize; 2]) -> $name {
+                self.window.stride = stride;
+                self
+            }
+
+            /// The padding `[h, w]` (each on both sides of its axis).
+            pub fn padding_hw(mut self, padding: [usize; 2]) -> $name {
+                self.window.padding = padding;
+                self
+            }
+        }
+    };
+}
+
+pool_2d_hw!(MaxPool2d);
+pool_2d_hw!(AvgPool2d);
 
 impl AvgPool1d {
     /// `nn.AvgPool1d(kernel_size)` (stride defaults to the kernel).
@@ -215,10 +242,15 @@ impl AvgPool1d {
 }
 
 impl AvgPool2d {
-    /// `nn.AvgPool2d(kernel_size)` (one value or `[kH, kW]`; stride defaults to the kernel).
-    pub fn new(kernel_size: impl Into<Pair>) -> AvgPool2d {
+    /// `nn.AvgPool2d(kernel_size)`, a square window (stride defaults to the kernel).
+    pub fn new(kernel_size: usize) -> AvgPool2d {
+        AvgPool2d::new_hw([kernel_size, kernel_size])
+    }
+
+    /// `nn.AvgPool2d((kH, kW))` (stride defaults to the kernel).
+    pub fn new_hw(kernel_size: [usize; 2]) -> AvgPool2d {
         AvgPool2d {
-            window: Window::new(2, kernel_size.into().0),
+            window: Window::new(2, kernel_size),
             count_include_pad: true,
         }
     }
@@ -265,7 +297,7 @@ pub struct AdaptiveAvgPool1d(pub usize);
 /// # Shapes
 /// `[C, H, W]` → `[C, out_h, out_w]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AdaptiveAvgPool2d(pub Pair);
+pub struct AdaptiveAvgPool2d(pub [usize; 2]);
 
 impl AdaptiveAvgPool1d {
     /// `nn.AdaptiveAvgPool1d(output_size)`.
@@ -275,9 +307,14 @@ impl AdaptiveAvgPool1d {
 }
 
 impl AdaptiveAvgPool2d {
-    /// `nn.AdaptiveAvgPool2d(output_size)` (one value or `[h, w]`).
-    pub fn new(output_size: impl Into<Pair>) -> AdaptiveAvgPool2d {
-        AdaptiveAvgPool2d(output_size.into())
+    /// `nn.AdaptiveAvgPool2d(output_size)`, a square output.
+    pub fn new(output_size: usize) -> AdaptiveAvgPool2d {
+        AdaptiveAvgPool2d([output_size, output_size])
+    }
+
+    /// `nn.AdaptiveAvgPool2d((h, w))`.
+    pub fn new_hw(output_size: [usize; 2]) -> AdaptiveAvgPool2d {
+        AdaptiveAvgPool2d(output_size)
     }
 }
 
@@ -321,7 +358,7 @@ macro_rules! adaptive_layer {
 }
 
 adaptive_layer!(AdaptiveAvgPool1d, 1, |l: &AdaptiveAvgPool1d| [l.0, 1]);
-adaptive_layer!(AdaptiveAvgPool2d, 2, |l: &AdaptiveAvgPool2d| l.0 .0);
+adaptive_layer!(AdaptiveAvgPool2d, 2, |l: &AdaptiveAvgPool2d| l.0);
 
 /// Global average pooling (ONNX's `GlobalAveragePool`; PyTorch's `AdaptiveAvgPool*d(1)`): the
 /// mean over every spatial position, per channel, spatial axes kept at extent 1.
