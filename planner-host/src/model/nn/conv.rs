@@ -57,8 +57,8 @@ impl ConvSpec {
         };
         expect_rank(input, &[self.spatial + 1], what)?;
         if self.groups == 0
-            || self.in_channels % self.groups != 0
-            || self.out_channels % self.groups != 0
+            || !self.in_channels.is_multiple_of(self.groups)
+            || !self.out_channels.is_multiple_of(self.groups)
         {
             return Err(format!(
                 "groups {} must divide in_channels {} and out_channels {}",

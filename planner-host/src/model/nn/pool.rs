@@ -272,7 +272,7 @@ fn adaptive_window(spatial: usize, input: &[usize], output: [usize; 2]) -> Resul
     let mut kernel = [1, 1];
     for a in 0..spatial {
         let (len, out) = (input[a + 1], output[a]);
-        if out == 0 || len % out != 0 {
+        if out == 0 || !len.is_multiple_of(out) {
             return Err(format!(
                 "output size {out} must divide the input extent {len} (uneven adaptive \
                  windows are not supported)"

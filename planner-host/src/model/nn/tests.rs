@@ -621,7 +621,8 @@ fn activations_match_their_definitions() {
     let x = values(24, 13);
     let xf = f64s(&x);
     let sig = |v: f64| 1.0 / (1.0 + (-v).exp());
-    let cases: Vec<(Sequential, Box<dyn Fn(f64) -> f64>, &str)> = vec![
+    type Definition = Box<dyn Fn(f64) -> f64>;
+    let cases: Vec<(Sequential, Definition, &str)> = vec![
         (
             Sequential::new(&[24]).push(ReLU),
             Box::new(|v: f64| v.max(0.0)),
@@ -748,7 +749,7 @@ fn dropout_layers_draw_their_own_streams_and_eval_is_the_identity() {
         .map(|(&b, &a)| if a == 0.0 { f32::NAN } else { b / a })
         .collect();
     // Where the first layer kept, the second's mask shows through: not the first's again.
-    assert!(second_alone.iter().any(|&v| v == 0.0));
+    assert!(second_alone.contains(&0.0));
     let same = Sequential::new(&[n])
         .push(Dropout::new(0.25))
         .push(Dropout::new(0.25));
