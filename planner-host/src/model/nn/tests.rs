@@ -821,3 +821,105 @@ fn init_follows_pytorch_bounds_and_is_deterministic() {
         "embedding two-sided 5% tail {tails}"
     );
 }
+
+#[test]
+fn a_recorded_cnn_gradient_matches_central_differences_in_f64() {
+    use tapeplan_core::{RunAs, TensorOf};
+    // Conv → BatchNorm (training: batch statistics) → ReLU → MaxPool → Flatten → Linear, a
+    // cross-entropy loss; the recorded gradient, run in f64, against central differences.
+    let m = Sequential::new(&[2, 8])
+        .push(Conv1d::new(2, 3, 3).padding(1))
+        .push(BatchNorm1d::new(3))
+        .push(Tanh)
+        .push(MaxPool1d::new(2))
+        .push(Flatten)
+        .push_named("fc", Linear::new(12, 4))
+        .seed(21);
+    let batch = 3;
+    let specs = Model::parameters(&m).unwrap();
+    let mut tape = Tape::new();
+    let x = tape.input("x", m.inputs(batch).unwrap()[0].shape);
+    let labels = tape.input("labels", Shape::vector(batch));
+    let leaves: Vec<NodeId> = specs
+        .iter()
+        .map(|s| tape.parameter(&s.name, s.shape))
+        .collect();
+    let fwd = m
+        .record(
+            &mut tape,
+            &ForwardCx {
+                batch,
+                mode: Mode::Train,
+                inputs: &[x],
+                params: &leaves,
+                rng: None,
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        fwd.buffer_updates.iter().map(|u| u.0).collect::<Vec<_>>(),
+        vec![4, 5, 6]
+    );
+    let loss =
+        crate::model::softmax_cross_entropy(&mut tape.trace(), &fwd.output, &labels).unwrap();
+    let trainable: Vec<NodeId> = specs
+        .iter()
+        .zip(&leaves)
+        .filter(|(s, _)| s.kind == ParamKind::Parameter)
+        .map(|(_, l)| *l)
+        .collect();
+    let adjoints = tape.differentiate(loss, &trainable).unwrap();
+    let xv: Vec<f64> = f64s(&values(batch * 16, 22));
+    let lv = vec![0.0, 3.0, 1.0];
+    let mut pv: Vec<Vec<f64>> = specs.iter().map(|s| f64s(&s.init)).collect();
+    // Non-trivial BatchNorm affine parameters.
+    pv[2] = vec![1.2, 0.7, -0.9];
+    pv[3] = vec![0.1, -0.2, 0.3];
+    let eval = |pv: &[Vec<f64>], wanted: &[NodeId]| -> Vec<Vec<f64>> {
+        let mut run = RunAs::<f64>::new(&tape);
+        run.set(
+            x,
+            TensorOf::new(tape.shape(x).unwrap(), xv.clone()).unwrap(),
+        )
+        .unwrap();
+        run.set(
+            labels,
+            TensorOf::new(Shape::vector(batch), lv.clone()).unwrap(),
+        )
+        .unwrap();
+        for ((l, s), v) in leaves.iter().zip(&specs).zip(pv) {
+            run.set(*l, TensorOf::new(s.shape, v.clone()).unwrap())
+                .unwrap();
+        }
+        run.forward().unwrap();
+        wanted
+            .iter()
+            .map(|w| run.value(*w).unwrap().data.clone())
+            .collect()
+    };
+    let grads: Vec<NodeId> = trainable
+        .iter()
+        .map(|t| *adjoints.get(*t).unwrap())
+        .collect();
+    let recorded = eval(&pv, &grads);
+    let h = 1e-6;
+    let mut checked = 0;
+    for (gi, leaf) in trainable.iter().enumerate() {
+        let pi = leaves.iter().position(|l| l == leaf).unwrap();
+        for e in 0..pv[pi].len() {
+            let mut plus = pv.clone();
+            plus[pi][e] += h;
+            let mut minus = pv.clone();
+            minus[pi][e] -= h;
+            let fd = (eval(&plus, &[loss])[0][0] - eval(&minus, &[loss])[0][0]) / (2.0 * h);
+            let g = recorded[gi][e];
+            assert!(
+                (g - fd).abs() <= 1e-6 + 1e-5 * fd.abs(),
+                "{}[{e}]: recorded {g}, central difference {fd}",
+                specs[pi].name
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 18 + 3 + 3 + 3 + 48 + 4);
+}
