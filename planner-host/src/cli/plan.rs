@@ -33,6 +33,9 @@ pub fn plan(model: &ModelArgs, output: &Path) -> Result<ExitCode> {
     );
     println!("memory report:");
     print_report(&reports(&job));
+    if let Some(line) = job.subset_report() {
+        println!("{line}");
+    }
     print_fusion(&job, model)?;
     Ok(ExitCode::SUCCESS)
 }
