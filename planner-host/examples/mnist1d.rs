@@ -15,27 +15,23 @@
 //! layer API's seeded stream with seed [`SEED`], fixed before any run. The test accuracy is
 //! measured once, after the last step: no selection on the test split.
 //!
-//! The oracle is independent of the plan: core's tape interpreter for the loss, its engine
-//! reverse scan (`Run::backward`) for the gradient, and the optimizer's update body computed
-//! directly; the runtime runs the planned `train_step`. Every step, every parameter and piece of
-//! optimizer state of the runtime must equal the oracle's bit for bit.
+//! The model becomes a [`TrainingJob`] (the general job over any [`tapeplan_planner::model::Model`]); the
+//! [`Oracle`] trains the same job without its schedule (core's tape interpreter for the loss,
+//! its engine reverse scan for the gradient, the optimizer's update body computed directly); the
+//! runtime runs the planned `train_step`. Every step, the loss, every parameter and every piece
+//! of optimizer state of the runtime must equal the oracle's bit for bit.
 
 use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use tapeplan_core::{Compute, MathProfile, NodeId, Recordable, Run, Shape, Tape, Tensor};
+use tapeplan_planner::exec::oracle::Oracle;
 use tapeplan_planner::exec::runtime::RuntimeModel;
 use tapeplan_planner::io::data::{load_csv, Dataset};
 use tapeplan_planner::model::nn::{Conv1d, Flatten, Linear, ReLU, Sequential};
 use tapeplan_planner::model::optim::Optimizer;
-use tapeplan_planner::model::{softmax_cross_entropy, ForwardCx, Mode, Model, ParamSpec};
-use tapeplan_planner::plan::rewrite::{self as passes, Passes};
-use tapeplan_planner::plan::{self as planner, EntrySpec, PlanOptions, Root};
-use tapeplan_planner::protocol::{
-    digest_f32, ENTRY_FORWARD, ENTRY_INIT, ENTRY_TRAIN_STEP, INPUT_LABELS, OUTPUT_LOGITS,
-    OUTPUT_LOSS,
-};
+use tapeplan_planner::model::{Loss, TrainingJob};
+use tapeplan_planner::protocol::digest_f32;
 
 /// The initialization seed, fixed before the first run.
 const SEED: u64 = 42;
@@ -64,189 +60,6 @@ fn cnn() -> Sequential {
         .seed(SEED)
 }
 
-/// The recorded training job: forward, loss, recorded gradient, recorded Adam update.
-struct Job {
-    tape: Tape,
-    x: NodeId,
-    labels: NodeId,
-    params: Vec<NodeId>,
-    specs: Vec<ParamSpec>,
-    state: Vec<NodeId>,
-    state_init: Vec<(Shape, f32)>,
-    state_names: Vec<String>,
-    loss: NodeId,
-    optimizer: Optimizer,
-    bytes: Vec<u8>,
-}
-
-/// Records `model`'s job at batch `batch` and plans `init`, `forward` and `train_step`.
-fn build(model: &Sequential, batch: usize, optimizer: Optimizer) -> Result<Job> {
-    let specs = model.parameters()?;
-    let inputs = model.inputs(batch)?;
-    let mut tape = Tape::new();
-    let x = tape.input(&inputs[0].name, inputs[0].shape);
-    let labels = tape.input(INPUT_LABELS, Shape::vector(batch));
-    let params: Vec<NodeId> = specs
-        .iter()
-        .map(|s| tape.parameter(&s.name, s.shape))
-        .collect();
-    let cx = |mode| ForwardCx {
-        batch,
-        mode,
-        inputs: std::slice::from_ref(&x),
-        params: &params,
-        rng: None,
-    };
-    let eval = model.record(&mut tape, &cx(Mode::Eval))?;
-    let train = model.record(&mut tape, &cx(Mode::Train))?;
-    if !train.buffer_updates.is_empty() {
-        bail!("this example's job does not update buffers");
-    }
-    let loss = softmax_cross_entropy(&mut tape.trace(), &train.output, &labels)?;
-    let adjoints = tape.differentiate(loss, &params)?;
-    let grads: Vec<Option<NodeId>> = params.iter().map(|p| adjoints.get(*p).copied()).collect();
-    let shapes: Vec<(String, Shape)> = specs.iter().map(|s| (s.name.clone(), s.shape)).collect();
-    let state_specs = optimizer.state(&shapes);
-    let state: Vec<NodeId> = state_specs
-        .iter()
-        .map(|s| tape.parameter(&s.name, s.shape))
-        .collect();
-    let (new_params, new_state) = optimizer.step(&mut tape.trace(), &params, &grads, &state)?;
-    let mut train_roots = vec![Root::Output {
-        name: OUTPUT_LOSS.into(),
-        node: loss,
-    }];
-    for (p, v) in params
-        .iter()
-        .chain(&state)
-        .zip(new_params.iter().chain(&new_state))
-    {
-        if let Some(v) = v {
-            train_roots.push(Root::Update {
-                param: *p,
-                value: *v,
-            });
-        }
-    }
-    let mut init_roots = Vec::new();
-    for (leaf, s) in state.iter().zip(&state_specs) {
-        let value = tape.trace().fill(s.init, s.shape)?;
-        init_roots.push(Root::Update {
-            param: *leaf,
-            value,
-        });
-    }
-    let entries = vec![
-        EntrySpec {
-            name: ENTRY_FORWARD.into(),
-            roots: vec![Root::Output {
-                name: OUTPUT_LOGITS.into(),
-                node: eval.output,
-            }],
-            guarded: false,
-        },
-        EntrySpec {
-            name: ENTRY_TRAIN_STEP.into(),
-            roots: train_roots,
-            guarded: false,
-        },
-        EntrySpec {
-            name: ENTRY_INIT.into(),
-            roots: init_roots,
-            guarded: false,
-        },
-    ];
-    let options = PlanOptions::default();
-    let (rewritten, map, _) = passes::rewrite(
-        &tape,
-        Passes::default(),
-        options.math,
-        &passes::update_values(&entries),
-    )?;
-    let schedule = planner::plan_with(&rewritten, &passes::remap_entries(&entries, &map), options)?;
-    Ok(Job {
-        x,
-        labels,
-        params,
-        state_init: state_specs.iter().map(|s| (s.shape, s.init)).collect(),
-        state_names: state_specs.iter().map(|s| s.name.clone()).collect(),
-        state,
-        specs,
-        loss,
-        optimizer,
-        bytes: schedule.to_bytes(),
-        tape,
-    })
-}
-
-/// The oracle: the tape interpreter, the engine reverse scan and the update body.
-struct Oracle<'j> {
-    job: &'j Job,
-    params: Vec<Tensor>,
-    state: Vec<Tensor>,
-}
-
-impl<'j> Oracle<'j> {
-    fn new(job: &'j Job) -> Result<Oracle<'j>> {
-        Ok(Oracle {
-            job,
-            params: job
-                .specs
-                .iter()
-                .map(|s| Tensor::new(s.shape, s.init.clone()))
-                .collect::<Result<_, _>>()?,
-            state: job
-                .state_init
-                .iter()
-                .map(|&(shape, v)| Tensor {
-                    shape,
-                    data: vec![v; shape.elems()],
-                })
-                .collect(),
-        })
-    }
-
-    fn step(&mut self, x: &[f32], labels: &[f32]) -> Result<f32> {
-        let job = self.job;
-        let mut run = Run::new(&job.tape);
-        run.set(job.x, Tensor::new(job.tape.shape(job.x)?, x.to_vec())?)?;
-        run.set(
-            job.labels,
-            Tensor::new(job.tape.shape(job.labels)?, labels.to_vec())?,
-        )?;
-        for (p, v) in job.params.iter().zip(&self.params) {
-            run.set(*p, v.clone())?;
-        }
-        for (p, v) in job.state.iter().zip(&self.state) {
-            run.set(*p, v.clone())?;
-        }
-        let adjoints = run.backward(job.loss, Tensor::scalar(1.0), &job.params)?;
-        let loss = run.value(job.loss).map_or(f32::NAN, |t| t.data[0]);
-        let grads: Vec<Option<Tensor>> = job
-            .params
-            .iter()
-            .map(|p| adjoints.get(*p).cloned())
-            .collect();
-        let (new_params, new_state) = job.optimizer.step(
-            &mut Compute::with_math(MathProfile::default()),
-            &self.params,
-            &grads,
-            &self.state,
-        )?;
-        for (p, n) in self.params.iter_mut().zip(new_params) {
-            if let Some(n) = n {
-                *p = n;
-            }
-        }
-        for (p, n) in self.state.iter_mut().zip(new_state) {
-            if let Some(n) = n {
-                *p = n;
-            }
-        }
-        Ok(loss)
-    }
-}
-
 fn main() -> Result<()> {
     let steps: usize = match std::env::args().nth(1) {
         Some(a) => a
@@ -264,20 +77,26 @@ fn main() -> Result<()> {
 
     let model = cnn();
     let t0 = Instant::now();
-    let job = build(&model, BATCH, Optimizer::adam(LR))?;
-    let n_params: usize = job.specs.iter().map(|s| s.init.len()).sum();
-    let mut rt = RuntimeModel::new(&job.bytes)?;
-    for s in &job.specs {
+    let job = TrainingJob::for_model(&model)
+        .loss(Loss::SoftmaxCrossEntropy)
+        .optimizer(Optimizer::adam(LR))
+        .batch(BATCH)
+        .build()?;
+    let bytes = job.schedule.to_bytes();
+    let n_params: usize = job.parameters.iter().map(|s| s.init.len()).sum();
+    let mut rt = RuntimeModel::new(&bytes)?;
+    for s in &job.parameters {
         rt.load_parameter(&s.name, &s.init)?;
     }
     println!(
         "mnist1d: CNN {n_params} parameters; plan {} B, arena {} B; planned in {:.2} s",
-        job.bytes.len(),
+        bytes.len(),
         rt.arena_bytes(),
         t0.elapsed().as_secs_f64()
     );
-    let mut oracle = Oracle::new(&job)?;
-    let names: Vec<String> = job.specs.iter().map(|s| s.name.clone()).collect();
+    let mut oracle = Oracle::with_initial_parameters(&job)?;
+    let names: Vec<String> = job.parameters.iter().map(|s| s.name.clone()).collect();
+    let state_names: Vec<String> = job.state_specs.iter().map(|s| s.name.clone()).collect();
 
     let t0 = Instant::now();
     let mut checked = 0usize;
@@ -292,7 +111,7 @@ fn main() -> Result<()> {
         for (name, value) in names
             .iter()
             .zip(&oracle.params)
-            .chain(job.state_names.iter().zip(&oracle.state))
+            .chain(state_names.iter().zip(&oracle.state))
         {
             let got = rt.parameter(name)?;
             if got
@@ -313,7 +132,7 @@ fn main() -> Result<()> {
         }
     }
     let mut params = Vec::new();
-    for s in &job.specs {
+    for s in &job.parameters {
         params.extend(rt.parameter(&s.name)?);
     }
     let test_x: Vec<f32> = (0..test.len())
