@@ -15,6 +15,11 @@
 //! layer API's seeded stream with seed [`SEED`], fixed before any run. The test accuracy is
 //! measured once, after the last step: no selection on the test split.
 //!
+//! Measured (2026-12-02): 6000/6000 steps bit-identical, test accuracy 92.2 % (train 100 %),
+//! final digest `36bb420b83282ea0`. The paper's 94 % is a typical seed, not every seed:
+//! `scripts/mnist1d_jax.py`, the same protocol written independently in JAX, gives 94.5, 95.0,
+//! 91.7, 94.9, 92.8, 93.8, 93.8 and 94.3 % for seeds 0 to 7 (mean 93.85 %).
+//!
 //! The model becomes a [`TrainingJob`] (the general job over any [`tapeplan_planner::model::Model`]); the
 //! [`Oracle`] trains the same job without its schedule (core's tape interpreter for the loss,
 //! its engine reverse scan for the gradient, the optimizer's update body computed directly); the
