@@ -163,7 +163,13 @@ fn train_and_compare(job: &TrainingJob, batch: usize) -> Vec<f32> {
         let l_rt = rt
             .train_step_named(&[("a", &a), ("b", &b), (target, &y)])
             .unwrap();
-        let l_or = oracle.step_inputs(&[&a, &b], &y).unwrap();
+        let l_or = if step % 2 == 0 {
+            oracle.step_inputs(&[&a, &b], &y).unwrap()
+        } else {
+            oracle
+                .step_named(&[(target, &y), ("b", &b), ("a", &a)])
+                .unwrap()
+        };
         assert_eq!(l_rt.to_bits(), l_or.to_bits(), "step {step}: loss");
         losses.push(l_or);
         for (spec, value) in job.parameters.iter().zip(&oracle.params) {
@@ -202,11 +208,11 @@ fn train_and_compare(job: &TrainingJob, batch: usize) -> Vec<f32> {
 #[test]
 fn a_hand_recorded_model_trains_bitwise_with_sgd_and_adam() {
     let batch = 8;
-    for (optimizer, p) in [
-        (Optimizer::sgd(0.2), 0.0),
-        (Optimizer::adam(0.05), 0.0),
-        (Optimizer::sgd(0.2), 0.25),
-        (Optimizer::adam(0.05), 0.25),
+    for (optimizer, p, guarded) in [
+        (Optimizer::sgd(0.2), 0.0, false),
+        (Optimizer::adam(0.05), 0.0, false),
+        (Optimizer::sgd(0.2), 0.25, false),
+        (Optimizer::adam(0.05), 0.25, true),
     ] {
         let model = TwoInput { p };
         let job = TrainingJob::for_model(&model)
@@ -215,11 +221,14 @@ fn a_hand_recorded_model_trains_bitwise_with_sgd_and_adam() {
             .batch(batch)
             .options(JobOptions {
                 seed: 5,
+                guarded,
                 ..JobOptions::default()
             })
             .build()
             .unwrap();
         assert_eq!(job.loss, None);
+        let bytes = job.schedule.to_bytes();
+        assert_eq!(RuntimeModel::new(&bytes).unwrap().is_guarded(), guarded);
         assert_eq!(job.trainable, [true, true, true, false]);
         assert_eq!(job.buffer_updates.len(), 1);
         let entries: Vec<&str> = job
@@ -235,6 +244,22 @@ fn a_hand_recorded_model_trains_bitwise_with_sgd_and_adam() {
         };
         assert_eq!(entries, want);
         let losses = train_and_compare(&job, batch);
+        // Named bindings: a wrong or missing name is an error naming it.
+        let mut o = Oracle::with_initial_parameters(&job).unwrap();
+        let (a, b, y) = (vec![0.0; batch * A], vec![0.0; batch * B], vec![0.0; batch]);
+        let e = o
+            .step_named(&[("a", &a), ("c", &b), ("target", &y)])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("no input named \"c\" (the job's inputs: a, b, target)"),
+            "{e}"
+        );
+        let e = o
+            .step_named(&[("a", &a), ("target", &y)])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("input \"b\" not given"), "{e}");
         assert!(losses.iter().all(|l| l.is_finite() && *l > 0.0));
         // The buffer moved: 20 steps of `0.75 · rm + 0.25 · mean` from zero.
         let oracle_rm = {

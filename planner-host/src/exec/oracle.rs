@@ -37,6 +37,17 @@ pub enum OracleError {
         /// The number of values given.
         found: usize,
     },
+    /// A binding name that is neither a model input nor the target, or one given twice.
+    #[error("no input named {name:?} (the job's inputs: {names})")]
+    UnknownInput {
+        /// The name given.
+        name: String,
+        /// The job's input names and its target's, comma-separated.
+        names: String,
+    },
+    /// An input or the target not given.
+    #[error("input {0:?} not given")]
+    MissingInput(String),
     /// An entry the job was built without.
     #[error("the job has no {0} entry (see JobOptions::eval_entries)")]
     MissingEntry(&'static str),
@@ -186,6 +197,50 @@ impl<'j> Oracle<'j> {
     pub fn step(&mut self, x: &[f32], target: &[f32]) -> Result<f32, TapeError> {
         self.step_inputs(&[x], target)
             .map_err(|e| e.into_tape(self.job))
+    }
+
+    /// One training step with the inputs and the target given by name (as the plan's
+    /// `train_step` binds them: the model's input names and `labels` or `y`): resolves them to
+    /// [`Oracle::step_inputs`]'s order.
+    ///
+    /// # Errors
+    /// [`OracleError::UnknownInput`] for a name the job does not take (or given twice),
+    /// [`OracleError::MissingInput`] for one not given, then as [`Oracle::step_inputs`].
+    pub fn step_named(&mut self, bindings: &[(&str, &[f32])]) -> Result<f32, OracleError> {
+        let (inputs, target) = self.resolve(bindings)?;
+        self.step_inputs(&inputs, target)
+    }
+
+    /// The model's inputs in order and the target, from named bindings.
+    fn resolve<'a>(
+        &self,
+        bindings: &[(&str, &'a [f32])],
+    ) -> Result<(Vec<&'a [f32]>, &'a [f32]), OracleError> {
+        let job = self.job;
+        let names: Vec<&str> = job
+            .input_specs
+            .iter()
+            .map(|s| s.name.as_str())
+            .chain([job.target_name.as_str()])
+            .collect();
+        let mut found: Vec<Option<&'a [f32]>> = vec![None; names.len()];
+        for (name, values) in bindings {
+            match names.iter().position(|n| n == name) {
+                Some(i) if found[i].is_none() => found[i] = Some(values),
+                _ => {
+                    return Err(OracleError::UnknownInput {
+                        name: name.to_string(),
+                        names: names.join(", "),
+                    })
+                }
+            }
+        }
+        let mut values = Vec::with_capacity(found.len());
+        for (v, n) in found.into_iter().zip(&names) {
+            values.push(v.ok_or_else(|| OracleError::MissingInput(n.to_string()))?);
+        }
+        let target = values.pop().unwrap_or_default();
+        Ok((values, target))
     }
 
     /// The loss of a batch in training mode and its gradient with respect to every trained
@@ -583,8 +638,9 @@ pub struct OracleRun<'j> {
     pub oracle: Oracle<'j>,
 }
 
-/// Trains `job` (`cfg`'s) with the oracle over `train` (`cfg`'s training set) from `cfg`'s
-/// initial parameters, in `cfg`'s order (see [`RunConfig`]).
+/// Trains `job` (`cfg`'s) with the oracle over `train` (`cfg`'s training set) from `init`
+/// (`cfg`'s initial parameters, [`RunConfig::initial_parameters`]), in `cfg`'s order (see
+/// [`RunConfig`]).
 ///
 /// # Errors
 /// Shape errors.
@@ -592,9 +648,9 @@ pub fn oracle_run<'j>(
     cfg: &RunConfig,
     job: &'j TrainingJob,
     train: &Dataset,
+    init: &[Vec<f32>],
 ) -> Result<OracleRun<'j>, TapeError> {
-    let init = cfg.initial_parameters(job);
-    let mut oracle = Oracle::new(job, &init)?;
+    let mut oracle = Oracle::new(job, init)?;
     let mut losses = Vec::with_capacity(cfg.total_steps());
     let mut epoch_means = Vec::with_capacity(cfg.epochs);
     for epoch in 0..cfg.epochs {
