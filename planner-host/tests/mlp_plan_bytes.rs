@@ -70,6 +70,7 @@ fn cases() -> Vec<(&'static str, u64)> {
                     planning: PlanOptions {
                         fuse: false,
                         math: MathProfile::Fast,
+                        ..PlanOptions::default()
                     },
                     ..d()
                 },
