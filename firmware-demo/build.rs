@@ -6,10 +6,12 @@
 //!   `board-nrf52840dk` feature; it picks the linker's `memory.x` and the default run;
 //! - the plan: recorded and planned by `tapeplan-planner` (forward + recorded gradient + SGD
 //!   update), serialized to `$OUT_DIR/train.plan`, and its arena size as a constant;
-//! - the data: the run's training rows as raw `u8` pixel counts and labels;
+//! - the data: the run's training rows as raw `u8` pixel counts and labels (the digits), or
+//!   with feature `cnn` (a `data=mnist1d` run) as little-endian `f32` features and labels;
 //! - the initial parameters: seeded Glorot-uniform, as little-endian `f32`s.
 //!
-//! `TAPEPLAN_RUN=path/to/file.run` overrides the board's run. The math profile is the one
+//! `TAPEPLAN_RUN=path/to/file.run` overrides the board's run; with feature `cnn` the default run
+//! is `models/mnist1d.run`. The math profile is the one
 //! feature of `math-precise` (default) and `math-fast` that is enabled: the plan records it and
 //! the runtime links only its kernels; a run description naming the other profile is refused.
 
@@ -106,8 +108,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The run.
     println!("cargo:rerun-if-env-changed=TAPEPLAN_RUN");
+    let cnn = env::var_os("CARGO_FEATURE_CNN").is_some();
     let run_path = match env::var_os("TAPEPLAN_RUN") {
         Some(p) => PathBuf::from(p),
+        None if cnn => manifest.join("models").join("mnist1d.run"),
         None => manifest.join("models").join(board.run),
     };
     println!("cargo:rerun-if-changed={}", run_path.display());
@@ -183,7 +187,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     write(&out.join("train.plan"), &plan_bytes)?;
 
     // The data.
-    if cfg.data != tapeplan_planner::model::run::RunData::Digits {
+    let mnist1d = cfg.data == tapeplan_planner::model::run::RunData::Mnist1d;
+    if mnist1d != cnn {
+        return Err(format!(
+            "{}: a data=mnist1d run needs the firmware's feature `cnn` (its `f32` rows and all \
+             opcodes), and the feature trains only data=mnist1d runs",
+            run_path.display()
+        )
+        .into());
+    }
+    if !mnist1d && cfg.data != tapeplan_planner::model::run::RunData::Digits {
         return Err(format!(
             "{}: the firmware demo embeds the digits set's pixel counts; a run on data=PATH is verified from other targets",
             run_path.display()
@@ -191,7 +204,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .into());
     }
     let train = cfg.training_set()?;
-    write(&out.join("pixels.bin"), &train.pixels)?;
+    // The digits as pixel counts; MNIST-1D's rows as their `f32` features.
+    let data_bytes: Vec<u8> = if mnist1d {
+        train
+            .features
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect()
+    } else {
+        train.pixels.clone()
+    };
+    let data_file = if mnist1d {
+        "features.bin"
+    } else {
+        "pixels.bin"
+    };
+    write(&out.join(data_file), &data_bytes)?;
     write(&out.join("labels.bin"), &train.labels)?;
 
     // The initial parameters, in the job's order.
@@ -246,20 +274,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     writeln!(g, "pub const SEED: u64 = {};", cfg.seed)?;
     writeln!(
         g,
-        "/// FNV-1a 64 of PIXELS then LABELS, as the host computes it."
+        "/// FNV-1a 64 of the rows' bytes then LABELS, as the host computes it."
     )?;
     writeln!(
         g,
         "pub const DATA_DIGEST: u64 = {:#018x};",
-        data_digest(&train.pixels, &train.labels)
+        data_digest(&data_bytes, &train.labels)
     )?;
     writeln!(g, "/// The plan's bytes.")?;
     writeln!(
         g,
         "pub static PLAN: &[u8] = include_bytes!(concat!(env!(\"OUT_DIR\"), \"/train.plan\"));"
     )?;
-    writeln!(g, "/// Pixel counts `0..=16`, `[SAMPLES, D_IN]` row-major.")?;
-    writeln!(g, "pub static PIXELS: &[u8; SAMPLES * D_IN] = include_bytes!(concat!(env!(\"OUT_DIR\"), \"/pixels.bin\"));")?;
+    if mnist1d {
+        writeln!(
+            g,
+            "/// Features, little-endian `f32`, `[SAMPLES, D_IN]` row-major."
+        )?;
+        writeln!(g, "pub static FEATURES: &[u8; SAMPLES * D_IN * 4] = include_bytes!(concat!(env!(\"OUT_DIR\"), \"/features.bin\"));")?;
+    } else {
+        writeln!(g, "/// Pixel counts `0..=16`, `[SAMPLES, D_IN]` row-major.")?;
+        writeln!(g, "pub static PIXELS: &[u8; SAMPLES * D_IN] = include_bytes!(concat!(env!(\"OUT_DIR\"), \"/pixels.bin\"));")?;
+    }
     writeln!(g, "/// Labels `0..=9`, `[SAMPLES]`.")?;
     writeln!(g, "pub static LABELS: &[u8; SAMPLES] = include_bytes!(concat!(env!(\"OUT_DIR\"), \"/labels.bin\"));")?;
     writeln!(

@@ -11,6 +11,7 @@ use tapeplan_runtime::protocol::{data_digest, epoch_shuffle, Fnv1a64};
 
 use crate::board::Clock;
 use crate::gen;
+use crate::rows;
 use crate::trainer::{Failure, Summary, Transcript};
 
 /// As [`crate::trainer::train`], without the runtime.
@@ -32,7 +33,7 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
     let mut plan = Fnv1a64::new();
     plan.bytes(gen::PLAN);
     out.plan(plan.finish() as u32, arena.len()).map_err(link)?;
-    let data = data_digest(gen::PIXELS, gen::LABELS);
+    let data = data_digest(rows::BYTES, gen::LABELS);
     out.data(data, gen::SAMPLES).map_err(link)?;
     defmt::info!(
         "plan {=u32:#010x}: arena {=usize} B, {=usize} instructions; {=usize} rows, data digest {=u64:#018x} (host {=u64:#018x})",
@@ -61,14 +62,11 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
         }
         epoch_shuffle(gen::SEED, epoch, &mut order);
         let mut sum = 0.0f32;
-        for rows in order.chunks_exact(gen::BATCH) {
-            for (dst, &row) in x.chunks_exact_mut(gen::D_IN).zip(rows) {
-                let start = usize::from(row) * gen::D_IN;
-                for (d, &p) in dst.iter_mut().zip(&gen::PIXELS[start..start + gen::D_IN]) {
-                    *d = f32::from(p) * 0.0625;
-                }
+        for batch in order.chunks_exact(gen::BATCH) {
+            for (dst, &row) in x.chunks_exact_mut(gen::D_IN).zip(batch) {
+                rows::load(dst, usize::from(row));
             }
-            for (d, &row) in rest.iter_mut().zip(rows) {
+            for (d, &row) in rest.iter_mut().zip(batch) {
                 *d = f32::from(gen::LABELS[usize::from(row)]);
             }
             let t0 = clock.now_ticks();

@@ -16,6 +16,7 @@ use defmt_semihosting as _;
 #[cfg(feature = "size-baseline")]
 pub mod baseline;
 pub mod board;
+pub mod rows;
 pub mod rt;
 pub mod trainer;
 

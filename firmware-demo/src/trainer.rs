@@ -16,9 +16,7 @@ use tapeplan_runtime::{ExecError, Limits, ParseError, Plan, Scratch, Session};
 
 use crate::board::Clock;
 use crate::gen;
-
-/// Factor from a pixel count to a feature: `1/16`, exact (the host's `DIGITS_PIXEL_SCALE`).
-const PIXEL_SCALE: f32 = 0.0625;
+use crate::rows;
 
 /// Why a run stopped.
 #[derive(Debug)]
@@ -161,7 +159,7 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
     let mut scratch = Scratch::<{ gen::PLAN_TENSORS }>::new();
     let plan = Plan::parse_with_scratch(gen::PLAN, &trusted, &mut scratch)?;
     out.plan(plan.plan_id(), plan.arena_elems()).map_err(link)?;
-    let data = data_digest(gen::PIXELS, gen::LABELS);
+    let data = data_digest(rows::BYTES, gen::LABELS);
     out.data(data, gen::SAMPLES).map_err(link)?;
     defmt::info!(
         "plan {=u32:#010x}: arena {=usize} B, {=usize} instructions; {=usize} rows, data digest {=u64:#018x} (host {=u64:#018x})",
@@ -188,6 +186,11 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
         }
         at += elems;
     }
+    // The optimizer's state (Adam's moments and step) starts from the plan's `init` entry.
+    #[cfg(feature = "cnn")]
+    if let Some(init) = plan.entry(tapeplan_runtime::protocol::ENTRY_INIT) {
+        s.run(init)?;
+    }
     let train = plan
         .entry(ENTRY_TRAIN_STEP)
         .ok_or(Failure::Missing("entry", ENTRY_TRAIN_STEP))?;
@@ -208,17 +211,13 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
         epoch_shuffle(gen::SEED, epoch, &mut order);
         let mut sum = 0.0f32;
         let mut epoch_ticks = 0u64;
-        for rows in order.chunks_exact(gen::BATCH) {
+        for batch in order.chunks_exact(gen::BATCH) {
             let x = s.input_mut(train, INPUT_X)?;
-            for (dst, &row) in x.chunks_exact_mut(gen::D_IN).zip(rows) {
-                let start = usize::from(row) * gen::D_IN;
-                let src = &gen::PIXELS[start..start + gen::D_IN];
-                for (d, &p) in dst.iter_mut().zip(src) {
-                    *d = f32::from(p) * PIXEL_SCALE;
-                }
+            for (dst, &row) in x.chunks_exact_mut(gen::D_IN).zip(batch) {
+                rows::load(dst, usize::from(row));
             }
             let labels = s.input_mut(train, INPUT_LABELS)?;
-            for (d, &row) in labels.iter_mut().zip(rows) {
+            for (d, &row) in labels.iter_mut().zip(batch) {
                 *d = f32::from(gen::LABELS[usize::from(row)]);
             }
             let t0 = clock.now_ticks();
@@ -281,7 +280,7 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
     out.info(format_args!(
         "flash plan_bytes {} data_bytes {} init_bytes {}",
         gen::PLAN.len(),
-        gen::PIXELS.len() + gen::LABELS.len(),
+        rows::BYTES.len() + gen::LABELS.len(),
         gen::INIT.len()
     ))
     .map_err(link)?;

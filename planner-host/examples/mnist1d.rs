@@ -33,8 +33,9 @@ use anyhow::{bail, Context, Result};
 use tapeplan_planner::exec::oracle::Oracle;
 use tapeplan_planner::exec::runtime::RuntimeModel;
 use tapeplan_planner::io::data::{load_csv, Dataset};
-use tapeplan_planner::model::nn::{Conv1d, Flatten, Linear, ReLU, Sequential};
+use tapeplan_planner::model::nn::Sequential;
 use tapeplan_planner::model::optim::Optimizer;
+use tapeplan_planner::model::run::mnist1d_cnn;
 use tapeplan_planner::model::{Loss, TrainingJob};
 use tapeplan_planner::protocol::digest_f32;
 
@@ -51,18 +52,9 @@ const LENGTH: usize = 40;
 /// Rows of the training split (the rest is the test split).
 const TRAIN_ROWS: usize = 4000;
 
-/// The paper's `ConvBase`, in the layer API.
+/// The paper's `ConvBase`, in the layer API (the library's, which `model=mnist1d_cnn` runs name).
 fn cnn() -> Sequential {
-    Sequential::new(&[1, LENGTH])
-        .push(Conv1d::new(1, 25, 5).stride(2).padding(1))
-        .push(ReLU)
-        .push(Conv1d::new(25, 25, 3).stride(2).padding(1))
-        .push(ReLU)
-        .push(Conv1d::new(25, 25, 3).stride(2).padding(1))
-        .push(ReLU)
-        .push(Flatten)
-        .push(Linear::new(125, 10))
-        .seed(SEED)
+    mnist1d_cnn(SEED)
 }
 
 fn main() -> Result<()> {

@@ -749,3 +749,44 @@ fn a_hand_recorded_plan_trains_from_init_and_exchanges_its_names_as_they_are() {
         std::fs::read(dir.join("hand.ckpt")).unwrap()
     );
 }
+
+#[test]
+fn verify_checks_an_mnist1d_cnn_run_trained_by_the_runtime() {
+    // The firmware's CNN run (`model=mnist1d_cnn data=mnist1d`, Adam), shortened: the
+    // runtime's transcript against the oracle through `tapeplan verify --config`.
+    let dir = scratch_dir("cnn-verify");
+    let run = "model=mnist1d_cnn activation=relu loss=ce batch=10 lr=0.01 seed=42 split_seed=0\n\
+               samples=40 epochs=2 optimizer=adam data=mnist1d\n";
+    std::fs::write(dir.join("cnn.run"), run).unwrap();
+    let cfg = tapeplan_planner::model::RunConfig::parse(run).unwrap();
+    let transcript = runtime_transcript(&cfg);
+    std::fs::write(dir.join("device.transcript"), &transcript).unwrap();
+    let out = ok(
+        &dir,
+        &["verify", "device.transcript", "--config", "cnn.run"],
+    );
+    assert!(out.contains("bitwise: 8/8 steps identical"), "{out}");
+    // 25·1·5 + 25, twice 25·25·3 + 25, 125·10 + 10.
+    assert!(
+        out.contains("parameters: 5210/5210 elements bitwise identical"),
+        "{out}"
+    );
+    // The data line: FNV-1a 64 of the first 40 rows' features (f32, little-endian) then
+    // their labels, computed here from the rows.
+    let train = cfg.training_set().unwrap();
+    let mut bytes: Vec<u8> = Vec::new();
+    for i in 0..train.len() {
+        bytes.extend(train.row(i).0.iter().flat_map(|v| v.to_le_bytes()));
+    }
+    bytes.extend((0..train.len()).map(|i| train.row(i).1));
+    let data_line = format!("data {:016x} 40", fnv1a64(&bytes));
+    assert!(transcript.contains(&data_line), "{data_line}\n{transcript}");
+    // Another seed is another initialization: the device would be a mismatch.
+    let other = run.replace("seed=42", "seed=7");
+    std::fs::write(dir.join("other.run"), other).unwrap();
+    let e = fails(
+        &dir,
+        &["verify", "device.transcript", "--config", "other.run"],
+    );
+    assert!(e.contains("expected"), "{e}");
+}

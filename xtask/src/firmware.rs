@@ -9,7 +9,10 @@
 //! picks the profiles (one, or `both`) for every chosen core. Per variant it builds two firmwares: the real one,
 //! and the `size-baseline` stand-in that does everything but run the plan; the runtime's flash
 //! is their difference. It also builds the Cortex-M4F firmware for a real board's memory map
-//! (nRF52840-DK), which nothing runs here.
+//! (nRF52840-DK), which nothing runs here. When the Cortex-M4F's precise variant runs, the
+//! M4F then trains MNIST-1D's CNN too (`models/mnist1d.run`, the firmware's feature `cnn`: the
+//! runtime with `all-ops`), verified at every step like the others, its flash, arena and plan
+//! printed on its own line (not in the size snapshot: the budget is the MLP build's).
 //!
 //! `--icount` runs QEMU with `-icount shift=0` (one instruction per virtual nanosecond), so the
 //! firmware's SysTick step timings count instructions: it reports instructions per
@@ -159,6 +162,9 @@ const GROWTH_SLACK_BYTES: u64 = 512;
 /// The snapshot, relative to the workspace root.
 const SNAPSHOT: &str = "firmware-demo/size-snapshot.txt";
 
+/// The CNN run the Cortex-M4F trains after the MLP runs (under `firmware-demo/models/`; the
+/// firmware's feature `cnn` makes it the default run).
+const CNN_RUN: &str = "mnist1d.run";
 /// A run under QEMU ends well within this.
 const QEMU_TIMEOUT_SECS: u32 = 300;
 /// `defmt-print`, installed when missing (`cargo install --locked`).
@@ -265,6 +271,7 @@ fn firmware(ctx: &Ctx, variants: &[Variant], bless: bool, icount: bool) -> Resul
         &[][..],
         &["--features", "size-baseline"][..],
         &["--no-default-features", "--features", "math-fast"][..],
+        &["--features", "cnn"][..],
     ] {
         let mut clippy = Command::new(&ctx.cargo);
         clippy
@@ -317,35 +324,7 @@ fn firmware(ctx: &Ctx, variants: &[Variant], bless: bool, icount: bool) -> Resul
             fs::write(&run_file, format!("{text}\nmath={}\n", v.math))
                 .with_context(|| format!("writing {}", run_file.display()))?;
         }
-        let mut cmd = Command::new(&tapeplan);
-        cmd.arg("verify")
-            .arg(&transcript_path)
-            .arg("--config")
-            .arg(&run_file);
-        let shown = show(&cmd);
-        eprintln!("$ {shown}");
-        let verified = cmd
-            .output()
-            .with_context(|| format!("could not start `{shown}`"))?;
-        let stdout = String::from_utf8_lossy(&verified.stdout);
-        print!("{stdout}");
-        eprint!("{}", String::from_utf8_lossy(&verified.stderr));
-        if !verified.status.success() {
-            bail!(
-                "{name}: the device's bits differ from the host oracle's (transcript: {})",
-                transcript_path.display()
-            );
-        }
-        let bitwise = stdout
-            .lines()
-            .find(|l| l.starts_with("bitwise:"))
-            .ok_or_else(|| anyhow!("`tapeplan verify` printed no bitwise line"))?;
-        let params = stdout
-            .lines()
-            .find(|l| l.starts_with("parameters:"))
-            .and_then(|l| l.split(" elements").next())
-            .and_then(|l| l.strip_prefix("parameters: "))
-            .unwrap_or("?");
+        let (bitwise, params) = verify(&tapeplan, &name, &transcript_path, &run_file)?;
         verdicts.push(format!(
             "{name:<9} {:<22} {bitwise}; parameters {params} identical",
             core.target
@@ -405,6 +384,13 @@ fn firmware(ctx: &Ctx, variants: &[Variant], bless: bool, icount: bool) -> Resul
         }
     }
 
+    if variants
+        .iter()
+        .any(|v| v.core.name == BUDGET_CORE && v.math == MathProfile::Precise)
+    {
+        verdicts.extend(cnn_run(ctx, &dir, &out, &tapeplan, icount)?);
+    }
+
     println!();
     for v in &verdicts {
         println!("{v}");
@@ -413,6 +399,109 @@ fn firmware(ctx: &Ctx, variants: &[Variant], bless: bool, icount: bool) -> Resul
         report_speeds(&speeds);
     }
     Ok(())
+}
+
+/// `tapeplan verify TRANSCRIPT --config RUN`, its output shown: answers its `bitwise:` line and
+/// the parameters' count (`N/N`), or fails when the device's bits differ from the oracle's.
+fn verify(
+    tapeplan: &Path,
+    name: &str,
+    transcript_path: &Path,
+    run_file: &Path,
+) -> Result<(String, String)> {
+    let mut cmd = Command::new(tapeplan);
+    cmd.arg("verify")
+        .arg(transcript_path)
+        .arg("--config")
+        .arg(run_file);
+    let shown = show(&cmd);
+    eprintln!("$ {shown}");
+    let verified = cmd
+        .output()
+        .with_context(|| format!("could not start `{shown}`"))?;
+    let stdout = String::from_utf8_lossy(&verified.stdout);
+    print!("{stdout}");
+    eprint!("{}", String::from_utf8_lossy(&verified.stderr));
+    if !verified.status.success() {
+        bail!(
+            "{name}: the device's bits differ from the host oracle's (transcript: {})",
+            transcript_path.display()
+        );
+    }
+    let bitwise = stdout
+        .lines()
+        .find(|l| l.starts_with("bitwise:"))
+        .ok_or_else(|| anyhow!("`tapeplan verify` printed no bitwise line"))?;
+    let params = stdout
+        .lines()
+        .find(|l| l.starts_with("parameters:"))
+        .and_then(|l| l.split(" elements").next())
+        .and_then(|l| l.strip_prefix("parameters: "))
+        .unwrap_or("?");
+    Ok((bitwise.to_string(), params.to_string()))
+}
+
+/// The CNN run of [`CNN_RUN`] on the Cortex-M4F (the firmware's feature `cnn`: the runtime
+/// with `all-ops`), after the MLP runs: built with its `size-baseline` twin for the runtime's
+/// flash, trained under QEMU, verified at every step against the host oracle. Not in the size
+/// snapshot (the budget is the MLP build's); answers its verdict and figures lines.
+fn cnn_run(
+    ctx: &Ctx,
+    dir: &Path,
+    out: &Path,
+    tapeplan: &Path,
+    icount: bool,
+) -> Result<Vec<String>> {
+    let core = CORES
+        .iter()
+        .find(|c| c.name == BUDGET_CORE)
+        .ok_or_else(|| anyhow!("no {BUDGET_CORE} core"))?;
+    let name = "m4f-cnn";
+    eprintln!(
+        "\n--> {name} ({}): MNIST-1D's CNN, models/{CNN_RUN}, feature cnn (runtime with all-ops)",
+        core.target
+    );
+    let elf = build(ctx, dir, out, core.target, &["--features", "cnn"], name)?;
+    let baseline = build(
+        ctx,
+        dir,
+        out,
+        core.target,
+        &["--features", "cnn,size-baseline"],
+        &format!("{name}-baseline"),
+    )?;
+    let transcript_path = out.join(format!("{name}.transcript"));
+    let start = std::time::Instant::now();
+    let transcript = run_qemu(core, name, &elf, &transcript_path, out, icount)?;
+    let wall = start.elapsed().as_secs_f64();
+    check_defmt_log(name, &elf, out, &transcript)?;
+    let run_file = dir.join("models").join(CNN_RUN);
+    let (bitwise, params) = verify(tapeplan, name, &transcript_path, &run_file)?;
+    let s = sizes(&elf, &baseline, &transcript)?;
+    let mut lines = vec![
+        format!(
+            "{name:<9} {:<22} {bitwise}; parameters {params} identical",
+            core.target
+        ),
+        format!(
+            "{name:<9} flash {} B (runtime code with all-ops {} B, plan {} B, data {} B, initial parameters {} B), RAM arena {} B, stack {} B; QEMU run {wall:.1} s",
+            s["flash_total"],
+            s["flash_runtime"],
+            s["flash_plan"],
+            s["flash_data"],
+            s["flash_init"],
+            s["ram_arena"],
+            s["ram_stack"],
+        ),
+    ];
+    if icount {
+        let sp = speed(&transcript)?;
+        lines.push(format!(
+            "{name:<9} instructions per train_step (QEMU -icount shift={ICOUNT_SHIFT}): mean {}, min {}, max {}",
+            sp.mean, sp.min, sp.max
+        ));
+    }
+    Ok(lines)
 }
 
 /// Instructions per `train_step` under `-icount` (see [`speed`]).

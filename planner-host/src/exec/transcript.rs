@@ -8,7 +8,7 @@ use tapeplan_core::MathProfile;
 
 use crate::exec::oracle::oracle_run;
 use crate::exec::verify::VerifyError;
-use crate::model::run::{RunData, RunInit, RunOptimizer};
+use crate::model::run::{RunData, RunInit, RunModel, RunOptimizer};
 use crate::model::{Activation, Loss, RunConfig};
 use crate::protocol::{TranscriptWriter, TRANSCRIPT_MAGIC};
 
@@ -70,6 +70,7 @@ impl Transcript {
         let mut config = None;
         let mut t = Transcript {
             config: RunConfig {
+                model: RunModel::Mlp,
                 layers: Vec::new(),
                 activation: Activation::Tanh,
                 loss: Loss::SoftmaxCrossEntropy,

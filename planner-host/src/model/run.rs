@@ -9,7 +9,16 @@
 //! `weight_decay=`; absent means SGD), the data (`data=digits`, the default, or
 //! `data=PATH data_digest=HEX`) and the initial parameters (`init=glorot`, the default, or
 //! `init=PATH init_digest=HEX`). Optional keys at their defaults are left out of the canonical
-//! line, so descriptions written before they existed keep their line. The plan's id depends on
+//! line, so descriptions written before they existed keep their line.
+//!
+//! `model=mnist1d_cnn` names MNIST-1D's CNN instead of an MLP ([`mnist1d_cnn`]: the paper's
+//! `ConvBase`, built with the layer API, initialized as PyTorch does from the run's `seed`); it
+//! needs `activation=relu` (its activation), `loss=ce` and `data=mnist1d`. `data=mnist1d` is the
+//! bundled MNIST-1D set (`data/mnist1d.csv.gz`, [`MNIST1D_FILE`]); its training split is rows
+//! `0..4000` of the file in order (the paper's split, as `examples/mnist1d.rs` takes it), so
+//! `split_seed` must be 0; the run's training set is the first `samples` rows of that split, visited
+//! in the epoch order below like every run. A device stores the features as `f32`; the data
+//! digest is the CSV one (FNV-1a 64 of the features, little-endian, then the labels). The plan's id depends on
 //! the profile, so a device that ran the other profile's plan is a mismatch. Both sides derive
 //! the rest from it the same way:
 //!
@@ -43,6 +52,7 @@ use crate::io::exchange::{self, Param};
 use crate::io::table::{self, TableSpec, Task};
 use crate::model::job::{JobOptions, TrainingJob};
 use crate::model::mlp::{glorot_uniform, Activation, Loss, Mlp};
+use crate::model::nn::{Conv1d, Flatten, Linear, ReLU, Sequential};
 use crate::model::optim::Optimizer;
 use crate::plan::{PlanOptions, PlanningError};
 use crate::protocol::{data_digest, epoch_shuffle, Fnv1a64};
@@ -76,11 +86,54 @@ pub enum RunConfigError {
     },
 }
 
+/// Samples per MNIST-1D signal (the CNN's input length).
+pub const MNIST1D_LENGTH: usize = 40;
+/// MNIST-1D's classes.
+pub const MNIST1D_CLASSES: usize = 10;
+/// Rows of MNIST-1D's training split (rows `0..4000` of the file; the other 1000 are the test
+/// split).
+pub const MNIST1D_TRAIN_ROWS: usize = 4000;
+/// The bundled MNIST-1D set (`data/README.md`: how it was generated, its license), read when a
+/// run names `data=mnist1d`.
+pub const MNIST1D_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../data/mnist1d.csv.gz");
+
+/// MNIST-1D's CNN (Greydanus, "Scaling Down Deep Learning", 2020; its repository's `ConvBase`)
+/// in the layer API: three `Conv1d` with 25 channels (kernel 5, then 3 and 3; stride 2,
+/// padding 1), ReLU after each, a linear head on the flattened 25 × 5 features; PyTorch's
+/// default initialization drawn from the layer API's stream seeded with `seed`.
+///
+/// # Shapes
+/// Input `x` `[batch, 1, 40]`; output logits `[batch, 10]`.
+pub fn mnist1d_cnn(seed: u64) -> Sequential {
+    Sequential::new(&[1, MNIST1D_LENGTH])
+        .push(Conv1d::new(1, 25, 5).stride(2).padding(1))
+        .push(ReLU)
+        .push(Conv1d::new(25, 25, 3).stride(2).padding(1))
+        .push(ReLU)
+        .push(Conv1d::new(25, 25, 3).stride(2).padding(1))
+        .push(ReLU)
+        .push(Flatten)
+        .push(Linear::new(125, MNIST1D_CLASSES))
+        .seed(seed)
+}
+
+/// The model a run trains.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunModel {
+    /// The MLP of [`RunConfig::layers`] (`model=64,32,10`).
+    Mlp,
+    /// MNIST-1D's CNN, [`mnist1d_cnn`] (`model=mnist1d_cnn`; [`RunConfig::layers`] is then
+    /// `[40, 10]`, its input length and classes).
+    Mnist1dCnn,
+}
+
 /// Where a run's rows come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RunData {
     /// The bundled digits set (`data=digits`, the default).
     Digits,
+    /// The bundled MNIST-1D set (`data=mnist1d`, [`MNIST1D_FILE`]).
+    Mnist1d,
     /// A CSV file (`data=PATH data_digest=HEX`).
     Csv {
         /// The path, as written.
@@ -180,7 +233,10 @@ fn config_err(message: impl Into<String>) -> RunConfigError {
 /// Everything a training run depends on; see the [module docs](self).
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunConfig {
-    /// Layer widths, input first (`64` for digits), output last (`10`).
+    /// The model (`model=WIDTHS` or `model=mnist1d_cnn`).
+    pub model: RunModel,
+    /// Layer widths, input first (`64` for digits), output last (`10`); for the CNN, its input
+    /// length and classes.
     pub layers: Vec<usize>,
     /// The hidden activation.
     pub activation: Activation,
@@ -208,7 +264,8 @@ pub struct RunConfig {
     pub optimizer: RunOptimizer,
     /// The data (optional keys `data`, `data_digest`; the digits when absent).
     pub data: RunData,
-    /// The initial parameters (optional keys `init`, `init_digest`; Glorot when absent).
+    /// The initial parameters (optional keys `init`, `init_digest`; the model's own when
+    /// absent: Glorot for the MLP, PyTorch's for the CNN).
     pub init: RunInit,
 }
 
@@ -283,10 +340,16 @@ impl RunConfig {
             v.parse()
                 .map_err(|_| config_err(format!("{k}={v}: not a valid number")))
         }
-        let layers = get("model")?
-            .split(',')
-            .map(|w| num::<usize>("model", w))
-            .collect::<Result<Vec<_>, _>>()?;
+        let (model, layers) = match get("model")? {
+            "mnist1d_cnn" => (RunModel::Mnist1dCnn, vec![MNIST1D_LENGTH, MNIST1D_CLASSES]),
+            widths => (
+                RunModel::Mlp,
+                widths
+                    .split(',')
+                    .map(|w| num::<usize>("model", w))
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+        };
         let activation = match get("activation")? {
             "tanh" => Activation::Tanh,
             "relu" => Activation::Relu,
@@ -345,11 +408,15 @@ impl RunConfig {
             return Err(config_err("weight_decay= applies to optimizer=adamw"));
         }
         let data = match opt("data") {
-            None | Some("digits") => {
+            None | Some("digits") | Some("mnist1d") => {
                 if opt("data_digest").is_some() {
                     return Err(config_err("data_digest= applies to data=PATH"));
                 }
-                RunData::Digits
+                if opt("data") == Some("mnist1d") {
+                    RunData::Mnist1d
+                } else {
+                    RunData::Digits
+                }
             }
             Some(path) => RunData::Csv {
                 path: path.to_owned(),
@@ -369,6 +436,7 @@ impl RunConfig {
             },
         };
         let cfg = RunConfig {
+            model,
             layers,
             activation,
             loss,
@@ -410,12 +478,20 @@ impl RunConfig {
                 "the run is implausibly long (epochs · samples / batch)",
             ));
         }
-        Mlp {
-            sizes: self.layers.clone(),
-            activation: Activation::Tanh,
+        if self.model == RunModel::Mnist1dCnn {
+            if self.data != RunData::Mnist1d || self.activation != Activation::Relu {
+                return Err(config_err(
+                    "model=mnist1d_cnn trains on data=mnist1d with its activation=relu",
+                ));
+            }
+        } else {
+            Mlp {
+                sizes: self.layers.clone(),
+                activation: Activation::Tanh,
+            }
+            .check(self.batch)
+            .map_err(|e| config_err(format!("model: {e}")))?;
         }
-        .check(self.batch)
-        .map_err(|e| config_err(format!("model: {e}")))?;
         if !self.lr.is_finite() {
             return Err(config_err("lr must be finite"));
         }
@@ -428,6 +504,9 @@ impl RunConfig {
         if let RunData::Csv { .. } = self.data {
             // The table's widths and rows are checked when it is read (`training_set`).
             return Ok(());
+        }
+        if self.data == RunData::Mnist1d {
+            return self.check_mnist1d();
         }
         if self.loss != Loss::SoftmaxCrossEntropy {
             return Err(config_err(
@@ -457,9 +536,38 @@ impl RunConfig {
         Ok(())
     }
 
+    /// The checks of a `data=mnist1d` run: its widths, loss, split and rows.
+    fn check_mnist1d(&self) -> Result<(), RunConfigError> {
+        if self.loss != Loss::SoftmaxCrossEntropy {
+            return Err(config_err("data=mnist1d has labels: loss=ce"));
+        }
+        if self.layers.first() != Some(&MNIST1D_LENGTH)
+            || self.layers.last() != Some(&MNIST1D_CLASSES)
+        {
+            return Err(config_err(format!(
+                "data=mnist1d rows have {MNIST1D_LENGTH} features and {MNIST1D_CLASSES} classes: the model's widths must start and end with them"
+            )));
+        }
+        if self.split_seed != 0 {
+            return Err(config_err(
+                "data=mnist1d has a fixed split (rows 0..4000 train): split_seed=0",
+            ));
+        }
+        if self.samples > MNIST1D_TRAIN_ROWS {
+            return Err(config_err(format!(
+                "samples={} exceeds the {MNIST1D_TRAIN_ROWS} rows of MNIST-1D's training split",
+                self.samples
+            )));
+        }
+        Ok(())
+    }
+
     /// The canonical one-line form, which [`RunConfig::parse`] reads back to the same value.
     pub fn to_line(&self) -> String {
-        let model: Vec<String> = self.layers.iter().map(usize::to_string).collect();
+        let model: Vec<String> = match self.model {
+            RunModel::Mlp => self.layers.iter().map(usize::to_string).collect(),
+            RunModel::Mnist1dCnn => vec!["mnist1d_cnn".to_owned()],
+        };
         let math = match self.math {
             MathProfile::Precise => String::new(),
             m => format!(" math={m}"),
@@ -488,8 +596,12 @@ impl RunConfig {
             RunOptimizer::Adam => line += " optimizer=adam",
             RunOptimizer::AdamW(w) => line += &format!(" optimizer=adamw weight_decay={w}"),
         }
-        if let RunData::Csv { path, digest } = &self.data {
-            line += &format!(" data={path} data_digest={digest:016x}");
+        match &self.data {
+            RunData::Digits => {}
+            RunData::Mnist1d => line += " data=mnist1d",
+            RunData::Csv { path, digest } => {
+                line += &format!(" data={path} data_digest={digest:016x}");
+            }
         }
         if let RunInit::Safetensors { path, digest } = &self.init {
             line += &format!(" init={path} init_digest={digest:016x}");
@@ -508,7 +620,7 @@ impl RunConfig {
     pub fn data_digest(&self, train: &Dataset) -> u64 {
         match self.data {
             RunData::Digits => data_digest(&train.pixels, &train.labels),
-            RunData::Csv { .. } => {
+            RunData::Csv { .. } | RunData::Mnist1d => {
                 let mut h = Fnv1a64::new();
                 h.f32s(&train.features);
                 h.bytes(&train.labels);
@@ -533,6 +645,27 @@ impl RunConfig {
     /// # Errors
     /// [`RunConfigError::Plan`].
     pub fn job(&self) -> Result<TrainingJob, RunConfigError> {
+        let planning = PlanOptions {
+            fuse: self.fusion,
+            math: self.math,
+            ..PlanOptions::default()
+        };
+        if self.model == RunModel::Mnist1dCnn {
+            // The general job; a device runs `init` (the optimizer's state) and `train_step`
+            // only, so the evaluation entries are left out.
+            let model = mnist1d_cnn(self.seed);
+            return TrainingJob::for_model(&model)
+                .loss(self.loss)
+                .optimizer(self.optimizer())
+                .batch(self.batch)
+                .options(JobOptions {
+                    planning,
+                    eval_entries: Some(false),
+                    ..JobOptions::default()
+                })
+                .build()
+                .map_err(|e| config_err(format!("model=mnist1d_cnn: {e}")));
+        }
         Ok(TrainingJob::build_with(
             Mlp {
                 sizes: self.layers.clone(),
@@ -542,11 +675,7 @@ impl RunConfig {
             self.optimizer(),
             self.batch,
             JobOptions {
-                planning: PlanOptions {
-                    fuse: self.fusion,
-                    math: self.math,
-                    ..PlanOptions::default()
-                },
+                planning,
                 ..JobOptions::default()
             },
         )?)
@@ -560,6 +689,18 @@ impl RunConfig {
     pub fn training_set(&self) -> Result<Dataset, RunConfigError> {
         let (all, n_train) = match &self.data {
             RunData::Digits => (data::digits()?, data::DIGITS_TRAIN_ROWS),
+            RunData::Mnist1d => {
+                let all = data::load_csv(std::path::Path::new(MNIST1D_FILE), MNIST1D_LENGTH)?;
+                if all.len() < MNIST1D_TRAIN_ROWS {
+                    return Err(config_err(format!(
+                        "{MNIST1D_FILE} holds {} rows, fewer than MNIST-1D's {MNIST1D_TRAIN_ROWS} training rows",
+                        all.len()
+                    )));
+                }
+                // The fixed split: the first rows, in file order.
+                let idx: Vec<usize> = (0..self.samples).collect();
+                return Ok(all.subset(&idx));
+            }
             RunData::Csv { path, digest } => {
                 let bytes = checked_file(path, *digest, "data_digest")?;
                 let d_out = self.layers.last().copied().unwrap_or(0);
@@ -610,6 +751,7 @@ impl RunConfig {
     pub fn initial_parameters(&self, job: &TrainingJob) -> Result<Vec<Vec<f32>>, RunConfigError> {
         let shapes = job.parameter_shapes();
         match &self.init {
+            RunInit::Glorot if self.model == RunModel::Mnist1dCnn => Ok(job.initial_parameters()),
             RunInit::Glorot => Ok(glorot_uniform(&shapes, self.seed)),
             RunInit::Safetensors { path, digest } => {
                 let bytes = checked_file(path, *digest, "init_digest")?;
@@ -652,6 +794,61 @@ pub(crate) mod tests {
              samples=16 epochs=2",
         )
         .unwrap()
+    }
+
+    #[test]
+    fn the_mnist1d_cnn_run_parses_plans_and_refuses_what_cannot_work() {
+        let line = "model=mnist1d_cnn activation=relu loss=ce batch=10 lr=0.01 seed=42 \
+                    split_seed=0 samples=40 epochs=1 optimizer=adam data=mnist1d";
+        let c = RunConfig::parse(line).unwrap();
+        assert_eq!(c.model, RunModel::Mnist1dCnn);
+        assert_eq!(c.layers, [40, 10]);
+        assert_eq!(c.to_line(), line);
+        assert_eq!(RunConfig::parse(&c.to_line()).unwrap(), c);
+        // The job is the layer API's CNN under PyTorch's names; its initial values are the
+        // model's own draw for the run's seed (not Glorot).
+        let job = c.job().unwrap();
+        let names: Vec<String> = job.parameter_shapes().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(
+            names,
+            [
+                "0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias", "7.weight",
+                "7.bias"
+            ]
+        );
+        let init = c.initial_parameters(&job).unwrap();
+        assert_eq!(
+            init.iter().map(Vec::len).sum::<usize>(),
+            125 + 25 + 2 * (1875 + 25) + 1260
+        );
+        // PyTorch's Conv1d default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in 1·5 for the first.
+        let bound = 1.0 / 5f32.sqrt();
+        assert!(init[0].iter().all(|v| v.abs() <= bound));
+        assert!(init[0].iter().any(|v| v.abs() > 0.5 * bound));
+        // The training set: the file's first rows, in order, 40 features each.
+        let train = c.training_set().unwrap();
+        assert_eq!((train.len(), train.n_features()), (40, 40));
+        let all = data::load_csv(std::path::Path::new(MNIST1D_FILE), 40).unwrap();
+        assert_eq!(train.row(39), all.row(39));
+        for (bad, what) in [
+            (
+                line.replace("activation=relu", "activation=tanh"),
+                "activation=relu",
+            ),
+            (line.replace(" data=mnist1d", ""), "data=mnist1d"),
+            (line.replace("split_seed=0", "split_seed=1"), "split_seed=0"),
+            (line.replace("samples=40", "samples=4001"), "4000 rows"),
+            (
+                line.replace(
+                    "model=mnist1d_cnn activation=relu",
+                    "model=64,10 activation=tanh",
+                ),
+                "40 features",
+            ),
+        ] {
+            let e = RunConfig::parse(&bad).unwrap_err().to_string();
+            assert!(e.contains(what), "{bad}: {e}");
+        }
     }
 
     #[test]
