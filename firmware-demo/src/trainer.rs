@@ -257,8 +257,15 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
     }
 
     // The final parameters, in the plan's order, and their digest.
+    #[cfg(not(feature = "cnn"))]
     for b in plan.parameters() {
         out.param(b.name, s.parameter(b.name)?).map_err(link)?;
+    }
+    // The model's tensors only: the plan's other persistent bindings are the optimizer's state
+    // (Adam's moments), which the transcript does not carry.
+    #[cfg(feature = "cnn")]
+    for &(name, _) in gen::INIT_PARAMS {
+        out.param(name, s.parameter(name)?).map_err(link)?;
     }
     let digest = out.digest().map_err(link)?;
     defmt::info!(
