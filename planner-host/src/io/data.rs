@@ -26,11 +26,10 @@ use std::path::{Path, PathBuf};
 
 use crate::protocol::SplitMix64;
 
-/// The digits set, gzip-compressed CSV, embedded at build time from `data/digits.csv.gz`.
-pub const DIGITS_GZ: &[u8] = include_bytes!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../data/digits.csv.gz"
-));
+/// The digits set, gzip-compressed CSV, embedded at build time from `data/digits.csv.gz`
+/// (`planner-host/data/` links to it, so the published crate carries the file).
+pub const DIGITS_GZ: &[u8] =
+    include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/data/digits.csv.gz"));
 
 /// Rows in the digits set.
 pub const DIGITS_ROWS: usize = 1797;
