@@ -21,6 +21,7 @@ mod browser;
 mod firmware;
 mod fuzz;
 mod onnx;
+mod package;
 
 /// Rust targets a fresh machine must add: the no_std targets the runtime is built for, plus
 /// `thumbv7m-none-eabi` (Cortex-M3, for the QEMU firmware runs).
@@ -88,6 +89,11 @@ const STEPS: &[Step] = &[
         run: step_doc,
     },
     Step {
+        name: "publish-dry-run",
+        about: "cargo publish --dry-run of tapeplan-core, tapeplan-runtime and tapeplan-planner (each verified building from its package), and their file lists (README, licenses)",
+        run: package::step_publish_dry_run,
+    },
+    Step {
         name: "demo",
         about: "cargo run --release -p tapeplan-planner -- demo (fails if the bits differ)",
         run: step_demo,
@@ -116,6 +122,11 @@ const STEPS: &[Step] = &[
         name: "wasm-test",
         about: "wasm-bindgen-test suites in Node and headless Chromium, and the Node package's test",
         run: browser::step_wasm_test,
+    },
+    Step {
+        name: "npm-pack",
+        about: "the wasm package for npm: wasm-pack build --target web, npm pack into target/npm, the tarball's file list and package.json checked",
+        run: package::step_npm_pack,
     },
     Step {
         name: "wasm-simd",
@@ -148,6 +159,7 @@ const CI_STEPS: &[&str] = &[
     "nostd",
     "simd",
     "doc",
+    "publish-dry-run",
     "demo",
     "onnx-conformance",
     "miri",
@@ -155,6 +167,22 @@ const CI_STEPS: &[&str] = &[
     "qemu",
     "wasm-setup",
     "wasm-test",
+    "npm-pack",
+    "wasm-simd",
+    "browser",
+];
+
+/// The steps `cargo xtask ci --quick` leaves out, for local iteration: the slow cross-target
+/// ones (QEMU, WebAssembly, the browser, Miri, fuzzing) and the packaging checks, whose first
+/// runs rebuild the dependency tree. CI (`bash .ci/run`) runs them all.
+const QUICK_SKIPS: &[&str] = &[
+    "publish-dry-run",
+    "miri",
+    "fuzz-smoke",
+    "qemu",
+    "wasm-setup",
+    "wasm-test",
+    "npm-pack",
     "wasm-simd",
     "browser",
 ];
@@ -171,8 +199,8 @@ struct Verb {
 const VERBS: &[Verb] = &[
     Verb {
         name: "ci",
-        usage: "ci [--from STEP]",
-        about: "run every check in order, failing fast: what CI runs (`bash .ci/run`)",
+        usage: "ci [--quick] [--from STEP]",
+        about: "run every check in order, failing fast: what CI runs (`bash .ci/run`); --quick leaves out the slow cross-target and packaging steps (see below) for local iteration",
         run: verb_ci,
     },
     Verb {
@@ -482,6 +510,7 @@ fn step_simd(ctx: &Ctx) -> Result<()> {
 /// digests bit for bit) in Node, built with `simd128` and the runtime's `simd` catalog, in a
 /// target directory of its own. Needs what `wasm-setup` installs.
 fn step_wasm_simd(ctx: &Ctx) -> Result<()> {
+    browser::require_wasm_tools(ctx, browser::WasmNeeds::BUILD)?;
     browser::step_web_assets(ctx)?;
     let mut cmd = ctx.tool(
         "wasm-pack",
@@ -597,24 +626,54 @@ fn secs(d: Duration) -> String {
     format!("{:.1}s", d.as_secs_f64())
 }
 
-fn verb_ci(ctx: &Ctx, args: &[String]) -> Result<()> {
-    let mut names: &[&str] = CI_STEPS;
-    match args {
-        [] => {}
-        [flag, from] if flag == "--from" => {
-            let i = CI_STEPS
-                .iter()
-                .position(|s| s == from)
-                .ok_or_else(|| anyhow!("`--from {from}`: ci has no step `{from}`"))?;
-            names = &CI_STEPS[i..];
+/// The steps `ci` runs for its arguments: every step, or from `--from STEP` on, less
+/// [`QUICK_SKIPS`] with `--quick`.
+fn ci_steps(args: &[String]) -> Result<Vec<&'static str>> {
+    const USAGE: &str = "usage: cargo xtask ci [--quick] [--from STEP]";
+    let mut quick = false;
+    let mut from: Option<&str> = None;
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--quick" => quick = true,
+            "--from" => {
+                let step = rest
+                    .next()
+                    .ok_or_else(|| anyhow!("`--from` needs a step name; {USAGE}"))?;
+                from = Some(step.as_str());
+            }
+            other => bail!("`{other}`: {USAGE}"),
         }
-        _ => bail!("usage: cargo xtask ci [--from STEP]"),
     }
+    let start = match from {
+        None => 0,
+        Some(from) => CI_STEPS
+            .iter()
+            .position(|s| *s == from)
+            .ok_or_else(|| anyhow!("`--from {from}`: ci has no step `{from}`"))?,
+    };
+    Ok(CI_STEPS[start..]
+        .iter()
+        .copied()
+        .filter(|s| !(quick && QUICK_SKIPS.contains(s)))
+        .collect())
+}
+
+fn verb_ci(ctx: &Ctx, args: &[String]) -> Result<()> {
+    let names = ci_steps(args)?;
+    let quick = args.iter().any(|a| a == "--quick");
     if env::var_os("CI").is_some() {
         eprintln!("xtask: CI={}", env::var("CI").unwrap_or_default());
     }
-    run_steps(ctx, names)?;
-    eprintln!("\nxtask: ci passed");
+    run_steps(ctx, &names)?;
+    if quick {
+        eprintln!(
+            "\nxtask: ci --quick passed (left out: {}; `cargo xtask ci` runs them)",
+            QUICK_SKIPS.join(", ")
+        );
+    } else {
+        eprintln!("\nxtask: ci passed");
+    }
     Ok(())
 }
 
@@ -624,8 +683,9 @@ fn verb_help(_: &Ctx, _: &[String]) -> Result<()> {
         println!("  {:<18} {}", v.usage, v.about);
     }
     println!(
-        "\nsteps (each is a verb; `ci` runs {}):",
-        CI_STEPS.join(", ")
+        "\nsteps (each is a verb; `ci` runs {}; `ci --quick` leaves out {}):",
+        CI_STEPS.join(", "),
+        QUICK_SKIPS.join(", ")
     );
     for s in STEPS {
         println!("  {:<18} {}", s.name, s.about);
@@ -679,6 +739,36 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), n, "a verb and a step share a name");
+    }
+
+    #[test]
+    fn ci_arguments_select_steps() {
+        let args = |a: &[&str]| a.iter().map(ToString::to_string).collect::<Vec<_>>();
+        assert_eq!(ci_steps(&[]).unwrap(), CI_STEPS);
+        let quick = ci_steps(&args(&["--quick"])).unwrap();
+        assert_eq!(quick.len(), CI_STEPS.len() - QUICK_SKIPS.len());
+        for s in ["fmt", "clippy", "test", "nostd", "doc", "demo"] {
+            assert!(quick.contains(&s), "--quick drops {s}");
+        }
+        for s in QUICK_SKIPS {
+            assert!(
+                CI_STEPS.contains(s),
+                "--quick skips {s}, which ci does not run"
+            );
+            assert!(!quick.contains(s), "--quick runs {s}");
+        }
+        let from = ci_steps(&args(&["--from", "qemu", "--quick"])).unwrap();
+        assert!(from.iter().all(|s| !QUICK_SKIPS.contains(s)));
+        assert_eq!(
+            ci_steps(&args(&["--from", "browser"])).unwrap(),
+            ["browser"]
+        );
+        let err = ci_steps(&args(&["--from", "nope"]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no step `nope`"), "{err}");
+        assert!(ci_steps(&args(&["--from"])).is_err());
+        assert!(ci_steps(&args(&["--fast"])).is_err());
     }
 
     #[test]
