@@ -85,7 +85,7 @@ const STEPS: &[Step] = &[
     },
     Step {
         name: "doc",
-        about: "cargo doc --workspace --no-deps with RUSTDOCFLAGS=\"-D warnings\"",
+        about: "cargo doc --no-deps, the libraries in dependency order then the workspace, RUSTDOCFLAGS=\"-D warnings -D rustdoc::broken-intra-doc-links\"; fails on intra-doc links rendered as text",
         run: step_doc,
     },
     Step {
@@ -556,10 +556,98 @@ fn step_wasm_simd(ctx: &Ctx) -> Result<()> {
     Ok(())
 }
 
+/// The library crates, in dependency order: `doc` documents each before the crates that link
+/// to it.
+const DOC_ORDER: &[&str] = &["tapeplan-core", "tapeplan-runtime", "tapeplan-planner"];
+
+/// The crates whose HTML `doc` scans for links rendered as text (the `tapeplan` binary's pages
+/// also carry clap's trait docs, whose links point into clap, which `--no-deps` leaves out).
+const DOC_SCANNED: &[&str] = &[
+    "tapeplan_core",
+    "tapeplan_runtime",
+    "tapeplan_planner",
+    "tapeplan_wasm",
+    "tapeplan_tests",
+];
+
+/// Rustdoc, warnings (broken intra-doc links among them) as errors. A link that resolves to an
+/// item of a crate whose docs do not exist yet is rendered as its literal text (`[Recordable]`)
+/// without any warning, and cargo may document a crate before its dependencies: so the
+/// libraries are documented in dependency order, then the workspace, and the HTML is scanned for
+/// links left as text.
 fn step_doc(ctx: &Ctx) -> Result<()> {
+    let flags = "-D warnings -D rustdoc::broken-intra-doc-links";
+    for package in DOC_ORDER {
+        let mut cmd = ctx.cargo(["doc", "--no-deps", "-p", package]);
+        cmd.env("RUSTDOCFLAGS", flags);
+        run(cmd)?;
+    }
     let mut cmd = ctx.cargo(["doc", "--workspace", "--no-deps"]);
-    cmd.env("RUSTDOCFLAGS", "-D warnings");
-    run(cmd)
+    cmd.env("RUSTDOCFLAGS", flags);
+    run(cmd)?;
+    let doc = target_dir(ctx)?.join("doc");
+    let mut found = Vec::new();
+    for krate in DOC_SCANNED {
+        scan_unlinked(&doc.join(krate), &doc, &mut found)?;
+    }
+    if !found.is_empty() {
+        bail!(
+            "{} intra-doc link(s) rendered as text (the linked crate's docs were missing when \
+             rustdoc ran, or the link is not one):\n  {}",
+            found.len(),
+            found.join("\n  ")
+        );
+    }
+    eprintln!(
+        "doc: no intra-doc link rendered as text in {}",
+        DOC_SCANNED.join(", ")
+    );
+    Ok(())
+}
+
+/// The workspace's target directory (`CARGO_TARGET_DIR` or a config may move it).
+fn target_dir(ctx: &Ctx) -> Result<PathBuf> {
+    let meta = output(ctx.cargo(["metadata", "--format-version", "1", "--no-deps"]))?;
+    let meta: serde_json::Value =
+        serde_json::from_str(&meta).context("cargo metadata printed no JSON")?;
+    meta["target_directory"]
+        .as_str()
+        .map(PathBuf::from)
+        .ok_or_else(|| anyhow!("cargo metadata names no target_directory"))
+}
+
+/// Adds `page: [Name]` to `found` for each `[<code>Name</code>]` (an intra-doc link rustdoc
+/// left as text) in the HTML pages under `dir`.
+fn scan_unlinked(dir: &Path, root: &Path, found: &mut Vec<String>) -> Result<()> {
+    let entries = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
+    for entry in entries {
+        let path = entry?.path();
+        if path.is_dir() {
+            scan_unlinked(&path, root, found)?;
+        } else if path.extension().is_some_and(|e| e == "html") {
+            let html = std::fs::read_to_string(&path)?;
+            let page = path
+                .strip_prefix(root)
+                .unwrap_or(&path)
+                .display()
+                .to_string();
+            found.extend(unlinked_names(&html).map(|name| format!("{page}: [{name}]")));
+        }
+    }
+    Ok(())
+}
+
+/// The names in `[<code>Name</code>]` occurrences of `html`: rustdoc's rendering of an
+/// intra-doc link it could not turn into a hyperlink.
+fn unlinked_names(html: &str) -> impl Iterator<Item = &str> {
+    html.split("[<code>").skip(1).filter_map(|rest| {
+        let (name, after) = rest.split_once("</code>]")?;
+        let path_like = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
+        (path_like && !after.starts_with('(')).then_some(name)
+    })
 }
 
 fn step_demo(ctx: &Ctx) -> Result<()> {
@@ -769,6 +857,15 @@ mod tests {
         assert!(err.contains("no step `nope`"), "{err}");
         assert!(ci_steps(&args(&["--from"])).is_err());
         assert!(ci_steps(&args(&["--fast"])).is_err());
+    }
+
+    #[test]
+    fn unlinked_names_finds_links_left_as_text() {
+        let html = "against [<code>Recordable</code>] so; see [<code>Run::backward</code>]. \
+                    <a href=\"x\"><code>Tape</code></a> [<code>a b</code>] [<code>f</code>](x)";
+        let names: Vec<&str> = unlinked_names(html).collect();
+        assert_eq!(names, ["Recordable", "Run::backward"]);
+        assert_eq!(unlinked_names("<code>[x]</code>").count(), 0);
     }
 
     #[test]
