@@ -17,6 +17,7 @@ use anyhow::{anyhow, bail, Context, Result};
 
 mod bench;
 mod browser;
+mod docs;
 
 mod firmware;
 mod fuzz;
@@ -99,6 +100,11 @@ const STEPS: &[Step] = &[
         run: step_demo,
     },
     Step {
+        name: "docs-check",
+        about: "run the commands whose output the docs quote (`<!-- docs-check -->` blocks) and fail on a difference",
+        run: docs::step_docs_check,
+    },
+    Step {
         name: "onnx-conformance",
         about: "ONNX's backend node tests (pinned onnx, generated into a cache) through the translation, the oracle and the no_std runtime: bitwise between the readings, each operator's tolerance against the expected outputs; prints the table",
         run: onnx::step_onnx_conformance,
@@ -161,6 +167,7 @@ const CI_STEPS: &[&str] = &[
     "doc",
     "publish-dry-run",
     "demo",
+    "docs-check",
     "onnx-conformance",
     "miri",
     "fuzz-smoke",
