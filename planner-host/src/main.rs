@@ -26,7 +26,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Plan a model (forward + recorded gradient + SGD update) into a .plan file.
+    /// Plan a model into a .plan file: its forward pass, its recorded gradient and its
+    /// optimizer's update (SGD, momentum, Nesterov, Adam or AdamW), as one static schedule.
+    ///
+    /// The model is the MLP the model options describe (--layers, --activation, --loss,
+    /// --dropout); `describe` lists the plan, `train` trains it.
     Plan {
         #[command(flatten)]
         model: ModelArgs,
@@ -34,7 +38,8 @@ enum Command {
         #[arg(short, long, default_value = "model.plan")]
         output: PathBuf,
     },
-    /// List a .plan file (entries, instructions, bindings), or a model's tape with --tape.
+    /// List a .plan file (what model it is, its entries, instructions and bindings), or a
+    /// model's recorded tape with --tape.
     Describe {
         /// The plan to list.
         plan: Option<PathBuf>,
@@ -49,7 +54,8 @@ enum Command {
         #[command(flatten)]
         model: ModelArgs,
     },
-    /// Train from a .plan file through the no_std runtime on a CSV data set.
+    /// Train a classification plan (any optimizer) through the no_std runtime, on the bundled
+    /// digits or a CSV data set; without a plan, plan the model options first.
     Train(TrainArgs),
     /// Convert a checkpoint's model parameters to a safetensors file with PyTorch's
     /// nn.Sequential names and layouts (`w1 -> 0.weight` transposed, `b1 -> 0.bias`, ...).
