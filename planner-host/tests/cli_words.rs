@@ -82,8 +82,17 @@ fn describe_says_what_model_a_plan_is() {
         lines[3].contains("init (no inputs or outputs), updates"),
         "{listing}"
     );
-    // Moments m and v of 23 elements each, then the scalars.
-    assert!(lines[4].starts_with("  state: "), "{listing}");
+    // Moments m and v of 23 elements each, five optimizer scalars, the generator's key and
+    // counter: 46 + 5 + 2 = 53 elements in 15 tensors; train_step updates all but the key,
+    // and the 4 parameters: 4 + 8 + 5 + 1 = 18.
+    assert!(
+        lines[4].starts_with("  state: 15 tensors, 53 elements ("),
+        "{listing}"
+    );
+    assert!(
+        lines[3].contains("updates 18 persistent tensors"),
+        "{listing}"
+    );
     assert!(
         lines[4].contains("w1.m, b1.m, w2.m, b2.m, w1.v"),
         "{listing}"
