@@ -63,7 +63,7 @@ const ACTIVATION_OPS: &[&str] = &["tanh", "relu", "sigmoid", "softplus", "erf"];
 /// The layer sizes of an MLP whose parameters are `w1 [d0, d1], b1 [d1], …, wK, bK` in that
 /// order with chaining shapes (the planner's MLP naming), else `None`.
 fn mlp_sizes(weights: &[&DecodedBinding]) -> Option<Vec<String>> {
-    if weights.is_empty() || weights.len() % 2 != 0 {
+    if weights.is_empty() || !weights.len().is_multiple_of(2) {
         return None;
     }
     let mut sizes = Vec::new();
