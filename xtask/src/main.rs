@@ -710,11 +710,12 @@ fn run_steps(ctx: &Ctx, names: &[&str]) -> Result<()> {
 }
 
 fn print_times(times: &[(&str, Duration)], total: Duration) {
-    eprintln!("\nstep      time");
+    let w = times.iter().map(|(n, _)| n.len()).max().unwrap_or(0).max(5);
+    eprintln!("\n{:<w$} {:>8}", "step", "time");
     for (name, took) in times {
-        eprintln!("{name:<9} {:>8}", secs(*took));
+        eprintln!("{name:<w$} {:>8}", secs(*took));
     }
-    eprintln!("{:<9} {:>8}", "total", secs(total));
+    eprintln!("{:<w$} {:>8}", "total", secs(total));
 }
 
 fn secs(d: Duration) -> String {
