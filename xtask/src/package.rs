@@ -126,6 +126,64 @@ pub fn step_npm_pack(ctx: &Ctx) -> Result<()> {
         entry["size"].as_u64().unwrap_or(0),
         entry["unpackedSize"].as_u64().unwrap_or(0)
     );
+    smoke_test(ctx, &dest.join(filename))
+}
+
+/// Installs the tarball as a dependency would be (unpacked into `node_modules/tapeplan-wasm`
+/// of a scratch project), imports it by its package name in Node, and checks what it computes
+/// against the host: the digits plan's id and parameter names, and `digestF32` of fixed values
+/// against `tapeplan_runtime::protocol::digest_f32`.
+fn smoke_test(ctx: &Ctx, tarball: &Path) -> Result<()> {
+    browser::step_web_assets(ctx)?;
+    let plan_path = ctx.root.join("wasm/www/assets/digits.plan");
+    let plan_bytes = fs::read(&plan_path)?;
+    let plan = tapeplan_runtime::Plan::parse(&plan_bytes)
+        .map_err(|e| anyhow!("{}: plan rejected: {e}", plan_path.display()))?;
+    let values = [1.5f32, -2.0, 0.25, 1e-3, -0.0];
+    let expected = format!(
+        "RESULT plan_id={} parameters={} digest={:016x}",
+        plan.plan_id(),
+        ["w1", "b1", "w2", "b2"].join(","),
+        tapeplan_runtime::protocol::digest_f32(&values)
+    );
+    let project = ctx.root.join("target/npm/smoke");
+    if project.exists() {
+        fs::remove_dir_all(&project)?;
+    }
+    let installed = project.join("node_modules").join(NPM_NAME);
+    fs::create_dir_all(&installed)?;
+    let mut untar = ctx.tool("tar", ["xzf"]);
+    untar
+        .arg(tarball)
+        .args(["--strip-components", "1", "-C"])
+        .arg(&installed);
+    run(untar).context("unpacking the npm tarball")?;
+    let script = format!(
+        r#"import {{ readFileSync }} from "node:fs";
+import {{ initSync, Trainer, digestF32 }} from "{NPM_NAME}";
+const wasm = readFileSync(new URL("./node_modules/{NPM_NAME}/tapeplan_wasm_bg.wasm", import.meta.url));
+initSync({{ module: wasm }});
+const t = new Trainer(new Uint8Array(readFileSync({plan:?})));
+const d = digestF32(new Float32Array([{values}]));
+console.log(`RESULT plan_id=${{t.planId}} parameters=${{t.parameterNames().join(",")}} digest=${{d}}`);
+"#,
+        plan = plan_path.display().to_string(),
+        values = values.map(|v| format!("{v:?}")).join(", "),
+    );
+    fs::write(project.join("smoke.mjs"), script)?;
+    fs::write(project.join("package.json"), "{ \"type\": \"module\" }\n")?;
+    let mut node = ctx.tool("node", ["smoke.mjs"]);
+    node.current_dir(&project);
+    let printed = output(node).context("importing the packed package in Node")?;
+    let got = printed
+        .lines()
+        .find(|l| l.starts_with("RESULT "))
+        .ok_or_else(|| anyhow!("the Node smoke test printed no RESULT line: {printed}"))?;
+    ensure!(
+        got == expected,
+        "the packed package in Node printed `{got}`, the host expects `{expected}`"
+    );
+    eprintln!("npm package: imported by name in Node, {got}");
     Ok(())
 }
 
