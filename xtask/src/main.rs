@@ -121,7 +121,7 @@ const STEPS: &[Step] = &[
     },
     Step {
         name: "wasm-setup",
-        about: "install what the browser checks need and lack: chromium, chromedriver, wasm-bindgen-cli, wasm-pack, npm packages",
+        about: "install what the browser checks need and lack, three lines at once: chromium, chromedriver, node and npm (then npm packages); wasm-bindgen-cli; wasm-pack",
         run: browser::step_wasm_setup,
     },
     Step {
@@ -131,7 +131,7 @@ const STEPS: &[Step] = &[
     },
     Step {
         name: "npm-pack",
-        about: "the wasm package for npm: wasm-pack build --target web, npm pack into target/npm, the tarball's file list and package.json checked",
+        about: "the wasm package for npm: wasm-pack build --target web, wasm-opt, npm pack into target/npm; the tarball's file list and package.json checked, and the package imported by name in Node against the host",
         run: package::step_npm_pack,
     },
     Step {
