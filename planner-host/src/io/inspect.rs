@@ -60,32 +60,36 @@ const LAYER_OPS: &[&str] = &[
 /// Instructions `PlanInfo::model_summary` counts as activations.
 const ACTIVATION_OPS: &[&str] = &["tanh", "relu", "sigmoid", "softplus", "erf"];
 
-/// The layer sizes of an MLP whose parameters are `w1 [d0, d1], b1 [d1], …, wK, bK` in that
-/// order with chaining shapes (the planner's MLP naming), else `None`.
-fn mlp_sizes(weights: &[&DecodedBinding]) -> Option<Vec<String>> {
+/// The layer sizes of an MLP: parameters in pairs, each a weight and a bias with chaining
+/// shapes, named either as the planner's MLP names them (`w1 [d0, d1], b1 [d1], …`) or as
+/// PyTorch's `nn.Sequential` of `nn.Linear` does (`0.weight [d1, d0], 0.bias [d1], 2.weight …`,
+/// any prefix per layer); else `None`.
+fn mlp_sizes(weights: &[&DecodedBinding]) -> Option<Vec<usize>> {
     if weights.is_empty() || !weights.len().is_multiple_of(2) {
         return None;
     }
-    let mut sizes = Vec::new();
+    let mut sizes: Vec<usize> = Vec::new();
     for (k, pair) in weights.chunks(2).enumerate() {
         let (w, b) = (pair[0], pair[1]);
-        let (d_in, d_out) = (w.shape.dim(0)?, w.shape.dim(1)?);
-        let chained = sizes
-            .last()
-            .is_none_or(|last: &String| *last == d_in.to_string());
-        if w.name != format!("w{}", k + 1)
-            || b.name != format!("b{}", k + 1)
-            || w.shape.rank() != 2
-            || b.shape.rank() != 1
-            || b.shape.dim(0)? != d_out
-            || !chained
-        {
+        if w.shape.rank() != 2 || b.shape.rank() != 1 {
+            return None;
+        }
+        let (rows, cols) = (w.shape.dim(0)?, w.shape.dim(1)?);
+        let torch_prefix = w.name.strip_suffix(".weight");
+        let (d_in, d_out) = if w.name == format!("w{}", k + 1) && b.name == format!("b{}", k + 1) {
+            (rows, cols)
+        } else if torch_prefix.is_some_and(|p| b.name.strip_suffix(".bias") == Some(p)) {
+            (cols, rows)
+        } else {
+            return None;
+        };
+        if b.shape.dim(0)? != d_out || sizes.last().is_some_and(|&last| last != d_in) {
             return None;
         }
         if sizes.is_empty() {
-            sizes.push(d_in.to_string());
+            sizes.push(d_in);
         }
-        sizes.push(d_out.to_string());
+        sizes.push(d_out);
     }
     Some(sizes)
 }
@@ -262,6 +266,7 @@ impl PlanInfo {
                     [] => "no activation".to_string(),
                     acts => acts.join(", "),
                 };
+                let sizes: Vec<String> = sizes.iter().map(ToString::to_string).collect();
                 layers.push_str(&format!("; an MLP {} ({act})", sizes.join("-")));
             }
             lines.push(layers);
@@ -427,5 +432,59 @@ impl PlanInfo {
             );
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn param(name: &str, dims: &[usize]) -> DecodedBinding {
+        DecodedBinding {
+            name: name.to_string(),
+            kind: BindingKind::Parameter,
+            entry: None,
+            tensor: 0,
+            shape: Shape::new(dims).unwrap(),
+        }
+    }
+
+    fn sizes(params: &[DecodedBinding]) -> Option<Vec<usize>> {
+        let refs: Vec<&DecodedBinding> = params.iter().collect();
+        mlp_sizes(&refs)
+    }
+
+    #[test]
+    fn mlp_sizes_reads_both_namings_and_refuses_the_rest() {
+        let planner = [
+            param("w1", &[64, 32]),
+            param("b1", &[32]),
+            param("w2", &[32, 10]),
+            param("b2", &[10]),
+        ];
+        assert_eq!(sizes(&planner), Some(vec![64, 32, 10]));
+        // nn.Sequential(Linear(64, 32), Tanh(), Linear(32, 10)): weights are [out, in].
+        let torch = [
+            param("0.weight", &[32, 64]),
+            param("0.bias", &[32]),
+            param("2.weight", &[10, 32]),
+            param("2.bias", &[10]),
+        ];
+        assert_eq!(sizes(&torch), Some(vec![64, 32, 10]));
+        // Shapes that do not chain, a bias of the wrong width, a missing bias, other names.
+        let unchained = [
+            param("w1", &[64, 32]),
+            param("b1", &[32]),
+            param("w2", &[16, 10]),
+            param("b2", &[10]),
+        ];
+        assert_eq!(sizes(&unchained), None);
+        assert_eq!(sizes(&[param("w1", &[4, 3]), param("b1", &[4])]), None);
+        assert_eq!(sizes(&[param("w1", &[4, 3])]), None);
+        assert_eq!(
+            sizes(&[param("conv.weight", &[8, 3]), param("fc.bias", &[8])]),
+            None
+        );
+        assert_eq!(sizes(&[]), None);
     }
 }
