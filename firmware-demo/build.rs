@@ -183,13 +183,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     write(&out.join("train.plan"), &plan_bytes)?;
 
     // The data.
+    if cfg.data != tapeplan_planner::model::run::RunData::Digits {
+        return Err(format!(
+            "{}: the firmware demo embeds the digits set's pixel counts; a run on data=PATH is verified from other targets",
+            run_path.display()
+        )
+        .into());
+    }
     let train = cfg.training_set()?;
     write(&out.join("pixels.bin"), &train.pixels)?;
     write(&out.join("labels.bin"), &train.labels)?;
 
     // The initial parameters, in the job's order.
     let shapes = job.parameter_shapes();
-    let init = cfg.initial_parameters(&job);
+    let init = cfg.initial_parameters(&job)?;
     let init_bytes: Vec<u8> = init
         .iter()
         .flatten()

@@ -117,7 +117,7 @@ fn workload(
             "labels",
             (0..batch).map(|_| rng.below(d_out) as f32).collect(),
         ),
-        Loss::MeanSquaredError => ("y", (0..batch * d_out).map(|_| rng.next_f32()).collect()),
+        _ => ("y", (0..batch * d_out).map(|_| rng.next_f32()).collect()),
     };
     let r = job.schedule.entry("train_step").expect("entry").report;
     let fl = flops(&job, "train_step");

@@ -8,10 +8,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Result};
-use clap::{Parser, Subcommand};
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use cli::args::{MathArg, ModelArgs};
 use cli::train::TrainArgs;
+use tapeplan_planner::io::exchange::Rename;
 
 #[derive(Parser)]
 #[command(
@@ -54,11 +55,12 @@ enum Command {
         #[command(flatten)]
         model: ModelArgs,
     },
-    /// Train a classification plan (any optimizer) through the no_std runtime, on the bundled
-    /// digits or a CSV data set; without a plan, plan the model options first.
-    Train(TrainArgs),
-    /// Convert a checkpoint's model parameters to a safetensors file with PyTorch's
-    /// nn.Sequential names and layouts (`w1 -> 0.weight` transposed, `b1 -> 0.bias`, ...).
+    /// Train a plan (classification or regression, any optimizer) through the no_std runtime,
+    /// on the bundled digits or a CSV data set; without a plan, plan the model options first.
+    Train(Box<TrainArgs>),
+    /// Convert a checkpoint's model parameters and buffers to a safetensors file under their
+    /// plan (PyTorch state_dict) names; the --layers MLP's with nn.Sequential names and layouts
+    /// (`w1 -> 0.weight` transposed, `b1 -> 0.bias`, ...).
     Export {
         /// The plan the checkpoint belongs to.
         plan: PathBuf,
@@ -68,9 +70,14 @@ enum Command {
         /// Where to write the safetensors file.
         #[arg(short, long, default_value = "model.safetensors")]
         output: PathBuf,
+        /// Rename keys on the way out, FROM=TO (repeatable): a key equal to FROM, or starting
+        /// with FROM followed by `.`, gets TO in its place (`features=backbone`).
+        #[arg(long, value_name = "FROM=TO")]
+        rename: Vec<Rename>,
     },
-    /// Convert a safetensors file (PyTorch nn.Sequential of nn.Linear names and layouts) into a
-    /// checkpoint of a plan, to train from with `tapeplan train --resume`.
+    /// Convert a safetensors file (the plan's names, or for the --layers MLP PyTorch's
+    /// nn.Sequential of nn.Linear names and layouts) into a checkpoint of a plan, to train from
+    /// with `tapeplan train --resume`.
     Import {
         /// The safetensors file.
         safetensors: PathBuf,
@@ -83,6 +90,10 @@ enum Command {
         /// Where to write the checkpoint.
         #[arg(short, long, default_value = "model.ckpt")]
         output: PathBuf,
+        /// Rename the file's keys to the plan's, FROM=TO (repeatable): a key equal to FROM, or
+        /// starting with FROM followed by `.`, gets TO in its place (`backbone=features`).
+        #[arg(long, value_name = "FROM=TO")]
+        rename: Vec<Rename>,
     },
     /// The main job end to end: plan the digits MLP, train it through the runtime, check every
     /// step bit for bit against the oracle, report test accuracy.
@@ -136,9 +147,33 @@ fn exit_quietly_on_broken_pipe() {
     }));
 }
 
+/// The long names of the model options given on the command line of subcommand `matches`.
+fn given_model_options(matches: &ArgMatches) -> Vec<String> {
+    ModelArgs::augment_args(clap::Command::new("model"))
+        .get_arguments()
+        .filter(|a| {
+            matches.value_source(a.get_id().as_str())
+                == Some(clap::parser::ValueSource::CommandLine)
+        })
+        .map(|a| format!("--{}", a.get_long().unwrap_or(a.get_id().as_str())))
+        .collect()
+}
+
+/// The parsed command line, with `train`'s explicitly given model options recorded.
+fn parse() -> Cli {
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let (Command::Train(args), Some(sub)) =
+        (&mut cli.command, matches.subcommand_matches("train"))
+    {
+        args.given_model_options = given_model_options(sub);
+    }
+    cli
+}
+
 fn main() -> ExitCode {
     exit_quietly_on_broken_pipe();
-    match run(Cli::parse()) {
+    match run(parse()) {
         Ok(code) => code,
         // An output pipe closed early (a write that reports the error instead of panicking).
         Err(e)
@@ -174,18 +209,20 @@ fn run(cli: Cli) -> Result<ExitCode> {
             error_report,
             model,
         } => cli::describe::describe(plan, tape, error_report, &model),
-        Command::Train(args) => cli::train::train(args),
+        Command::Train(args) => cli::train::train(*args),
         Command::Export {
             plan,
             checkpoint,
             output,
-        } => cli::exchange::export(&plan, &checkpoint, &output),
+            rename,
+        } => cli::exchange::export(&plan, &checkpoint, &output, &rename),
         Command::Import {
             safetensors,
             plan,
             base,
             output,
-        } => cli::exchange::import(&safetensors, &plan, base.as_deref(), &output),
+            rename,
+        } => cli::exchange::import(&safetensors, &plan, base.as_deref(), &output, &rename),
         Command::Demo { epochs, seed, math } => {
             if epochs == 0 {
                 bail!("--epochs must be at least 1");

@@ -11,7 +11,8 @@ use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use safetensors::SafeTensorError;
 use tapeplan_core::Shape;
 use tapeplan_planner::io::exchange::{
-    export_safetensors, import_safetensors, torch_name, ExchangeError, Param, Role,
+    export_safetensors, export_safetensors_renamed, import_safetensors, import_safetensors_renamed,
+    is_training_state, torch_name, ExchangeError, Param, Rename, Role,
 };
 
 fn awkward(seed: u32, n: usize) -> Vec<f32> {
@@ -245,6 +246,111 @@ fn a_non_dense_parameter_is_refused() {
 // The CLI flow.
 
 use common::{ok, scratch_dir, tapeplan};
+
+/// A model of the layer API or ONNX: PyTorch `state_dict` names, a buffer, and Adam's state.
+fn state_dict_params() -> Vec<Param> {
+    vec![
+        param("features.0.weight", &[4, 2, 3], 1),
+        param("features.0.bias", &[4], 2),
+        param("bn.running_mean", &[4], 3),
+        param("bn.num_batches_tracked", &[], 4),
+        param("fc.weight", &[2, 4], 5),
+        param("fc.weight.m", &[2, 4], 6),
+        param("fc.weight.v", &[2, 4], 7),
+        param("opt.step", &[], 8),
+        param("rng.key", &[], 9),
+    ]
+}
+
+#[test]
+fn any_model_is_exchanged_under_its_plan_names_as_is() {
+    let params = state_dict_params();
+    let all: Vec<&str> = params.iter().map(|p| p.name.as_str()).collect();
+    let state: Vec<&str> = all
+        .iter()
+        .copied()
+        .filter(|n| is_training_state(n, &all))
+        .collect();
+    assert_eq!(state, ["fc.weight.m", "fc.weight.v", "opt.step", "rng.key"]);
+    // `bn.b` would be state only beside a tensor `bn`.
+    assert!(!is_training_state("fc.b", &["fc.weight", "fc.b"]));
+    assert!(is_training_state("fc.b", &["fc", "fc.b"]));
+
+    let bytes = export_safetensors(&params, &[]).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let mut names = st.names();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "bn.num_batches_tracked",
+            "bn.running_mean",
+            "fc.weight",
+            "features.0.bias",
+            "features.0.weight"
+        ]
+    );
+    for p in &params[..5] {
+        let view = st.tensor(&p.name).unwrap();
+        assert_eq!(
+            view.shape(),
+            &p.shape.dims()[..p.shape.rank()],
+            "{}",
+            p.name
+        );
+        assert_eq!(
+            bits(&f32s(&view)),
+            bits(&p.values),
+            "{}: not transposed",
+            p.name
+        );
+    }
+    let (_, meta) = SafeTensors::read_metadata(&bytes).unwrap();
+    let meta = meta.metadata().clone().unwrap();
+    assert!(!meta.contains_key("tapeplan.layers"), "{meta:?}");
+
+    // Back: bit for bit, the state untouched.
+    let mut into = state_dict_params();
+    for p in &mut into {
+        p.values.iter_mut().for_each(|v| *v = 0.0);
+    }
+    import_safetensors(&bytes, &mut into).unwrap();
+    for (a, b) in into.iter().zip(&params).take(5) {
+        assert_eq!(bits(&a.values), bits(&b.values), "{}", a.name);
+    }
+    assert!(into[5..].iter().all(|p| p.values.iter().all(|&v| v == 0.0)));
+
+    // A prefix remap out and back.
+    let rules = [Rename {
+        from: "features".into(),
+        to: "backbone".into(),
+    }];
+    let renamed = export_safetensors_renamed(&params, &[], &rules).unwrap();
+    let st = SafeTensors::deserialize(&renamed).unwrap();
+    assert!(st.tensor("backbone.0.weight").is_ok() && st.tensor("features.0.weight").is_err());
+    let back: Vec<Rename> = vec!["backbone=features".parse().unwrap()];
+    let mut into = state_dict_params();
+    import_safetensors_renamed(&renamed, &mut into, &back).unwrap();
+    assert_eq!(bits(&into[0].values), bits(&params[0].values));
+    // Two keys renamed onto one are refused; so is a rule that renames nothing.
+    let clash: Vec<Rename> = vec!["features.0.bias=fc.weight".parse().unwrap()];
+    let err = export_safetensors_renamed(&params, &[], &clash).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("two tensors would be written as \"fc.weight\""),
+        "{err}"
+    );
+    let err = import_safetensors_renamed(&bytes, &mut into, &back).unwrap_err();
+    assert!(err.to_string().contains("matches no tensor name"), "{err}");
+    // `Rename` matches a key, or a prefix at a `.`, never inside a name part.
+    let r: Rename = "fc=head".parse().unwrap();
+    assert_eq!(r.apply("fc"), Some("head".into()));
+    assert_eq!(r.apply("fc.weight"), Some("head.weight".into()));
+    assert_eq!(r.apply("fcx.weight"), None);
+    let r: Rename = "layer.=block.".parse().unwrap();
+    assert_eq!(r.apply("layer.1.weight"), Some("block.1.weight".into()));
+    assert!("=x".parse::<Rename>().is_err() && "x=".parse::<Rename>().is_err());
+}
 
 fn read(dir: &Path, name: &str) -> Vec<u8> {
     std::fs::read(dir.join(name)).unwrap()

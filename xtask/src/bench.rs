@@ -43,12 +43,17 @@ struct Row {
     median_ns: f64,
 }
 
-/// `cargo xtask bench [--quick]`.
+/// `cargo xtask bench [--quick]`, or `cargo xtask bench --peers …` ([`crate::peers`]).
 pub(crate) fn verb_bench(ctx: &Ctx, args: &[String]) -> Result<()> {
+    if let Some((first, rest)) = args.split_first() {
+        if first == "--peers" {
+            return crate::peers::verb_peers(ctx, rest);
+        }
+    }
     let quick = match args {
         [] => false,
         [q] if q == "--quick" => true,
-        _ => bail!("usage: cargo xtask bench [--quick]"),
+        _ => bail!("usage: cargo xtask bench [--quick] | bench --peers [--rounds N] [--smoke]"),
     };
     let out = ctx.root.join("target").join("bench");
     fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
@@ -149,7 +154,8 @@ fn table(rows: &[Row], peak: f64) -> String {
     s
 }
 
-fn time(ns: f64) -> String {
+/// A duration in nanoseconds, in ns, µs or ms.
+pub(crate) fn time(ns: f64) -> String {
     if ns >= 1e6 {
         format!("{:.2} ms", ns / 1e6)
     } else if ns >= 1e3 {

@@ -23,6 +23,7 @@ mod firmware;
 mod fuzz;
 mod onnx;
 mod package;
+mod peers;
 
 /// Rust targets a fresh machine must add: the no_std targets the runtime is built for, plus
 /// `thumbv7m-none-eabi` (Cortex-M3, for the QEMU firmware runs).
@@ -224,8 +225,8 @@ const VERBS: &[Verb] = &[
     },
     Verb {
         name: "bench",
-        usage: "bench [--quick]",
-        about: "train-step benchmarks W1-W3, scalar and simd catalogs (-C target-cpu=native): the table of docs/benchmarks.md",
+        usage: "bench [--quick] | bench --peers [--rounds N] [--smoke]",
+        about: "train-step benchmarks W1-W3, scalar and simd catalogs (-C target-cpu=native): the table of docs/benchmarks.md; --peers: W1-W3 side by side with JAX (lax.scan and one jit call per step) and ONNX Runtime training, pinned to one core, interleaved rounds (default 13), the ratio table and each system's check figures (--smoke: one epoch, one round)",
         run: bench::verb_bench,
     },
     Verb {
@@ -416,6 +417,37 @@ fn step_test(ctx: &Ctx) -> Result<()> {
 /// The venv (numpy and safetensors from PyPI) that runs `scripts/check_export.py`, the check
 /// that an exported safetensors file reproduces the runtime's forward pass outside Rust.
 const PY_VENV: &str = "target/py-venv";
+
+/// The Python of [`PY_VENV`], made if missing, with `packages` pip-installed unless `check`
+/// (a Python program) already exits 0; `what` names the caller in errors.
+fn venv_python(ctx: &Ctx, check: &str, packages: &[&str], what: &str) -> Result<PathBuf> {
+    let venv = ctx.root.join(PY_VENV);
+    let py = venv.join("bin").join("python");
+    let ready = |py: &Path| {
+        Command::new(py)
+            .args(["-c", check])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if ready(&py) {
+        return Ok(py);
+    }
+    if !py.exists() {
+        let mut cmd = Command::new("python3");
+        cmd.arg("-m").arg("venv").arg(&venv);
+        run(cmd).with_context(|| format!("python3 -m venv: {what} needs Python 3"))?;
+    }
+    let mut pip = Command::new(&py);
+    pip.args(["-m", "pip", "install", "--quiet"]).args(packages);
+    run(pip).with_context(|| format!("pip could not install {}", packages.join(" ")))?;
+    if !ready(&py) {
+        bail!(
+            "{PY_VENV} lacks what {what} needs after pip install ({})",
+            packages.join(" ")
+        );
+    }
+    Ok(py)
+}
 
 /// Best effort: makes [`PY_VENV`] if `python3` and PyPI are there. Without it the exchange
 /// test says it skipped the Python check, and passes.

@@ -24,7 +24,7 @@ use tapeplan_planner::model::onnx::{
     self, read_model, translate, OnnxError, TensorData, Tolerance, TranslateOptions,
 };
 
-use crate::{run, Ctx, PY_VENV};
+use crate::{run, venv_python, Ctx};
 
 /// The pinned `onnx` release: its generators define the tests.
 pub const ONNX_VERSION: &str = "1.23.2";
@@ -51,41 +51,13 @@ const ISSUE_OPERATORS: &[&str] = &[
 /// The generator script, relative to the workspace root.
 const SCRIPT: &str = "scripts/onnx_node_tests.py";
 
-/// The Python of [`PY_VENV`] with `onnx` [`ONNX_VERSION`] installed (made if missing).
+/// The Python of [`crate::PY_VENV`] with `onnx` [`ONNX_VERSION`] installed (made if missing).
 fn onnx_python(ctx: &Ctx) -> Result<PathBuf> {
-    let venv = ctx.root.join(PY_VENV);
-    let py = venv.join("bin").join("python");
     let check = format!(
         "import sys, numpy, onnx; sys.exit(0 if onnx.__version__ == '{ONNX_VERSION}' else 1)"
     );
-    let ready = |py: &Path| {
-        Command::new(py)
-            .args(["-c", &check])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if ready(&py) {
-        return Ok(py);
-    }
-    if !py.exists() {
-        let mut cmd = Command::new("python3");
-        cmd.arg("-m").arg("venv").arg(&venv);
-        run(cmd).context("python3 -m venv: the ONNX conformance step needs Python 3")?;
-    }
-    let mut pip = Command::new(&py);
-    pip.args([
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "numpy",
-        &format!("onnx=={ONNX_VERSION}"),
-    ]);
-    run(pip).context("pip could not install the pinned onnx")?;
-    if !ready(&py) {
-        bail!("{PY_VENV} has no onnx {ONNX_VERSION} after pip install");
-    }
-    Ok(py)
+    let onnx = format!("onnx=={ONNX_VERSION}");
+    venv_python(ctx, &check, &["numpy", &onnx], "the ONNX conformance step")
 }
 
 /// The operators whose tests are generated: the table's and [`ISSUE_OPERATORS`].

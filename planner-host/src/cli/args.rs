@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 
-use tapeplan_planner::model::optim::Optimizer;
+use tapeplan_planner::model::run::RunOptimizer;
 use tapeplan_planner::model::{Activation, JobOptions, Loss, Mlp, TrainingJob};
 use tapeplan_planner::plan::PlanOptions;
 
@@ -155,28 +155,14 @@ impl ModelArgs {
             LossArg::Ce => Loss::SoftmaxCrossEntropy,
             LossArg::Mse => Loss::MeanSquaredError,
         };
-        let lr = self.lr;
         let optimizer = match self.optimizer {
-            OptimizerArg::Sgd => Optimizer::sgd(lr),
-            OptimizerArg::Momentum | OptimizerArg::Nesterov => Optimizer::Momentum {
-                lr,
-                momentum: self.momentum,
-                nesterov: matches!(self.optimizer, OptimizerArg::Nesterov),
-            },
-            OptimizerArg::Adam => Optimizer::adam(lr),
-            OptimizerArg::Adamw => match Optimizer::adamw(lr) {
-                Optimizer::Adam {
-                    beta1, beta2, eps, ..
-                } => Optimizer::Adam {
-                    lr,
-                    beta1,
-                    beta2,
-                    eps,
-                    decoupled_weight_decay: self.weight_decay,
-                },
-                other => other,
-            },
-        };
+            OptimizerArg::Sgd => RunOptimizer::Sgd,
+            OptimizerArg::Momentum => RunOptimizer::Momentum(self.momentum),
+            OptimizerArg::Nesterov => RunOptimizer::Nesterov(self.momentum),
+            OptimizerArg::Adam => RunOptimizer::Adam,
+            OptimizerArg::Adamw => RunOptimizer::AdamW(self.weight_decay),
+        }
+        .with_lr(self.lr);
         let options = JobOptions {
             guarded: !self.no_guard,
             dropout: self.dropout,
@@ -184,6 +170,7 @@ impl ModelArgs {
             planning: PlanOptions {
                 fuse: !self.no_fusion,
                 math: self.math.into(),
+                ..PlanOptions::default()
             },
             ..Default::default()
         };

@@ -68,8 +68,12 @@ pub fn describe(
 /// `tapeplan describe --tape --error-report`: every node's f32 rounding error against f64.
 fn error_report_of(job: &TrainingJob) -> Result<ExitCode> {
     use tapeplan_core::Tensor;
-    let x_shape = job.tape.shape(job.inputs.x)?;
-    let t_shape = job.tape.shape(job.inputs.target)?;
+    let x_leaf = *job
+        .inputs
+        .first()
+        .ok_or_else(|| anyhow::anyhow!("the model has no input"))?;
+    let x_shape = job.tape.shape(x_leaf)?;
+    let t_shape = job.tape.shape(job.target)?;
     let (batch, d_in) = (x_shape.dim(0).unwrap_or(0), x_shape.dim(1).unwrap_or(0));
     let mut rng = SplitMix64::new(7);
     let x: Vec<f32> = if d_in == data::DIGITS_FEATURES {
@@ -80,14 +84,14 @@ fn error_report_of(job: &TrainingJob) -> Result<ExitCode> {
     } else {
         (0..x_shape.elems()).map(|_| rng.next_f32()).collect()
     };
-    let classes = job.mlp.sizes.last().copied().unwrap_or(1);
+    let classes = job.output_shape()?.dim(1).unwrap_or(1);
     let target: Vec<f32> = match job.loss {
-        Loss::SoftmaxCrossEntropy => (0..batch).map(|r| (r % classes) as f32).collect(),
-        Loss::MeanSquaredError => (0..t_shape.elems()).map(|_| rng.next_f32()).collect(),
+        Some(Loss::SoftmaxCrossEntropy) => (0..batch).map(|r| (r % classes) as f32).collect(),
+        _ => (0..t_shape.elems()).map(|_| rng.next_f32()).collect(),
     };
     let mut leaves = vec![
-        (job.inputs.x, Tensor::new(x_shape, x)?),
-        (job.inputs.target, Tensor::new(t_shape, target)?),
+        (x_leaf, Tensor::new(x_shape, x)?),
+        (job.target, Tensor::new(t_shape, target)?),
     ];
     let shapes = job.parameter_shapes();
     for ((p, (_, s)), v) in job

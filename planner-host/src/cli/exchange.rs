@@ -1,45 +1,54 @@
-//! `tapeplan export` and `tapeplan import`: a checkpoint's parameters to and from a safetensors
-//! file with PyTorch's names and layouts.
+//! `tapeplan export` and `tapeplan import`: a checkpoint's parameters and buffers to and from a
+//! safetensors file under their PyTorch `state_dict` names (`tapeplan_planner::io::exchange`),
+//! with `--rename` key remaps.
 
 use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 
-use tapeplan_planner::io::exchange;
+use tapeplan_planner::io::exchange::{self, Rename};
 
 use super::{parse_plan, read};
 
-/// `tapeplan export PLAN --checkpoint CKPT -o OUT`.
+/// `tapeplan export PLAN --checkpoint CKPT -o OUT [--rename FROM=TO …]`.
 ///
 /// # Errors
-/// Unreadable files, a rejected plan or checkpoint, an unwritable `output`.
-pub fn export(plan: &Path, checkpoint: &Path, output: &Path) -> Result<ExitCode> {
+/// Unreadable files, a rejected plan or checkpoint, a rule that renames nothing, an
+/// unwritable `output`.
+pub fn export(
+    plan: &Path,
+    checkpoint: &Path,
+    output: &Path,
+    renames: &[Rename],
+) -> Result<ExitCode> {
     let bytes = read(plan)?;
-    let st = exchange::export_checkpoint(&parse_plan(plan, &bytes)?, &read(checkpoint)?)
+    let st = exchange::export_checkpoint(&parse_plan(plan, &bytes)?, &read(checkpoint)?, renames)
         .with_context(|| format!("exporting {}", checkpoint.display()))?;
     std::fs::write(output, &st).with_context(|| format!("writing {}", output.display()))?;
     println!("wrote {} ({} bytes)", output.display(), st.len());
     Ok(ExitCode::SUCCESS)
 }
 
-/// `tapeplan import SAFETENSORS PLAN [--base CKPT] -o OUT`.
+/// `tapeplan import SAFETENSORS PLAN [--base CKPT] -o OUT [--rename FROM=TO …]`.
 ///
 /// # Errors
-/// Unreadable files, a rejected plan, safetensors file or base checkpoint, an unwritable
-/// `output`.
+/// Unreadable files, a rejected plan, safetensors file or base checkpoint, a rule that renames
+/// nothing, an unwritable `output`.
 pub fn import(
     safetensors: &Path,
     plan: &Path,
     base: Option<&Path>,
     output: &Path,
+    renames: &[Rename],
 ) -> Result<ExitCode> {
     let bytes = read(plan)?;
     let base = base.map(read).transpose()?;
-    let ckpt = exchange::import_to_checkpoint(
+    let ckpt = exchange::import_to_checkpoint_renamed(
         &parse_plan(plan, &bytes)?,
         &read(safetensors)?,
         base.as_deref(),
+        renames,
     )
     .with_context(|| format!("importing {}", safetensors.display()))?;
     exchange::write_atomic(output, &ckpt)?;

@@ -33,6 +33,10 @@ pub fn plan(model: &ModelArgs, output: &Path) -> Result<ExitCode> {
     );
     println!("memory report:");
     print_report(&reports(&job));
+    print_update_order(&reports(&job));
+    if let Some(line) = job.subset_report() {
+        println!("{line}");
+    }
     print_fusion(&job, model)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -48,6 +52,23 @@ pub fn print_report(entries: &[(String, MemoryReport)]) {
             r.entry_bytes as f64 / r.lower_bound_bytes.max(1) as f64,
             r.retain_everything_bytes
         );
+    }
+}
+
+/// The update-order line of `tapeplan plan`: for each entry whose interleaved update order
+/// (each update right after its last gradient contribution) saves memory, the entry against the
+/// same schedule with every update after the whole backward pass.
+pub fn print_update_order(entries: &[(String, MemoryReport)]) {
+    for (name, r) in entries {
+        if r.tape_order_bytes > r.entry_bytes {
+            println!(
+                "update order: {name} interleaved {} B, every update after the backward pass {} B ({:+.1}%)",
+                r.entry_bytes,
+                r.tape_order_bytes,
+                (r.entry_bytes as f64 - r.tape_order_bytes as f64) * 100.0
+                    / r.tape_order_bytes.max(1) as f64
+            );
+        }
     }
 }
 

@@ -17,23 +17,54 @@ use tapeplan_planner::io::data;
 use tapeplan_planner::io::exchange;
 use tapeplan_planner::io::inspect::PlanInfo;
 use tapeplan_planner::io::plot::LossCurve;
+use tapeplan_planner::io::table::{self, ClassNames, Standardizer, Table, TableSpec, Task};
 use tapeplan_planner::model::glorot_uniform;
+use tapeplan_planner::protocol::{
+    ENTRY_FORWARD, ENTRY_INIT, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, INPUT_Y, OUTPUT_LOGITS,
+};
 
-use super::args::{ModelArgs, TrainOutputs};
+use super::args::{LossArg, ModelArgs, TrainOutputs};
 use super::{not_a_checkpoint, planning_options_need_no_plan, read};
 
 /// `tapeplan train`'s options.
 #[derive(Args)]
 pub struct TrainArgs {
-    /// The plan (from `tapeplan plan`). Without one, the model options below are planned
-    /// first and the plan is written to `model.plan` (so checkpoints can be exported later).
+    /// The plan (from `tapeplan plan`, or any plan with `forward` and `train_step` entries).
+    /// Without one, the model options below are planned first and the plan is written to
+    /// `model.plan` (so checkpoints can be exported later); the input and output widths come
+    /// from the data when --layers is not given.
     pub plan: Option<PathBuf>,
     #[command(flatten)]
     pub model: ModelArgs,
-    /// A CSV (optionally gzip) file, one sample per row, the integer label last. Default:
-    /// the bundled handwritten digits set.
+    /// A CSV (optionally gzip) file, one sample per row: feature columns and target columns
+    /// (see --target-columns). A classification plan (an input `labels`) takes one label
+    /// column of integers or class names; a regression plan (an input `y`) takes as many
+    /// float columns as `y` has per row. Default: the bundled handwritten digits set.
     #[arg(long)]
     pub data: Option<PathBuf>,
+    /// The target columns of --data, 0-based indices or header names, comma-separated; every
+    /// other column is a feature. Default: the last column (classification) or the last
+    /// d_out columns (regression).
+    #[arg(long, value_delimiter = ',', value_name = "COLUMNS")]
+    pub target_columns: Vec<String>,
+    /// Standardize every feature with the mean and standard deviation of the training split
+    /// (after --scale), and apply them to the validation and test splits; they are written
+    /// beside the plan (`PLAN.standardize.json`) for the device.
+    #[arg(long)]
+    pub standardize: bool,
+    /// Fraction of the training split held out for validation, evaluated after every epoch
+    /// (accuracy, or MSE and MAE).
+    #[arg(long, default_value_t = 0.0)]
+    pub val_fraction: f64,
+    /// The initial parameters and buffers: a safetensors file under the plan's names (what
+    /// `tapeplan export` writes; a model from ONNX or the layer API comes with one). Without
+    /// it, the MLP's w*/b* get the seeded Glorot initialization, and any other model tensor
+    /// must be initialized by the plan's `init` entry.
+    #[arg(long, value_name = "FILE")]
+    pub init: Option<PathBuf>,
+    /// Without PLAN: plan over an existing `model.plan` (otherwise an error).
+    #[arg(long)]
+    pub force: bool,
     /// Epochs over the training split.
     #[arg(long, default_value_t = 10)]
     pub epochs: usize,
@@ -53,85 +84,231 @@ pub struct TrainArgs {
     pub scale: f32,
     #[command(flatten)]
     pub outputs: TrainOutputs,
+    /// The model options given on the command line (their long names, `--layers`), filled in
+    /// by `main` from the parsed arguments.
+    #[arg(skip)]
+    pub given_model_options: Vec<String>,
 }
+
+/// Where `train` writes the plan it makes when it is given none.
+const PLANNED_PATH: &str = "model.plan";
+
+/// What the plan trains: class labels, or `n_targets` float targets per row.
+fn task_of(info: &PlanInfo, classes: Option<ClassNames>) -> Result<Task> {
+    if info
+        .binding_shape(ENTRY_TRAIN_STEP, BindingKind::Input, INPUT_LABELS)
+        .is_some()
+    {
+        return Ok(Task::Classification { classes });
+    }
+    let batch = info
+        .binding_shape(ENTRY_TRAIN_STEP, BindingKind::Input, INPUT_X)
+        .and_then(|s| s.dim(0))
+        .unwrap_or(1)
+        .max(1);
+    match info.binding_shape(ENTRY_TRAIN_STEP, BindingKind::Input, INPUT_Y) {
+        Some(y) => Ok(Task::Regression {
+            n_targets: y.elems() / batch,
+        }),
+        None => bail!(
+            "the plan's train_step has neither an input `labels` (classification) nor `y` (regression)"
+        ),
+    }
+}
+
+/// The data set `train` reads: the bundled digits, or `--data` read for `task`.
+fn load_data(data_path: Option<&Path>, task: &Task, target_columns: &[String]) -> Result<Table> {
+    match data_path {
+        None => {
+            if let Task::Regression { .. } = task {
+                bail!("a regression plan (an input y) needs --data: the bundled digits are a classification set");
+            }
+            if !target_columns.is_empty() {
+                bail!("--target-columns applies to --data");
+            }
+            let dataset = data::digits()?;
+            Ok(Table {
+                feature_columns: (0..dataset.n_features()).collect(),
+                target_columns: vec![dataset.n_features()],
+                dataset,
+                class_names: None,
+            })
+        }
+        Some(p) => {
+            let spec = TableSpec {
+                task: task.clone(),
+                target_columns: target_columns.to_vec(),
+            };
+            table::load_table(p, &spec).with_context(|| format!("loading {}", p.display()))
+        }
+    }
+}
+
+/// An error when model options were given beside a plan file: they would be ignored.
+fn no_model_options_beside(plan: &Path, given: &[String]) -> Result<()> {
+    if !given.is_empty() {
+        bail!(
+            "{} is already planned, so {} would be ignored: model options apply when `train` plans the model itself (no PLAN) or with `tapeplan plan`",
+            plan.display(),
+            given.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Plans the model options into [`PLANNED_PATH`] (widths from `table` unless `--layers` was
+/// given) and answers its path.
+fn plan_model_options(args: &TrainArgs, table: &Table) -> Result<PathBuf> {
+    let p = PathBuf::from(PLANNED_PATH);
+    if p.exists() && !args.force {
+        bail!(
+            "{} exists: train it with `tapeplan train {}`, or give --force to plan the model options over it",
+            p.display(),
+            p.display()
+        );
+    }
+    exchange::check_writable(&p)?;
+    let mut model_args = args.model.clone();
+    let d = &table.dataset;
+    let d_out = if d.n_targets() > 0 {
+        d.n_targets()
+    } else {
+        d.n_classes()
+    };
+    let layers = &model_args.layers;
+    if !args.given_model_options.iter().any(|o| o == "--layers") {
+        let mut inferred = vec![d.n_features()];
+        inferred.extend_from_slice(&layers[1..layers.len() - 1]);
+        inferred.push(d_out);
+        model_args.layers = inferred;
+    } else if layers.first() != Some(&d.n_features())
+        || layers
+            .last()
+            .is_none_or(|&w| w < d_out || (d.n_targets() > 0 && w != d_out))
+    {
+        // Checked before the plan is written, so a mistake leaves no plan behind.
+        bail!(
+            "--layers {} does not fit the data: its rows have {} features and {d_out} {}; leave out --layers to take the widths from the data",
+            layers.iter().map(usize::to_string).collect::<Vec<_>>().join(","),
+            d.n_features(),
+            if d.n_targets() > 0 { "targets" } else { "classes" }
+        );
+    }
+    let job = model_args.job()?;
+    std::fs::write(&p, job.schedule.to_bytes())
+        .with_context(|| format!("writing {}", p.display()))?;
+    println!(
+        "planned {} ({}, {} optimizer{}) into {}",
+        model_args
+            .layers
+            .iter()
+            .map(|w| w.to_string())
+            .collect::<Vec<_>>()
+            .join("-"),
+        model_args.activation_name(),
+        job.optimizer.name(),
+        if job.state_specs.iter().any(|s| s.name == "rng.key") {
+            ", dropout"
+        } else {
+            ""
+        },
+        p.display()
+    );
+    Ok(p)
+}
+
+/// The class names saved beside `plan`, if any.
+fn saved_class_names(plan: &Path) -> Result<Option<ClassNames>> {
+    let path = exchange::with_suffix(plan, CLASSES_SUFFIX);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => table::class_names_from_json(&text)
+            .map(Some)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// The suffix of the class-name mapping's file beside a plan.
+const CLASSES_SUFFIX: &str = ".classes.json";
+/// The suffix of the standardization's file beside a plan.
+const STANDARDIZE_SUFFIX: &str = ".standardize.json";
 
 /// `tapeplan train`.
 ///
 /// # Errors
-/// Bad options or data (features that `--scale` makes infinite), a rejected plan or checkpoint
-/// (one with non-finite parameters too), runtime errors, unwritable outputs (checked before the
-/// first epoch), an epoch in which the guard refused every step, and a non-finite loss of a
-/// plan that writes its updates in place.
+/// Bad options or data (features that `--scale` makes infinite, labels the plan has no class
+/// for, widths that do not match the plan's), model options beside a plan, an existing
+/// `model.plan` without `--force`, a rejected plan or checkpoint (one with non-finite
+/// parameters too), a model tensor without an initial value, runtime errors, unwritable
+/// outputs (checked before the first epoch), an epoch in which the guard refused every step,
+/// and a non-finite loss of a plan that writes its updates in place.
 pub fn train(args: TrainArgs) -> Result<ExitCode> {
+    let (plan, table) = match &args.plan {
+        Some(p) => {
+            planning_options_need_no_plan(&args.model, p)?;
+            no_model_options_beside(p, &args.given_model_options)?;
+            let bytes = read(p)?;
+            not_a_checkpoint(p, &bytes)?;
+            super::parse_plan(p, &bytes)?;
+            let task = task_of(&PlanInfo::decode(&bytes), saved_class_names(p)?)?;
+            let table = load_data(args.data.as_deref(), &task, &args.target_columns)?;
+            (p.clone(), table)
+        }
+        None => {
+            // Cross-entropy takes labels; every other loss float targets.
+            let task = if matches!(args.model.loss, LossArg::Ce) {
+                Task::Classification { classes: None }
+            } else {
+                Task::Regression {
+                    n_targets: if args.given_model_options.iter().any(|o| o == "--layers") {
+                        args.model.layers.last().copied().unwrap_or(1)
+                    } else {
+                        args.target_columns.len().max(1)
+                    },
+                }
+            };
+            let table = load_data(args.data.as_deref(), &task, &args.target_columns)?;
+            (plan_model_options(&args, &table)?, table)
+        }
+    };
     let TrainArgs {
-        plan,
-        model: model_args,
         data: data_path,
         epochs,
         seed,
         split_seed,
         train_fraction,
         scale,
+        standardize,
+        val_fraction,
+        init,
         outputs,
+        ..
     } = args;
-    let plan = match plan {
-        Some(p) => {
-            planning_options_need_no_plan(&model_args, &p)?;
-            p
-        }
-        None => {
-            let job = model_args.job()?;
-            let p = PathBuf::from("model.plan");
-            std::fs::write(&p, job.schedule.to_bytes())
-                .with_context(|| format!("writing {}", p.display()))?;
-            println!(
-                "planned {} ({}, {} optimizer{}) into {}",
-                model_args
-                    .layers
-                    .iter()
-                    .map(|w| w.to_string())
-                    .collect::<Vec<_>>()
-                    .join("-"),
-                model_args.activation_name(),
-                job.optimizer.name(),
-                if job.state_specs.iter().any(|s| s.name == "rng.key") {
-                    ", dropout"
-                } else {
-                    ""
-                },
-                p.display()
-            );
-            p
-        }
-    };
     let bytes = std::fs::read(&plan).with_context(|| format!("reading {}", plan.display()))?;
     not_a_checkpoint(&plan, &bytes)?;
     let mut model =
         RuntimeModel::new(&bytes).with_context(|| format!("loading {}", plan.display()))?;
     let info = PlanInfo::decode(&bytes);
     let x_shape = info
-        .binding_shape("train_step", BindingKind::Input, "x")
+        .binding_shape(ENTRY_TRAIN_STEP, BindingKind::Input, INPUT_X)
         .context("the plan's train_step has no input x")?;
-    if info
-        .binding_shape("train_step", BindingKind::Input, "labels")
-        .is_none()
-    {
-        bail!("tapeplan train supports classification plans (an input `labels`)");
-    }
-    let (batch, d_in) = (x_shape.dim(0).unwrap_or(0), x_shape.dim(1).unwrap_or(0));
-    let dataset = match &data_path {
-        None => data::digits()?,
-        Some(p) => data::load_csv(p, d_in).with_context(|| format!("loading {}", p.display()))?,
-    };
+    let batch = x_shape.dim(0).unwrap_or(0);
+    let d_in = x_shape.elems() / batch.max(1);
+    let Table {
+        dataset,
+        class_names,
+        ..
+    } = table;
     if dataset.n_features() != d_in {
         bail!(
-            "the data has {} features per row; the plan's input x is {}",
+            "the data has {} features per row; the plan's input x is {} ({d_in} per row)",
             dataset.n_features(),
             x_shape
         );
     }
     let classes = info
-        .binding_shape("forward", BindingKind::Output, "logits")
+        .binding_shape(ENTRY_FORWARD, BindingKind::Output, OUTPUT_LOGITS)
         .and_then(|s| s.dim(1))
         .unwrap_or(0);
     if let Some((row, &label)) = dataset
@@ -140,12 +317,21 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
         .enumerate()
         .find(|(_, &l)| usize::from(l) >= classes)
     {
+        let name = class_names
+            .as_ref()
+            .and_then(|n| n.get(usize::from(label)))
+            .map(|n| format!(" ({n:?}, class {} of the sorted class names)", label))
+            .unwrap_or_default();
         bail!(
-            "row {} has label {label}, but the plan has {classes} classes (0..{}): plan a model whose last layer is at least {} wide",
+            "row {} has label {label}{name}, but the plan has {classes} classes (0..{}): plan a model whose last layer is at least {} wide",
             row + 1,
             classes.saturating_sub(1),
             usize::from(label) + 1
         );
+    }
+    let regression = dataset.n_targets() > 0;
+    if regression && outputs.save_test_logits.is_some() {
+        bail!("--save-test-logits writes a classification test set (x, labels, logits); the plan is a regression plan");
     }
 
     let mut dataset = dataset;
@@ -175,23 +361,21 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
         (None, None) => data::DIGITS_TRAIN_ROWS,
         (None, Some(_)) => ((dataset.len() as f64) * 0.8).round() as usize,
     };
-    let (train, test) = dataset.split_seeded(split_seed, n_train);
+    let (train, mut test) = dataset.split_seeded(split_seed, n_train);
+    if !(0.0..1.0).contains(&val_fraction) {
+        bail!("--val-fraction must be in [0, 1)");
+    }
+    // The validation rows: the last of the (shuffled) training split.
+    let n_val = ((train.len() as f64) * val_fraction).round() as usize;
+    let (mut train, mut val) = train.split_at(train.len() - n_val);
     if train.len() < batch {
         bail!(
             "the training split has {} rows, fewer than one batch of {batch}",
             train.len()
         );
     }
-    // Trainable parameters from the seeded initializer; optimizer state (names with a
-    // `.`) was written by the plan's `init` entry when the model was loaded.
-    let shapes: Vec<_> = info
-        .parameters()
-        .into_iter()
-        .filter(|(n, _)| !tapeplan_planner::model::optim::is_state_name(n))
-        .collect();
-    for ((name, _), v) in shapes.iter().zip(glorot_uniform(&shapes, seed)) {
-        model.load_parameter(name, &v)?;
-    }
+    let standardize_path = exchange::with_suffix(&plan, STANDARDIZE_SUFFIX);
+    let classes_path = exchange::with_suffix(&plan, CLASSES_SUFFIX);
     // Every output, checked before training so no work is lost to an unwritable path.
     let plot = plot_path(&outputs, &plan);
     let history = outputs.checkpoint.as_deref().map(losses_path);
@@ -201,6 +385,8 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
         outputs.save_params.as_ref(),
         outputs.save_test_logits.as_ref(),
         Some(&plot),
+        standardize.then_some(&standardize_path),
+        class_names.as_ref().map(|_| &classes_path),
     ]
     .into_iter()
     .flatten()
@@ -210,6 +396,28 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
     if epochs == 0 {
         bail!("--epochs must be at least 1");
     }
+    if standardize {
+        let s = Standardizer::fit(&train);
+        for set in [&mut train, &mut val, &mut test] {
+            s.apply(set);
+        }
+        std::fs::write(&standardize_path, s.to_json())
+            .with_context(|| format!("writing {}", standardize_path.display()))?;
+        println!(
+            "standardized {d_in} features with the training split's mean and std: {}",
+            standardize_path.display()
+        );
+    }
+    if let Some(names) = &class_names {
+        std::fs::write(&classes_path, table::class_names_to_json(names))
+            .with_context(|| format!("writing {}", classes_path.display()))?;
+        println!(
+            "{} class names (class k is the k-th): {}",
+            names.len(),
+            classes_path.display()
+        );
+    }
+    initial_parameters(&mut model, init.as_deref(), seed, outputs.resume.is_some())?;
     let start_epoch = match &outputs.resume {
         Some(path) => resume(&mut model, path, &plan)?,
         None => 0,
@@ -243,10 +451,15 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
         }
     }
     println!(
-        "training {} for {epochs} epoch{}: {} train rows, {} test rows, batch {batch}, math {}, arena {} bytes",
+        "training {} for {epochs} epoch{}: {} train rows, {}{} test rows, batch {batch}, math {}, arena {} bytes",
         plan.display(),
         if epochs == 1 { "" } else { "s" },
         train.len(),
+        if val.is_empty() {
+            String::new()
+        } else {
+            format!("{} validation rows, ", val.len())
+        },
         test.len(),
         model.plan().math(),
         model.arena_bytes()
@@ -255,6 +468,11 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
         bar: ProgressBar::hidden(),
         curve: &mut curve,
         checkpoint: outputs.checkpoint.as_deref(),
+        val: Evaluation {
+            set: &val,
+            d_in,
+            batch,
+        },
     };
     let order = EpochOrder { seed, batch };
     train_epochs(
@@ -264,9 +482,16 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
         start_epoch..epochs,
         &mut progress,
     )?;
-    if !test.is_empty() {
-        let acc = model.accuracy(&test.features, &test.labels, d_in, batch)?;
-        println!("test accuracy: {acc:.3}");
+    let test_eval = Evaluation {
+        set: &test,
+        d_in,
+        batch,
+    };
+    if let Some(metrics) = test_eval.metrics(&mut model)? {
+        println!("test {metrics}");
+    }
+    if let Some(names) = &class_names {
+        print_predictions(&mut model, &test_eval, names)?;
     }
     write_train_outputs(
         &mut model,
@@ -280,11 +505,136 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Loads the initial model tensors: from `--init`, else the MLP's Glorot initialization, else
+/// what the plan's `init` entry wrote (an error naming a model tensor it does not write, unless
+/// a checkpoint is resumed, which overwrites every tensor).
+fn initial_parameters(
+    model: &mut RuntimeModel<'_>,
+    init: Option<&Path>,
+    seed: u64,
+    resuming: bool,
+) -> Result<()> {
+    let plan = *model.plan();
+    if let Some(path) = init {
+        let values = exchange::import_into_persistent(&plan, model.persistent(), &read(path)?)
+            .with_context(|| format!("--init {}", path.display()))?;
+        exchange::check_finite_parameters(&plan, &values)
+            .with_context(|| format!("--init {}", path.display()))?;
+        for b in plan.parameters() {
+            model.load_parameter(b.name, &values[b.range()])?;
+        }
+        println!("initial parameters: {}", path.display());
+        return Ok(());
+    }
+    let all: Vec<&str> = plan.parameters().map(|b| b.name).collect();
+    let tensors: Vec<(String, tapeplan_core::Shape)> = plan
+        .parameters()
+        .filter(|b| !exchange::is_training_state(b.name, &all))
+        .map(|b| (b.name.to_string(), b.shape))
+        .collect();
+    if tensors
+        .iter()
+        .all(|(n, _)| exchange::torch_name(n).is_some())
+    {
+        // The --layers MLP: the seeded Glorot initialization, as `tapeplan demo`.
+        for ((name, _), v) in tensors.iter().zip(glorot_uniform(&tensors, seed)) {
+            model.load_parameter(name, &v)?;
+        }
+        return Ok(());
+    }
+    let written: Vec<&str> = plan
+        .entry(ENTRY_INIT)
+        .map(|e| plan.updates(e).map(|b| b.name).collect())
+        .unwrap_or_default();
+    match tensors.iter().find(|(n, _)| !written.contains(&n.as_str())) {
+        Some((name, _)) if !resuming => bail!(
+            "the plan's {name} needs an initial value: its init entry does not write it and it is not an MLP's w*/b*; give --init FILE (a safetensors file under the plan's names, such as the one written beside a plan from ONNX or the layer API) or --resume CKPT"
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// A split evaluated with the `forward` entry.
+struct Evaluation<'a> {
+    set: &'a data::Dataset,
+    d_in: usize,
+    batch: usize,
+}
+
+impl Evaluation<'_> {
+    /// `accuracy A` (classification) or `MSE M, MAE A` (regression); `None` for an empty
+    /// split.
+    fn metrics(&self, model: &mut RuntimeModel<'_>) -> Result<Option<String>> {
+        let s = self.set;
+        if s.is_empty() {
+            return Ok(None);
+        }
+        if s.n_targets() == 0 {
+            let acc = model.accuracy(&s.features, &s.labels, self.d_in, self.batch)?;
+            return Ok(Some(format!("accuracy: {acc:.3}")));
+        }
+        let pred = exchange::forward_logits(model, &s.features, s.len(), self.d_in, self.batch)?;
+        if pred.len() != s.targets().len() {
+            bail!(
+                "the plan's forward output has {} values per row, the targets {}",
+                pred.len() / s.len(),
+                s.n_targets()
+            );
+        }
+        let (mse, mae) = table::mse_mae(&pred, s.targets());
+        // Small errors in scientific notation, so a fit that converged still shows digits.
+        let show = |v: f64| {
+            if v != 0.0 && v.abs() < 1e-3 {
+                format!("{v:.4e}")
+            } else {
+                format!("{v:.6}")
+            }
+        };
+        Ok(Some(format!("MSE: {}, MAE: {}", show(mse), show(mae))))
+    }
+}
+
+/// The first test rows' predicted classes by name.
+fn print_predictions(
+    model: &mut RuntimeModel<'_>,
+    test: &Evaluation<'_>,
+    names: &[String],
+) -> Result<()> {
+    let rows = test.set.len().min(5);
+    if rows == 0 {
+        return Ok(());
+    }
+    let logits = exchange::forward_logits(
+        model,
+        &test.set.features[..rows * test.d_in],
+        rows,
+        test.d_in,
+        test.batch,
+    )?;
+    let width = logits.len() / rows;
+    let name = |k: usize| names.get(k).map_or("?", String::as_str);
+    let shown: Vec<String> = logits
+        .chunks_exact(width.max(1))
+        .zip(&test.set.labels)
+        .map(|(row, &label)| {
+            format!(
+                "{} (label {})",
+                name(tapeplan_planner::exec::runtime::argmax(row)),
+                name(usize::from(label))
+            )
+        })
+        .collect();
+    println!("test predictions, first {rows}: {}", shown.join(", "));
+    Ok(())
+}
+
 /// The progress bar, the loss curve and the checkpoints of a `train` run.
 struct Progress<'a> {
     bar: ProgressBar,
     curve: &'a mut LossCurve,
     checkpoint: Option<&'a Path>,
+    /// The validation split, evaluated after every epoch (nothing when it is empty).
+    val: Evaluation<'a>,
 }
 
 impl TrainObserver for Progress<'_> {
@@ -340,7 +690,14 @@ impl TrainObserver for Progress<'_> {
             );
         }
         self.curve.end_epoch(s.steps);
-        println!("epoch {:>3}: mean loss {:.6}", s.epoch + 1, s.mean_loss);
+        match self.val.metrics(model)? {
+            None => println!("epoch {:>3}: mean loss {:.6}", s.epoch + 1, s.mean_loss),
+            Some(m) => println!(
+                "epoch {:>3}: mean loss {:.6}, validation {m}",
+                s.epoch + 1,
+                s.mean_loss
+            ),
+        }
         if let Some(path) = self.checkpoint {
             // The curve first, then the checkpoint: a kill between the two leaves the curve
             // one epoch ahead, which --resume cuts back (docs/checkpoints.md).

@@ -13,5 +13,5 @@ pub mod training;
 pub mod transcript;
 pub mod verify;
 
-pub use oracle::{first_difference, same_bits, BitDiff, Oracle};
+pub use oracle::{first_difference, same_bits, BitDiff, Oracle, OracleError, Parameters};
 pub use runtime::{argmax, RuntimeModel, TrainError};

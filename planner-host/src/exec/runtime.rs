@@ -20,9 +20,15 @@ pub enum TrainError {
     /// The plan lacks an entry the trainer needs.
     #[error("the plan has no entry named {0:?}")]
     MissingEntry(&'static str),
+    /// The plan lacks an entry a caller named.
+    #[error("the plan has no entry named {0:?}")]
+    UnknownEntry(String),
     /// The oracle failed.
     #[error("oracle: {0}")]
     Oracle(#[from] tapeplan_core::TapeError),
+    /// The oracle refused a call.
+    #[error("oracle: {0}")]
+    OracleCall(#[from] crate::exec::oracle::OracleError),
 }
 
 impl From<tapeplan_runtime::ParseError> for TrainError {
@@ -135,6 +141,68 @@ impl<'b> RuntimeModel<'b> {
             .first()
             .copied()
             .unwrap_or(f32::NAN))
+    }
+
+    /// Runs entry `entry` with its inputs set by name, and answers its output `output`.
+    ///
+    /// # Shapes
+    /// Each input as the plan's binding of that name in that entry.
+    ///
+    /// # Errors
+    /// [`TrainError::UnknownEntry`]; an unknown input or output name, a wrong length, or a
+    /// runtime error ([`TrainError::Run`]).
+    pub fn run_entry(
+        &mut self,
+        entry: &str,
+        inputs: &[(&str, &[f32])],
+        output: &str,
+    ) -> Result<Vec<f32>, TrainError> {
+        let e = self
+            .plan
+            .entry(entry)
+            .ok_or_else(|| TrainError::UnknownEntry(entry.to_string()))?;
+        let mut s = Session::bind(&self.plan, &mut self.arena)?;
+        for (name, values) in inputs {
+            s.set_input(e, name, values)?;
+        }
+        s.run(e)?;
+        Ok(s.output(e, output)?.to_vec())
+    }
+
+    /// One `train_step` with every input set by name (the model's inputs and the target:
+    /// `labels` or `y`); answers the loss.
+    ///
+    /// # Errors
+    /// As [`RuntimeModel::run_entry`].
+    pub fn train_step_named(&mut self, inputs: &[(&str, &[f32])]) -> Result<f32, TrainError> {
+        let loss = self.run_entry(ENTRY_TRAIN_STEP, inputs, OUTPUT_LOSS)?;
+        Ok(loss.first().copied().unwrap_or(f32::NAN))
+    }
+
+    /// The `forward` entry's output (`logits`) with the model's inputs set by name.
+    ///
+    /// # Errors
+    /// As [`RuntimeModel::run_entry`].
+    pub fn forward_named(&mut self, inputs: &[(&str, &[f32])]) -> Result<Vec<f32>, TrainError> {
+        self.run_entry(ENTRY_FORWARD, inputs, OUTPUT_LOGITS)
+    }
+
+    /// The `forward_1` entry's output (`logits`, batch 1) with the model's inputs set by name.
+    ///
+    /// # Errors
+    /// As [`RuntimeModel::run_entry`] ([`TrainError::UnknownEntry`] for a plan without it).
+    pub fn forward_1(&mut self, inputs: &[(&str, &[f32])]) -> Result<Vec<f32>, TrainError> {
+        self.run_entry(crate::model::ENTRY_FORWARD_1, inputs, OUTPUT_LOGITS)
+    }
+
+    /// The `eval_loss` entry's loss (inference mode, nothing updated) with every input set by
+    /// name.
+    ///
+    /// # Errors
+    /// As [`RuntimeModel::run_entry`] ([`TrainError::UnknownEntry`] for a plan without it).
+    pub fn eval_loss(&mut self, inputs: &[(&str, &[f32])]) -> Result<f32, TrainError> {
+        let loss = self.run_entry(crate::model::ENTRY_EVAL_LOSS, inputs, OUTPUT_LOSS)?;
+        Ok(loss.first().copied().unwrap_or(f32::NAN))
     }
 
     /// The `forward` entry's logits for one batch.

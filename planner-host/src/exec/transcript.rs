@@ -8,8 +8,9 @@ use tapeplan_core::MathProfile;
 
 use crate::exec::oracle::oracle_run;
 use crate::exec::verify::VerifyError;
+use crate::model::run::{RunData, RunInit, RunOptimizer};
 use crate::model::{Activation, Loss, RunConfig};
-use crate::protocol::{data_digest, TranscriptWriter, TRANSCRIPT_MAGIC};
+use crate::protocol::{TranscriptWriter, TRANSCRIPT_MAGIC};
 
 /// A parsed transcript; see the [module docs](self) for its format.
 #[derive(Clone, Debug, PartialEq)]
@@ -80,6 +81,9 @@ impl Transcript {
                 epochs: 0,
                 fusion: false,
                 math: MathProfile::Precise,
+                optimizer: RunOptimizer::Sgd,
+                data: RunData::Digits,
+                init: RunInit::Glorot,
             },
             target: None,
             plan: None,
@@ -213,8 +217,8 @@ pub fn oracle_transcript(cfg: &RunConfig) -> Result<String, VerifyError> {
     let _ = out.config(&cfg.to_line());
     let _ = out.target("host oracle");
     let _ = out.plan(plan.plan_id(), plan.arena_elems());
-    let _ = out.data(data_digest(&train.pixels, &train.labels), train.len());
-    let run = oracle_run(cfg, &job, &train)?;
+    let _ = out.data(cfg.data_digest(&train), train.len());
+    let run = oracle_run(cfg, &job, &train, &cfg.initial_parameters(&job)?)?;
     let steps = run.losses.chunks(cfg.steps_per_epoch().max(1));
     for (epoch, (losses, mean)) in steps.zip(&run.epoch_means).enumerate() {
         let first = epoch * cfg.steps_per_epoch();

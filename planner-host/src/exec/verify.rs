@@ -16,7 +16,7 @@ use crate::exec::oracle::{first_difference, oracle_run, same_bits};
 use crate::exec::report::{Report, StepDiff};
 use crate::exec::transcript::Transcript;
 use crate::model::{RunConfig, RunConfigError};
-use crate::protocol::{data_digest, digest_f32};
+use crate::protocol::digest_f32;
 
 /// Why a run description, a transcript or a verification failed before any bit was compared.
 #[derive(Debug, thiserror::Error)]
@@ -82,7 +82,7 @@ pub fn verify(t: &Transcript, expected: Option<&RunConfig>) -> Result<Report, Ve
     }
     let train = cfg.training_set()?;
     if let Some((digest, rows)) = t.data {
-        let host = data_digest(&train.pixels, &train.labels);
+        let host = cfg.data_digest(&train);
         if (digest, rows) != (host, train.len()) {
             return Err(VerifyError::Mismatch(format!(
                 "the device's data digest is {digest:#018x} over {rows} rows, the host's {host:#018x} over {}",
@@ -105,7 +105,7 @@ pub fn verify(t: &Transcript, expected: Option<&RunConfig>) -> Result<Report, Ve
         )));
     }
 
-    let run = oracle_run(cfg, &job, &train)?;
+    let run = oracle_run(cfg, &job, &train, &cfg.initial_parameters(&job)?)?;
     let mut identical = 0;
     let mut first_step_diff = None;
     for (step, (&device, &loss)) in t.losses.iter().zip(&run.losses).enumerate() {

@@ -177,6 +177,10 @@ pub struct Dataset {
     pub pixels: Vec<u8>,
     n_features: usize,
     n_classes: usize,
+    /// Float targets of a regression set, `[n, n_targets]` row-major; empty (and `n_targets`
+    /// 0) for a classification set.
+    targets: Vec<f32>,
+    n_targets: usize,
 }
 
 impl Dataset {
@@ -230,17 +234,70 @@ impl Dataset {
             pixels,
             n_features,
             n_classes,
+            targets: Vec::new(),
+            n_targets: 0,
         })
+    }
+
+    /// A regression set: `n` rows of `n_features` features and `n_targets` float targets
+    /// each. Its `labels` are empty and [`Dataset::n_classes`] is 0; [`Dataset::batches`]
+    /// yields the targets.
+    ///
+    /// # Shapes
+    /// `features: [n, n_features]`, `targets: [n, n_targets]`, row-major.
+    ///
+    /// # Errors
+    /// [`DataError::NoFeatures`] for `n_features == 0` or `n_targets == 0`;
+    /// [`DataError::PartsLength`] when the lengths disagree.
+    pub fn regression(
+        features: Vec<f32>,
+        targets: Vec<f32>,
+        n_features: usize,
+        n_targets: usize,
+    ) -> Result<Dataset, DataError> {
+        if n_features == 0 || n_targets == 0 {
+            return Err(DataError::NoFeatures);
+        }
+        let rows = features.len() / n_features;
+        if !features.len().is_multiple_of(n_features)
+            || targets.len() != rows.saturating_mul(n_targets)
+        {
+            return Err(DataError::PartsLength {
+                what: "targets",
+                expected: rows.saturating_mul(n_targets),
+                found: targets.len(),
+            });
+        }
+        Ok(Dataset {
+            features,
+            labels: Vec::new(),
+            pixels: Vec::new(),
+            n_features,
+            n_classes: 0,
+            targets,
+            n_targets,
+        })
+    }
+
+    /// The float targets of a regression set, `[n, n_targets]` row-major; empty for a
+    /// classification set.
+    pub fn targets(&self) -> &[f32] {
+        &self.targets
+    }
+
+    /// Targets per row of a regression set; 0 for a classification set.
+    pub fn n_targets(&self) -> usize {
+        self.n_targets
     }
 
     /// Rows in the set.
     pub fn len(&self) -> usize {
-        self.labels.len()
+        self.features.len() / self.n_features.max(1)
     }
 
     /// Whether the set has no rows.
     pub fn is_empty(&self) -> bool {
-        self.labels.is_empty()
+        self.features.is_empty()
     }
 
     /// Features per row (64 for digits).
@@ -257,7 +314,8 @@ impl Dataset {
     ///
     /// # Panics
     ///
-    /// If `i >= self.len()`.
+    /// If `i >= self.len()`, or for a regression set (which has no labels: see
+    /// [`Dataset::targets`]).
     pub fn row(&self, i: usize) -> (&[f32], u8) {
         let f = &self.features[i * self.n_features..(i + 1) * self.n_features];
         (f, self.labels[i])
@@ -282,9 +340,21 @@ impl Dataset {
     /// # Panics
     ///
     /// If `batch == 0`.
+    ///
+    /// For a regression set the second item is the batch's targets, `[batch, n_targets]`.
     pub fn batches(&self, batch: usize) -> impl ExactSizeIterator<Item = (&[f32], Vec<f32>)> + '_ {
-        self.batches_u8(batch)
-            .map(|(f, l)| (f, l.iter().map(|&l| f32::from(l)).collect()))
+        assert!(batch > 0, "batch size must be at least 1");
+        let (nf, nt) = (self.n_features, self.n_targets);
+        (0..self.len() / batch).map(move |k| {
+            let rows = k * batch..(k + 1) * batch;
+            let x = &self.features[rows.start * nf..rows.end * nf];
+            let target = if nt > 0 {
+                self.targets[rows.start * nt..rows.end * nt].to_vec()
+            } else {
+                self.labels[rows].iter().map(|&l| f32::from(l)).collect()
+            };
+            (x, target)
+        })
     }
 
     /// [`Dataset::batches`] without the label conversion: labels borrowed as `u8`
@@ -306,8 +376,9 @@ impl Dataset {
     ///
     /// If an index is `>= self.len()`.
     pub fn subset(&self, indices: &[usize]) -> Dataset {
-        let nf = self.n_features;
+        let (nf, nt) = (self.n_features, self.n_targets);
         let mut features = Vec::with_capacity(indices.len() * nf);
+        let mut targets = Vec::with_capacity(indices.len() * nt);
         let mut labels = Vec::with_capacity(indices.len());
         let mut pixels = Vec::new();
         if !self.pixels.is_empty() {
@@ -320,7 +391,11 @@ impl Dataset {
                 self.len()
             );
             features.extend_from_slice(&self.features[i * nf..(i + 1) * nf]);
-            labels.push(self.labels[i]);
+            if nt > 0 {
+                targets.extend_from_slice(&self.targets[i * nt..(i + 1) * nt]);
+            } else {
+                labels.push(self.labels[i]);
+            }
             if !self.pixels.is_empty() {
                 pixels.extend_from_slice(&self.pixels[i * nf..(i + 1) * nf]);
             }
@@ -331,7 +406,19 @@ impl Dataset {
             pixels,
             n_features: nf,
             n_classes: self.n_classes,
+            targets,
+            n_targets: nt,
         }
+    }
+
+    /// The rows `0..n` and the rows `n..len()`, in order.
+    ///
+    /// # Panics
+    /// If `n > self.len()`.
+    pub fn split_at(&self, n: usize) -> (Dataset, Dataset) {
+        let head: Vec<usize> = (0..n).collect();
+        let tail: Vec<usize> = (n..self.len()).collect();
+        (self.subset(&head), self.subset(&tail))
     }
 
     /// The row indices `0..len()` shuffled by `SplitMix64::new(seed).shuffle`: the permutation
@@ -427,6 +514,8 @@ pub fn load_digits_bytes(gz: &[u8]) -> Result<Dataset, DataError> {
         pixels,
         n_features: DIGITS_FEATURES,
         n_classes: DIGITS_CLASSES,
+        targets: Vec::new(),
+        n_targets: 0,
     })
 }
 
@@ -460,21 +549,7 @@ pub fn load_csv_bytes(bytes: &[u8], n_features: usize) -> Result<Dataset, DataEr
     let mut labels = Vec::new();
     for_each_record(&text, n_features + 1, true, |row, rec| {
         for column in 0..n_features {
-            let field = rec[column].trim();
-            let x: f32 = field.parse().map_err(|_| DataError::NotANumber {
-                row,
-                column: column + 1,
-                text: field.to_owned(),
-                expected: "a number",
-            })?;
-            if !x.is_finite() {
-                return Err(DataError::NonFinite {
-                    row,
-                    column: column + 1,
-                    text: field.to_owned(),
-                });
-            }
-            features.push(x);
+            features.push(parse_feature(row, column + 1, &rec[column])?);
         }
         labels.push(parse_label(row, n_features + 1, &rec[n_features], 256)?);
         Ok(())
@@ -488,6 +563,8 @@ pub fn load_csv_bytes(bytes: &[u8], n_features: usize) -> Result<Dataset, DataEr
         pixels: Vec::new(),
         n_features,
         n_classes: usize::from(max) + 1,
+        targets: Vec::new(),
+        n_targets: 0,
     })
 }
 
@@ -500,7 +577,7 @@ fn read_file(path: &Path) -> Result<Vec<u8>, DataError> {
 
 /// The bytes, decompressed if they start with the gzip magic. Reads every gzip member
 /// (RFC 1952 allows several, concatenated).
-fn decompress_if_gzip(bytes: &[u8]) -> Result<Cow<'_, [u8]>, DataError> {
+pub(crate) fn decompress_if_gzip(bytes: &[u8]) -> Result<Cow<'_, [u8]>, DataError> {
     if !bytes.starts_with(&GZIP_MAGIC) {
         return Ok(Cow::Borrowed(bytes));
     }
@@ -567,6 +644,25 @@ fn csv_reason(error: &csv::Error) -> String {
     }
 }
 
+/// A feature: a finite `f32`; `column` is 1-based.
+pub(crate) fn parse_feature(row: u64, column: usize, field: &str) -> Result<f32, DataError> {
+    let field = field.trim();
+    let x: f32 = field.parse().map_err(|_| DataError::NotANumber {
+        row,
+        column,
+        text: field.to_owned(),
+        expected: "a number",
+    })?;
+    if !x.is_finite() {
+        return Err(DataError::NonFinite {
+            row,
+            column,
+            text: field.to_owned(),
+        });
+    }
+    Ok(x)
+}
+
 /// An integer field; `column` is 1-based.
 fn parse_int(row: u64, column: usize, field: &str) -> Result<i64, DataError> {
     let field = field.trim();
@@ -580,7 +676,12 @@ fn parse_int(row: u64, column: usize, field: &str) -> Result<i64, DataError> {
 
 /// A label in `0..n_classes` (`n_classes <= 256`): an integer, or a number with an integral
 /// value such as `"3.0"`; `column` is 1-based.
-fn parse_label(row: u64, column: usize, field: &str, n_classes: usize) -> Result<u8, DataError> {
+pub(crate) fn parse_label(
+    row: u64,
+    column: usize,
+    field: &str,
+    n_classes: usize,
+) -> Result<u8, DataError> {
     let field = field.trim();
     let value = match field.parse::<i64>() {
         Ok(v) => v,

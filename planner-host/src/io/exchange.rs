@@ -1,9 +1,19 @@
-//! Exchange with PyTorch: a plan's MLP parameters as a `safetensors` file with the names,
-//! shapes and layouts of a PyTorch `nn.Sequential` of `nn.Linear` layers, and host-side
-//! checkpoint files (the runtime's `TPCK` blobs, `docs/checkpoints.md`).
+//! Exchange with PyTorch: a plan's parameters and buffers as a `safetensors` file under their
+//! `state_dict` names, and host-side checkpoint files (the runtime's `TPCK` blobs,
+//! `docs/checkpoints.md`).
 //!
-//! # The mapping
+//! # The names
 //!
+//! Every model tensor of a plan (its parameters and buffers: every persistent binding but the
+//! training state, see [`is_training_state`]) is exchanged under its plan name, which for a
+//! model from the layer API or an ONNX file is already its PyTorch `state_dict` key, with its
+//! plan shape and values as they are. A `--rename FROM=TO` rule ([`Rename`]) maps keys whose
+//! names differ between the two sides.
+//!
+//! # The MLP's mapping
+//!
+//! The `--layers` MLP's parameters (a plan whose model tensors are all `w{k}`/`b{k}`) are
+//! exchanged as PyTorch's `nn.Sequential` of `nn.Linear` layers names and lays them out.
 //! tapeplan's dense layer `k` (1-based) computes `x · w{k} + b{k}` with `w{k}: [d_in, d_out]`;
 //! PyTorch's `nn.Linear(d_in, d_out)` computes `x · weightᵀ + bias` with
 //! `weight: [d_out, d_in]`. In `nn.Sequential(Linear, Act, Linear, Act, …, Linear)` the
@@ -16,10 +26,10 @@
 //!
 //! (`w1 → 0.weight`, `b1 → 0.bias`, `w2 → 2.weight`, …). Every tensor is `F32`, little-endian,
 //! row-major; a transposition moves bits and never rounds, so export → import is the identity
-//! on bits. Parameters with other names (optimizer moments, generator state, step counters)
-//! are training state, not model weights: export leaves them out, import leaves them as they
-//! were. The file's `__metadata__` carries `format = pt`, the plan's id, the layer widths and
-//! the hidden activation, so `scripts/check_export.py` can rebuild the forward pass.
+//! on bits. Training state (optimizer moments, generator state, step counters) is not model
+//! weights: export leaves it out, import leaves it as it was. The file's `__metadata__` carries
+//! `format = pt`, the plan's id, and for the MLP the layer widths and the hidden activation, so
+//! `scripts/check_export.py` can rebuild the forward pass.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -75,9 +85,17 @@ pub enum ExchangeError {
         /// Its shape.
         shape: Shape,
     },
-    /// The plan has no `w{k}`/`b{k}` parameter to exchange.
-    #[error("the plan has no dense-layer parameters (w1, b1, …)")]
+    /// The plan has no model tensor to exchange (only training state).
+    #[error("the plan has no parameters or buffers to exchange (only training state)")]
     NoLayers,
+    /// A `--rename` rule is malformed or renames no tensor.
+    #[error("--rename {rule}: {why}")]
+    Rename {
+        /// The rule as given.
+        rule: String,
+        /// What is wrong.
+        why: String,
+    },
     /// The file says (`tapeplan.activation`) it was exported from a model with another hidden
     /// activation than the plan's: same shapes, another function.
     #[error("the file's parameters are of a {file} model, the plan's activation is {plan}")]
@@ -178,6 +196,133 @@ fn transpose(v: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     out
 }
 
+/// Whether the plan's persistent binding `name` is training state rather than a model tensor:
+/// the optimizer's (`opt.*`, and `P.m`, `P.v`, `P.b` for another binding `P` of `all`: see
+/// `crate::model::optim::Optimizer::state`) or the dropout generator's (`rng.*`).
+pub fn is_training_state(name: &str, all: &[&str]) -> bool {
+    name.starts_with("opt.")
+        || name.starts_with("rng.")
+        || name
+            .rsplit_once('.')
+            .is_some_and(|(base, s)| matches!(s, "m" | "v" | "b") && all.contains(&base))
+}
+
+/// A key remap rule `FROM=TO` of `export` and `import`: a key equal to `FROM` becomes `TO`; a
+/// key that starts with `FROM` followed by `.` (or with `FROM` when it ends in `.`) has that
+/// prefix replaced by `TO` (`features=backbone` maps `features.0.weight` to
+/// `backbone.0.weight`). The first rule that matches a key applies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rename {
+    /// The key or prefix replaced.
+    pub from: String,
+    /// Its replacement.
+    pub to: String,
+}
+
+impl std::str::FromStr for Rename {
+    type Err = String;
+
+    fn from_str(rule: &str) -> Result<Rename, String> {
+        match rule.split_once('=') {
+            Some((from, to)) if !from.is_empty() && !to.is_empty() => Ok(Rename {
+                from: from.to_owned(),
+                to: to.to_owned(),
+            }),
+            _ => Err(format!("{rule:?} is not FROM=TO (two non-empty names)")),
+        }
+    }
+}
+
+impl std::fmt::Display for Rename {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}={}", self.from, self.to)
+    }
+}
+
+impl Rename {
+    /// `key` renamed by this rule, or `None` when the rule does not match it.
+    pub fn apply(&self, key: &str) -> Option<String> {
+        if key == self.from {
+            return Some(self.to.clone());
+        }
+        let rest = key.strip_prefix(self.from.as_str())?;
+        (self.from.ends_with('.') || rest.starts_with('.')).then(|| format!("{}{rest}", self.to))
+    }
+}
+
+/// `key` renamed by the first rule of `rules` that matches it (unchanged when none does);
+/// marks the rule used in `used`.
+fn rename(key: &str, rules: &[Rename], used: &mut [bool]) -> String {
+    for (r, u) in rules.iter().zip(used.iter_mut()) {
+        if let Some(k) = r.apply(key) {
+            *u = true;
+            return k;
+        }
+    }
+    key.to_owned()
+}
+
+/// An error for the first rule that renamed nothing.
+fn unused_rule(rules: &[Rename], used: &[bool]) -> Result<(), ExchangeError> {
+    match rules.iter().zip(used).find(|(_, &u)| !u) {
+        Some((r, _)) => Err(ExchangeError::Rename {
+            rule: r.to_string(),
+            why: "it matches no tensor name".into(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The error for two keys that the rules rename to one.
+fn collision(rules: &[Rename], why: String) -> ExchangeError {
+    ExchangeError::Rename {
+        rule: rules
+            .iter()
+            .map(Rename::to_string)
+            .collect::<Vec<_>>()
+            .join(" "),
+        why,
+    }
+}
+
+/// How one model tensor is exchanged: its key (before renames) and, for the MLP's `w{k}`/`b{k}`,
+/// its dense role.
+struct Exchanged {
+    index: usize,
+    key: String,
+    role: Option<Role>,
+    /// The shape in the file (a weight's transposed).
+    file_shape: Vec<usize>,
+}
+
+/// The model tensors of `params` (training state left out) and how each is exchanged.
+fn exchanged(params: &[Param]) -> Result<Vec<Exchanged>, ExchangeError> {
+    let all: Vec<&str> = params.iter().map(|p| p.name.as_str()).collect();
+    let model: Vec<(usize, &Param)> = params
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| !is_training_state(&p.name, &all))
+        .collect();
+    let mlp = model.iter().all(|(_, p)| torch_name(&p.name).is_some());
+    model
+        .into_iter()
+        .map(|(index, p)| match torch_name(&p.name).filter(|_| mlp) {
+            Some((key, role)) => Ok(Exchanged {
+                index,
+                key,
+                role: Some(role),
+                file_shape: torch_shape(&p.name, role, p.shape)?,
+            }),
+            None => Ok(Exchanged {
+                index,
+                key: p.name.clone(),
+                role: None,
+                file_shape: p.shape.dims()[..p.shape.rank()].to_vec(),
+            }),
+        })
+        .collect()
+}
+
 /// One named parameter: its tapeplan name, shape and row-major values.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Param {
@@ -241,30 +386,51 @@ fn layer_widths(params: &[Param]) -> Vec<usize> {
     out
 }
 
-/// The safetensors bytes of `params`' dense layers under PyTorch names and layouts (see the
-/// module docs); parameters that are not `w{k}`/`b{k}` are left out. `metadata` is added to
-/// the file's `__metadata__` after `format = pt` and `tapeplan.layers`.
+/// The safetensors bytes of `params`' model tensors under their exchanged names and layouts
+/// (see the module docs); training state is left out. `metadata` is added to the file's
+/// `__metadata__` after `format = pt` (and `tapeplan.layers` for the MLP).
 ///
 /// # Errors
-/// [`ExchangeError::NotDense`] for a `w{k}` that is not a matrix or a `b{k}` that is not a
-/// vector; [`ExchangeError::NoLayers`] when nothing maps; [`ExchangeError::Safetensors`].
+/// As [`export_safetensors_renamed`] without rules.
 pub fn export_safetensors(
     params: &[Param],
     metadata: &[(&str, String)],
 ) -> Result<Vec<u8>, ExchangeError> {
+    export_safetensors_renamed(params, metadata, &[])
+}
+
+/// [`export_safetensors`] with the keys renamed by `renames` ([`Rename`]).
+///
+/// # Errors
+/// [`ExchangeError::NotDense`] for an MLP's `w{k}` that is not a matrix or `b{k}` that is not
+/// a vector; [`ExchangeError::NoLayers`] when nothing is left to export;
+/// [`ExchangeError::Rename`] for a rule that renames nothing, or two tensors renamed to one
+/// key; [`ExchangeError::Safetensors`].
+pub fn export_safetensors_renamed(
+    params: &[Param],
+    metadata: &[(&str, String)],
+    renames: &[Rename],
+) -> Result<Vec<u8>, ExchangeError> {
+    let mut used = vec![false; renames.len()];
     let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
-    for p in params {
-        let Some((tname, role)) = torch_name(&p.name) else {
-            continue;
-        };
-        let shape = torch_shape(&p.name, role, p.shape)?;
-        let values = match role {
-            Role::Weight => transpose(&p.values, p.shape.dims()[0], p.shape.dims()[1]),
-            Role::Bias => p.values.clone(),
+    let model = exchanged(params)?;
+    for e in &model {
+        let p = &params[e.index];
+        let values = match e.role {
+            Some(Role::Weight) => transpose(&p.values, p.shape.dims()[0], p.shape.dims()[1]),
+            _ => p.values.clone(),
         };
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        tensors.push((tname, shape, bytes));
+        let key = rename(&e.key, renames, &mut used);
+        if tensors.iter().any(|(k, _, _)| *k == key) {
+            return Err(collision(
+                renames,
+                format!("two tensors would be written as {key:?}"),
+            ));
+        }
+        tensors.push((key, e.file_shape.clone(), bytes));
     }
+    unused_rule(renames, &used)?;
     if tensors.is_empty() {
         return Err(ExchangeError::NoLayers);
     }
@@ -272,17 +438,19 @@ pub fn export_safetensors(
         .iter()
         .map(|(n, s, b)| Ok((n.as_str(), TensorView::new(Dtype::F32, s.clone(), b)?)))
         .collect::<Result<Vec<_>, safetensors::SafeTensorError>>()?;
-    let widths = layer_widths(params);
     let mut meta: HashMap<String, String> = HashMap::new();
     meta.insert("format".into(), "pt".into());
-    meta.insert(
-        "tapeplan.layers".into(),
-        widths
-            .iter()
-            .map(usize::to_string)
-            .collect::<Vec<_>>()
-            .join(","),
-    );
+    if model.iter().all(|e| e.role.is_some()) {
+        let widths = layer_widths(params);
+        meta.insert(
+            "tapeplan.layers".into(),
+            widths
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+        );
+    }
     for (k, v) in metadata {
         meta.insert((*k).to_string(), v.clone());
     }
@@ -329,41 +497,68 @@ fn canonical_header(mut file: Vec<u8>) -> Vec<u8> {
     file
 }
 
-/// Reads the dense-layer parameters named in `params` from safetensors `bytes` (PyTorch names
-/// and layouts, see the module docs) and overwrites their `values`; parameters that are not
-/// `w{k}`/`b{k}` are left as they are. Strict, like PyTorch's `load_state_dict(strict=True)`:
-/// every mapped parameter must be in the file and the file must hold nothing else.
+/// Reads the model tensors of `params` from safetensors `bytes` (exchanged names and layouts,
+/// see the module docs) and overwrites their `values`; training state is left as it is.
+/// Strict, like PyTorch's `load_state_dict(strict=True)`: every model tensor must be in the
+/// file and the file must hold nothing else.
+///
+/// # Errors
+/// As [`import_safetensors_renamed`] without rules.
+pub fn import_safetensors(bytes: &[u8], params: &mut [Param]) -> Result<(), ExchangeError> {
+    import_safetensors_renamed(bytes, params, &[])
+}
+
+/// [`import_safetensors`] with the file's keys renamed by `renames` ([`Rename`]) before they
+/// are matched with the plan's.
 ///
 /// # Errors
 /// [`ExchangeError::Safetensors`] for malformed bytes; [`ExchangeError::MissingTensor`],
 /// [`ExchangeError::UnexpectedTensor`], [`ExchangeError::Dtype`] (only `F32` is read),
-/// [`ExchangeError::Shape`], [`ExchangeError::NotDense`], [`ExchangeError::NoLayers`].
-/// `params` is unchanged on error.
-pub fn import_safetensors(bytes: &[u8], params: &mut [Param]) -> Result<(), ExchangeError> {
+/// [`ExchangeError::Shape`], [`ExchangeError::NotDense`], [`ExchangeError::NoLayers`],
+/// [`ExchangeError::Rename`] for a rule that renames none of the file's keys or two keys
+/// renamed to one. `params` is unchanged on error.
+pub fn import_safetensors_renamed(
+    bytes: &[u8],
+    params: &mut [Param],
+    renames: &[Rename],
+) -> Result<(), ExchangeError> {
     let st = SafeTensors::deserialize(bytes)?;
-    let mut wanted: HashMap<String, usize> = HashMap::new();
+    let mut used = vec![false; renames.len()];
+    let mut file_names = st.names();
+    file_names.sort_unstable();
+    // The file's keys as the plan's side names them.
+    let mut by_key: HashMap<String, &str> = HashMap::new();
+    for n in file_names {
+        let key = rename(n, renames, &mut used);
+        if let Some(other) = by_key.insert(key.clone(), n) {
+            return Err(collision(
+                renames,
+                format!("the file's {other:?} and {n:?} both become {key:?}"),
+            ));
+        }
+    }
+    unused_rule(renames, &used)?;
+    let model = exchanged(params)?;
     let mut loaded: Vec<(usize, Vec<f32>)> = Vec::new();
-    for (i, p) in params.iter().enumerate() {
-        let Some((tname, role)) = torch_name(&p.name) else {
-            continue;
-        };
-        let expected = torch_shape(&p.name, role, p.shape)?;
-        let view = st
-            .tensor(&tname)
-            .map_err(|_| ExchangeError::MissingTensor {
-                torch_name: tname.clone(),
+    for e in &model {
+        let p = &params[e.index];
+        let Some(&file_name) = by_key.get(&e.key) else {
+            return Err(ExchangeError::MissingTensor {
+                torch_name: e.key.clone(),
                 name: p.name.clone(),
-            })?;
+            });
+        };
+        let view = st.tensor(file_name)?;
         if view.dtype() != Dtype::F32 {
             return Err(ExchangeError::Dtype {
-                name: tname,
+                name: file_name.to_owned(),
                 dtype: view.dtype(),
             });
         }
-        if view.shape() != expected.as_slice() {
+        if view.shape() != e.file_shape.as_slice() {
             return Err(ExchangeError::Shape {
-                name: tname,
-                expected,
+                name: file_name.to_owned(),
+                expected: e.file_shape.clone(),
                 found: view.shape().to_vec(),
             });
         }
@@ -372,20 +567,22 @@ pub fn import_safetensors(bytes: &[u8], params: &mut [Param]) -> Result<(), Exch
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
-        let values = match role {
-            Role::Weight => transpose(&values, expected[0], expected[1]),
-            Role::Bias => values,
+        let values = match e.role {
+            Some(Role::Weight) => transpose(&values, e.file_shape[0], e.file_shape[1]),
+            _ => values,
         };
-        wanted.insert(tname, i);
-        loaded.push((i, values));
+        loaded.push((e.index, values));
     }
     if loaded.is_empty() {
         return Err(ExchangeError::NoLayers);
     }
-    let mut names = st.names();
-    names.sort_unstable();
-    if let Some(extra) = names.into_iter().find(|n| !wanted.contains_key(*n)) {
-        return Err(ExchangeError::UnexpectedTensor(extra.to_string()));
+    let mut keys: Vec<&String> = by_key.keys().collect();
+    keys.sort_unstable();
+    if let Some(extra) = keys
+        .into_iter()
+        .find(|k| !model.iter().any(|e| e.key == **k))
+    {
+        return Err(ExchangeError::UnexpectedTensor(by_key[extra].to_string()));
     }
     for (i, v) in loaded {
         params[i].values = v;
@@ -393,14 +590,26 @@ pub fn import_safetensors(bytes: &[u8], params: &mut [Param]) -> Result<(), Exch
     Ok(())
 }
 
-/// The safetensors file of a plan's dense parameters with their values from `persistent`,
+/// The safetensors file of a plan's model tensors with their values from `persistent`,
 /// with metadata `tapeplan.plan_id` (8 hex digits) and `tapeplan.activation`
 /// ([`forward_activation`]).
 ///
 /// # Errors
 /// As [`export_safetensors`].
 pub fn export_plan_params(plan: &RtPlan<'_>, persistent: &[f32]) -> Result<Vec<u8>, ExchangeError> {
-    export_safetensors(
+    export_plan_params_renamed(plan, persistent, &[])
+}
+
+/// [`export_plan_params`] with the keys renamed by `renames`.
+///
+/// # Errors
+/// As [`export_safetensors_renamed`].
+pub fn export_plan_params_renamed(
+    plan: &RtPlan<'_>,
+    persistent: &[f32],
+    renames: &[Rename],
+) -> Result<Vec<u8>, ExchangeError> {
+    export_safetensors_renamed(
         &params_of(plan, persistent),
         &[
             ("tapeplan.plan_id", format!("{:08x}", plan.plan_id())),
@@ -409,11 +618,12 @@ pub fn export_plan_params(plan: &RtPlan<'_>, persistent: &[f32]) -> Result<Vec<u
                 forward_activation(plan.bytes()).to_string(),
             ),
         ],
+        renames,
     )
 }
 
 /// A new persistent region for `plan`: `base` (for example a checkpoint's values, or zeros)
-/// with the dense parameters replaced by those in the safetensors `bytes`.
+/// with the model tensors replaced by those in the safetensors `bytes`.
 ///
 /// # Shapes
 /// `base: [persistent_elems]`; answers `[persistent_elems]`.
@@ -425,6 +635,22 @@ pub fn import_into_persistent(
     plan: &RtPlan<'_>,
     base: &[f32],
     bytes: &[u8],
+) -> Result<Vec<f32>, ExchangeError> {
+    import_into_persistent_renamed(plan, base, bytes, &[])
+}
+
+/// [`import_into_persistent`] with the file's keys renamed by `renames`.
+///
+/// # Shapes
+/// `base: [persistent_elems]`; answers `[persistent_elems]`.
+///
+/// # Errors
+/// As [`import_into_persistent`] and [`import_safetensors_renamed`].
+pub fn import_into_persistent_renamed(
+    plan: &RtPlan<'_>,
+    base: &[f32],
+    bytes: &[u8],
+    renames: &[Rename],
 ) -> Result<Vec<f32>, ExchangeError> {
     // A file this tool exported names its activation; a PyTorch file does not (nothing to
     // check then).
@@ -441,7 +667,7 @@ pub fn import_into_persistent(
         });
     }
     let mut params = params_of(plan, base);
-    import_safetensors(bytes, &mut params)?;
+    import_safetensors_renamed(bytes, &mut params, renames)?;
     let mut out = base.to_vec();
     for (b, p) in plan.parameters().zip(&params) {
         if let Some(dst) = out.get_mut(b.range()) {
@@ -612,8 +838,8 @@ pub fn check_writable(path: &Path) -> Result<(), ExchangeError> {
     Ok(())
 }
 
-/// Checks that every trainable parameter of `plan` (a name without a `.`: optimizer and
-/// generator state, whose elements may be raw bits, are not checked) is finite in `persistent`.
+/// Checks that every model tensor of `plan` (training state, whose elements may be raw bits,
+/// is not checked: see [`is_training_state`]) is finite in `persistent`.
 ///
 /// # Shapes
 /// `persistent: [persistent_elems]`.
@@ -621,9 +847,10 @@ pub fn check_writable(path: &Path) -> Result<(), ExchangeError> {
 /// # Errors
 /// [`ExchangeError::NonFiniteParameter`] naming the first non-finite element.
 pub fn check_finite_parameters(plan: &RtPlan<'_>, persistent: &[f32]) -> Result<(), ExchangeError> {
+    let all: Vec<&str> = plan.parameters().map(|b| b.name).collect();
     for b in plan
         .parameters()
-        .filter(|b| !crate::model::optim::is_state_name(b.name))
+        .filter(|b| !is_training_state(b.name, &all))
     {
         let values = persistent.get(b.range()).unwrap_or_default();
         if let Some((element, &value)) = values.iter().enumerate().find(|(_, v)| !v.is_finite()) {
@@ -691,20 +918,24 @@ pub fn restore_into_model(
     Ok(())
 }
 
-/// `tapeplan export`: the safetensors file of the dense parameters saved in checkpoint
-/// `ckpt_bytes` of `plan`.
+/// `tapeplan export`: the safetensors file of the model tensors saved in checkpoint
+/// `ckpt_bytes` of `plan`, keys renamed by `renames`.
 ///
 /// # Errors
 /// [`ExchangeError::Checkpoint`] for a rejected checkpoint or one of another plan; as
 /// [`export_plan_params`].
-pub fn export_checkpoint(plan: &RtPlan<'_>, ckpt_bytes: &[u8]) -> Result<Vec<u8>, ExchangeError> {
+pub fn export_checkpoint(
+    plan: &RtPlan<'_>,
+    ckpt_bytes: &[u8],
+    renames: &[Rename],
+) -> Result<Vec<u8>, ExchangeError> {
     let ckpt = Checkpoint::parse(ckpt_bytes)?;
     ckpt.check_plan(plan)?;
     let values: Vec<f32> = ckpt.values().collect();
-    export_plan_params(plan, &values)
+    export_plan_params_renamed(plan, &values, renames)
 }
 
-/// `tapeplan import`: a checkpoint of `plan` whose dense parameters come from the safetensors
+/// `tapeplan import`: a checkpoint of `plan` whose model tensors come from the safetensors
 /// `st_bytes`, and whose other state (optimizer moments, generator, step counter) and
 /// `sequence` come from checkpoint `base`; without one, from a fresh [`RuntimeModel`] of the
 /// plan (its `init` entry run, if it has one) and 0.
@@ -718,6 +949,19 @@ pub fn import_to_checkpoint(
     st_bytes: &[u8],
     base: Option<&[u8]>,
 ) -> Result<Vec<u8>, ExchangeError> {
+    import_to_checkpoint_renamed(plan, st_bytes, base, &[])
+}
+
+/// [`import_to_checkpoint`] with the file's keys renamed by `renames`.
+///
+/// # Errors
+/// As [`import_to_checkpoint`] and [`import_safetensors_renamed`].
+pub fn import_to_checkpoint_renamed(
+    plan: &RtPlan<'_>,
+    st_bytes: &[u8],
+    base: Option<&[u8]>,
+    renames: &[Rename],
+) -> Result<Vec<u8>, ExchangeError> {
     let (values, sequence) = match base {
         Some(b) => {
             let ckpt = Checkpoint::parse(b)?;
@@ -726,7 +970,7 @@ pub fn import_to_checkpoint(
         }
         None => (RuntimeModel::new(plan.bytes())?.persistent().to_vec(), 0),
     };
-    let persistent = import_into_persistent(plan, &values, st_bytes)?;
+    let persistent = import_into_persistent_renamed(plan, &values, st_bytes, renames)?;
     check_finite_parameters(plan, &persistent)?;
     let mut buf = vec![0u8; tapeplan_runtime::checkpoint_bytes(plan)];
     let n = tapeplan_runtime::write_checkpoint(plan, &persistent, sequence, &mut buf)?;

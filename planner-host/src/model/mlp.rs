@@ -1,8 +1,11 @@
 //! Model building: multilayer perceptrons, their losses, and seeded initialization, written
 //! against [`Recordable`] so the same code records a tape or computes values.
 
-use tapeplan_core::{NodeId, Recordable, Shape, Tape, TapeError};
+use tapeplan_core::{NodeId, Recordable, Reduction, Shape, Tape, TapeError};
 
+use crate::model::graph::{
+    Forward, ForwardCx, InputSpec, Mode, Model, ModelError, ParamKind, ParamSpec,
+};
 use crate::protocol::{SplitMix64, INPUT_LABELS, INPUT_X, INPUT_Y};
 
 /// A hidden layer's activation.
@@ -43,6 +46,54 @@ pub enum Loss {
     SoftmaxCrossEntropy,
     /// Mean squared error over every output element (PyTorch's `nn.MSELoss`, `reduction='mean'`).
     MeanSquaredError,
+    /// Binary cross-entropy of logits against targets in `[0, 1]` of the output's shape, mean
+    /// over every element (PyTorch's `nn.BCEWithLogitsLoss`, `reduction='mean'`, no weights):
+    /// `max(x, 0) − x·z + log1p(exp(−|x|))` per element (the `bce_with_logits` instruction).
+    BceWithLogits,
+    /// Mean absolute error over every output element (PyTorch's `nn.L1Loss`,
+    /// `reduction='mean'`): `sum(|pred − target|) / n`.
+    L1,
+}
+
+impl Loss {
+    /// The name of the target input: `labels` for cross-entropy, `y` for the others.
+    pub fn target_name(self) -> &'static str {
+        match self {
+            Loss::SoftmaxCrossEntropy => INPUT_LABELS,
+            _ => INPUT_Y,
+        }
+    }
+
+    /// The target's shape for a model output of shape `output`.
+    ///
+    /// # Shapes
+    /// Cross-entropy: `output` is `[batch, classes]`, the target `[batch]` (class indices
+    /// stored as `f32`); the others: the target has the output's shape.
+    ///
+    /// # Errors
+    /// [`ModelError::Invalid`] when cross-entropy is asked of an output that is not
+    /// `[batch, classes]`.
+    pub fn target_shape(self, output: Shape) -> Result<Shape, ModelError> {
+        match self {
+            Loss::SoftmaxCrossEntropy => match (output.rank(), output.dim(0)) {
+                (2, Some(batch)) => Ok(Shape::vector(batch)),
+                _ => Err(ModelError::Invalid(format!(
+                    "cross-entropy needs a [batch, classes] output, the model answers {output:?}"
+                ))),
+            },
+            _ => Ok(output),
+        }
+    }
+
+    /// The command-line name: `ce`, `mse`, `bce` or `l1`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Loss::SoftmaxCrossEntropy => "ce",
+            Loss::MeanSquaredError => "mse",
+            Loss::BceWithLogits => "bce",
+            Loss::L1 => "l1",
+        }
+    }
 }
 
 /// A multilayer perceptron: dense layers `sizes[0] -> sizes[1] -> … -> sizes[n]`, the
@@ -281,6 +332,8 @@ pub fn loss_of<R: Recordable>(
     match loss {
         Loss::SoftmaxCrossEntropy => softmax_cross_entropy(r, logits, target),
         Loss::MeanSquaredError => mean_squared_error(r, logits, target),
+        Loss::BceWithLogits => r.binary_cross_entropy_with_logits(logits, target, Reduction::Mean),
+        Loss::L1 => r.l1_loss(logits, target, Reduction::Mean),
     }
 }
 
@@ -291,7 +344,7 @@ pub fn record_inputs(tape: &mut Tape, mlp: &Mlp, loss: Loss, batch: usize) -> Tr
     let x = tape.input(INPUT_X, Shape::matrix(batch, d_in));
     let target = match loss {
         Loss::SoftmaxCrossEntropy => tape.input(INPUT_LABELS, Shape::vector(batch)),
-        Loss::MeanSquaredError => tape.input(INPUT_Y, Shape::matrix(batch, d_out)),
+        _ => tape.input(INPUT_Y, Shape::matrix(batch, d_out)),
     };
     TrainInputs { x, target }
 }
@@ -312,4 +365,117 @@ pub fn record_loss(
     let logits = mlp.logits(&mut t, &inputs.x, &params)?;
     let l = loss_of(&mut t, loss, &logits, &inputs.target)?;
     Ok((inputs, params, logits, l))
+}
+
+/// An [`Mlp`] as a [`Model`], with dropout and a seeded initialization.
+///
+/// Parameters `w1, b1, w2, b2, …` (weights `[d_in, d_out]`, so a layer is `x · w + b`;
+/// biases `[d_out]`), initialized by [`glorot_uniform`] from `init_seed`; one input `x:
+/// [batch, d_in]`; the output is the logits `[batch, d_out]`. In [`Mode::Train`] with
+/// `dropout > 0`, dropout follows every hidden activation ([`Mlp::logits_with_dropout`]).
+/// Recorded through the general job, it gives the same tape and plan bytes as the `--layers`
+/// MLP always had.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MlpModel {
+    /// The layers.
+    pub mlp: Mlp,
+    /// The dropout probability after every hidden activation in training mode (0: none).
+    pub dropout: f32,
+    /// The seed of the Glorot initialization ([`glorot_uniform`]).
+    pub init_seed: u64,
+}
+
+impl Mlp {
+    /// This MLP as a [`Model`] with dropout probability `dropout` and Glorot initialization
+    /// seeded with `init_seed`.
+    pub fn model(&self, dropout: f32, init_seed: u64) -> MlpModel {
+        MlpModel {
+            mlp: self.clone(),
+            dropout,
+            init_seed,
+        }
+    }
+}
+
+impl Model for MlpModel {
+    fn parameters(&self) -> Result<Vec<ParamSpec>, ModelError> {
+        if self.mlp.sizes.len() < 2 {
+            return Err(ModelError::Invalid(format!(
+                "an MLP needs at least an input and an output width, found {:?}",
+                self.mlp.sizes
+            )));
+        }
+        self.mlp
+            .check(1)
+            .map_err(|e| ModelError::Invalid(format!("MLP {:?}: {e}", self.mlp.sizes)))?;
+        let shapes = self.mlp.parameter_shapes();
+        let init = glorot_uniform(&shapes, self.init_seed);
+        Ok(shapes
+            .into_iter()
+            .zip(init)
+            .map(|((name, shape), init)| ParamSpec {
+                name,
+                shape,
+                kind: ParamKind::Parameter,
+                init,
+            })
+            .collect())
+    }
+
+    fn inputs(&self, batch: usize) -> Result<Vec<InputSpec>, ModelError> {
+        self.mlp
+            .check(batch)
+            .map_err(|e| ModelError::Invalid(format!("MLP at batch {batch}: {e}")))?;
+        let d_in = self.mlp.sizes.first().copied().unwrap_or(0);
+        Ok(vec![InputSpec {
+            name: INPUT_X.into(),
+            shape: Shape::new(&[batch, d_in])
+                .map_err(|e| ModelError::Invalid(format!("MLP at batch {batch}: {e}")))?,
+        }])
+    }
+
+    fn uses_rng(&self) -> bool {
+        self.dropout > 0.0
+    }
+
+    fn record(&self, tape: &mut Tape, cx: &ForwardCx<'_>) -> Result<Forward, ModelError> {
+        let [x] = cx.inputs else {
+            return Err(ModelError::Invalid(format!(
+                "an MLP takes one input, given {}",
+                cx.inputs.len()
+            )));
+        };
+        let mut t = tape.trace();
+        let output = match (cx.mode, cx.rng) {
+            (Mode::Train, Some(rng)) if self.dropout > 0.0 => {
+                let d = Dropout {
+                    p: self.dropout,
+                    key: rng.key,
+                    counter: rng.counter,
+                };
+                self.mlp.logits_with_dropout(&mut t, x, cx.params, &d)?
+            }
+            _ => self.mlp.logits(&mut t, x, cx.params)?,
+        };
+        Ok(Forward {
+            output,
+            buffer_updates: Vec::new(),
+        })
+    }
+}
+
+/// The MLP without dropout, initialized by [`glorot_uniform`] with seed 0: [`Mlp::model`]`(0.0,
+/// 0)`.
+impl Model for Mlp {
+    fn parameters(&self) -> Result<Vec<ParamSpec>, ModelError> {
+        self.model(0.0, 0).parameters()
+    }
+
+    fn inputs(&self, batch: usize) -> Result<Vec<InputSpec>, ModelError> {
+        self.model(0.0, 0).inputs(batch)
+    }
+
+    fn record(&self, tape: &mut Tape, cx: &ForwardCx<'_>) -> Result<Forward, ModelError> {
+        self.model(0.0, 0).record(tape, cx)
+    }
 }

@@ -12,9 +12,12 @@ pub mod run;
 pub use graph::{
     Forward, ForwardCx, InputSpec, Mode, Model, ModelError, ParamKind, ParamSpec, RngLeaves,
 };
-pub use job::{advance_model_state, JobOptions, TrainingJob};
+pub use job::{
+    advance_model_state, glob_match, trainable_subset, Forward1, JobBuilder, JobError, JobOptions,
+    LossRecorder, TrainingJob, ENTRY_EVAL_LOSS, ENTRY_FORWARD_1,
+};
 pub use mlp::{
     glorot_uniform, loss_of, mean_squared_error, record_inputs, record_loss, softmax_cross_entropy,
-    Activation, Dense, Dropout, Loss, Mlp, TrainInputs,
+    Activation, Dense, Dropout, Loss, Mlp, MlpModel, TrainInputs,
 };
 pub use run::{RunConfig, RunConfigError};

@@ -1,22 +1,35 @@
 //! A training run named by a few keys: the job description a firmware build, a device
 //! transcript and `tapeplan verify` share ([`RunConfig`]).
 //!
-//! A [`RunConfig`] names everything a run depends on: the MLP (`model`, `activation`), the loss,
-//! `batch`, `lr`, `seed`, `split_seed`, `samples` and `epochs`, and optionally the math profile
-//! (`math=precise|fast`; absent means `precise`, and the canonical line names it only when it is
-//! `fast`). The plan's id depends on the profile, so a device that ran the other profile's plan
-//! is a mismatch. Both sides derive the rest from it the same way:
+//! A [`RunConfig`] names everything a run depends on: the MLP (`model`, `activation`), the loss
+//! (`ce` over labels or `mse` over float targets), `batch`, `lr`, `seed`, `split_seed`, `samples`
+//! and `epochs`, and optionally the math profile (`math=precise|fast`; absent means `precise`,
+//! and the canonical line names it only when it is `fast`), fusion (`fusion=on|off`), the
+//! optimizer (`optimizer=sgd|momentum|nesterov|adam|adamw`, with `momentum=` and
+//! `weight_decay=`; absent means SGD), the data (`data=digits`, the default, or
+//! `data=PATH data_digest=HEX`) and the initial parameters (`init=glorot`, the default, or
+//! `init=PATH init_digest=HEX`). Optional keys at their defaults are left out of the canonical
+//! line, so descriptions written before they existed keep their line. The plan's id depends on
+//! the profile, so a device that ran the other profile's plan is a mismatch. Both sides derive
+//! the rest from it the same way:
 //!
 //! - **data**: the bundled digits set ([`data::digits`]), split with
 //!   [`Dataset::split_seeded`]`(split_seed, DIGITS_TRAIN_ROWS)`; the training set is the first
 //!   `samples` rows of the training half ([`RunConfig::training_set`]). A device stores the raw
 //!   pixel counts (`u8`, `0..=16`) and labels, and converts a count `c` to the feature
-//!   `c as f32 * 0.0625` (exact).
-//! - **initial parameters**: [`glorot_uniform`]`(shapes, seed)`.
+//!   `c as f32 * 0.0625` (exact). With `data=PATH`, a CSV read as `tapeplan train --data` reads
+//!   it ([`crate::io::table`]: the label in the last column for `ce`, the last `d_out` columns
+//!   as targets for `mse`, class names sorted), whose bytes must have the FNV-1a 64 digest
+//!   `data_digest` (16 hex digits; `tapeplan verify` prints it when it differs), split with
+//!   [`Dataset::split_seeded`]`(split_seed, round(0.8 · rows))` (`train`'s default split).
+//!   Paths are relative to the current folder.
+//! - **initial parameters**: [`glorot_uniform`]`(shapes, seed)`; with `init=PATH`, the
+//!   safetensors file (`tapeplan export`'s names and layouts), whose bytes must have the digest
+//!   `init_digest`.
 //! - **order**: epoch `e` (0-based) visits the rows `0..samples` in the run protocol's epoch
 //!   order ([`epoch_shuffle`]`(seed, e, …)`), in full batches of `batch` consecutive rows of
 //!   that order (the last `samples % batch` rows of each epoch are not used). Labels go in as
-//!   `label as f32`.
+//!   `label as f32`; targets as they are.
 //! - **steps**: `epochs · (samples / batch)`, numbered from 1.
 //!
 
@@ -26,11 +39,13 @@ use std::fmt;
 use tapeplan_core::MathProfile;
 
 use crate::io::data::{self, Dataset};
+use crate::io::exchange::{self, Param};
+use crate::io::table::{self, TableSpec, Task};
 use crate::model::job::{JobOptions, TrainingJob};
 use crate::model::mlp::{glorot_uniform, Activation, Loss, Mlp};
-use crate::model::optim::Sgd;
+use crate::model::optim::Optimizer;
 use crate::plan::{PlanOptions, PlanningError};
-use crate::protocol::epoch_shuffle;
+use crate::protocol::{data_digest, epoch_shuffle, Fnv1a64};
 
 /// Why a run description is refused, or its job or data could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +60,117 @@ pub enum RunConfigError {
     /// The data set failed to load.
     #[error("data: {0}")]
     Data(#[from] data::DataError),
+    /// The `data=PATH` table failed to load.
+    #[error("data: {0}")]
+    Table(#[from] table::TableError),
+    /// The `init=PATH` file does not fit the model.
+    #[error("init: {0}")]
+    Init(#[from] exchange::ExchangeError),
+    /// A file the run names cannot be read, or its digest is not the one the run names.
+    #[error("{path}: {message}")]
+    File {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Where a run's rows come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunData {
+    /// The bundled digits set (`data=digits`, the default).
+    Digits,
+    /// A CSV file (`data=PATH data_digest=HEX`).
+    Csv {
+        /// The path, as written.
+        path: String,
+        /// FNV-1a 64 of the file's bytes.
+        digest: u64,
+    },
+}
+
+/// Where a run's initial parameters come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunInit {
+    /// [`glorot_uniform`] with the run's seed (`init=glorot`, the default).
+    Glorot,
+    /// A safetensors file (`init=PATH init_digest=HEX`).
+    Safetensors {
+        /// The path, as written.
+        path: String,
+        /// FNV-1a 64 of the file's bytes.
+        digest: u64,
+    },
+}
+
+/// A run's optimizer (its learning rate is [`RunConfig::lr`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RunOptimizer {
+    /// Plain SGD (`optimizer=sgd`, the default).
+    Sgd,
+    /// SGD with momentum (`optimizer=momentum momentum=μ`, μ 0.9 by default).
+    Momentum(f32),
+    /// Nesterov momentum (`optimizer=nesterov momentum=μ`).
+    Nesterov(f32),
+    /// Adam with PyTorch's defaults (`optimizer=adam`).
+    Adam,
+    /// AdamW (`optimizer=adamw weight_decay=λ`, λ 0.01 by default).
+    AdamW(f32),
+}
+
+impl RunOptimizer {
+    /// The optimizer with learning rate `lr` and PyTorch's defaults for the rest (as
+    /// `tapeplan plan --optimizer`).
+    pub fn with_lr(self, lr: f32) -> Optimizer {
+        match self {
+            RunOptimizer::Sgd => Optimizer::sgd(lr),
+            RunOptimizer::Momentum(momentum) | RunOptimizer::Nesterov(momentum) => {
+                Optimizer::Momentum {
+                    lr,
+                    momentum,
+                    nesterov: matches!(self, RunOptimizer::Nesterov(_)),
+                }
+            }
+            RunOptimizer::Adam => Optimizer::adam(lr),
+            RunOptimizer::AdamW(decay) => match Optimizer::adamw(lr) {
+                Optimizer::Adam {
+                    beta1, beta2, eps, ..
+                } => Optimizer::Adam {
+                    lr,
+                    beta1,
+                    beta2,
+                    eps,
+                    decoupled_weight_decay: decay,
+                },
+                other => other,
+            },
+        }
+    }
+}
+
+/// FNV-1a 64 of a file's bytes, as the run's `data_digest` and `init_digest` name it.
+fn file_digest(path: &str) -> Result<(Vec<u8>, u64), RunConfigError> {
+    let bytes = std::fs::read(path).map_err(|e| RunConfigError::File {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })?;
+    let digest = data_digest(&bytes, &[]);
+    Ok((bytes, digest))
+}
+
+/// The bytes of `path` after checking their digest against `expected` (the `key` of the run).
+fn checked_file(path: &str, expected: u64, key: &str) -> Result<Vec<u8>, RunConfigError> {
+    let (bytes, digest) = file_digest(path)?;
+    if digest != expected {
+        return Err(RunConfigError::File {
+            path: path.to_owned(),
+            message: format!(
+                "its digest is {digest:016x}, the run's {key}={expected:016x}: another file than the run was made with"
+            ),
+        });
+    }
+    Ok(bytes)
 }
 
 fn config_err(message: impl Into<String>) -> RunConfigError {
@@ -78,6 +204,12 @@ pub struct RunConfig {
     pub fusion: bool,
     /// The math profile of the plan and the oracle (optional key `math`; `precise` when absent).
     pub math: MathProfile,
+    /// The optimizer (optional key `optimizer`; SGD when absent).
+    pub optimizer: RunOptimizer,
+    /// The data (optional keys `data`, `data_digest`; the digits when absent).
+    pub data: RunData,
+    /// The initial parameters (optional keys `init`, `init_digest`; Glorot when absent).
+    pub init: RunInit,
 }
 
 impl RunConfig {
@@ -94,8 +226,21 @@ impl RunConfig {
         "epochs",
     ];
 
-    /// The optional keys, with their defaults: `math` (`precise`), `fusion` (`off`).
-    pub const OPTIONAL_KEYS: [&'static str; 2] = ["math", "fusion"];
+    /// The optional keys, with their defaults: `math` (`precise`), `fusion` (`off`),
+    /// `optimizer` (`sgd`), `momentum` (`0.9`), `weight_decay` (`0.01`), `data` (`digits`),
+    /// `data_digest` (needed with a data path), `init` (`glorot`), `init_digest` (needed with
+    /// an init path).
+    pub const OPTIONAL_KEYS: [&'static str; 9] = [
+        "math",
+        "fusion",
+        "optimizer",
+        "momentum",
+        "weight_decay",
+        "data",
+        "data_digest",
+        "init",
+        "init_digest",
+    ];
 
     /// Parses a run description: `key=value` tokens separated by white space, over any number of
     /// lines; `#` starts a comment that runs to the end of its line. Every key of
@@ -149,11 +294,79 @@ impl RunConfig {
         };
         let loss = match get("loss")? {
             "ce" => Loss::SoftmaxCrossEntropy,
+            "mse" => Loss::MeanSquaredError,
             other => {
                 return Err(config_err(format!(
-                    "loss={other}: only ce (softmax cross-entropy over labels) is supported"
+                    "loss={other}: ce (softmax cross-entropy over labels) or mse (mean squared error over float targets)"
                 )))
             }
+        };
+        let opt = |k: &str| values.get(k).copied();
+        let hex = |k: &str| -> Result<u64, RunConfigError> {
+            let v = opt(k).ok_or_else(|| {
+                config_err(format!(
+                    "missing key {k:?}: a file of the run is pinned by its digest (16 hex digits)"
+                ))
+            })?;
+            u64::from_str_radix(v, 16)
+                .ok()
+                .filter(|_| v.len() == 16)
+                .ok_or_else(|| config_err(format!("{k}={v}: 16 hex digits")))
+        };
+        let momentum = opt("momentum")
+            .map(|v| num::<f32>("momentum", v))
+            .transpose()?;
+        let weight_decay = opt("weight_decay")
+            .map(|v| num::<f32>("weight_decay", v))
+            .transpose()?;
+        let optimizer = match opt("optimizer").unwrap_or("sgd") {
+            "sgd" => RunOptimizer::Sgd,
+            "momentum" => RunOptimizer::Momentum(momentum.unwrap_or(0.9)),
+            "nesterov" => RunOptimizer::Nesterov(momentum.unwrap_or(0.9)),
+            "adam" => RunOptimizer::Adam,
+            "adamw" => RunOptimizer::AdamW(weight_decay.unwrap_or(0.01)),
+            other => {
+                return Err(config_err(format!(
+                    "optimizer={other}: sgd, momentum, nesterov, adam or adamw"
+                )))
+            }
+        };
+        if momentum.is_some()
+            && !matches!(
+                optimizer,
+                RunOptimizer::Momentum(_) | RunOptimizer::Nesterov(_)
+            )
+        {
+            return Err(config_err(
+                "momentum= applies to optimizer=momentum|nesterov",
+            ));
+        }
+        if weight_decay.is_some() && !matches!(optimizer, RunOptimizer::AdamW(_)) {
+            return Err(config_err("weight_decay= applies to optimizer=adamw"));
+        }
+        let data = match opt("data") {
+            None | Some("digits") => {
+                if opt("data_digest").is_some() {
+                    return Err(config_err("data_digest= applies to data=PATH"));
+                }
+                RunData::Digits
+            }
+            Some(path) => RunData::Csv {
+                path: path.to_owned(),
+                digest: hex("data_digest")?,
+            },
+        };
+        let init = match opt("init") {
+            None | Some("glorot") => {
+                if opt("init_digest").is_some() {
+                    return Err(config_err("init_digest= applies to init=PATH"));
+                }
+                RunInit::Glorot
+            }
+            Some(path) => RunInit::Safetensors {
+                path: path.to_owned(),
+                digest: hex("init_digest")?,
+            },
         };
         let cfg = RunConfig {
             layers,
@@ -175,6 +388,9 @@ impl RunConfig {
                 Some(v) => MathProfile::from_name(v)
                     .ok_or_else(|| config_err(format!("math={v}: precise or fast")))?,
             },
+            optimizer,
+            data,
+            init,
         };
         cfg.check()?;
         Ok(cfg)
@@ -200,6 +416,24 @@ impl RunConfig {
         }
         .check(self.batch)
         .map_err(|e| config_err(format!("model: {e}")))?;
+        if !self.lr.is_finite() {
+            return Err(config_err("lr must be finite"));
+        }
+        if self.batch == 0 || self.batch > self.samples {
+            return Err(config_err(format!(
+                "batch={} must be in 1..=samples ({})",
+                self.batch, self.samples
+            )));
+        }
+        if let RunData::Csv { .. } = self.data {
+            // The table's widths and rows are checked when it is read (`training_set`).
+            return Ok(());
+        }
+        if self.loss != Loss::SoftmaxCrossEntropy {
+            return Err(config_err(
+                "loss=mse needs float targets: name a CSV with data=PATH (the digits are labels)",
+            ));
+        }
         if self.layers[0] != data::DIGITS_FEATURES {
             return Err(config_err(format!(
                 "model's input width is {}, digits rows have {}",
@@ -213,20 +447,11 @@ impl RunConfig {
                 data::DIGITS_CLASSES
             )));
         }
-        if !self.lr.is_finite() {
-            return Err(config_err("lr must be finite"));
-        }
         if self.samples > data::DIGITS_TRAIN_ROWS {
             return Err(config_err(format!(
                 "samples={} exceeds the {} rows of the training split",
                 self.samples,
                 data::DIGITS_TRAIN_ROWS
-            )));
-        }
-        if self.batch == 0 || self.batch > self.samples {
-            return Err(config_err(format!(
-                "batch={} must be in 1..=samples ({})",
-                self.batch, self.samples
             )));
         }
         Ok(())
@@ -239,17 +464,58 @@ impl RunConfig {
             MathProfile::Precise => String::new(),
             m => format!(" math={m}"),
         };
-        format!(
-            "model={} activation={} loss=ce batch={} lr={} seed={} split_seed={} samples={} epochs={}{math}",
+        let mut line = format!(
+            "model={} activation={} loss={} batch={} lr={} seed={} split_seed={} samples={} epochs={}{math}",
             model.join(","),
             self.activation.name(),
+            // `parse` reads only these two.
+            if self.loss == Loss::SoftmaxCrossEntropy {
+                "ce"
+            } else {
+                "mse"
+            },
             self.batch,
             self.lr,
             self.seed,
             self.split_seed,
             self.samples,
             self.epochs
-        ) + if self.fusion { " fusion=on" } else { "" }
+        ) + if self.fusion { " fusion=on" } else { "" };
+        match self.optimizer {
+            RunOptimizer::Sgd => {}
+            RunOptimizer::Momentum(m) => line += &format!(" optimizer=momentum momentum={m}"),
+            RunOptimizer::Nesterov(m) => line += &format!(" optimizer=nesterov momentum={m}"),
+            RunOptimizer::Adam => line += " optimizer=adam",
+            RunOptimizer::AdamW(w) => line += &format!(" optimizer=adamw weight_decay={w}"),
+        }
+        if let RunData::Csv { path, digest } = &self.data {
+            line += &format!(" data={path} data_digest={digest:016x}");
+        }
+        if let RunInit::Safetensors { path, digest } = &self.init {
+            line += &format!(" init={path} init_digest={digest:016x}");
+        }
+        line
+    }
+
+    /// The optimizer this run records, with its learning rate ([`RunOptimizer::with_lr`]).
+    pub fn optimizer(&self) -> Optimizer {
+        self.optimizer.with_lr(self.lr)
+    }
+
+    /// The digest of the run's training set that a transcript's `data` line carries: for the
+    /// digits, [`data_digest`] of the raw pixel counts and labels; for a CSV, FNV-1a 64 of the
+    /// features (`f32`, little-endian), then the labels (bytes) or the targets (`f32`).
+    pub fn data_digest(&self, train: &Dataset) -> u64 {
+        match self.data {
+            RunData::Digits => data_digest(&train.pixels, &train.labels),
+            RunData::Csv { .. } => {
+                let mut h = Fnv1a64::new();
+                h.f32s(&train.features);
+                h.bytes(&train.labels);
+                h.f32s(train.targets());
+                h.finish()
+            }
+        }
     }
 
     /// Steps in one epoch: `samples / batch` (rounded down).
@@ -273,12 +539,13 @@ impl RunConfig {
                 activation: self.activation,
             },
             self.loss,
-            Sgd { lr: self.lr }.into(),
+            self.optimizer(),
             self.batch,
             JobOptions {
                 planning: PlanOptions {
                     fuse: self.fusion,
                     math: self.math,
+                    ..PlanOptions::default()
                 },
                 ..JobOptions::default()
             },
@@ -291,15 +558,73 @@ impl RunConfig {
     /// # Errors
     /// [`RunConfigError::Data`] if the bundled set is corrupt.
     pub fn training_set(&self) -> Result<Dataset, RunConfigError> {
-        let digits = data::digits()?;
-        let (train, _) = digits.split_seeded(self.split_seed, data::DIGITS_TRAIN_ROWS);
+        let (all, n_train) = match &self.data {
+            RunData::Digits => (data::digits()?, data::DIGITS_TRAIN_ROWS),
+            RunData::Csv { path, digest } => {
+                let bytes = checked_file(path, *digest, "data_digest")?;
+                let d_out = self.layers.last().copied().unwrap_or(0);
+                let task = if self.loss == Loss::SoftmaxCrossEntropy {
+                    Task::Classification { classes: None }
+                } else {
+                    Task::Regression { n_targets: d_out }
+                };
+                let spec = TableSpec {
+                    task,
+                    target_columns: Vec::new(),
+                };
+                let set = table::load_table_bytes(&bytes, &spec)?.dataset;
+                if set.n_features() != self.layers[0] {
+                    return Err(config_err(format!(
+                        "model's input width is {}, the rows of {path} have {} features",
+                        self.layers[0],
+                        set.n_features()
+                    )));
+                }
+                if set.n_targets() == 0 && set.n_classes() > d_out {
+                    return Err(config_err(format!(
+                        "model's output width is {d_out}, {path} has {} classes",
+                        set.n_classes()
+                    )));
+                }
+                let n_train = ((set.len() as f64) * 0.8).round() as usize;
+                (set, n_train)
+            }
+        };
+        if self.samples > n_train {
+            return Err(config_err(format!(
+                "samples={} exceeds the {n_train} rows of the training split",
+                self.samples
+            )));
+        }
+        let (train, _) = all.split_seeded(self.split_seed, n_train);
         let idx: Vec<usize> = (0..self.samples).collect();
         Ok(train.subset(&idx))
     }
 
-    /// The initial parameters, in the job's parameter order.
-    pub fn initial_parameters(&self, job: &TrainingJob) -> Vec<Vec<f32>> {
-        glorot_uniform(&job.parameter_shapes(), self.seed)
+    /// The initial parameters, in the job's parameter order: the Glorot draw of the run's seed,
+    /// or the `init=PATH` file's values.
+    ///
+    /// # Errors
+    /// [`RunConfigError::File`] for an unreadable file or another digest;
+    /// [`RunConfigError::Init`] for a file that does not fit the model.
+    pub fn initial_parameters(&self, job: &TrainingJob) -> Result<Vec<Vec<f32>>, RunConfigError> {
+        let shapes = job.parameter_shapes();
+        match &self.init {
+            RunInit::Glorot => Ok(glorot_uniform(&shapes, self.seed)),
+            RunInit::Safetensors { path, digest } => {
+                let bytes = checked_file(path, *digest, "init_digest")?;
+                let mut params: Vec<Param> = shapes
+                    .iter()
+                    .map(|(name, shape)| Param {
+                        name: name.clone(),
+                        shape: *shape,
+                        values: vec![0.0; shape.elems()],
+                    })
+                    .collect();
+                exchange::import_safetensors(&bytes, &mut params)?;
+                Ok(params.into_iter().map(|p| p.values).collect())
+            }
+        }
     }
 
     /// The row order of epoch `epoch` (0-based): a permutation of `0..samples`.
@@ -346,7 +671,24 @@ pub(crate) mod tests {
                 "not a valid number",
             ),
             (&c.to_line().replace("batch=4", "batch=17"), "batch=17"),
-            (&c.to_line().replace("loss=ce", "loss=mse"), "only ce"),
+            (
+                &c.to_line().replace("loss=ce", "loss=mse"),
+                "needs float targets",
+            ),
+            (&c.to_line().replace("loss=ce", "loss=l2"), "ce (softmax"),
+            (
+                &format!("{} optimizer=lion", c.to_line()),
+                "sgd, momentum, nesterov, adam or adamw",
+            ),
+            (&format!("{} momentum=0.5", c.to_line()), "applies to"),
+            (
+                &format!("{} data=x.csv", c.to_line()),
+                "missing key \"data_digest\"",
+            ),
+            (
+                &format!("{} init=p.safetensors init_digest=12", c.to_line()),
+                "16 hex digits",
+            ),
             (
                 &c.to_line().replace("model=64,", "model=63,"),
                 "input width",

@@ -161,7 +161,7 @@ pub fn group(
 mod tests {
     use super::*;
     use crate::plan::liveness::liveness;
-    use crate::plan::order::{leaves, order};
+    use crate::plan::order::{leaves, tape_order};
     use crate::plan::prune::prune;
     use crate::plan::roots::entry_roots;
     use crate::plan::Root;
@@ -171,7 +171,7 @@ mod tests {
     fn buffers_of(tape: &Tape, spec: &EntrySpec) -> Result<Buffers, PlanningError> {
         let roots = entry_roots(tape, spec)?;
         let live = prune(tape, &roots.nodes);
-        let order = order(tape, &live);
+        let order = tape_order(tape, &live);
         let leaves = leaves(tape, &live);
         let iv = liveness(tape, &order, &leaves, &roots.nodes);
         let fusion = Fusion::none(order.len());

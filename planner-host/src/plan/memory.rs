@@ -22,6 +22,11 @@ pub struct MemoryReport {
     /// entry in its own buffer, never reused (what an engine reverse scan that keeps all
     /// intermediates for the backward walk needs).
     pub retain_everything_bytes: usize,
+    /// This entry's use when every update keeps the tape's place (after the whole backward
+    /// pass) instead of the interleaved order ([`crate::plan::order::order`]): what the
+    /// interleaving saves is `tape_order_bytes - entry_bytes`. Equal to `entry_bytes` for an
+    /// entry planned in the tape's order.
+    pub tape_order_bytes: usize,
 }
 
 /// The liveness lower bound, in elements: the most elements of `buffers` live at one step, over

@@ -10,7 +10,7 @@
 //!
 //! 3. [`roots`]: the entry's roots checked, sorted into outputs and in-place updates;
 //! 4. [`prune`]: only the roots' ancestors are planned;
-//! 5. [`order`]: the schedule's order;
+//! 5. [`order`]: the schedule's order, each update as early as it can be written;
 //! 6. [`liveness`]: each value's interval, from definition to last read;
 //! 7. [`fusion`]: elementwise chains, their intermediates in registers;
 //! 8. [`in_place`]: values grouped into buffers, an elementwise result over a dying argument,
@@ -148,6 +148,12 @@ pub struct PlanOptions {
     /// under: `precise` by default. Planning itself computes nothing; a caller that folded
     /// constants first ([`rewrite::rewrite`]) folds them under the same profile.
     pub math: MathProfile,
+    /// Schedule each update as early as it can be computed and written over its parameter, its
+    /// weight gradient right before it ([`order::order`]): each gradient buffer is freed at
+    /// once instead of living to the end of the backward pass. On by default; off, the
+    /// schedule keeps the tape's order (every update after the whole backward pass). Same bits
+    /// either way (a test checks).
+    pub interleave_updates: bool,
 }
 
 impl Default for PlanOptions {
@@ -155,6 +161,7 @@ impl Default for PlanOptions {
         PlanOptions {
             fuse: true,
             math: MathProfile::Precise,
+            interleave_updates: true,
         }
     }
 }
@@ -231,20 +238,43 @@ pub fn plan_with(
     let mut planned = Vec::new();
     for spec in entries {
         // Each attempt plans into its own copy of the tensor list; the kept one replaces it.
-        let attempt = |fuse: bool| {
+        let attempt = |fuse: bool, interleave: bool| {
             let mut t = tensors.clone();
-            let e = plan_entry(tape, spec, &mut t, &region, fuse)?;
+            let e = plan_entry(tape, spec, &mut t, &region, fuse, interleave)?;
             Ok::<_, PlanningError>((t, e))
         };
-        let (mut kept_tensors, mut kept) = attempt(options.fuse)?;
-        // Fusion never costs memory: an entry whose fused schedule needs more scratch than its
-        // unfused one (the greedy offsets can land either way) is planned unfused.
-        if options.fuse {
-            let (plain_tensors, plain) = attempt(false)?;
-            if plain.1 < kept.1 {
-                (kept_tensors, kept) = (plain_tensors, plain);
+        // Neither fusion nor the interleaved update order ever costs memory: each is kept only
+        // where it does not make the entry's scratch larger (the greedy offsets can land either
+        // way; a guarded entry's updates live to its end in any order). On a tie the tape's
+        // order is kept, so plans that gain nothing keep their bytes.
+        let fusions: &[bool] = if options.fuse {
+            &[true, false]
+        } else {
+            &[false]
+        };
+        let orders: &[bool] = if options.interleave_updates {
+            &[false, true]
+        } else {
+            &[false]
+        };
+        let mut kept = attempt(fusions[0], false)?;
+        let mut tape_order_high = kept.1 .1;
+        for &fuse in fusions {
+            for &interleave in orders {
+                if (fuse, interleave) == (fusions[0], false) {
+                    continue;
+                }
+                let other = attempt(fuse, interleave)?;
+                if !interleave {
+                    tape_order_high = tape_order_high.min(other.1 .1);
+                }
+                if other.1 .1 < kept.1 .1 {
+                    kept = other;
+                }
             }
         }
+        let (kept_tensors, mut kept) = kept;
+        kept.0.report.tape_order_bytes = kept.0.report.persistent_bytes + tape_order_high * 4;
         tensors = kept_tensors;
         planned.push(kept);
     }
@@ -278,11 +308,16 @@ fn plan_entry(
     tensors: &mut Vec<TensorInfo>,
     region: &Persistent,
     fuse: bool,
+    interleave_updates: bool,
 ) -> Result<(PlannedEntry, usize), PlanningError> {
     check_name(&spec.name)?;
     let roots = roots::entry_roots(tape, spec)?;
     let live = prune::prune(tape, &roots.nodes);
-    let order = order::order(tape, &live);
+    let order = if interleave_updates {
+        order::order(tape, &live, &roots)
+    } else {
+        order::tape_order(tape, &live)
+    };
     let leaves = order::leaves(tape, &live);
     let iv = liveness::liveness(tape, &order, &leaves, &roots.nodes);
     let fusion = if fuse {
@@ -345,6 +380,7 @@ fn plan_entry(
             entry_bytes: persistent_bytes + high * 4,
             lower_bound_bytes: persistent_bytes + peak_elems * 4,
             retain_everything_bytes: persistent_bytes + all_values * 4,
+            tape_order_bytes: persistent_bytes + high * 4,
         },
     };
     Ok((entry, high))

@@ -5,29 +5,82 @@ use crate::plan::align;
 use crate::plan::in_place::Buffer;
 
 /// Offsets for buffers, greedy: buffers in a priority order, each at the lowest aligned
-/// offset that does not collide with an already placed buffer live at the same time. Three
-/// orders are tried — by size (largest first), by size × lifetime, by definition — and the one
-/// with the lowest high-water mark kept (the first on ties). Answers offsets relative to the
+/// offset that does not collide with an already placed buffer live at the same time. Six
+/// orders are tried — by size (largest first), by size × lifetime, by definition, by lifetime,
+/// by size then last use, by last use — and the one with the lowest high-water mark kept (the
+/// first on ties); then a seeded local search swaps pairs of that order while the mark does not
+/// rise, until it reaches the lower bound (the most bytes live at one step) or its budget.
+/// Deterministic: the same buffers always get the same offsets. Answers offsets relative to the
 /// scratch base and the high-water mark, in elements.
 pub fn assign_offsets(groups: &[Buffer]) -> (Vec<usize>, usize) {
-    let by = |key: &dyn Fn(usize) -> (std::cmp::Reverse<usize>, isize)| {
+    let sorted = |key: &dyn Fn(usize) -> (std::cmp::Reverse<usize>, isize)| {
         let mut order: Vec<usize> = (0..groups.len()).collect();
         order.sort_by_key(|&g| (key(g), g));
-        assign_in_order(groups, &order)
+        order
     };
     let size = |g: usize| align(groups[g].elems);
     let life = |g: usize| (groups[g].end - groups[g].start + 1).max(1) as usize;
-    let candidates = [
-        by(&|g| (std::cmp::Reverse(size(g)), groups[g].start)),
-        by(&|g| (std::cmp::Reverse(size(g) * life(g)), groups[g].start)),
-        by(&|g| (std::cmp::Reverse(0), groups[g].start)),
+    let orders = [
+        sorted(&|g| (std::cmp::Reverse(size(g)), groups[g].start)),
+        sorted(&|g| (std::cmp::Reverse(size(g) * life(g)), groups[g].start)),
+        sorted(&|g| (std::cmp::Reverse(0), groups[g].start)),
+        sorted(&|g| (std::cmp::Reverse(life(g)), groups[g].start)),
+        sorted(&|g| (std::cmp::Reverse(size(g)), -groups[g].end)),
+        sorted(&|g| (std::cmp::Reverse(0), -groups[g].end)),
     ];
-    let best = candidates
-        .iter()
-        .enumerate()
-        .min_by_key(|(i, c)| (c.1, *i))
-        .map_or(0, |(i, _)| i);
-    candidates.into_iter().nth(best).unwrap_or_default()
+    let mut order: Vec<usize> = (0..groups.len()).collect();
+    let mut placed = (vec![0; groups.len()], usize::MAX);
+    for candidate in orders {
+        let next = assign_in_order(groups, &candidate);
+        if next.1 < placed.1 {
+            (order, placed) = (candidate, next);
+        }
+    }
+    // Then a deterministic local search over the placement order: swap two buffers, keep the
+    // order when the mark does not rise (sideways moves included), within a fixed budget of
+    // pairwise checks (about `SEARCH_BUDGET` of them), so large entries plan in bounded time.
+    let n = groups.len();
+    let lower = lower_bound(groups);
+    let tries = SEARCH_BUDGET / (n * n).max(1);
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..tries.min(SEARCH_TRIES) {
+        if placed.1 <= lower || n < 2 {
+            break;
+        }
+        rng = rng
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let (a, b) = ((rng >> 33) as usize % n, (rng >> 13) as usize % n);
+        order.swap(a, b);
+        let next = assign_in_order(groups, &order);
+        if next.1 <= placed.1 {
+            placed = next;
+        } else {
+            order.swap(a, b);
+        }
+    }
+    placed
+}
+
+/// The local search's budget in pairwise overlap checks (each try costs about `n²`).
+const SEARCH_BUDGET: usize = 1 << 26;
+/// At most this many tries of the local search.
+const SEARCH_TRIES: usize = 2_000;
+
+/// The largest total size of the buffers live at one step: no placement is below it.
+fn lower_bound(groups: &[Buffer]) -> usize {
+    let mut events: Vec<(isize, isize)> = Vec::with_capacity(2 * groups.len());
+    for g in groups {
+        events.push((g.start, align(g.elems) as isize));
+        events.push((g.end + 1, -(align(g.elems) as isize)));
+    }
+    events.sort();
+    let (mut live, mut peak) = (0isize, 0isize);
+    for (_, d) in events {
+        live += d;
+        peak = peak.max(live);
+    }
+    peak.max(0) as usize
 }
 
 /// Greedy placement of `groups` in `order` (see [`assign_offsets`]).

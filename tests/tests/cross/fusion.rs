@@ -95,7 +95,7 @@ fn train_both(c: &Config) {
             .collect();
         let target: Vec<f32> = match c.loss {
             Loss::SoftmaxCrossEntropy => (0..batch).map(|_| rng.below(d_out) as f32).collect(),
-            Loss::MeanSquaredError => (0..batch * d_out).map(|_| rng.next_f32()).collect(),
+            _ => (0..batch * d_out).map(|_| rng.next_f32()).collect(),
         };
         let l_fused = models[0].train_step(&x, &target).unwrap();
         let l_plain = models[1].train_step(&x, &target).unwrap();

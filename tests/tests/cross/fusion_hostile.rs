@@ -885,7 +885,7 @@ proptest! {
             let x: Vec<f32> = (0..batch * d_in).map(|_| rng.next_f32() * 2.0 - 1.0).collect();
             let target: Vec<f32> = match loss {
                 Loss::SoftmaxCrossEntropy => (0..batch).map(|_| rng.below(d_out) as f32).collect(),
-                Loss::MeanSquaredError => (0..batch * d_out).map(|_| rng.next_f32()).collect(),
+                _ => (0..batch * d_out).map(|_| rng.next_f32()).collect(),
             };
             let lf = models[0].train_step(&x, &target).unwrap();
             let lp = models[1].train_step(&x, &target).unwrap();

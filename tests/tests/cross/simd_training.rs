@@ -62,7 +62,7 @@ fn run_with(
             .collect();
         let target: Vec<f32> = match loss {
             Loss::SoftmaxCrossEntropy => (0..batch).map(|_| rng.below(d_out) as f32).collect(),
-            Loss::MeanSquaredError => (0..batch * d_out).map(|_| rng.next_f32()).collect(),
+            _ => (0..batch * d_out).map(|_| rng.next_f32()).collect(),
         };
         let l_rt = model.train_step(&x, &target).unwrap();
         let l_or = oracle.step(&x, &target).unwrap();
@@ -184,7 +184,7 @@ fn decoded_program_equals_run() {
         assert_eq!(program.len(), plan.entry_instrs(e).unwrap());
         let target_name = match loss {
             Loss::SoftmaxCrossEntropy => "labels",
-            Loss::MeanSquaredError => "y",
+            _ => "y",
         };
         let mut rng = SplitMix64::new(77);
         let (d_in, d_out) = (sizes[0], *sizes.last().unwrap());
@@ -192,7 +192,7 @@ fn decoded_program_equals_run() {
             let x: Vec<f32> = (0..batch * d_in).map(|_| rng.next_f32() - 0.5).collect();
             let t: Vec<f32> = match loss {
                 Loss::SoftmaxCrossEntropy => (0..batch).map(|_| rng.below(d_out) as f32).collect(),
-                Loss::MeanSquaredError => (0..batch * d_out).map(|_| rng.next_f32()).collect(),
+                _ => (0..batch * d_out).map(|_| rng.next_f32()).collect(),
             };
             for s in [&mut a, &mut b] {
                 s.set_input(e, "x", &x).unwrap();

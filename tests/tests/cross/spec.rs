@@ -204,6 +204,7 @@ fn golden_plan() -> Schedule {
         entry_bytes: 0,
         lower_bound_bytes: 0,
         retain_everything_bytes: 0,
+        tape_order_bytes: 0,
     };
     Schedule {
         tensors: vec![t(0, &[2, 4]), t(8, &[2, 2]), t(12, &[2, 2]), t(16, &[2, 2])],

@@ -71,7 +71,7 @@ fn run_case_with(
             .collect();
         let target: Vec<f32> = match loss {
             Loss::SoftmaxCrossEntropy => (0..batch).map(|_| rng.below(d_out) as f32).collect(),
-            Loss::MeanSquaredError => (0..batch * d_out).map(|_| rng.next_f32()).collect(),
+            _ => (0..batch * d_out).map(|_| rng.next_f32()).collect(),
         };
         let l_rt = model.train_step(&x, &target).unwrap();
         let l_or = oracle.step(&x, &target).unwrap();

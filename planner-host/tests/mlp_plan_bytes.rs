@@ -1,0 +1,107 @@
+//! The `--layers` MLP's plan bytes are pinned: recording it through the general training job
+//! (`impl Model for Mlp`) must not move a byte, for every loss, optimizer, dropout, guard, fusion
+//! and math profile the MLP path offers. The digests were taken from the MLP-only job before the
+//! general job replaced it (commit 361021c), and re-pinned at f08d1ff, whose planner interleaves
+//! updates with the backward pass where that saves memory and places offsets closer to the
+//! liveness bound (`sgd`, `mse` and `unfused+fast` moved; the same digests come out of the
+//! MLP-only job at f08d1ff and of the general job: the job did not move them).
+
+use tapeplan_core::MathProfile;
+use tapeplan_planner::model::optim::Optimizer;
+use tapeplan_planner::model::{Activation, JobOptions, Loss, Mlp, TrainingJob};
+use tapeplan_planner::plan::PlanOptions;
+use tapeplan_planner::protocol::Fnv1a64;
+
+fn digest(sizes: &[usize], loss: Loss, opt: Optimizer, batch: usize, options: JobOptions) -> u64 {
+    let mlp = Mlp {
+        sizes: sizes.to_vec(),
+        activation: Activation::Tanh,
+    };
+    let job = TrainingJob::build_with(mlp, loss, opt, batch, options).unwrap();
+    let mut h = Fnv1a64::new();
+    h.bytes(&job.schedule.to_bytes());
+    h.finish()
+}
+
+fn cases() -> Vec<(&'static str, u64)> {
+    let ce = Loss::SoftmaxCrossEntropy;
+    let mse = Loss::MeanSquaredError;
+    let d = JobOptions::default;
+    let momentum = Optimizer::Momentum {
+        lr: 0.1,
+        momentum: 0.9,
+        nesterov: true,
+    };
+    vec![
+        (
+            "sgd",
+            digest(&[64, 32, 10], ce, Optimizer::sgd(0.1), 32, d()),
+        ),
+        ("mse", digest(&[4, 3, 2], mse, Optimizer::sgd(0.05), 8, d())),
+        (
+            "adam",
+            digest(&[64, 16, 10], ce, Optimizer::adam(0.01), 16, d()),
+        ),
+        (
+            "adamw",
+            digest(&[8, 6, 4, 3], ce, Optimizer::adamw(0.01), 4, d()),
+        ),
+        ("nesterov", digest(&[8, 5, 3], mse, momentum, 4, d())),
+        (
+            "dropout+guard",
+            digest(
+                &[64, 32, 10],
+                ce,
+                Optimizer::adam(0.01),
+                8,
+                JobOptions {
+                    guarded: true,
+                    dropout: 0.1,
+                    seed: 7,
+                    ..d()
+                },
+            ),
+        ),
+        (
+            "unfused+fast",
+            digest(
+                &[16, 8, 4],
+                ce,
+                Optimizer::sgd(0.1),
+                4,
+                JobOptions {
+                    planning: PlanOptions {
+                        fuse: false,
+                        math: MathProfile::Fast,
+                        ..PlanOptions::default()
+                    },
+                    ..d()
+                },
+            ),
+        ),
+    ]
+}
+
+#[test]
+fn mlp_plan_bytes_are_pinned() {
+    let got = cases();
+    for (name, h) in &got {
+        println!("{name}: {h:#018x}");
+    }
+    let pinned: &[(&str, u64)] = &PINNED;
+    assert_eq!(got.len(), pinned.len());
+    for ((name, h), (pname, ph)) in got.iter().zip(pinned) {
+        assert_eq!(name, pname);
+        assert_eq!(h, ph, "{name}: plan bytes moved");
+    }
+}
+
+const PINNED: [(&str, u64); 7] = [
+    ("sgd", 0x33eeb14380ee07be),
+    ("mse", 0x784169c5b7b42c11),
+    ("adam", 0x2634e13f9a6dbc5e),
+    ("adamw", 0xfb1bd9e8c423b979),
+    ("nesterov", 0x1d6ecce5ebfe5020),
+    ("dropout+guard", 0xb95f32dd219ad996),
+    ("unfused+fast", 0x9c9d4a3dfe6a6d7e),
+];
