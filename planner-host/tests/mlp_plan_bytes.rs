@@ -1,10 +1,12 @@
 //! The `--layers` MLP's plan bytes are pinned: recording it through the general training job
 //! (`impl Model for Mlp`) must not move a byte, for every loss, optimizer, dropout, guard, fusion
-//! and math profile the MLP path offers. The digests were taken from the MLP-only job before the
-//! general job replaced it (commit 361021c), and re-pinned at f08d1ff, whose planner interleaves
-//! updates with the backward pass where that saves memory and places offsets closer to the
-//! liveness bound (`sgd`, `mse` and `unfused+fast` moved; the same digests come out of the
-//! MLP-only job at f08d1ff and of the general job: the job did not move them).
+//! and math profile the MLP path offers. Two tables: planned with `interleave_updates: false`
+//! (the schedule in tape order), the digests taken from the MLP-only job before the general job
+//! replaced it (commit 361021c), so the recorded tape is the same; and planned with the default
+//! options, the digests of f08d1ff's planner, which interleaves updates with the backward pass
+//! where that saves memory and places offsets closer to the liveness bound (`sgd`, `mse` and
+//! `unfused+fast` moved; the same digests come out of the MLP-only job at f08d1ff and of the
+//! general job: the job did not move them).
 
 use tapeplan_core::MathProfile;
 use tapeplan_planner::model::optim::Optimizer;
@@ -12,7 +14,21 @@ use tapeplan_planner::model::{Activation, JobOptions, Loss, Mlp, TrainingJob};
 use tapeplan_planner::plan::PlanOptions;
 use tapeplan_planner::protocol::Fnv1a64;
 
-fn digest(sizes: &[usize], loss: Loss, opt: Optimizer, batch: usize, options: JobOptions) -> u64 {
+fn digest(
+    sizes: &[usize],
+    loss: Loss,
+    opt: Optimizer,
+    batch: usize,
+    options: JobOptions,
+    interleave_updates: bool,
+) -> u64 {
+    let options = JobOptions {
+        planning: PlanOptions {
+            interleave_updates,
+            ..options.planning
+        },
+        ..options
+    };
     let mlp = Mlp {
         sizes: sizes.to_vec(),
         activation: Activation::Tanh,
@@ -23,7 +39,10 @@ fn digest(sizes: &[usize], loss: Loss, opt: Optimizer, batch: usize, options: Jo
     h.finish()
 }
 
-fn cases() -> Vec<(&'static str, u64)> {
+fn cases(interleave: bool) -> Vec<(&'static str, u64)> {
+    let digest = |sizes: &[usize], loss, opt, batch, options| {
+        digest(sizes, loss, opt, batch, options, interleave)
+    };
     let ce = Loss::SoftmaxCrossEntropy;
     let mse = Loss::MeanSquaredError;
     let d = JobOptions::default;
@@ -84,19 +103,32 @@ fn cases() -> Vec<(&'static str, u64)> {
 
 #[test]
 fn mlp_plan_bytes_are_pinned() {
-    let got = cases();
-    for (name, h) in &got {
-        println!("{name}: {h:#018x}");
-    }
-    let pinned: &[(&str, u64)] = &PINNED;
-    assert_eq!(got.len(), pinned.len());
-    for ((name, h), (pname, ph)) in got.iter().zip(pinned) {
-        assert_eq!(name, pname);
-        assert_eq!(h, ph, "{name}: plan bytes moved");
+    for (interleave, pinned) in [(false, &TAPE_ORDER), (true, &DEFAULT)] {
+        let got = cases(interleave);
+        for (name, h) in &got {
+            println!("interleave {interleave} {name}: {h:#018x}");
+        }
+        assert_eq!(got.len(), pinned.len());
+        for ((name, h), (pname, ph)) in got.iter().zip(pinned) {
+            assert_eq!(name, pname);
+            assert_eq!(h, ph, "{name} (interleave {interleave}): plan bytes moved");
+        }
     }
 }
 
-const PINNED: [(&str, u64); 7] = [
+/// Planned in tape order: the digests of the MLP-only job (commit 361021c).
+const TAPE_ORDER: [(&str, u64); 7] = [
+    ("sgd", 0x5bc196e140b8ed23),
+    ("mse", 0xa5c8616bb5544ed1),
+    ("adam", 0x2634e13f9a6dbc5e),
+    ("adamw", 0xfb1bd9e8c423b979),
+    ("nesterov", 0x1d6ecce5ebfe5020),
+    ("dropout+guard", 0xb95f32dd219ad996),
+    ("unfused+fast", 0x859c043b4b1440c7),
+];
+
+/// Planned with the default options (commit f08d1ff's planner).
+const DEFAULT: [(&str, u64); 7] = [
     ("sgd", 0x33eeb14380ee07be),
     ("mse", 0x784169c5b7b42c11),
     ("adam", 0x2634e13f9a6dbc5e),

@@ -5,6 +5,7 @@
 pub mod graph;
 pub mod job;
 pub mod mlp;
+pub mod nn;
 pub mod onnx;
 pub mod optim;
 pub mod run;

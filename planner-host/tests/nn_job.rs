@@ -1,0 +1,131 @@
+//! The layer API through the general training job: a CNN `Sequential` with batch normalization
+//! (buffers updated by the training step) and dropout (the job's generator), planned and
+//! trained through the `no_std` runtime, bit for bit against the oracle at every step for SGD
+//! and Adam; the `forward` entry likewise; a frozen backbone plans a smaller arena.
+
+use tapeplan_planner::exec::oracle::Oracle;
+use tapeplan_planner::exec::RuntimeModel;
+use tapeplan_planner::model::nn::{
+    BatchNorm1d, Conv1d, Dropout, Flatten, Linear, MaxPool1d, ReLU, Sequential,
+};
+use tapeplan_planner::model::optim::Optimizer;
+use tapeplan_planner::model::{JobOptions, Loss, TrainingJob};
+use tapeplan_planner::protocol::SplitMix64;
+
+const BATCH: usize = 8;
+const LENGTH: usize = 12;
+const CLASSES: usize = 3;
+
+fn cnn() -> Sequential {
+    Sequential::new(&[1, LENGTH])
+        .push(Conv1d::new(1, 4, 3).padding(1))
+        .push(BatchNorm1d::new(4))
+        .push(ReLU)
+        .push(MaxPool1d::new(2))
+        .push(Dropout::new(0.2))
+        .push(Flatten)
+        .push_named("fc", Linear::new(4 * LENGTH / 2, CLASSES))
+        .seed(5)
+}
+
+/// A batch: signals uniform in `[-1, 1)`, labels in `0..CLASSES`.
+fn batch(rng: &mut SplitMix64) -> (Vec<f32>, Vec<f32>) {
+    let x = (0..BATCH * LENGTH)
+        .map(|_| 2.0 * rng.next_f32() - 1.0)
+        .collect();
+    let labels = (0..BATCH).map(|_| rng.below(CLASSES) as f32).collect();
+    (x, labels)
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+fn train_bitwise(optimizer: Optimizer) {
+    let model = cnn();
+    let job = TrainingJob::for_model(&model)
+        .loss(Loss::SoftmaxCrossEntropy)
+        .optimizer(optimizer)
+        .batch(BATCH)
+        .options(JobOptions {
+            seed: 11,
+            ..JobOptions::default()
+        })
+        .build()
+        .unwrap();
+    let bytes = job.schedule.to_bytes();
+    let mut rt = RuntimeModel::new(&bytes).unwrap();
+    for p in &job.parameters {
+        rt.load_parameter(&p.name, &p.init).unwrap();
+    }
+    let mut oracle = Oracle::with_initial_parameters(&job).unwrap();
+    let mut rng = SplitMix64::new(3);
+    let steps = 10;
+    for step in 0..steps {
+        let (x, labels) = batch(&mut rng);
+        let a = rt.train_step(&x, &labels).unwrap();
+        let b = oracle.step(&x, &labels).unwrap();
+        assert!(a.is_finite());
+        assert_eq!(a.to_bits(), b.to_bits(), "step {step}: loss");
+        for (p, v) in job.parameters.iter().zip(&oracle.params) {
+            assert_eq!(
+                bits(&rt.parameter(&p.name).unwrap()),
+                bits(&v.data),
+                "step {step}: {}",
+                p.name
+            );
+        }
+        for (s, v) in job.state_specs.iter().zip(&oracle.state) {
+            assert_eq!(
+                bits(&rt.parameter(&s.name).unwrap()),
+                bits(&v.data),
+                "step {step}: {}",
+                s.name
+            );
+        }
+    }
+    // The buffers moved as PyTorch's: one count per training step, a running mean away from 0.
+    assert_eq!(
+        rt.parameter("1.num_batches_tracked").unwrap(),
+        vec![steps as f32]
+    );
+    assert!(rt
+        .parameter("1.running_mean")
+        .unwrap()
+        .iter()
+        .any(|&m| m != 0.0));
+    // Inference: no dropout, the running statistics; the same bits as the oracle's.
+    let (x, _) = batch(&mut rng);
+    assert_eq!(
+        bits(&rt.logits(&x).unwrap()),
+        bits(&oracle.logits(&x).unwrap())
+    );
+}
+
+#[test]
+fn a_cnn_sequential_trains_bitwise_with_sgd() {
+    train_bitwise(Optimizer::sgd(0.1));
+}
+
+#[test]
+fn a_cnn_sequential_trains_bitwise_with_adam() {
+    train_bitwise(Optimizer::adam(0.01));
+}
+
+#[test]
+fn a_frozen_backbone_plans_a_smaller_arena() {
+    let model = cnn();
+    let partial = TrainingJob::for_model(&model)
+        .loss(Loss::SoftmaxCrossEntropy)
+        .optimizer(Optimizer::adam(0.01))
+        .batch(BATCH)
+        .trainable(["fc.*"])
+        .build()
+        .unwrap();
+    let full = partial.full_update_arena_bytes.unwrap();
+    let arena = RuntimeModel::new(&partial.schedule.to_bytes())
+        .unwrap()
+        .arena_bytes();
+    assert!(arena < full, "partial {arena} B, full {full} B");
+    assert_eq!(partial.trainable_names(), vec!["fc.weight", "fc.bias"]);
+}
