@@ -30,8 +30,9 @@ enum Command {
     /// Plan a model into a .plan file: its forward pass, its recorded gradient and its
     /// optimizer's update (SGD, momentum, Nesterov, Adam or AdamW), as one static schedule.
     ///
-    /// The model is the MLP the model options describe (--layers, --activation, --loss,
-    /// --dropout); `describe` lists the plan, `train` trains it.
+    /// The model is an ONNX model's forward graph (--onnx) or the MLP the model options
+    /// describe (--layers, --activation, --loss, --dropout); `describe` lists the plan and says
+    /// what model it is, `train` trains it.
     Plan {
         #[command(flatten)]
         model: ModelArgs,

@@ -997,3 +997,129 @@ fn batched_matmul_broadcasts_batch_axes() {
     }
     assert_eq!(y, want);
 }
+
+/// `OnnxModel`: a name past the plan format's 24 bytes is shortened (prefix, `~`, hash) with the
+/// mapping kept; a non-uniform `Constant` used as data is a buffer; a uniform one is a `fill`;
+/// the model records at another batch over given leaves; a fixed batch refuses another.
+#[test]
+fn an_onnx_model_names_its_tensors_and_keeps_constants_out_of_training() {
+    use tapeplan_planner::model::onnx::model::state_name;
+    use tapeplan_planner::model::onnx::OnnxModel;
+    use tapeplan_planner::model::{ForwardCx, Mode, Model, ParamKind};
+
+    assert_eq!(state_name("fc.weight"), "fc.weight");
+    let long = "layer1.0.downsample.1.running_mean";
+    let short = state_name(long);
+    assert!(
+        short.len() <= 24 && short.starts_with("layer1.0.downsa~"),
+        "{short}"
+    );
+    assert_ne!(short, state_name("layer1.0.downsample.1.running_var"));
+    // A multi-byte character is not cut.
+    assert!(state_name("ééééééééééééééééééééé.w").starts_with("ééééééé~"));
+
+    let mut x_info = value_info("x", &[0, 3]);
+    if let Some(type_proto::Value::TensorType(t)) = x_info.r#type.as_mut().unwrap().value.as_mut() {
+        t.shape.as_mut().unwrap().dim[0].value =
+            Some(tensor_shape_proto::dimension::Value::DimParam("N".into()));
+    }
+    let weight = "encoder.layers.0.self_attention.weight"; // 38 bytes
+    let bytes = model(
+        vec![
+            constant("scale", floats("", &[3], &[1.0, 2.0, 3.0])),
+            constant("half", floats("", &[3], &[0.5; 3])),
+            node("Mul", "", &["x", "scale"], &["xs"], vec![]),
+            node("Add", "", &["xs", "half"], &["xh"], vec![]),
+            node(
+                "Gemm",
+                "fc",
+                &["xh", weight],
+                &["y"],
+                vec![attr_int("transB", 1)],
+            ),
+        ],
+        vec![x_info],
+        vec![value_info("y", &[0, 2])],
+        vec![floats(weight, &[2, 3], &[1.0, 0.0, -1.0, 0.5, 0.25, 2.0])],
+    );
+    let m = OnnxModel::from_bytes(&bytes).unwrap();
+    let specs = m.parameters().unwrap();
+    let kinds: Vec<(&str, ParamKind)> = specs.iter().map(|s| (s.name.as_str(), s.kind)).collect();
+    assert_eq!(
+        kinds,
+        [
+            ("scale", ParamKind::Buffer),
+            (state_name(weight).as_str(), ParamKind::Parameter)
+        ]
+    );
+    assert!(m.names().contains(&(weight.to_owned(), state_name(weight))));
+    // Recorded at batch 2 over given leaves: y = (x·scale + 0.5)·Wᵀ, checked by hand.
+    let mut tape = tapeplan_core::Tape::new();
+    let x = tape.input("x", m.inputs(2).unwrap()[0].shape);
+    let leaves: Vec<_> = specs
+        .iter()
+        .map(|s| tape.parameter(&s.name, s.shape))
+        .collect();
+    let fwd = m
+        .record(
+            &mut tape,
+            &ForwardCx {
+                batch: 2,
+                mode: Mode::Train,
+                inputs: &[x],
+                params: &leaves,
+                rng: None,
+            },
+        )
+        .unwrap();
+    assert!(fwd.buffer_updates.is_empty());
+    let mut run = tapeplan_core::Run::new(&tape);
+    let xv = [1.0f32, 1.0, 1.0, -1.0, 0.0, 2.0];
+    run.set(
+        x,
+        tapeplan_core::Tensor::new(tapeplan_core::Shape::matrix(2, 3), xv.to_vec()).unwrap(),
+    )
+    .unwrap();
+    for (s, l) in specs.iter().zip(&leaves) {
+        run.set(
+            *l,
+            tapeplan_core::Tensor::new(s.shape, s.init.clone()).unwrap(),
+        )
+        .unwrap();
+    }
+    run.forward().unwrap();
+    // Row 0: h = [1.5, 2.5, 3.5]; row 1: h = [-0.5, 0.5, 6.5].
+    assert_eq!(
+        run.value(fwd.output).unwrap().data,
+        [
+            1.5 - 3.5,
+            0.75 + 0.625 + 7.0,
+            -0.5 - 6.5,
+            -0.25 + 0.125 + 13.0
+        ]
+    );
+
+    // A fixed batch takes no other.
+    let fixed = model(
+        vec![node("Relu", "", &["x"], &["y"], vec![])],
+        vec![value_info("x", &[4, 3])],
+        vec![value_info("y", &[4, 3])],
+        vec![],
+    );
+    let m = OnnxModel::from_bytes(&fixed).unwrap();
+    assert!(m.inputs(4).is_ok());
+    let err = m.inputs(2).unwrap_err().to_string();
+    assert!(err.contains("fix the batch at 4"), "{err}");
+
+    // An unsupported operator: the error names the node, the operator and what is supported.
+    let bad = model(
+        vec![node("ConvTranspose", "up.0", &["x", "w"], &["y"], vec![])],
+        vec![value_info("x", &[1, 1, 4, 4])],
+        vec![value_info("y", &[1, 1, 5, 5])],
+        vec![floats("w", &[1, 1, 2, 2], &[1.0; 4])],
+    );
+    let msg = OnnxModel::from_bytes(&bad).unwrap_err().to_string();
+    for part in ["up.0", "ConvTranspose", "supported", "Gemm"] {
+        assert!(msg.contains(part), "{msg}");
+    }
+}

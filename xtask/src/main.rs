@@ -22,6 +22,7 @@ mod docs;
 mod firmware;
 mod fuzz;
 mod onnx;
+mod ort;
 mod package;
 mod peers;
 
@@ -111,6 +112,11 @@ const STEPS: &[Step] = &[
         run: onnx::step_onnx_conformance,
     },
     Step {
+        name: "ort-check",
+        about: "the five ONNX test models trained by tapeplan (oracle and no_std runtime, bitwise) and by ONNX Runtime's training (pinned onnxruntime-training-cpu in the venv): losses, gradients and parameters after 5 SGD steps within 1e-5 + 1e-4|ORT|; prints the table",
+        run: ort::step_ort_check,
+    },
+    Step {
         name: "qemu",
         about: "cargo xtask firmware: train on Cortex-M4F, M3 and M0 under QEMU (and the M4F under the fast math profile too), verify bitwise against the oracle, check sizes",
         run: firmware::step_qemu,
@@ -170,6 +176,7 @@ const CI_STEPS: &[&str] = &[
     "demo",
     "docs-check",
     "onnx-conformance",
+    "ort-check",
     "miri",
     "fuzz-smoke",
     "qemu",

@@ -2,9 +2,11 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 
+use tapeplan_planner::model::onnx::OnnxModel;
+use tapeplan_planner::model::optim::Optimizer;
 use tapeplan_planner::model::run::RunOptimizer;
 use tapeplan_planner::model::{Activation, JobOptions, Loss, Mlp, TrainingJob};
 use tapeplan_planner::plan::PlanOptions;
@@ -63,10 +65,27 @@ pub enum LossArg {
     Ce,
     /// Mean squared error.
     Mse,
+    /// Binary cross-entropy on logits (PyTorch's `BCEWithLogitsLoss`), float targets.
+    Bce,
+    /// Mean absolute error (PyTorch's `L1Loss`).
+    L1,
 }
 
 #[derive(Args, Clone)]
 pub struct ModelArgs {
+    /// An ONNX model to train instead of --layers (its forward graph, opset 13 and later): its
+    /// initializers are the initial parameters (written beside the plan as
+    /// PLAN.init.safetensors), its named batch dimension takes --batch. See docs/onnx.md.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["layers", "activation", "dropout"])]
+    pub onnx: Option<PathBuf>,
+    /// Train only the parameters whose names match one of these patterns (`*` and `?`, e.g.
+    /// `fc.*`); the others are frozen. With --onnx.
+    #[arg(long, value_name = "PATTERN", requires = "onnx")]
+    pub trainable: Vec<String>,
+    /// Freeze the parameters whose names match one of these patterns (no gradient, no
+    /// update). With --onnx.
+    #[arg(long, value_name = "PATTERN", requires = "onnx")]
+    pub frozen: Vec<String>,
     /// Layer widths, input first, output last.
     #[arg(long, value_delimiter = ',', default_value = "64,32,10")]
     pub layers: Vec<usize>,
@@ -125,14 +144,12 @@ pub enum OptimizerArg {
 impl ModelArgs {
     /// Records and plans the job these options describe.
     pub fn job(&self) -> Result<TrainingJob> {
+        self.check_batch_and_lr()?;
+        if let Some(model) = self.onnx_model()? {
+            return self.onnx_job(&model);
+        }
         if self.layers.len() < 2 || self.layers.contains(&0) {
             bail!("--layers needs at least two non-zero widths, e.g. 64,32,10");
-        }
-        if self.batch == 0 {
-            bail!("--batch must be at least 1");
-        }
-        if !(self.lr.is_finite() && self.lr > 0.0) {
-            bail!("--lr must be a positive, finite number");
         }
         if !(0.0..1.0).contains(&self.dropout) {
             bail!("--dropout must be in [0, 1)");
@@ -151,19 +168,41 @@ impl ModelArgs {
                 ActivationArg::Relu => Activation::Relu,
             },
         };
-        let loss = match self.loss {
+        let loss = self.loss();
+        let optimizer = self.optimizer();
+        Ok(TrainingJob::build_with(
+            mlp,
+            loss,
+            optimizer,
+            self.batch,
+            self.job_options(),
+        )?)
+    }
+
+    /// `--batch` at least 1, `--lr` positive and finite.
+    fn check_batch_and_lr(&self) -> Result<()> {
+        if self.batch == 0 {
+            bail!("--batch must be at least 1");
+        }
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            bail!("--lr must be a positive, finite number");
+        }
+        Ok(())
+    }
+
+    /// The loss.
+    pub fn loss(&self) -> Loss {
+        match self.loss {
             LossArg::Ce => Loss::SoftmaxCrossEntropy,
             LossArg::Mse => Loss::MeanSquaredError,
-        };
-        let optimizer = match self.optimizer {
-            OptimizerArg::Sgd => RunOptimizer::Sgd,
-            OptimizerArg::Momentum => RunOptimizer::Momentum(self.momentum),
-            OptimizerArg::Nesterov => RunOptimizer::Nesterov(self.momentum),
-            OptimizerArg::Adam => RunOptimizer::Adam,
-            OptimizerArg::Adamw => RunOptimizer::AdamW(self.weight_decay),
+            LossArg::Bce => Loss::BceWithLogits,
+            LossArg::L1 => Loss::L1,
         }
-        .with_lr(self.lr);
-        let options = JobOptions {
+    }
+
+    /// The job options: the guard, dropout, planning.
+    fn job_options(&self) -> JobOptions {
+        JobOptions {
             guarded: !self.no_guard,
             dropout: self.dropout,
             seed: self.dropout_seed,
@@ -173,10 +212,56 @@ impl ModelArgs {
                 ..PlanOptions::default()
             },
             ..Default::default()
+        }
+    }
+
+    /// The ONNX model of --onnx, read and translated.
+    ///
+    /// # Errors
+    /// An unreadable file; a graph the translation refuses (an unsupported operator names the
+    /// node, the operator and what is supported).
+    pub fn onnx_model(&self) -> Result<Option<OnnxModel>> {
+        let Some(path) = &self.onnx else {
+            return Ok(None);
         };
-        Ok(TrainingJob::build_with(
-            mlp, loss, optimizer, self.batch, options,
-        )?)
+        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let model = OnnxModel::from_bytes(&bytes).with_context(|| format!("{}", path.display()))?;
+        Ok(Some(model))
+    }
+
+    /// Records and plans the job of an ONNX model with these options.
+    ///
+    /// # Errors
+    /// Bad options, a batch the model cannot take, patterns that match nothing, planning.
+    pub fn onnx_job(&self, model: &OnnxModel) -> Result<TrainingJob> {
+        self.check_batch_and_lr()?;
+        if self.batch > 1 << 20 {
+            bail!("--batch over 2^20 is too large for one plan");
+        }
+        let mut builder = TrainingJob::for_model(model)
+            .loss(self.loss())
+            .optimizer(self.optimizer())
+            .batch(self.batch)
+            .options(self.job_options());
+        if !self.trainable.is_empty() {
+            builder = builder.trainable(self.trainable.clone());
+        }
+        if !self.frozen.is_empty() {
+            builder = builder.frozen(self.frozen.clone());
+        }
+        Ok(builder.build()?)
+    }
+
+    /// The optimizer.
+    pub fn optimizer(&self) -> Optimizer {
+        match self.optimizer {
+            OptimizerArg::Sgd => RunOptimizer::Sgd,
+            OptimizerArg::Momentum => RunOptimizer::Momentum(self.momentum),
+            OptimizerArg::Nesterov => RunOptimizer::Nesterov(self.momentum),
+            OptimizerArg::Adam => RunOptimizer::Adam,
+            OptimizerArg::Adamw => RunOptimizer::AdamW(self.weight_decay),
+        }
+        .with_lr(self.lr)
     }
 
     /// The hidden activation's name.

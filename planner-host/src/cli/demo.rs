@@ -31,6 +31,9 @@ pub fn demo(epochs: usize, seed: u64, math: MathArg) -> Result<ExitCode> {
         test.len()
     );
     let args = ModelArgs {
+        onnx: None,
+        trainable: Vec::new(),
+        frozen: Vec::new(),
         layers: vec![64, 32, 10],
         activation: ActivationArg::Tanh,
         loss: LossArg::Ce,

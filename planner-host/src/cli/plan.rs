@@ -10,15 +10,47 @@ use tapeplan_planner::MemoryReport;
 
 use super::args::ModelArgs;
 
-/// `tapeplan plan`: plans `model` and writes the plan to `output`.
+/// `tapeplan plan`: plans `model` and writes the plan to `output`; for an ONNX model
+/// (`--onnx`), its initial parameters and buffers beside it ([`init_path`]).
 ///
 /// # Errors
-/// An unwritable `output` (checked before planning), bad model options, planning errors.
+/// An unwritable `output` (checked before planning), bad model options, an ONNX graph the
+/// translation refuses, planning errors.
 pub fn plan(model: &ModelArgs, output: &Path) -> Result<ExitCode> {
     tapeplan_planner::io::exchange::check_writable(output)?;
-    let job = model.job()?;
+    let onnx = model.onnx_model()?;
+    let init = init_path(output);
+    if onnx.is_some() {
+        tapeplan_planner::io::exchange::check_writable(&init)?;
+    }
+    let job = match &onnx {
+        Some(m) => model.onnx_job(m)?,
+        None => model.job()?,
+    };
     let bytes = job.schedule.to_bytes();
     std::fs::write(output, &bytes).with_context(|| format!("writing {}", output.display()))?;
+    if let Some(m) = &onnx {
+        let st = m.initial_safetensors()?;
+        std::fs::write(&init, &st).with_context(|| format!("writing {}", init.display()))?;
+        println!(
+            "wrote {} (the ONNX initializers: {} parameters and buffers, {} bytes; state_dict names)",
+            init.display(),
+            m.params().len(),
+            st.len()
+        );
+        let renamed: Vec<String> = m
+            .names()
+            .into_iter()
+            .filter(|(a, b)| a != b)
+            .map(|(a, b)| format!("{a} -> {b}"))
+            .collect();
+        if !renamed.is_empty() {
+            println!(
+                "names over 24 bytes, shortened in the plan: {}",
+                renamed.join(", ")
+            );
+        }
+    }
     println!(
         "wrote {} ({} bytes, {} instructions in {} entries, math {})",
         output.display(),
@@ -39,6 +71,14 @@ pub fn plan(model: &ModelArgs, output: &Path) -> Result<ExitCode> {
     }
     print_fusion(&job, model)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where `tapeplan plan --onnx` writes the initial parameters: the plan's path with
+/// `.init.safetensors` appended (`model.plan` → `model.plan.init.safetensors`).
+pub fn init_path(plan: &Path) -> std::path::PathBuf {
+    let mut s = plan.as_os_str().to_owned();
+    s.push(".init.safetensors");
+    std::path::PathBuf::from(s)
 }
 
 /// The memory report of every entry, one line each.

@@ -15,6 +15,7 @@
 //! What is read and what is not, the operator table and the conformance step against ONNX's own
 //! backend node tests (`cargo xtask onnx-conformance`): `docs/onnx.md`.
 
+pub mod model;
 pub mod ops;
 pub mod tensor;
 pub mod translate;
@@ -26,10 +27,12 @@ pub mod translate;
 #[path = "proto/onnx.rs"]
 pub mod proto;
 
+pub use model::OnnxModel;
 pub use ops::{Operator, Tolerance, OPERATORS};
 pub use tensor::{Elements, TensorData};
 pub use translate::{
-    translate, BoundInput, BoundOutput, BoundParameter, TranslateOptions, Translation,
+    translate, translate_into, BoundInput, BoundOutput, BoundParameter, Recorded, TranslateOptions,
+    Translation,
 };
 
 /// Why an ONNX file could not be read or translated.

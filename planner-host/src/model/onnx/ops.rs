@@ -115,7 +115,7 @@ pub const OPERATORS: &[Operator] = &[
     row!("Abs", Unary(Opcode::Abs), [], EXACT, "FLOAT."),
     row!("Add", Binary(Opcode::Add), [], EXACT, "FLOAT, multidirectional broadcasting (`broadcast`)."),
     row!("AveragePool", Custom(average_pool), ["auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"], SUMS, "1-D and 2-D, strides, pads, dilations, `count_include_pad` both (`avg_pool`); `auto_pad` and `ceil_mode` as explicit (end) pads at plan time; `ceil_mode` with `count_include_pad=1` and a window past the end padding is not (the divisor would count it); 3-D is rank 5, outside the vocabulary."),
-    row!("BatchNormalization", Custom(batch_normalization), ["epsilon", "momentum", "training_mode", "spatial"], NORM, "Inference (`training_mode=0`): the running statistics known or not (`batch_norm_eval`); training mode: Y and ONNX's running mean and variance (`momentum` weighs the old value, the biased batch variance: `batch_norm_train` with `RunningStats::Onnx`); `spatial=0` (opset < 9) and the saved mean/variance outputs of opset < 14 are not in the vocabulary."),
+    row!("BatchNormalization", Custom(batch_normalization), ["epsilon", "momentum", "training_mode", "spatial"], NORM, "Inference (`training_mode=0`): the running statistics known or not (`batch_norm_eval`), or, recorded for training (`TranslateOptions::training`, an `OnnxModel`'s `Mode::Train`), as training mode, the new running statistics as buffer updates; the running statistics are buffers (never trained); training mode: Y and ONNX's running mean and variance (`momentum` weighs the old value, the biased batch variance: `batch_norm_train` with `RunningStats::Onnx`); `spatial=0` (opset < 9) and the saved mean/variance outputs of opset < 14 are not in the vocabulary."),
     row!("ConstantOfShape", Custom(constant_of_shape), ["value"], EXACT, "A shape known at plan time, a FLOAT or integer value (default FLOAT 0): a value known at plan time."),
     row!("Conv", Custom(conv), ["auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"], SUMS, "1-D and 2-D (`[N, C, L]`, `[N, C, H, W]`), strides, pads, dilations, group (depthwise included), optional bias (`conv`); `auto_pad` `SAME_UPPER`, `SAME_LOWER` and `VALID` become explicit pads at plan time (the shapes are known); 3-D is rank 5, outside the vocabulary."),
     row!("Cast", Custom(cast), ["to", "saturate", "round_mode"], EXACT, "To FLOAT from FLOAT or BOOL (the same 0/1 values); integer values known at plan time to any integer type or FLOAT, and FLOAT values known at plan time to FLOAT (folded); other casts are not in the vocabulary."),
@@ -1486,9 +1486,28 @@ fn batch_normalization(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
     let x = cx.data(0)?;
     let (scale, bias) = (cx.data(1)?, cx.data(2)?);
     let (mean, var) = (cx.data(3)?, cx.data(4)?);
+    cx.mark_buffer(mean);
+    cx.mark_buffer(var);
     let eps = cx.attr_float("epsilon", 1e-5);
     let momentum = cx.attr_float("momentum", 0.9);
     let training = cx.attr_int("training_mode", 0) != 0;
+    if !training && cx.training() {
+        // An inference graph recorded for training (PyTorch's `module.train()`): the batch's
+        // statistics, and the running ones' new values as buffer updates (ONNX's convention).
+        if cx.num_outputs() > 1 {
+            return Err(cx.unsupported(
+                "the training outputs of opset < 14 (saved mean and variance)",
+                "output Y in inference, Y and the running statistics with training_mode=1",
+            ));
+        }
+        let stats = RunningStats::Onnx { momentum };
+        let out = cx.record(|t| {
+            t.batch_norm_train(&x, Some(&scale), Some(&bias), &mean, &var, stats, eps)
+        })?;
+        cx.buffer_update(mean, out.running_mean);
+        cx.buffer_update(var, out.running_var);
+        return cx.set_output(0, out.y, FLOAT);
+    }
     if !training {
         if cx.num_outputs() > 1 {
             return Err(cx.unsupported(

@@ -36,6 +36,18 @@ pub struct TranslateOptions {
     pub known: BTreeMap<String, TensorData>,
     /// Extents of named (`dim_param`) dimensions, e.g. the batch: `{"N": 32}`.
     pub dim_params: BTreeMap<String, usize>,
+    /// Leaves already on the tape ([`translate_into`]) that stand for graph inputs and
+    /// initializers, by ONNX name: the translation reads them instead of recording new leaves,
+    /// so that a forward recorded twice (at two batch sizes) shares its parameters. A bound
+    /// leaf's shape must be the value's.
+    pub bound: BTreeMap<String, NodeId>,
+    /// Record as PyTorch's `module.train()` runs the model it was exported from:
+    /// `BatchNormalization` nodes with `training_mode=0` normalize with the batch's statistics
+    /// and give new running statistics ([`Recorded::buffer_updates`]), as with
+    /// `training_mode=1` (ONNX's definition: `momentum` weighs the old value, the biased batch
+    /// variance). ONNX Runtime's training does the same with such a graph. Off (the default),
+    /// the graph is recorded as it says.
+    pub training: bool,
 }
 
 /// A graph input that became a tape input.
@@ -65,8 +77,12 @@ pub struct BoundParameter {
     pub shape: Shape,
     /// Its initial value.
     pub value: Vec<f32>,
-    /// False for a `Constant` node's tensor: a constant of the graph, not a weight to train.
+    /// False for a `Constant` node's tensor (a constant of the graph, not a weight to train)
+    /// and for a buffer.
     pub trainable: bool,
+    /// True for a running statistic of `BatchNormalization` (its inputs 3 and 4): a buffer
+    /// (PyTorch's `running_mean` and `running_var`), not a weight.
+    pub buffer: bool,
 }
 
 /// A graph output.
@@ -80,6 +96,31 @@ pub struct BoundOutput {
     pub node: NodeId,
     /// Its ONNX element type (`FLOAT`, or `BOOL` for a comparison's mask, `0`/`1` on the tape).
     pub data_type: i32,
+}
+
+/// How a translation's leaves and outputs relate to the graph's names ([`translate_into`]).
+#[derive(Debug)]
+pub struct Recorded {
+    /// The graph inputs used as data that became new input leaves (not those
+    /// [`TranslateOptions::bound`] gives), in the graph's order.
+    pub inputs: Vec<BoundInput>,
+    /// The initializers and constants used as data that became new parameter leaves (not those
+    /// [`TranslateOptions::bound`] gives).
+    pub parameters: Vec<BoundParameter>,
+    /// The graph outputs computed on the tape, in the graph's order.
+    pub outputs: Vec<BoundOutput>,
+    /// The graph outputs of integer type known at plan time (shape arithmetic: `Shape`, …),
+    /// with their positions among the graph's outputs; not on the tape.
+    pub folded_outputs: Vec<(usize, String, TensorData)>,
+    /// The ONNX names of the values read through the leaves [`TranslateOptions::bound`] gives.
+    pub bound_used: Vec<String>,
+    /// The ONNX names of the values used as `BatchNormalization`'s running statistics
+    /// (buffers), bound or not.
+    pub buffers: Vec<String>,
+    /// With [`TranslateOptions::training`]: the buffers' new values, `(leaf, new value)`.
+    pub buffer_updates: Vec<(NodeId, NodeId)>,
+    /// The default domain's opset version the model imports.
+    pub opset: i64,
 }
 
 /// A translated graph: the tape, and how its leaves and outputs relate to the graph's names.
@@ -131,6 +172,11 @@ pub struct Translator {
     inputs: Vec<BoundInput>,
     parameters: Vec<BoundParameter>,
     leaf_names: HashSet<String>,
+    bound: BTreeMap<String, NodeId>,
+    bound_used: Vec<String>,
+    buffers: Vec<String>,
+    training: bool,
+    buffer_updates: Vec<(NodeId, NodeId)>,
 }
 
 /// The default domain's opset version of a model (`""` or `ai.onnx`).
@@ -153,88 +199,138 @@ pub fn default_opset(model: &ModelProto) -> Result<i64, OnnxError> {
 /// vocabulary (it names the node, the operator and what is supported); [`OnnxError::Model`],
 /// [`OnnxError::Tensor`] or [`OnnxError::Node`] for a malformed graph.
 pub fn translate(model: &ModelProto, options: &TranslateOptions) -> Result<Translation, OnnxError> {
+    let mut tape = Tape::new();
+    let r = translate_into(model, options, &mut tape)?;
+    Ok(Translation {
+        tape,
+        inputs: r.inputs,
+        parameters: r.parameters,
+        outputs: r.outputs,
+        folded_outputs: r.folded_outputs,
+        opset: r.opset,
+    })
+}
+
+/// Translates a model's graph onto an existing tape, after what it holds: the graph inputs and
+/// initializers that [`TranslateOptions::bound`] names are read through the given leaves, the
+/// others become new leaves (named so as not to collide with the tape's leaves). A caller
+/// records the same graph twice over the same parameter leaves this way (a forward at the
+/// plan's batch and one at batch 1).
+///
+/// On an error the tape keeps the nodes recorded before it (unreachable from any root the
+/// caller holds).
+///
+/// # Errors
+/// As [`translate`]; [`OnnxError::Model`] when a bound leaf's shape is not the value's.
+pub fn translate_into(
+    model: &ModelProto,
+    options: &TranslateOptions,
+    tape: &mut Tape,
+) -> Result<Recorded, OnnxError> {
     let opset = default_opset(model)?;
     let graph = model
         .graph
         .as_ref()
         .ok_or_else(|| OnnxError::Model("the model has no graph".into()))?;
+    let leaf_names = tape.nodes().iter().filter_map(|n| n.name.clone()).collect();
     let mut tr = Translator {
-        tape: Tape::new(),
+        tape: std::mem::take(tape),
         slots: HashMap::new(),
         opset,
         inputs: Vec::new(),
         parameters: Vec::new(),
-        leaf_names: HashSet::new(),
+        leaf_names,
+        bound: options.bound.clone(),
+        bound_used: Vec::new(),
+        buffers: Vec::new(),
+        training: options.training,
+        buffer_updates: Vec::new(),
     };
-    tr.declare_graph(graph, options)?;
-    for (index, node) in graph.node.iter().enumerate() {
-        let mut cx = NodeCx {
-            tr: &mut tr,
-            node,
-            index,
-        };
-        ops::translate_node(&mut cx)?;
-    }
-    let mut outputs = Vec::new();
-    let mut folded_outputs = Vec::new();
-    for (k, out) in graph.output.iter().enumerate() {
-        let name = out.name();
-        let slot = tr
-            .slots
-            .get(name)
-            .ok_or_else(|| OnnxError::Model(format!("graph output {name:?} is never computed")))?;
-        if let (
-            None,
-            Some(
-                known @ TensorData {
-                    elements: Elements::Int(_),
-                    ..
-                },
-            ),
-        ) = (slot.node, &slot.known)
-        {
-            folded_outputs.push((k, name.to_owned(), known.clone()));
-            continue;
-        }
-        // The type the translation computed (a comparison's BOOL mask, FLOAT data).
-        let data_type = slot.data_type;
-        if !matches!(data_type, FLOAT | BOOL | INT64) {
-            return Err(OnnxError::Unsupported {
-                node: format!("graph output {name:?}"),
-                op: "output".into(),
-                what: format!("element type {}", data_type_name(data_type)),
-                supported: "FLOAT outputs (BOOL masks as 0/1, INT64 indices as f32 integers)"
-                    .into(),
-            });
-        }
-        let mut node = tr.data_of(name, &format!("graph output {k}"))?;
-        // A leaf cannot be an entry's output: copy it (bit-exact).
-        if matches!(tr.tape.node(node)?.op, Opcode::Input | Opcode::Parameter)
-            || outputs.iter().any(|o: &BoundOutput| o.node == node)
-        {
-            let shape = tr.tape.shape(node)?;
-            node = tr
-                .tape
-                .push(Opcode::Reshape, Attr::target(shape), &[node])?;
-        }
-        outputs.push(BoundOutput {
-            index: k,
-            onnx_name: name.to_owned(),
-            node,
-            data_type,
-        });
-    }
-    Ok(Translation {
-        tape: tr.tape,
+    let r = tr.translate_graph(graph, options);
+    *tape = std::mem::take(&mut tr.tape);
+    let (outputs, folded_outputs) = r?;
+    Ok(Recorded {
         inputs: tr.inputs,
         parameters: tr.parameters,
         outputs,
         folded_outputs,
+        bound_used: tr.bound_used,
+        buffers: tr.buffers,
+        buffer_updates: tr.buffer_updates,
         opset,
     })
 }
 
+/// A translation's graph outputs: on the tape, and folded.
+type Outputs = (Vec<BoundOutput>, Vec<(usize, String, TensorData)>);
+
 impl Translator {
+    fn translate_graph(
+        &mut self,
+        graph: &GraphProto,
+        options: &TranslateOptions,
+    ) -> Result<Outputs, OnnxError> {
+        let tr = self;
+        tr.declare_graph(graph, options)?;
+        for (index, node) in graph.node.iter().enumerate() {
+            let mut cx = NodeCx {
+                tr: &mut *tr,
+                node,
+                index,
+            };
+            ops::translate_node(&mut cx)?;
+        }
+        let mut outputs = Vec::new();
+        let mut folded_outputs = Vec::new();
+        for (k, out) in graph.output.iter().enumerate() {
+            let name = out.name();
+            let slot = tr.slots.get(name).ok_or_else(|| {
+                OnnxError::Model(format!("graph output {name:?} is never computed"))
+            })?;
+            if let (
+                None,
+                Some(
+                    known @ TensorData {
+                        elements: Elements::Int(_),
+                        ..
+                    },
+                ),
+            ) = (slot.node, &slot.known)
+            {
+                folded_outputs.push((k, name.to_owned(), known.clone()));
+                continue;
+            }
+            // The type the translation computed (a comparison's BOOL mask, FLOAT data).
+            let data_type = slot.data_type;
+            if !matches!(data_type, FLOAT | BOOL | INT64) {
+                return Err(OnnxError::Unsupported {
+                    node: format!("graph output {name:?}"),
+                    op: "output".into(),
+                    what: format!("element type {}", data_type_name(data_type)),
+                    supported: "FLOAT outputs (BOOL masks as 0/1, INT64 indices as f32 integers)"
+                        .into(),
+                });
+            }
+            let mut node = tr.data_of(name, &format!("graph output {k}"))?;
+            // A leaf cannot be an entry's output: copy it (bit-exact).
+            if matches!(tr.tape.node(node)?.op, Opcode::Input | Opcode::Parameter)
+                || outputs.iter().any(|o: &BoundOutput| o.node == node)
+            {
+                let shape = tr.tape.shape(node)?;
+                node = tr
+                    .tape
+                    .push(Opcode::Reshape, Attr::target(shape), &[node])?;
+            }
+            outputs.push(BoundOutput {
+                index: k,
+                onnx_name: name.to_owned(),
+                node,
+                data_type,
+            });
+        }
+        Ok((outputs, folded_outputs))
+    }
+
     fn declare_graph(
         &mut self,
         graph: &GraphProto,
@@ -384,6 +480,19 @@ impl Translator {
                 None,
             ),
         };
+        if let Some(&leaf) = self.bound.get(name) {
+            let found = self.tape.shape(leaf)?;
+            if found != shape {
+                return Err(OnnxError::Model(format!(
+                    "{user}: the leaf bound to {name:?} has shape {found}, the value {shape}"
+                )));
+            }
+            self.bound_used.push(name.to_owned());
+            if let Some(s) = self.slots.get_mut(name) {
+                s.node = Some(leaf);
+            }
+            return Ok(leaf);
+        }
         let node = match slot.origin {
             Origin::Input => {
                 let tape_name = self.leaf_name(name, "input");
@@ -422,6 +531,7 @@ impl Translator {
                         shape,
                         value: values,
                         trainable: slot.origin == Origin::Initializer && slot.data_type == FLOAT,
+                        buffer: false,
                     });
                     node
                 }
@@ -862,6 +972,39 @@ impl NodeCx<'_> {
         );
         let who = self.who();
         self.tr.data_of(&name, &who)
+    }
+
+    /// Marks `leaf` (what data of an input gave) as a buffer (`BatchNormalization`'s running
+    /// statistics): the initializer it holds is not trainable. Nothing for a computed value.
+    pub fn mark_buffer(&mut self, leaf: NodeId) {
+        let tr = &mut *self.tr;
+        let mut names = Vec::new();
+        for p in tr.parameters.iter_mut().filter(|p| p.node == leaf) {
+            p.trainable = false;
+            p.buffer = true;
+            names.push(p.onnx_name.clone());
+        }
+        names.extend(
+            tr.bound
+                .iter()
+                .filter(|(_, &n)| n == leaf)
+                .map(|(name, _)| name.clone()),
+        );
+        for name in names {
+            if !tr.buffers.contains(&name) {
+                tr.buffers.push(name);
+            }
+        }
+    }
+
+    /// True when recording for training ([`TranslateOptions::training`]).
+    pub fn training(&self) -> bool {
+        self.tr.training
+    }
+
+    /// Records the new value of a buffer leaf (a running statistic) in training.
+    pub fn buffer_update(&mut self, leaf: NodeId, value: NodeId) {
+        self.tr.buffer_updates.push((leaf, value));
     }
 
     /// The number of outputs the node names.

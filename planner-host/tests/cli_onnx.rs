@@ -1,0 +1,203 @@
+//! `tapeplan plan --onnx`: the five test models planned from the command line, their initial
+//! parameters written beside the plan, trainable subsets, and an unsupported operator's error.
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::{ok, scratch_dir, tapeplan};
+use prost::Message;
+use tapeplan_planner::model::onnx::proto::ModelProto;
+use tapeplan_planner::model::onnx::OnnxModel;
+use tapeplan_planner::model::Model;
+use tapeplan_runtime::Plan;
+
+fn model_path(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/onnx")
+        .join(format!("{name}.onnx"))
+        .display()
+        .to_string()
+}
+
+#[test]
+fn plan_onnx_writes_a_plan_and_its_initial_parameters() {
+    let dir = scratch_dir("plan-onnx");
+    for name in ["mlp", "cnn1d", "cnn2d_bn", "dwsep", "text"] {
+        let path = model_path(name);
+        let out = format!("{name}.plan");
+        let stdout = ok(
+            &dir,
+            &[
+                "plan",
+                "--onnx",
+                &path,
+                "--batch",
+                "8",
+                "--optimizer",
+                "adam",
+                "-o",
+                &out,
+            ],
+        );
+        assert!(stdout.contains("train_step"), "{stdout}");
+        let bytes = std::fs::read(dir.join(&out)).unwrap();
+        let plan = Plan::parse(&bytes).unwrap();
+        for entry in ["init", "forward", "train_step", "forward_1", "eval_loss"] {
+            assert!(plan.entry(entry).is_some(), "{name}: no {entry} entry");
+        }
+        // The persistent tensors under their state_dict names, and their initial values beside
+        // the plan.
+        let model = OnnxModel::from_bytes(&std::fs::read(&path).unwrap()).unwrap();
+        let init = std::fs::read(dir.join(format!("{out}.init.safetensors"))).unwrap();
+        let st = safetensors::SafeTensors::deserialize(&init).unwrap();
+        for spec in model.parameters().unwrap() {
+            assert!(
+                plan.parameter(&spec.name).is_some(),
+                "{name}: {}",
+                spec.name
+            );
+            let t = st.tensor(&spec.name).unwrap();
+            let values: Vec<f32> = t
+                .data()
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            assert_eq!(values, spec.init, "{name}: {}", spec.name);
+        }
+    }
+}
+
+#[test]
+fn plan_onnx_trains_a_subset_in_a_smaller_arena() {
+    let dir = scratch_dir("plan-onnx-subset");
+    let path = model_path("cnn1d");
+    ok(
+        &dir,
+        &["plan", "--onnx", &path, "--batch", "4", "-o", "full.plan"],
+    );
+    let stdout = ok(
+        &dir,
+        &[
+            "plan",
+            "--onnx",
+            &path,
+            "--batch",
+            "4",
+            "--trainable",
+            "fc.*",
+            "--trainable",
+            "conv2.*",
+            "--frozen",
+            "conv2.bias",
+            "-o",
+            "part.plan",
+        ],
+    );
+    assert!(
+        stdout.contains("partial update (3 of 6 parameters)"),
+        "{stdout}"
+    );
+    let arena = |f: &str| {
+        let bytes = std::fs::read(dir.join(f)).unwrap();
+        Plan::parse(&bytes).unwrap().arena_elems()
+    };
+    assert!(arena("part.plan") < arena("full.plan"));
+
+    // A pattern that matches nothing is an error naming the parameters.
+    let out = tapeplan(
+        &dir,
+        &[
+            "plan",
+            "--onnx",
+            &path,
+            "--trainable",
+            "head.*",
+            "-o",
+            "x.plan",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("head.*") && stderr.contains("conv1.weight"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn plan_onnx_names_an_unsupported_operator() {
+    let dir = scratch_dir("plan-onnx-unsupported");
+    // The MLP with its activation swapped for an operator outside the table.
+    let mut m = ModelProto::decode(std::fs::read(model_path("mlp")).unwrap().as_slice()).unwrap();
+    let graph = m.graph.as_mut().unwrap();
+    let relu = graph
+        .node
+        .iter_mut()
+        .find(|n| n.op_type() == "Relu")
+        .unwrap();
+    relu.op_type = Some("ConvTranspose".into());
+    relu.name = Some("/up/ConvTranspose".into());
+    let bytes = m.encode_to_vec();
+    std::fs::write(dir.join("up.onnx"), bytes).unwrap();
+    let out = tapeplan(&dir, &["plan", "--onnx", "up.onnx", "-o", "up.plan"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    for part in ["/up/ConvTranspose", "ConvTranspose", "supported", "Gemm"] {
+        assert!(stderr.contains(part), "{stderr}");
+    }
+    assert!(!dir.join("up.plan").exists());
+}
+
+/// From an ONNX file to a trained plan: `plan --onnx`, then `train` from the initial
+/// parameters written beside the plan (the single input is `x`, as `train` sets it).
+#[test]
+fn an_onnx_plan_trains_from_its_initial_parameters() {
+    let dir = scratch_dir("plan-onnx-train");
+    let mut csv = String::new();
+    let mut state = 7u64;
+    for _ in 0..96 {
+        let mut row = Vec::new();
+        for _ in 0..16 {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            row.push(((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0);
+        }
+        let label = usize::from(row[0] > 0.0) + 2 * usize::from(row[1] > 0.0);
+        let cells: Vec<String> = row.iter().map(|v| format!("{v:.4}")).collect();
+        csv.push_str(&format!("{},{label}\n", cells.join(",")));
+    }
+    std::fs::write(dir.join("d.csv"), csv).unwrap();
+    ok(
+        &dir,
+        &[
+            "plan",
+            "--onnx",
+            &model_path("mlp"),
+            "--batch",
+            "8",
+            "-o",
+            "m.plan",
+        ],
+    );
+    let stdout = ok(
+        &dir,
+        &[
+            "train",
+            "m.plan",
+            "--data",
+            "d.csv",
+            "--init",
+            "m.plan.init.safetensors",
+            "--epochs",
+            "2",
+        ],
+    );
+    assert!(
+        stdout.contains("epoch   2") && stdout.contains("test accuracy"),
+        "{stdout}"
+    );
+}
