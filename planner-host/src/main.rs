@@ -109,6 +109,16 @@ enum Command {
         #[arg(long, value_enum, default_value_t = MathArg::Precise)]
         math: MathArg,
     },
+    /// Write a plan as a Rust module for firmware: its bytes as an aligned static, the arena
+    /// size and plan id as constants, and per entry typed accessors of its inputs and outputs
+    /// (add it to the firmware's crate as `mod plan;`; it uses the tapeplan-runtime crate).
+    Emit {
+        /// The plan.
+        plan: PathBuf,
+        /// Where to write the module.
+        #[arg(short, long, default_value = "plan.rs")]
+        output: PathBuf,
+    },
     /// Check a device's training transcript bit for bit against the host oracle (format:
     /// `tapeplan_planner::exec::transcript`); exits non-zero on any difference.
     Verify {
@@ -233,5 +243,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Verify { transcript, config } => {
             cli::verify::verify(&transcript, config.as_deref())
         }
+        Command::Emit { plan, output } => cli::emit::emit(&plan, &output),
     }
 }
