@@ -161,11 +161,11 @@ pub fn load_table_bytes(bytes: &[u8], spec: &TableSpec) -> Result<Table, TableEr
             .into());
         }
         for &c in &feature_columns {
-            features.push(parse_feature(*row, c, &rec[c])?);
+            features.push(parse_feature(*row, c + 1, &rec[c])?);
         }
         if let Task::Regression { .. } = spec.task {
             for &c in &target_columns {
-                targets.push(parse_feature(*row, c, &rec[c])?);
+                targets.push(parse_feature(*row, c + 1, &rec[c])?);
             }
         }
     }
@@ -184,7 +184,7 @@ pub fn load_table_bytes(bytes: &[u8], spec: &TableSpec) -> Result<Table, TableEr
             if numeric {
                 let mut labels = Vec::with_capacity(rows.len());
                 for (row, rec) in &rows {
-                    labels.push(parse_label(*row, column, &field(rec), 256)?);
+                    labels.push(parse_label(*row, column + 1, &field(rec), 256)?);
                 }
                 let n_classes = labels.iter().max().map_or(0, |&m| usize::from(m) + 1);
                 let ds = Dataset::from_parts(features, labels, Vec::new(), nf, n_classes)?;
@@ -244,9 +244,9 @@ fn records(bytes: &[u8]) -> Result<Records, DataError> {
     let mut header = None;
     let mut rows = Vec::new();
     for (k, rec) in reader.records().enumerate() {
-        let rec = rec.map_err(|source| DataError::Csv {
-            row: source.position().map_or(k as u64 + 1, |p| p.line().max(1)),
-            source,
+        let rec = rec.map_err(|error| DataError::Csv {
+            row: error.position().map_or(k as u64 + 1, |p| p.line().max(1)),
+            error,
         })?;
         let row = rec.position().map_or(k as u64 + 1, |p| p.line());
         if k == 0 && rec.iter().all(|s| s.parse::<f64>().is_err()) {
