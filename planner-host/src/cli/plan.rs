@@ -46,7 +46,7 @@ pub fn plan(model: &ModelArgs, output: &Path) -> Result<ExitCode> {
             .collect();
         if !renamed.is_empty() {
             println!(
-                "names over 24 bytes, shortened in the plan: {}",
+                "ONNX names that differ in the plan (a single data input is x, names over 24 bytes are shortened): {}",
                 renamed.join(", ")
             );
         }
