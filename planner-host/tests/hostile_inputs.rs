@@ -108,9 +108,9 @@ fn truncated_or_flipped_onnx_bytes_are_errors_never_panics() {
 #[test]
 fn hostile_input_extents_are_errors_naming_the_input() {
     for (d, why) in [
-        (0i64, "zero-extent"),
+        (0i64, "a zero extent (extents [0, 16]) is not supported (supported: ranks up to 4, extents of at least 1"),
         (-3, "extent -3"),
-        (1 << 40, "element count exceeds"),
+        (1 << 40, "extents [1099511627776, 16] (element count exceeds 268435456) is not supported"),
     ] {
         let b = mutate("mlp", |m| {
             input_dims(m)[0].value = Some(Dim::DimValue(d));
@@ -156,6 +156,44 @@ fn a_tensor_named_as_the_jobs_own_is_refused_naming_it() {
         let e = r.unwrap_err();
         assert!(e.contains(&format!("{taken:?} is taken twice")), "{e}");
     }
+}
+
+/// Names over the plan format's 24 bytes are shortened; a name that another's shortening
+/// gives is an error naming it, not two tensors under one name.
+#[test]
+fn long_onnx_names_that_collide_when_shortened_are_refused() {
+    use tapeplan_planner::model::onnx::model::state_name;
+    let long = "features.0.block.conv_depthwise.weight";
+    let short = state_name(long);
+    assert!(
+        short.len() <= 24 && short.starts_with("features.0.bloc~"),
+        "{short}"
+    );
+    let b = mutate("mlp", |m| {
+        rename_initializer(m, 0, long);
+        rename_initializer(m, 2, &short);
+    });
+    let e = plan_onnx(&b, 2, &[], &[]).unwrap_err();
+    assert!(
+        e.contains(&format!("two ONNX names take the plan name {short:?}")),
+        "{e}"
+    );
+    // Alone, the long name plans under its shortened form; Adam's state `<name>.m` would be
+    // 26 bytes, an error that says so.
+    let b = mutate("mlp", |m| rename_initializer(m, 0, long));
+    assert_eq!(plan_onnx(&b, 2, &[], &[]), Ok(()));
+    let m = OnnxModel::from_bytes(&b).unwrap();
+    let e = TrainingJob::for_model(&m)
+        .optimizer(Optimizer::adam(1e-3))
+        .batch(2)
+        .build()
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!("adam optimizer's state \"{short}.m\"")) && e.contains("SGD"),
+        "{e}"
+    );
 }
 
 /// Layer widths a careless or hostile caller gives: errors naming the layer or the tensor,

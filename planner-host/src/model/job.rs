@@ -534,6 +534,19 @@ fn record_and_plan(b: &JobBuilder<'_>) -> Result<TrainingJob, JobError> {
             init: 0.0,
         });
     }
+    if let Some(s) = state_specs
+        .iter()
+        .find(|s| tapeplan_core::format::encode_name(&s.name).is_none())
+    {
+        return Err(JobError::Invalid(format!(
+            "the {} optimizer's state {:?} does not fit the plan format's names (1 to {} bytes): \
+             its parameter's name is too long for this optimizer (shorten it, or train it with \
+             plain SGD, which keeps no state)",
+            b.optimizer.name(),
+            s.name,
+            tapeplan_core::format::NAME_BYTES
+        )));
+    }
     distinct_names(
         input_specs
             .iter()
