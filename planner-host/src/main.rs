@@ -27,7 +27,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Plan a model (forward + recorded gradient + SGD update) into a .plan file.
+    /// Plan a model into a .plan file: its forward pass, its recorded gradient and its
+    /// optimizer's update (SGD, momentum, Nesterov, Adam or AdamW), as one static schedule.
+    ///
+    /// The model is an ONNX model's forward graph (--onnx) or the MLP the model options
+    /// describe (--layers, --activation, --loss, --dropout); `describe` lists the plan and says
+    /// what model it is, `train` trains it.
     Plan {
         #[command(flatten)]
         model: ModelArgs,
@@ -35,7 +40,8 @@ enum Command {
         #[arg(short, long, default_value = "model.plan")]
         output: PathBuf,
     },
-    /// List a .plan file (entries, instructions, bindings), or a model's tape with --tape.
+    /// List a .plan file (what model it is, its entries, instructions and bindings), or a
+    /// model's recorded tape with --tape.
     Describe {
         /// The plan to list.
         plan: Option<PathBuf>,
@@ -50,7 +56,8 @@ enum Command {
         #[command(flatten)]
         model: ModelArgs,
     },
-    /// Train from a .plan file through the no_std runtime on a CSV data set.
+    /// Train a plan (classification or regression, any optimizer) through the no_std runtime,
+    /// on the bundled digits or a CSV data set; without a plan, plan the model options first.
     Train(Box<TrainArgs>),
     /// Convert a checkpoint's model parameters and buffers to a safetensors file under their
     /// plan (PyTorch state_dict) names; the --layers MLP's with nn.Sequential names and layouts
@@ -101,6 +108,16 @@ enum Command {
         /// Math profile of the transcendental kernels (see `plan --help`).
         #[arg(long, value_enum, default_value_t = MathArg::Precise)]
         math: MathArg,
+    },
+    /// Write a plan as a Rust module for firmware: its bytes as an aligned static, the arena
+    /// size and plan id as constants, and per entry typed accessors of its inputs and outputs
+    /// (add it to the firmware's crate as `mod plan;`; it uses the tapeplan-runtime crate).
+    Emit {
+        /// The plan.
+        plan: PathBuf,
+        /// Where to write the module.
+        #[arg(short, long, default_value = "plan.rs")]
+        output: PathBuf,
     },
     /// Check a device's training transcript bit for bit against the host oracle (format:
     /// `tapeplan_planner::exec::transcript`); exits non-zero on any difference.
@@ -226,5 +243,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Verify { transcript, config } => {
             cli::verify::verify(&transcript, config.as_deref())
         }
+        Command::Emit { plan, output } => cli::emit::emit(&plan, &output),
     }
 }

@@ -201,3 +201,46 @@ fn an_onnx_plan_trains_from_its_initial_parameters() {
         "{stdout}"
     );
 }
+
+#[test]
+fn a_layers_plan_takes_a_trainable_subset_too() {
+    let dir = scratch_dir("plan-layers-subset");
+    let args = [
+        "plan",
+        "--layers",
+        "64,32,10",
+        "--batch",
+        "32",
+        "--no-guard",
+    ];
+    let full = ok(&dir, &[&args[..], &["-o", "full.plan"]].concat());
+    let head = ok(
+        &dir,
+        &[&args[..], &["--trainable", "?2", "-o", "head.plan"]].concat(),
+    );
+    // The report compares the subset's arena with full update's (the same plan without it).
+    assert!(head.contains("partial update"), "{head}");
+    let arena = |stdout: &str| -> usize {
+        let line = stdout.lines().find(|l| l.contains("train_step")).unwrap();
+        line.split_whitespace().nth(2).unwrap().parse().unwrap()
+    };
+    assert!(arena(&head) < arena(&full), "{head}\n{full}");
+    // Frozen w1 and b1: no update binding for them, the same entries as the full plan.
+    let bytes = std::fs::read(dir.join("head.plan")).unwrap();
+    let plan = Plan::parse(&bytes).unwrap();
+    let e = plan.entry("train_step").unwrap();
+    let updated: Vec<&str> = (0..plan.n_bindings())
+        .filter_map(|i| plan.binding(i))
+        .filter(|b| b.entry == Some(e) && b.kind == tapeplan_core::format::BindingKind::Update)
+        .map(|b| b.name)
+        .collect();
+    assert_eq!(updated, ["w2", "b2"]);
+    assert!(plan.entry("forward_1").is_none());
+    // A pattern that matches no parameter is an error naming it.
+    let out = tapeplan(
+        &dir,
+        &[&args[..], &["--frozen", "fc.*", "-o", "x.plan"]].concat(),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("fc.*"), "{err}");
+}

@@ -277,36 +277,130 @@ fn npm_packages_present(ctx: &Ctx) -> bool {
     nm.join("playwright-core/package.json").is_file() && nm.join("binaryen/package.json").is_file()
 }
 
-/// `wasm-setup`: installs each missing tool; skips what is present.
-pub fn step_wasm_setup(ctx: &Ctx) -> Result<()> {
-    if !(Path::new(CHROMIUM).exists() && Path::new(CHROMEDRIVER).exists()) {
-        run(ctx.tool("apt-get", ["update"]))?;
-        let mut cmd = ctx.tool("apt-get", ["install", "-y", "chromium", "chromium-driver"]);
-        cmd.env("DEBIAN_FRONTEND", "noninteractive");
-        run(cmd).context("installing Debian's chromium and chromium-driver")?;
-    } else {
-        eprintln!("chromium, chromedriver: present");
+/// What a wasm verb needs beyond the Rust toolchain.
+#[derive(Clone, Copy)]
+pub struct WasmNeeds {
+    /// Debian's Chromium and its WebDriver (the headless test runs).
+    pub chromium: bool,
+    /// playwright-core from npm (the page test drives Chromium with it).
+    pub playwright: bool,
+    /// binaryen@132's `wasm-opt` from npm (a package to publish must be optimized).
+    pub wasm_opt: bool,
+}
+
+impl WasmNeeds {
+    /// Building the packages only: wasm-pack, wasm-bindgen-cli, node and npm.
+    pub const BUILD: WasmNeeds = WasmNeeds {
+        chromium: false,
+        playwright: false,
+        wasm_opt: false,
+    };
+}
+
+/// Checks that what `wasm-setup` installs and `needs` asks for is there, before any work: a
+/// missing piece is named with the step that installs it (rather than, say, Node's
+/// `ERR_MODULE_NOT_FOUND` from deep inside the page test).
+pub fn require_wasm_tools(ctx: &Ctx, needs: WasmNeeds) -> Result<()> {
+    let mut lacking: Vec<String> = Vec::new();
+    if !has_tool("wasm-pack", "") {
+        lacking.push("wasm-pack".into());
+    }
+    if !has_tool("wasm-bindgen", WASM_BINDGEN_VERSION) {
+        lacking.push(format!("wasm-bindgen-cli {WASM_BINDGEN_VERSION}"));
     }
     if !(has_tool("node", "v") && has_tool("npm", "")) {
-        run(ctx.tool("apt-get", ["update"]))?;
-        let mut cmd = ctx.tool("apt-get", ["install", "-y", "nodejs", "npm"]);
-        cmd.env("DEBIAN_FRONTEND", "noninteractive");
-        run(cmd).context("installing node and npm")?;
+        lacking.push("node and npm".into());
+    }
+    if needs.chromium && !(Path::new(CHROMIUM).exists() && Path::new(CHROMEDRIVER).exists()) {
+        lacking.push(format!("{CHROMIUM} and {CHROMEDRIVER}"));
+    }
+    let nm = wasm_dir(ctx).join("e2e/node_modules");
+    if needs.playwright && !nm.join("playwright-core/package.json").is_file() {
+        lacking.push("playwright-core (npm, in wasm/e2e)".into());
+    }
+    if needs.wasm_opt && !wasm_opt(ctx).is_file() {
+        lacking.push("binaryen's wasm-opt (npm, in wasm/e2e)".into());
+    }
+    if lacking.is_empty() {
+        return Ok(());
+    }
+    bail!(
+        "missing {}: run `cargo xtask wasm-setup` (it installs what the wasm and browser steps \
+         need), then this step again",
+        lacking.join(", ")
+    )
+}
+
+/// `wasm-setup`: installs each missing tool; skips what is present. Three independent lines
+/// run at once: Debian's packages (Chromium, its driver, Node and npm; then npm's packages of
+/// `wasm/e2e`), wasm-bindgen-cli, and wasm-pack.
+///
+/// Both Rust tools are built from crates.io's sources: their prebuilt release binaries come from
+/// GitHub (as do `cargo binstall`'s and npm `wasm-pack`'s installer downloads), which machines
+/// that reach only the package registries cannot fetch. The source builds keep the exact
+/// versions (wasm-bindgen-cli must equal the crate's [`WASM_BINDGEN_VERSION`]). Building them
+/// with a lighter release profile (no LTO, `opt-level = 1`, 16 codegen units) was measured to
+/// save only 8% of the CPU time (wasm-bindgen-cli: 259 s against 282 s of user time), so each
+/// keeps its own.
+pub fn step_wasm_setup(ctx: &Ctx) -> Result<()> {
+    thread::scope(|scope| {
+        let system = scope.spawn(|| setup_system_packages(ctx));
+        let bindgen = scope.spawn(|| {
+            if has_tool("wasm-bindgen", WASM_BINDGEN_VERSION) {
+                eprintln!("wasm-bindgen {WASM_BINDGEN_VERSION}: present");
+                return Ok(());
+            }
+            // Not --locked: the CLI's lock file names versions this registry may lack.
+            let version = format!("={WASM_BINDGEN_VERSION}");
+            run(ctx.cargo(["install", "wasm-bindgen-cli", "--version", &version]))
+                .context("installing wasm-bindgen-cli")
+        });
+        let pack = scope.spawn(|| {
+            if has_tool("wasm-pack", "") {
+                eprintln!("wasm-pack: present");
+                return Ok(());
+            }
+            run(ctx.cargo(["install", "wasm-pack", "--locked"])).context("installing wasm-pack")
+        });
+        let mut errors = Vec::new();
+        for (what, handle) in [
+            ("chromium, node and npm packages", system),
+            ("wasm-bindgen-cli", bindgen),
+            ("wasm-pack", pack),
+        ] {
+            match handle.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => errors.push(format!("{e:#}")),
+                Err(_) => errors.push(format!("installing {what} panicked")),
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            bail!("wasm-setup: {}", errors.join("; "))
+        }
+    })
+}
+
+/// Debian's chromium, chromium-driver, nodejs and npm (one `apt-get install` of those missing),
+/// then the npm packages of `wasm/e2e` (playwright-core, binaryen).
+fn setup_system_packages(ctx: &Ctx) -> Result<()> {
+    let mut apt: Vec<&str> = Vec::new();
+    if Path::new(CHROMIUM).exists() && Path::new(CHROMEDRIVER).exists() {
+        eprintln!("chromium, chromedriver: present");
     } else {
+        apt.extend(["chromium", "chromium-driver"]);
+    }
+    if has_tool("node", "v") && has_tool("npm", "") {
         eprintln!("node, npm: present");
-    }
-    if has_tool("wasm-bindgen", WASM_BINDGEN_VERSION) {
-        eprintln!("wasm-bindgen {WASM_BINDGEN_VERSION}: present");
     } else {
-        // Not --locked: the CLI's lock file names versions this registry may lack.
-        let version = format!("={WASM_BINDGEN_VERSION}");
-        run(ctx.cargo(["install", "wasm-bindgen-cli", "--version", &version]))
-            .context("installing wasm-bindgen-cli")?;
+        apt.extend(["nodejs", "npm"]);
     }
-    if has_tool("wasm-pack", "") {
-        eprintln!("wasm-pack: present");
-    } else {
-        run(ctx.cargo(["install", "wasm-pack", "--locked"])).context("installing wasm-pack")?;
+    if !apt.is_empty() {
+        run(ctx.tool("apt-get", ["update"]))?;
+        let mut cmd = ctx.tool("apt-get", ["install", "-y"]);
+        cmd.args(&apt).env("DEBIAN_FRONTEND", "noninteractive");
+        run(cmd).with_context(|| format!("installing Debian's {}", apt.join(", ")))?;
     }
     if npm_packages_present(ctx) {
         eprintln!("npm packages of wasm/e2e: present");
@@ -435,41 +529,46 @@ fn unoptimized_copy(ctx: &Ctx) -> PathBuf {
 /// module with `wasm-opt -O3` (npm binaryen@132) when present. The tests then check the
 /// optimized modules' bits against the host oracle.
 fn build_packages(ctx: &Ctx) -> Result<()> {
-    let opt = wasm_opt(ctx);
-    if !opt.is_file() {
+    if !wasm_opt(ctx).is_file() {
         eprintln!(
             "wasm-opt (npm binaryen@132) not installed: modules stay unoptimized (`cargo xtask wasm-setup`)"
         );
     }
     for (target, dir) in [("web", "www/pkg"), ("nodejs", "pkg-node")] {
-        let mut cmd = ctx.tool(
-            "wasm-pack",
-            [
-                "build",
-                "--release",
-                "--no-pack",
-                "--target",
-                target,
-                "--out-dir",
-                dir,
-            ],
-        );
-        cmd.current_dir(wasm_dir(ctx));
-        run(cmd).with_context(|| format!("wasm-pack build --target {target}"))?;
-        let module = wasm_dir(ctx).join(dir).join("tapeplan_wasm_bg.wasm");
+        let out_dir = wasm_dir(ctx).join(dir);
+        wasm_pack_build(ctx, target, &out_dir, true)?;
         if target == "web" {
             fs::create_dir_all(ctx.root.join("target/browser"))?;
-            fs::copy(&module, unoptimized_copy(ctx))?;
+            fs::copy(out_dir.join("tapeplan_wasm_bg.wasm"), unoptimized_copy(ctx))?;
         }
-        if opt.is_file() {
-            let mut cmd = Command::new(&opt);
-            cmd.arg("-O3")
-                .args(WASM_FEATURES)
-                .arg(&module)
-                .arg("-o")
-                .arg(&module);
-            run(cmd).context("wasm-opt")?;
-        }
+        optimize(ctx, &out_dir.join("tapeplan_wasm_bg.wasm"))?;
+    }
+    Ok(())
+}
+
+/// `wasm-pack build --release --target TARGET --out-dir OUT_DIR` of the wasm crate (with
+/// `--no-pack` when `no_pack`: no `package.json`, README or license files), the module not yet
+/// optimized.
+pub fn wasm_pack_build(ctx: &Ctx, target: &str, out_dir: &Path, no_pack: bool) -> Result<()> {
+    let mut cmd = ctx.tool("wasm-pack", ["build", "--release", "--target", target]);
+    if no_pack {
+        cmd.arg("--no-pack");
+    }
+    cmd.arg("--out-dir").arg(out_dir).current_dir(wasm_dir(ctx));
+    run(cmd).with_context(|| format!("wasm-pack build --target {target}"))
+}
+
+/// `wasm-opt -O3` over `module` in place, when npm's binaryen@132 is installed.
+pub fn optimize(ctx: &Ctx, module: &Path) -> Result<()> {
+    let opt = wasm_opt(ctx);
+    if opt.is_file() {
+        let mut cmd = Command::new(&opt);
+        cmd.arg("-O3")
+            .args(WASM_FEATURES)
+            .arg(module)
+            .arg("-o")
+            .arg(module);
+        run(cmd).context("wasm-opt")?;
     }
     Ok(())
 }
@@ -477,6 +576,13 @@ fn build_packages(ctx: &Ctx) -> Result<()> {
 /// `wasm-test`: the wasm-bindgen-test suite in Node and in headless Chromium, then the Node
 /// package's JavaScript test.
 pub fn step_wasm_test(ctx: &Ctx) -> Result<()> {
+    require_wasm_tools(
+        ctx,
+        WasmNeeds {
+            chromium: true,
+            ..WasmNeeds::BUILD
+        },
+    )?;
     step_web_assets(ctx)?;
     let expected = wasm_test_count(ctx)?;
     ensure!(expected > 0, "wasm/tests has no #[wasm_bindgen_test]");
@@ -527,6 +633,14 @@ pub fn step_wasm_test(ctx: &Ctx) -> Result<()> {
 
 /// `browser`: the end-to-end page test.
 pub fn step_browser(ctx: &Ctx) -> Result<()> {
+    require_wasm_tools(
+        ctx,
+        WasmNeeds {
+            chromium: true,
+            playwright: true,
+            ..WasmNeeds::BUILD
+        },
+    )?;
     step_web_assets(ctx)?;
     build_packages(ctx)?;
     report_sizes(ctx)?;
@@ -628,6 +742,7 @@ pub fn verb_serve(ctx: &Ctx, args: &[String]) -> Result<()> {
         [flag, p] if flag == "--port" => p.parse().context("--port takes a number")?,
         _ => bail!("usage: cargo xtask serve [--port N]"),
     };
+    require_wasm_tools(ctx, WasmNeeds::BUILD)?;
     step_web_assets(ctx)?;
     build_packages(ctx)?;
     let server = Server::start(&ctx.root.join("wasm/www"), port)?;

@@ -17,11 +17,13 @@ use anyhow::{anyhow, bail, Context, Result};
 
 mod bench;
 mod browser;
+mod docs;
 
 mod firmware;
 mod fuzz;
 mod onnx;
 mod ort;
+mod package;
 mod peers;
 
 /// Rust targets a fresh machine must add: the no_std targets the runtime is built for, plus
@@ -86,13 +88,23 @@ const STEPS: &[Step] = &[
     },
     Step {
         name: "doc",
-        about: "cargo doc --workspace --no-deps with RUSTDOCFLAGS=\"-D warnings\"",
+        about: "cargo doc --no-deps, the libraries in dependency order then the workspace, RUSTDOCFLAGS=\"-D warnings -D rustdoc::broken-intra-doc-links\"; fails on intra-doc links rendered as text",
         run: step_doc,
+    },
+    Step {
+        name: "publish-dry-run",
+        about: "cargo publish --dry-run of tapeplan-core, tapeplan-runtime and tapeplan-planner (each verified building from its package), and their file lists (README, licenses)",
+        run: package::step_publish_dry_run,
     },
     Step {
         name: "demo",
         about: "cargo run --release -p tapeplan-planner -- demo (fails if the bits differ)",
         run: step_demo,
+    },
+    Step {
+        name: "docs-check",
+        about: "run the commands whose output the docs quote (`<!-- docs-check -->` blocks) and fail on a difference",
+        run: docs::step_docs_check,
     },
     Step {
         name: "onnx-conformance",
@@ -116,13 +128,18 @@ const STEPS: &[Step] = &[
     },
     Step {
         name: "wasm-setup",
-        about: "install what the browser checks need and lack: chromium, chromedriver, wasm-bindgen-cli, wasm-pack, npm packages",
+        about: "install what the browser checks need and lack, three lines at once: chromium, chromedriver, node and npm (then npm packages); wasm-bindgen-cli; wasm-pack",
         run: browser::step_wasm_setup,
     },
     Step {
         name: "wasm-test",
         about: "wasm-bindgen-test suites in Node and headless Chromium, and the Node package's test",
         run: browser::step_wasm_test,
+    },
+    Step {
+        name: "npm-pack",
+        about: "the wasm package for npm: wasm-pack build --target web, wasm-opt, npm pack into target/npm; the tarball's file list and package.json checked, and the package imported by name in Node against the host",
+        run: package::step_npm_pack,
     },
     Step {
         name: "wasm-simd",
@@ -155,7 +172,9 @@ const CI_STEPS: &[&str] = &[
     "nostd",
     "simd",
     "doc",
+    "publish-dry-run",
     "demo",
+    "docs-check",
     "onnx-conformance",
     "ort-check",
     "miri",
@@ -163,6 +182,22 @@ const CI_STEPS: &[&str] = &[
     "qemu",
     "wasm-setup",
     "wasm-test",
+    "npm-pack",
+    "wasm-simd",
+    "browser",
+];
+
+/// The steps `cargo xtask ci --quick` leaves out, for local iteration: the slow cross-target
+/// ones (QEMU, WebAssembly, the browser, Miri, fuzzing) and the packaging checks, whose first
+/// runs rebuild the dependency tree. CI (`bash .ci/run`) runs them all.
+const QUICK_SKIPS: &[&str] = &[
+    "publish-dry-run",
+    "miri",
+    "fuzz-smoke",
+    "qemu",
+    "wasm-setup",
+    "wasm-test",
+    "npm-pack",
     "wasm-simd",
     "browser",
 ];
@@ -179,8 +214,8 @@ struct Verb {
 const VERBS: &[Verb] = &[
     Verb {
         name: "ci",
-        usage: "ci [--from STEP]",
-        about: "run every check in order, failing fast: what CI runs (`bash .ci/run`)",
+        usage: "ci [--quick] [--from STEP]",
+        about: "run every check in order, failing fast: what CI runs (`bash .ci/run`); --quick leaves out the slow cross-target and packaging steps (see below) for local iteration",
         run: verb_ci,
     },
     Verb {
@@ -521,6 +556,7 @@ fn step_simd(ctx: &Ctx) -> Result<()> {
 /// digests bit for bit) in Node, built with `simd128` and the runtime's `simd` catalog, in a
 /// target directory of its own. Needs what `wasm-setup` installs.
 fn step_wasm_simd(ctx: &Ctx) -> Result<()> {
+    browser::require_wasm_tools(ctx, browser::WasmNeeds::BUILD)?;
     browser::step_web_assets(ctx)?;
     let mut cmd = ctx.tool(
         "wasm-pack",
@@ -566,10 +602,98 @@ fn step_wasm_simd(ctx: &Ctx) -> Result<()> {
     Ok(())
 }
 
+/// The library crates, in dependency order: `doc` documents each before the crates that link
+/// to it.
+const DOC_ORDER: &[&str] = &["tapeplan-core", "tapeplan-runtime", "tapeplan-planner"];
+
+/// The crates whose HTML `doc` scans for links rendered as text (the `tapeplan` binary's pages
+/// also carry clap's trait docs, whose links point into clap, which `--no-deps` leaves out).
+const DOC_SCANNED: &[&str] = &[
+    "tapeplan_core",
+    "tapeplan_runtime",
+    "tapeplan_planner",
+    "tapeplan_wasm",
+    "tapeplan_tests",
+];
+
+/// Rustdoc, warnings (broken intra-doc links among them) as errors. A link that resolves to an
+/// item of a crate whose docs do not exist yet is rendered as its literal text (`[Recordable]`)
+/// without any warning, and cargo may document a crate before its dependencies: so the
+/// libraries are documented in dependency order, then the workspace, and the HTML is scanned for
+/// links left as text.
 fn step_doc(ctx: &Ctx) -> Result<()> {
+    let flags = "-D warnings -D rustdoc::broken-intra-doc-links";
+    for package in DOC_ORDER {
+        let mut cmd = ctx.cargo(["doc", "--no-deps", "-p", package]);
+        cmd.env("RUSTDOCFLAGS", flags);
+        run(cmd)?;
+    }
     let mut cmd = ctx.cargo(["doc", "--workspace", "--no-deps"]);
-    cmd.env("RUSTDOCFLAGS", "-D warnings");
-    run(cmd)
+    cmd.env("RUSTDOCFLAGS", flags);
+    run(cmd)?;
+    let doc = target_dir(ctx)?.join("doc");
+    let mut found = Vec::new();
+    for krate in DOC_SCANNED {
+        scan_unlinked(&doc.join(krate), &doc, &mut found)?;
+    }
+    if !found.is_empty() {
+        bail!(
+            "{} intra-doc link(s) rendered as text (the linked crate's docs were missing when \
+             rustdoc ran, or the link is not one):\n  {}",
+            found.len(),
+            found.join("\n  ")
+        );
+    }
+    eprintln!(
+        "doc: no intra-doc link rendered as text in {}",
+        DOC_SCANNED.join(", ")
+    );
+    Ok(())
+}
+
+/// The workspace's target directory (`CARGO_TARGET_DIR` or a config may move it).
+fn target_dir(ctx: &Ctx) -> Result<PathBuf> {
+    let meta = output(ctx.cargo(["metadata", "--format-version", "1", "--no-deps"]))?;
+    let meta: serde_json::Value =
+        serde_json::from_str(&meta).context("cargo metadata printed no JSON")?;
+    meta["target_directory"]
+        .as_str()
+        .map(PathBuf::from)
+        .ok_or_else(|| anyhow!("cargo metadata names no target_directory"))
+}
+
+/// Adds `page: [Name]` to `found` for each `[<code>Name</code>]` (an intra-doc link rustdoc
+/// left as text) in the HTML pages under `dir`.
+fn scan_unlinked(dir: &Path, root: &Path, found: &mut Vec<String>) -> Result<()> {
+    let entries = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
+    for entry in entries {
+        let path = entry?.path();
+        if path.is_dir() {
+            scan_unlinked(&path, root, found)?;
+        } else if path.extension().is_some_and(|e| e == "html") {
+            let html = std::fs::read_to_string(&path)?;
+            let page = path
+                .strip_prefix(root)
+                .unwrap_or(&path)
+                .display()
+                .to_string();
+            found.extend(unlinked_names(&html).map(|name| format!("{page}: [{name}]")));
+        }
+    }
+    Ok(())
+}
+
+/// The names in `[<code>Name</code>]` occurrences of `html`: rustdoc's rendering of an
+/// intra-doc link it could not turn into a hyperlink.
+fn unlinked_names(html: &str) -> impl Iterator<Item = &str> {
+    html.split("[<code>").skip(1).filter_map(|rest| {
+        let (name, after) = rest.split_once("</code>]")?;
+        let path_like = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
+        (path_like && !after.starts_with('(')).then_some(name)
+    })
 }
 
 fn step_demo(ctx: &Ctx) -> Result<()> {
@@ -625,35 +749,66 @@ fn run_steps(ctx: &Ctx, names: &[&str]) -> Result<()> {
 }
 
 fn print_times(times: &[(&str, Duration)], total: Duration) {
-    eprintln!("\nstep      time");
+    let w = times.iter().map(|(n, _)| n.len()).max().unwrap_or(0).max(5);
+    eprintln!("\n{:<w$} {:>8}", "step", "time");
     for (name, took) in times {
-        eprintln!("{name:<9} {:>8}", secs(*took));
+        eprintln!("{name:<w$} {:>8}", secs(*took));
     }
-    eprintln!("{:<9} {:>8}", "total", secs(total));
+    eprintln!("{:<w$} {:>8}", "total", secs(total));
 }
 
 fn secs(d: Duration) -> String {
     format!("{:.1}s", d.as_secs_f64())
 }
 
-fn verb_ci(ctx: &Ctx, args: &[String]) -> Result<()> {
-    let mut names: &[&str] = CI_STEPS;
-    match args {
-        [] => {}
-        [flag, from] if flag == "--from" => {
-            let i = CI_STEPS
-                .iter()
-                .position(|s| s == from)
-                .ok_or_else(|| anyhow!("`--from {from}`: ci has no step `{from}`"))?;
-            names = &CI_STEPS[i..];
+/// The steps `ci` runs for its arguments: every step, or from `--from STEP` on, less
+/// [`QUICK_SKIPS`] with `--quick`.
+fn ci_steps(args: &[String]) -> Result<Vec<&'static str>> {
+    const USAGE: &str = "usage: cargo xtask ci [--quick] [--from STEP]";
+    let mut quick = false;
+    let mut from: Option<&str> = None;
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--quick" => quick = true,
+            "--from" => {
+                let step = rest
+                    .next()
+                    .ok_or_else(|| anyhow!("`--from` needs a step name; {USAGE}"))?;
+                from = Some(step.as_str());
+            }
+            other => bail!("`{other}`: {USAGE}"),
         }
-        _ => bail!("usage: cargo xtask ci [--from STEP]"),
     }
+    let start = match from {
+        None => 0,
+        Some(from) => CI_STEPS
+            .iter()
+            .position(|s| *s == from)
+            .ok_or_else(|| anyhow!("`--from {from}`: ci has no step `{from}`"))?,
+    };
+    Ok(CI_STEPS[start..]
+        .iter()
+        .copied()
+        .filter(|s| !(quick && QUICK_SKIPS.contains(s)))
+        .collect())
+}
+
+fn verb_ci(ctx: &Ctx, args: &[String]) -> Result<()> {
+    let names = ci_steps(args)?;
+    let quick = args.iter().any(|a| a == "--quick");
     if env::var_os("CI").is_some() {
         eprintln!("xtask: CI={}", env::var("CI").unwrap_or_default());
     }
-    run_steps(ctx, names)?;
-    eprintln!("\nxtask: ci passed");
+    run_steps(ctx, &names)?;
+    if quick {
+        eprintln!(
+            "\nxtask: ci --quick passed (left out: {}; `cargo xtask ci` runs them)",
+            QUICK_SKIPS.join(", ")
+        );
+    } else {
+        eprintln!("\nxtask: ci passed");
+    }
     Ok(())
 }
 
@@ -663,8 +818,9 @@ fn verb_help(_: &Ctx, _: &[String]) -> Result<()> {
         println!("  {:<18} {}", v.usage, v.about);
     }
     println!(
-        "\nsteps (each is a verb; `ci` runs {}):",
-        CI_STEPS.join(", ")
+        "\nsteps (each is a verb; `ci` runs {}; `ci --quick` leaves out {}):",
+        CI_STEPS.join(", "),
+        QUICK_SKIPS.join(", ")
     );
     for s in STEPS {
         println!("  {:<18} {}", s.name, s.about);
@@ -718,6 +874,45 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), n, "a verb and a step share a name");
+    }
+
+    #[test]
+    fn ci_arguments_select_steps() {
+        let args = |a: &[&str]| a.iter().map(ToString::to_string).collect::<Vec<_>>();
+        assert_eq!(ci_steps(&[]).unwrap(), CI_STEPS);
+        let quick = ci_steps(&args(&["--quick"])).unwrap();
+        assert_eq!(quick.len(), CI_STEPS.len() - QUICK_SKIPS.len());
+        for s in ["fmt", "clippy", "test", "nostd", "doc", "demo"] {
+            assert!(quick.contains(&s), "--quick drops {s}");
+        }
+        for s in QUICK_SKIPS {
+            assert!(
+                CI_STEPS.contains(s),
+                "--quick skips {s}, which ci does not run"
+            );
+            assert!(!quick.contains(s), "--quick runs {s}");
+        }
+        let from = ci_steps(&args(&["--from", "qemu", "--quick"])).unwrap();
+        assert!(from.iter().all(|s| !QUICK_SKIPS.contains(s)));
+        assert_eq!(
+            ci_steps(&args(&["--from", "browser"])).unwrap(),
+            ["browser"]
+        );
+        let err = ci_steps(&args(&["--from", "nope"]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no step `nope`"), "{err}");
+        assert!(ci_steps(&args(&["--from"])).is_err());
+        assert!(ci_steps(&args(&["--fast"])).is_err());
+    }
+
+    #[test]
+    fn unlinked_names_finds_links_left_as_text() {
+        let html = "against [<code>Recordable</code>] so; see [<code>Run::backward</code>]. \
+                    <a href=\"x\"><code>Tape</code></a> [<code>a b</code>] [<code>f</code>](x)";
+        let names: Vec<&str> = unlinked_names(html).collect();
+        assert_eq!(names, ["Recordable", "Run::backward"]);
+        assert_eq!(unlinked_names("<code>[x]</code>").count(), 0);
     }
 
     #[test]

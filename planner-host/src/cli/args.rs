@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 
+use tapeplan_planner::model::job::JobBuilder;
 use tapeplan_planner::model::onnx::OnnxModel;
 use tapeplan_planner::model::optim::Optimizer;
 use tapeplan_planner::model::run::RunOptimizer;
@@ -79,12 +80,13 @@ pub struct ModelArgs {
     #[arg(long, value_name = "FILE", conflicts_with_all = ["layers", "activation", "dropout"])]
     pub onnx: Option<PathBuf>,
     /// Train only the parameters whose names match one of these patterns (`*` and `?`, e.g.
-    /// `fc.*`); the others are frozen. With --onnx.
-    #[arg(long, value_name = "PATTERN", requires = "onnx")]
+    /// `fc.*` for an ONNX model, `w2` or `?2` for --layers); the others are frozen: no
+    /// gradient is recorded for them, and the memory report compares the arena with full update.
+    #[arg(long, value_name = "PATTERN")]
     pub trainable: Vec<String>,
     /// Freeze the parameters whose names match one of these patterns (no gradient, no
-    /// update). With --onnx.
-    #[arg(long, value_name = "PATTERN", requires = "onnx")]
+    /// update).
+    #[arg(long, value_name = "PATTERN")]
     pub frozen: Vec<String>,
     /// Layer widths, input first, output last.
     #[arg(long, value_delimiter = ',', default_value = "64,32,10")]
@@ -170,13 +172,39 @@ impl ModelArgs {
         };
         let loss = self.loss();
         let optimizer = self.optimizer();
-        Ok(TrainingJob::build_with(
-            mlp,
-            loss,
-            optimizer,
-            self.batch,
-            self.job_options(),
-        )?)
+        if self.trainable.is_empty() && self.frozen.is_empty() {
+            return Ok(TrainingJob::build_with(
+                mlp,
+                loss,
+                optimizer,
+                self.batch,
+                self.job_options(),
+            )?);
+        }
+        // A trainable subset goes through the general job, with the entries of the path above
+        // (no `forward_1`, `eval_loss`), so `train` and the devices run it the same way.
+        let model = mlp.model(self.dropout, 0);
+        let options = JobOptions {
+            eval_entries: Some(false),
+            ..self.job_options()
+        };
+        self.subset(TrainingJob::for_model(&model).options(options))
+            .loss(loss)
+            .optimizer(optimizer)
+            .batch(self.batch)
+            .build()
+            .map_err(Into::into)
+    }
+
+    /// `builder` with --trainable and --frozen.
+    fn subset<'m>(&self, mut builder: JobBuilder<'m>) -> JobBuilder<'m> {
+        if !self.trainable.is_empty() {
+            builder = builder.trainable(self.trainable.clone());
+        }
+        if !self.frozen.is_empty() {
+            builder = builder.frozen(self.frozen.clone());
+        }
+        builder
     }
 
     /// `--batch` at least 1, `--lr` positive and finite.
@@ -238,18 +266,12 @@ impl ModelArgs {
         if self.batch > 1 << 20 {
             bail!("--batch over 2^20 is too large for one plan");
         }
-        let mut builder = TrainingJob::for_model(model)
+        let builder = TrainingJob::for_model(model)
             .loss(self.loss())
             .optimizer(self.optimizer())
             .batch(self.batch)
             .options(self.job_options());
-        if !self.trainable.is_empty() {
-            builder = builder.trainable(self.trainable.clone());
-        }
-        if !self.frozen.is_empty() {
-            builder = builder.frozen(self.frozen.clone());
-        }
-        Ok(builder.build()?)
+        Ok(self.subset(builder).build()?)
     }
 
     /// The optimizer.

@@ -4,6 +4,7 @@
 pub mod args;
 pub mod demo;
 pub mod describe;
+pub mod emit;
 pub mod exchange;
 pub mod plan;
 pub mod train;

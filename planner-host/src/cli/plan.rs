@@ -46,7 +46,7 @@ pub fn plan(model: &ModelArgs, output: &Path) -> Result<ExitCode> {
             .collect();
         if !renamed.is_empty() {
             println!(
-                "names over 24 bytes, shortened in the plan: {}",
+                "ONNX names that differ in the plan (a single data input is x, names over 24 bytes are shortened): {}",
                 renamed.join(", ")
             );
         }
@@ -102,9 +102,10 @@ pub fn print_update_order(entries: &[(String, MemoryReport)]) {
     for (name, r) in entries {
         if r.tape_order_bytes > r.entry_bytes {
             println!(
-                "update order: {name} interleaved {} B, every update after the backward pass {} B ({:+.1}%)",
+                "update order: {name} interleaved {} B, every update after the backward pass {} B (-{} B, {:+.2}%)",
                 r.entry_bytes,
                 r.tape_order_bytes,
+                r.tape_order_bytes - r.entry_bytes,
                 (r.entry_bytes as f64 - r.tape_order_bytes as f64) * 100.0
                     / r.tape_order_bytes.max(1) as f64
             );

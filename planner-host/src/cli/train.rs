@@ -42,7 +42,8 @@ pub struct TrainArgs {
     /// float columns as `y` has per row. Default: the bundled handwritten digits set.
     #[arg(long)]
     pub data: Option<PathBuf>,
-    /// The target columns of --data, 0-based indices or header names, comma-separated; every
+    /// The target columns of --data, column numbers (counting from 1, as errors number them)
+    /// or header names, comma-separated; every
     /// other column is a feature. Default: the last column (classification) or the last
     /// d_out columns (regression).
     #[arg(long, value_delimiter = ',', value_name = "COLUMNS")]

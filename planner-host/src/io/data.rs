@@ -17,7 +17,9 @@
 //! # Row numbers
 //!
 //! Every [`DataError`] that points into a file carries `row`, the 1-based line of the CSV text
-//! the problem is on (for a file without a header, the 1-based row number).
+//! the problem is on (for a file without a header, the 1-based row number), and, where one
+//! field is at fault, `column`, 1-based too: messages read "row 3, column 2: …", as a
+//! spreadsheet numbers them.
 
 use std::borrow::Cow;
 use std::fs;
@@ -26,11 +28,10 @@ use std::path::{Path, PathBuf};
 
 use crate::protocol::SplitMix64;
 
-/// The digits set, gzip-compressed CSV, embedded at build time from `data/digits.csv.gz`.
-pub const DIGITS_GZ: &[u8] = include_bytes!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../data/digits.csv.gz"
-));
+/// The digits set, gzip-compressed CSV, embedded at build time from `data/digits.csv.gz`
+/// (`planner-host/data/` links to it, so the published crate carries the file).
+pub const DIGITS_GZ: &[u8] =
+    include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/data/digits.csv.gz"));
 
 /// Rows in the digits set.
 pub const DIGITS_ROWS: usize = 1797;
@@ -72,14 +73,14 @@ pub enum DataError {
         #[source]
         source: std::io::Error,
     },
-    /// The CSV reader failed (for example on text that is not UTF-8).
-    #[error("row {row}: malformed csv: {source}")]
+    /// The CSV reader failed (for example on text that is not UTF-8). The message numbers the
+    /// row and column as every other one does, not as the reader's own (0-based record, byte).
+    #[error("row {row}{}", csv_reason(.error))]
     Csv {
         /// 1-based line of the CSV text.
         row: u64,
         /// What the CSV reader said.
-        #[source]
-        source: csv::Error,
+        error: csv::Error,
     },
     /// A row has the wrong number of columns.
     #[error("row {row}: expected {expected} columns, found {found}")]
@@ -96,7 +97,7 @@ pub enum DataError {
     NotANumber {
         /// 1-based line of the CSV text.
         row: u64,
-        /// 0-based column.
+        /// 1-based column.
         column: usize,
         /// The field, trimmed.
         text: String,
@@ -108,7 +109,7 @@ pub enum DataError {
     PixelOutOfRange {
         /// 1-based line of the CSV text.
         row: u64,
-        /// 0-based column.
+        /// 1-based column.
         column: usize,
         /// The count found.
         found: i64,
@@ -120,7 +121,7 @@ pub enum DataError {
     NonFinite {
         /// 1-based line of the CSV text.
         row: u64,
-        /// 0-based column.
+        /// 1-based column.
         column: usize,
         /// The field, trimmed.
         text: String,
@@ -483,11 +484,11 @@ pub fn load_digits_bytes(gz: &[u8]) -> Result<Dataset, DataError> {
     let mut labels = Vec::with_capacity(DIGITS_ROWS);
     for_each_record(&text, DIGITS_FEATURES + 1, false, |row, rec| {
         for column in 0..DIGITS_FEATURES {
-            let count = parse_int(row, column, &rec[column])?;
+            let count = parse_int(row, column + 1, &rec[column])?;
             if !(0..=i64::from(DIGITS_PIXEL_MAX)).contains(&count) {
                 return Err(DataError::PixelOutOfRange {
                     row,
-                    column,
+                    column: column + 1,
                     found: count,
                     max: DIGITS_PIXEL_MAX,
                 });
@@ -548,9 +549,9 @@ pub fn load_csv_bytes(bytes: &[u8], n_features: usize) -> Result<Dataset, DataEr
     let mut labels = Vec::new();
     for_each_record(&text, n_features + 1, true, |row, rec| {
         for column in 0..n_features {
-            features.push(parse_feature(row, column, &rec[column])?);
+            features.push(parse_feature(row, column + 1, &rec[column])?);
         }
-        labels.push(parse_label(row, n_features, &rec[n_features], 256)?);
+        labels.push(parse_label(row, n_features + 1, &rec[n_features], 256)?);
         Ok(())
     })?;
     let Some(&max) = labels.iter().max() else {
@@ -630,7 +631,7 @@ fn for_each_record(
             Ok(false) => return Ok(()),
             Err(source) => {
                 let row = source.position().map_or(last_row + 1, |p| p.line().max(1));
-                return Err(DataError::Csv { row, source });
+                return Err(DataError::Csv { row, error: source });
             }
         }
         let row = rec.position().map_or(last_row + 1, |p| p.line());
@@ -652,7 +653,18 @@ fn for_each_record(
     }
 }
 
-/// A feature: a finite `f32`.
+/// What went wrong in the CSV reader, after "row N": the field for text that is not UTF-8.
+fn csv_reason(error: &csv::Error) -> String {
+    match error.kind() {
+        csv::ErrorKind::Utf8 { err, .. } => {
+            format!(", column {}: the text is not UTF-8", err.field() + 1)
+        }
+        csv::ErrorKind::Io(e) => format!(": cannot read the text: {e}"),
+        _ => ": malformed csv".to_string(),
+    }
+}
+
+/// A feature: a finite `f32`; `column` is 1-based.
 pub(crate) fn parse_feature(row: u64, column: usize, field: &str) -> Result<f32, DataError> {
     let field = field.trim();
     let x: f32 = field.parse().map_err(|_| DataError::NotANumber {
@@ -671,6 +683,7 @@ pub(crate) fn parse_feature(row: u64, column: usize, field: &str) -> Result<f32,
     Ok(x)
 }
 
+/// An integer field; `column` is 1-based.
 fn parse_int(row: u64, column: usize, field: &str) -> Result<i64, DataError> {
     let field = field.trim();
     field.parse().map_err(|_| DataError::NotANumber {
@@ -682,7 +695,7 @@ fn parse_int(row: u64, column: usize, field: &str) -> Result<i64, DataError> {
 }
 
 /// A label in `0..n_classes` (`n_classes <= 256`): an integer, or a number with an integral
-/// value such as `"3.0"`.
+/// value such as `"3.0"`; `column` is 1-based.
 pub(crate) fn parse_label(
     row: u64,
     column: usize,
@@ -943,12 +956,16 @@ mod tests {
                 err,
                 DataError::PixelOutOfRange {
                     row: 3,
-                    column: 10,
+                    column: 11,
                     found: 17,
                     max: 16
                 }
             ),
             "{err}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "row 3, column 11: pixel count 17 is outside 0..=16"
         );
         px[10] = "-1";
         let err = load_digits_bytes(row_text(&px, "4").as_bytes()).unwrap_err();
@@ -980,7 +997,7 @@ mod tests {
         px[0] = "x";
         let err = load_digits_bytes(row_text(&px, "0").as_bytes()).unwrap_err();
         assert!(
-            matches!(&err, DataError::NotANumber { row: 1, column: 0, text, .. } if text == "x"),
+            matches!(&err, DataError::NotANumber { row: 1, column: 1, text, .. } if text == "x"),
             "{err}"
         );
         px[0] = "1.5";
@@ -1015,10 +1032,15 @@ mod tests {
         ));
         let mut bad = zeros_row("1").into_bytes();
         bad[0] = 0xff;
-        assert!(matches!(
-            load_digits_bytes(&bad),
-            Err(DataError::Csv { row: 1, .. })
-        ));
+        let err = load_digits_bytes(&bad).unwrap_err();
+        assert!(matches!(err, DataError::Csv { row: 1, .. }), "{err}");
+        assert_eq!(err.to_string(), "row 1, column 1: the text is not UTF-8");
+        // The third field of the second line: numbered like every other error.
+        let mut bad = format!("{}\n{}", zeros_row("1"), zeros_row("1")).into_bytes();
+        let at = zeros_row("1").len() + 1 + "0,0,".len();
+        bad[at] = 0xff;
+        let err = load_digits_bytes(&bad).unwrap_err();
+        assert_eq!(err.to_string(), "row 2, column 3: the text is not UTF-8");
     }
 
     #[test]
@@ -1063,11 +1085,15 @@ mod tests {
                 err,
                 DataError::NonFinite {
                     row: 2,
-                    column: 1,
+                    column: 2,
                     ..
                 }
             ),
             "{err}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "row 2, column 2: feature \"nan\" is not finite"
         );
         let err = load_csv_bytes(b"1,2,0\n1,z,0\n", 2).unwrap_err();
         assert!(
@@ -1075,12 +1101,13 @@ mod tests {
                 err,
                 DataError::NotANumber {
                     row: 2,
-                    column: 1,
+                    column: 2,
                     ..
                 }
             ),
             "{err}"
         );
+        assert_eq!(err.to_string(), "row 2, column 2: \"z\" is not a number");
         let err = load_csv_bytes(b"1,2,0\n1,2,256\n", 2).unwrap_err();
         assert!(
             matches!(

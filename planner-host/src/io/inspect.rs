@@ -47,6 +47,53 @@ pub struct PlanInfo {
     pub bindings: Vec<DecodedBinding>,
 }
 
+/// Instructions `PlanInfo::model_summary` counts as layers.
+const LAYER_OPS: &[&str] = &[
+    "matmul",
+    "conv",
+    "conv_transpose",
+    "max_pool",
+    "avg_pool",
+    "gather",
+];
+
+/// Instructions `PlanInfo::model_summary` counts as activations.
+const ACTIVATION_OPS: &[&str] = &["tanh", "relu", "sigmoid", "softplus", "erf"];
+
+/// The layer sizes of an MLP: parameters in pairs, each a weight and a bias with chaining
+/// shapes, named either as the planner's MLP names them (`w1 [d0, d1], b1 [d1], …`) or as
+/// PyTorch's `nn.Sequential` of `nn.Linear` does (`0.weight [d1, d0], 0.bias [d1], 2.weight …`,
+/// any prefix per layer); else `None`.
+fn mlp_sizes(weights: &[&DecodedBinding]) -> Option<Vec<usize>> {
+    if weights.is_empty() || !weights.len().is_multiple_of(2) {
+        return None;
+    }
+    let mut sizes: Vec<usize> = Vec::new();
+    for (k, pair) in weights.chunks(2).enumerate() {
+        let (w, b) = (pair[0], pair[1]);
+        if w.shape.rank() != 2 || b.shape.rank() != 1 {
+            return None;
+        }
+        let (rows, cols) = (w.shape.dim(0)?, w.shape.dim(1)?);
+        let torch_prefix = w.name.strip_suffix(".weight");
+        let (d_in, d_out) = if w.name == format!("w{}", k + 1) && b.name == format!("b{}", k + 1) {
+            (rows, cols)
+        } else if torch_prefix.is_some_and(|p| b.name.strip_suffix(".bias") == Some(p)) {
+            (cols, rows)
+        } else {
+            return None;
+        };
+        if b.shape.dim(0)? != d_out || sizes.last().is_some_and(|&last| last != d_in) {
+            return None;
+        }
+        if sizes.is_empty() {
+            sizes.push(d_in);
+        }
+        sizes.push(d_out);
+    }
+    Some(sizes)
+}
+
 fn shape_of(t: &TensorRecord) -> Shape {
     Shape::from_u32(t.rank as usize, t.dims).unwrap_or(Shape::SCALAR)
 }
@@ -146,6 +193,145 @@ impl PlanInfo {
             .map(|b| b.shape)
     }
 
+    /// What model the plan is, read from its bindings and its `forward` entry: lines for the
+    /// listing.
+    ///
+    /// - `model:` the forward pass's inputs and outputs, the parameters it reads (the model's
+    ///   weights, with their count of elements), the layers and activations its instructions
+    ///   speak, and for parameters named `w1, b1, …, wK, bK` whose shapes chain, the MLP's
+    ///   layer sizes;
+    /// - `training:` each other entry's inputs and outputs and how many persistent tensors it
+    ///   updates, the task (`labels`: classification, `y`: regression), and the training state
+    ///   (persistent tensors the forward pass does not read: optimizer moments, step counters,
+    ///   the dropout generator).
+    pub fn model_summary(&self) -> Vec<String> {
+        let forward = self.entries.iter().position(|e| e.name == "forward");
+        let params: Vec<&DecodedBinding> = self
+            .bindings
+            .iter()
+            .filter(|b| b.kind == BindingKind::Parameter)
+            .collect();
+        let read_by_forward = |b: &DecodedBinding| {
+            forward.and_then(|f| self.entries.get(f)).is_none_or(|e| {
+                e.instrs
+                    .iter()
+                    .any(|i| i.arg_indices().iter().any(|&a| a as usize == b.tensor))
+            })
+        };
+        let (weights, state): (Vec<&DecodedBinding>, Vec<&DecodedBinding>) =
+            params.iter().partition(|b| read_by_forward(b));
+        let elems = |bs: &[&DecodedBinding]| -> usize { bs.iter().map(|b| b.shape.elems()).sum() };
+        let named = |bs: &[&DecodedBinding]| -> String {
+            bs.iter()
+                .map(|b| format!("{} {}", b.name, b.shape))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut lines = Vec::new();
+        let mut model = String::from("model:");
+        if let Some(f) = forward {
+            model.push_str(&format!(" forward {};", self.signature(f)));
+        }
+        model.push_str(&format!(
+            " {} parameters, {} elements ({})",
+            weights.len(),
+            elems(&weights),
+            named(&weights)
+        ));
+        lines.push(model);
+        if let Some(e) = forward.and_then(|f| self.entries.get(f)) {
+            let mut ops: Vec<(&str, usize)> = Vec::new();
+            for i in &e.instrs {
+                let name = i.op.name();
+                if LAYER_OPS.contains(&name) || ACTIVATION_OPS.contains(&name) {
+                    match ops.iter_mut().find(|(n, _)| *n == name) {
+                        Some((_, k)) => *k += 1,
+                        None => ops.push((name, 1)),
+                    }
+                }
+            }
+            let mut layers = String::from("  layers: ");
+            if ops.is_empty() {
+                layers.push_str("no matmul, convolution, pooling or activation");
+            }
+            let counted: Vec<String> = ops.iter().map(|(n, k)| format!("{n} x{k}")).collect();
+            layers.push_str(&counted.join(", "));
+            let activations: Vec<&str> = ops
+                .iter()
+                .map(|(n, _)| *n)
+                .filter(|n| ACTIVATION_OPS.contains(n))
+                .collect();
+            if let Some(sizes) = mlp_sizes(&weights) {
+                let act = match activations.as_slice() {
+                    [] => "no activation".to_string(),
+                    acts => acts.join(", "),
+                };
+                let sizes: Vec<String> = sizes.iter().map(ToString::to_string).collect();
+                layers.push_str(&format!("; an MLP {} ({act})", sizes.join("-")));
+            }
+            lines.push(layers);
+        }
+        let mut training = String::from("training:");
+        for (k, e) in self.entries.iter().enumerate() {
+            if Some(k) == forward {
+                continue;
+            }
+            let updates = self
+                .bindings
+                .iter()
+                .filter(|b| b.kind == BindingKind::Update && b.entry == Some(k))
+                .count();
+            training.push_str(&format!(
+                " {} {}, updates {updates} persistent tensors;",
+                e.name,
+                self.signature(k)
+            ));
+        }
+        let takes = |name: &str| {
+            self.bindings
+                .iter()
+                .any(|b| b.kind == BindingKind::Input && b.name == name)
+        };
+        training.push_str(if takes("labels") {
+            " task: classification (integer labels)"
+        } else if takes("y") {
+            " task: regression (targets y)"
+        } else {
+            " task: as the entries say"
+        });
+        lines.push(training);
+        let names: Vec<&str> = state.iter().map(|b| b.name.as_str()).collect();
+        lines.push(if state.is_empty() {
+            "  state: none besides the parameters".to_string()
+        } else {
+            format!(
+                "  state: {} tensors, {} elements ({})",
+                state.len(),
+                elems(&state),
+                names.join(", ")
+            )
+        });
+        lines
+    }
+
+    /// Entry `entry`'s inputs and outputs: `x [32, 64], labels [32] -> loss []`.
+    fn signature(&self, entry: usize) -> String {
+        let of = |kind: BindingKind| -> String {
+            self.bindings
+                .iter()
+                .filter(|b| b.kind == kind && b.entry == Some(entry))
+                .map(|b| format!("{} {}", b.name, b.shape))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let (inputs, outputs) = (of(BindingKind::Input), of(BindingKind::Output));
+        if inputs.is_empty() && outputs.is_empty() {
+            "(no inputs or outputs)".to_string()
+        } else {
+            format!("{inputs} -> {outputs}")
+        }
+    }
+
     /// A listing: the header, each entry's instructions (index, opcode, output and argument
     /// tensors, attribute, output shape and arena offset), then the bindings.
     pub fn listing(&self) -> String {
@@ -164,6 +350,9 @@ impl PlanInfo {
             h.n_tensors,
             h.n_instrs
         );
+        for line in self.model_summary() {
+            let _ = writeln!(out, "{line}");
+        }
         for e in &self.entries {
             let _ = writeln!(
                 out,
@@ -243,5 +432,59 @@ impl PlanInfo {
             );
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn param(name: &str, dims: &[usize]) -> DecodedBinding {
+        DecodedBinding {
+            name: name.to_string(),
+            kind: BindingKind::Parameter,
+            entry: None,
+            tensor: 0,
+            shape: Shape::new(dims).unwrap(),
+        }
+    }
+
+    fn sizes(params: &[DecodedBinding]) -> Option<Vec<usize>> {
+        let refs: Vec<&DecodedBinding> = params.iter().collect();
+        mlp_sizes(&refs)
+    }
+
+    #[test]
+    fn mlp_sizes_reads_both_namings_and_refuses_the_rest() {
+        let planner = [
+            param("w1", &[64, 32]),
+            param("b1", &[32]),
+            param("w2", &[32, 10]),
+            param("b2", &[10]),
+        ];
+        assert_eq!(sizes(&planner), Some(vec![64, 32, 10]));
+        // nn.Sequential(Linear(64, 32), Tanh(), Linear(32, 10)): weights are [out, in].
+        let torch = [
+            param("0.weight", &[32, 64]),
+            param("0.bias", &[32]),
+            param("2.weight", &[10, 32]),
+            param("2.bias", &[10]),
+        ];
+        assert_eq!(sizes(&torch), Some(vec![64, 32, 10]));
+        // Shapes that do not chain, a bias of the wrong width, a missing bias, other names.
+        let unchained = [
+            param("w1", &[64, 32]),
+            param("b1", &[32]),
+            param("w2", &[16, 10]),
+            param("b2", &[10]),
+        ];
+        assert_eq!(sizes(&unchained), None);
+        assert_eq!(sizes(&[param("w1", &[4, 3]), param("b1", &[4])]), None);
+        assert_eq!(sizes(&[param("w1", &[4, 3])]), None);
+        assert_eq!(
+            sizes(&[param("conv.weight", &[8, 3]), param("fc.bias", &[8])]),
+            None
+        );
+        assert_eq!(sizes(&[]), None);
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! [`load_table`] reads a CSV (optionally gzip) into a [`Dataset`]: for classification, one
 //! target column holding integer labels or class names; for regression, `n_targets` float target
-//! columns. The target columns are chosen by 0-based index or header name
+//! columns. The target columns are chosen by column number (counting from 1) or header name
 //! ([`TableSpec::target_columns`]), by default the last ones; every other column is a feature,
 //! in file order.
 //!
@@ -47,7 +47,7 @@ pub enum Task {
 pub struct TableSpec {
     /// Classification or regression.
     pub task: Task,
-    /// The target columns, each a 0-based index or a header name; empty: the last column
+    /// The target columns, each a column number (counting from 1) or a header name; empty: the last column
     /// (classification) or the last `n_targets` columns (regression).
     pub target_columns: Vec<String>,
 }
@@ -161,11 +161,11 @@ pub fn load_table_bytes(bytes: &[u8], spec: &TableSpec) -> Result<Table, TableEr
             .into());
         }
         for &c in &feature_columns {
-            features.push(parse_feature(*row, c, &rec[c])?);
+            features.push(parse_feature(*row, c + 1, &rec[c])?);
         }
         if let Task::Regression { .. } = spec.task {
             for &c in &target_columns {
-                targets.push(parse_feature(*row, c, &rec[c])?);
+                targets.push(parse_feature(*row, c + 1, &rec[c])?);
             }
         }
     }
@@ -184,7 +184,7 @@ pub fn load_table_bytes(bytes: &[u8], spec: &TableSpec) -> Result<Table, TableEr
             if numeric {
                 let mut labels = Vec::with_capacity(rows.len());
                 for (row, rec) in &rows {
-                    labels.push(parse_label(*row, column, &field(rec), 256)?);
+                    labels.push(parse_label(*row, column + 1, &field(rec), 256)?);
                 }
                 let n_classes = labels.iter().max().map_or(0, |&m| usize::from(m) + 1);
                 let ds = Dataset::from_parts(features, labels, Vec::new(), nf, n_classes)?;
@@ -244,9 +244,9 @@ fn records(bytes: &[u8]) -> Result<Records, DataError> {
     let mut header = None;
     let mut rows = Vec::new();
     for (k, rec) in reader.records().enumerate() {
-        let rec = rec.map_err(|source| DataError::Csv {
-            row: source.position().map_or(k as u64 + 1, |p| p.line().max(1)),
-            source,
+        let rec = rec.map_err(|error| DataError::Csv {
+            row: error.position().map_or(k as u64 + 1, |p| p.line().max(1)),
+            error,
         })?;
         let row = rec.position().map_or(k as u64 + 1, |p| p.line());
         if k == 0 && rec.iter().all(|s| s.parse::<f64>().is_err()) {
@@ -278,19 +278,21 @@ fn resolve_targets(
     }
     let mut out = Vec::new();
     for sel in selectors {
+        // Column numbers count from 1, as the data errors number columns.
         let c = match sel.parse::<usize>() {
-            Ok(c) if c < width => c,
+            Ok(c) if (1..=width).contains(&c) => c - 1,
             Ok(_) => {
                 return Err(TableError::UnknownColumn {
                     selector: sel.clone(),
-                    why: format!("the rows have {width} columns (0..{})", width - 1),
+                    why: format!("the rows have {width} columns (1 to {width})"),
                 })
             }
             Err(_) => match header {
                 None => {
                     return Err(TableError::UnknownColumn {
                         selector: sel.clone(),
-                        why: "the file has no header row; give 0-based column indices".into(),
+                        why: "the file has no header row; give column numbers, counting from 1"
+                            .into(),
                     })
                 }
                 Some(h) => h.iter().position(|name| name == sel).ok_or_else(|| {
@@ -512,7 +514,7 @@ mod tests {
         let csv = b"y1,x1,x2,y2\n0.5,1,2,-1\n1.5,3,4,-2\n";
         let spec = TableSpec {
             task: Task::Regression { n_targets: 2 },
-            target_columns: vec!["y1".into(), "3".into()],
+            target_columns: vec!["y1".into(), "4".into()],
         };
         let t = load_table_bytes(csv, &spec).unwrap();
         assert_eq!(t.feature_columns, [1, 2]);
@@ -534,7 +536,8 @@ mod tests {
                 "header's columns are y1, x1, x2, y2",
             ),
             (vec!["9".to_string()], "4 columns"),
-            (vec!["0".to_string(), "0".to_string()], "twice"),
+            (vec!["0".to_string()], "1 to 4"),
+            (vec!["1".to_string(), "1".to_string()], "twice"),
         ] {
             let spec = TableSpec {
                 task: Task::Regression {
@@ -547,7 +550,7 @@ mod tests {
         }
         let spec = TableSpec {
             task: Task::Regression { n_targets: 2 },
-            target_columns: vec!["0".into()],
+            target_columns: vec!["1".into()],
         };
         let e = load_table_bytes(csv, &spec).unwrap_err().to_string();
         assert!(e.contains("y has 2 columns per row; 1 target"), "{e}");
