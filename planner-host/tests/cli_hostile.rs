@@ -141,7 +141,7 @@ fn careless_csvs_are_errors_naming_the_row_or_column() {
         (
             "nan.csv",
             "1,nan,0\n3,4,1\n",
-            "row 1, column 1: feature \"nan\" is not finite",
+            "row 1, column 2: feature \"nan\" is not finite",
         ),
         ("inf.csv", "1,-inf,0\n3,4,1\n", "is not finite"),
         (
