@@ -178,6 +178,21 @@ fn plan_model_options(args: &TrainArgs, table: &Table) -> Result<PathBuf> {
     };
     let layers = &model_args.layers;
     if !args.given_model_options.iter().any(|o| o == "--layers") {
+        let distinct: std::collections::BTreeSet<u8> = d.labels.iter().copied().collect();
+        if d.n_targets() == 0 && distinct.len() < 2 {
+            // Cross-entropy over one class is 0 whatever the weights: nothing would be learned
+            // while the run reported a loss of 0 and an accuracy of 1.
+            bail!(
+                "every label of the data is the same class ({}): a classifier needs at least two classes (is --target-columns the label column?)",
+                distinct
+                    .first()
+                    .map(|&l| match &table.class_names {
+                        Some(n) => n.get(usize::from(l)).cloned().unwrap_or_default(),
+                        None => l.to_string(),
+                    })
+                    .unwrap_or_default()
+            );
+        }
         let mut inferred = vec![d.n_features()];
         inferred.extend_from_slice(&layers[1..layers.len() - 1]);
         inferred.push(d_out);
@@ -245,6 +260,23 @@ const STANDARDIZE_SUFFIX: &str = ".standardize.json";
 /// outputs (checked before the first epoch), an epoch in which the guard refused every step,
 /// and a non-finite loss of a plan that writes its updates in place.
 pub fn train(args: TrainArgs) -> Result<ExitCode> {
+    // The options that need no data, checked before a plan is written (`--force` would
+    // otherwise replace model.plan and then fail).
+    if !(0.0..1.0).contains(&args.val_fraction) {
+        bail!("--val-fraction must be in [0, 1)");
+    }
+    if args
+        .train_fraction
+        .is_some_and(|f| !(0.0..=1.0).contains(&f))
+    {
+        bail!("--train-fraction must be in [0, 1]");
+    }
+    if !args.scale.is_finite() {
+        bail!("--scale must be finite");
+    }
+    if args.epochs == 0 {
+        bail!("--epochs must be at least 1");
+    }
     let (plan, table) = match &args.plan {
         Some(p) => {
             planning_options_need_no_plan(&args.model, p)?;
@@ -270,6 +302,19 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
                 }
             };
             let table = load_data(args.data.as_deref(), &task, &args.target_columns)?;
+            let (n_train, n_val) = split_rows(
+                table.dataset.len(),
+                args.train_fraction,
+                args.data.is_some(),
+                args.val_fraction,
+            );
+            if n_train - n_val < args.model.batch {
+                bail!(
+                    "the training split would have {} rows, fewer than one batch of {}",
+                    n_train - n_val,
+                    args.model.batch
+                );
+            }
             (plan_model_options(&args, &table)?, table)
         }
     };
@@ -337,9 +382,6 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
 
     let mut dataset = dataset;
     if scale != 1.0 {
-        if !scale.is_finite() {
-            bail!("--scale must be finite");
-        }
         for v in &mut dataset.features {
             *v *= scale;
         }
@@ -354,20 +396,14 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
             );
         }
     }
-    let n_train = match (train_fraction, &data_path) {
-        (Some(f), _) if !(0.0..=1.0).contains(&f) => {
-            bail!("--train-fraction must be in [0, 1]")
-        }
-        (Some(f), _) => ((dataset.len() as f64) * f).round() as usize,
-        (None, None) => data::DIGITS_TRAIN_ROWS,
-        (None, Some(_)) => ((dataset.len() as f64) * 0.8).round() as usize,
-    };
+    let (n_train, n_val) = split_rows(
+        dataset.len(),
+        train_fraction,
+        data_path.is_some(),
+        val_fraction,
+    );
     let (train, mut test) = dataset.split_seeded(split_seed, n_train);
-    if !(0.0..1.0).contains(&val_fraction) {
-        bail!("--val-fraction must be in [0, 1)");
-    }
     // The validation rows: the last of the (shuffled) training split.
-    let n_val = ((train.len() as f64) * val_fraction).round() as usize;
     let (mut train, mut val) = train.split_at(train.len() - n_val);
     if train.len() < batch {
         bail!(
@@ -394,9 +430,13 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
     {
         exchange::check_writable(out)?;
     }
-    if epochs == 0 {
-        bail!("--epochs must be at least 1");
-    }
+    // The starting point, before any file beside the plan is written: a bad --init or
+    // --resume leaves the standardization and class names of an earlier run as they were.
+    initial_parameters(&mut model, init.as_deref(), seed, outputs.resume.is_some())?;
+    let start_epoch = match &outputs.resume {
+        Some(path) => resume(&mut model, path, &plan)?,
+        None => 0,
+    };
     if standardize {
         let s = Standardizer::fit(&train);
         for set in [&mut train, &mut val, &mut test] {
@@ -418,11 +458,6 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
             classes_path.display()
         );
     }
-    initial_parameters(&mut model, init.as_deref(), seed, outputs.resume.is_some())?;
-    let start_epoch = match &outputs.resume {
-        Some(path) => resume(&mut model, path, &plan)?,
-        None => 0,
-    };
     if start_epoch >= epochs {
         println!(
             "the checkpoint has completed {start_epoch} epochs; --epochs {epochs} is the total, so nothing is left to train"
@@ -504,6 +539,25 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
         (d_in, batch),
     )?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The training split's rows and, of them, the validation rows for a data set of `len` rows:
+/// `--train-fraction` of them (default: the digits' training split, or 80 % of a CSV's rows),
+/// then `--val-fraction` of those (both checked in range before).
+fn split_rows(
+    len: usize,
+    train_fraction: Option<f64>,
+    data_given: bool,
+    val_fraction: f64,
+) -> (usize, usize) {
+    let n_train = match (train_fraction, data_given) {
+        (Some(f), _) => ((len as f64) * f).round() as usize,
+        (None, false) => data::DIGITS_TRAIN_ROWS,
+        (None, true) => ((len as f64) * 0.8).round() as usize,
+    }
+    .min(len);
+    let n_val = ((n_train as f64) * val_fraction).round() as usize;
+    (n_train, n_val.min(n_train))
 }
 
 /// Loads the initial model tensors: from `--init`, else the MLP's Glorot initialization, else

@@ -581,11 +581,31 @@ pub(crate) fn decompress_if_gzip(bytes: &[u8]) -> Result<Cow<'_, [u8]>, DataErro
     if !bytes.starts_with(&GZIP_MAGIC) {
         return Ok(Cow::Borrowed(bytes));
     }
+    decompress_capped(bytes, MAX_DECOMPRESSED_BYTES).map(Cow::Owned)
+}
+
+/// The most bytes a gzip CSV may decompress to (1 GiB): a few kilobytes of gzip can expand to
+/// gigabytes (a "gzip bomb"), and the table is read whole.
+pub(crate) const MAX_DECOMPRESSED_BYTES: u64 = 1 << 30;
+
+/// Decompresses `bytes` (gzip, possibly several members), refusing output over `limit` bytes.
+fn decompress_capped(bytes: &[u8], limit: u64) -> Result<Vec<u8>, DataError> {
     let mut out = Vec::new();
     flate2::read::MultiGzDecoder::new(bytes)
+        .take(limit.saturating_add(1))
         .read_to_end(&mut out)
         .map_err(|source| DataError::Gzip { source })?;
-    Ok(Cow::Owned(out))
+    if out.len() as u64 > limit {
+        return Err(DataError::Gzip {
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "it decompresses to over {limit} bytes, more than a CSV read whole may take"
+                ),
+            ),
+        });
+    }
+    Ok(out)
 }
 
 /// Calls `f(row, record)` for every CSV record of `text`, checking each has `width` columns;
@@ -983,6 +1003,22 @@ mod tests {
         px[0] = "1.5";
         let err = load_digits_bytes(row_text(&px, "0").as_bytes()).unwrap_err();
         assert!(matches!(err, DataError::NotANumber { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_gzip_stream_that_expands_past_the_cap_is_refused() {
+        // 64 KiB of one byte compresses to a few hundred: over a 4 KiB cap, an error naming
+        // the cap; at the cap's size exactly, the bytes.
+        let big = vec![b'1'; 64 << 10];
+        let gz = gzip(&big);
+        assert!(gz.len() < 1024);
+        match decompress_capped(&gz, 4096) {
+            Err(DataError::Gzip { source }) => {
+                assert!(source.to_string().contains("over 4096 bytes"), "{source}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(decompress_capped(&gz, 64 << 10).unwrap(), big);
     }
 
     #[test]

@@ -426,6 +426,24 @@ pub fn trainable_subset(
     Ok(flags)
 }
 
+/// Checks that the plan's names (inputs, the loss's target, parameters and buffers, optimizer
+/// and generator state) are distinct: a model may name a tensor as the job names its own
+/// (`opt.step`, `<name>.m`, `labels`), and a plan with one name twice is refused by every
+/// runtime, so the job refuses it first.
+fn distinct_names<'a>(names: impl Iterator<Item = &'a str>) -> Result<(), JobError> {
+    let mut seen = std::collections::BTreeSet::new();
+    for n in names {
+        if !seen.insert(n) {
+            return Err(JobError::Invalid(format!(
+                "the name {n:?} is taken twice in the plan (the model's inputs, parameters and \
+                 buffers, the loss's target and the optimizer's state must have distinct names): \
+                 rename the model's tensor"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Records the model's leaves, forward, loss, gradient and update, and plans the entries.
 fn record_and_plan(b: &JobBuilder<'_>) -> Result<TrainingJob, JobError> {
     let (model, batch, options) = (b.model, b.batch, b.options);
@@ -516,6 +534,27 @@ fn record_and_plan(b: &JobBuilder<'_>) -> Result<TrainingJob, JobError> {
             init: 0.0,
         });
     }
+    if let Some(s) = state_specs
+        .iter()
+        .find(|s| tapeplan_core::format::encode_name(&s.name).is_none())
+    {
+        return Err(JobError::Invalid(format!(
+            "the {} optimizer's state {:?} does not fit the plan format's names (1 to {} bytes): \
+             its parameter's name is too long for this optimizer (shorten it, or train it with \
+             plain SGD, which keeps no state)",
+            b.optimizer.name(),
+            s.name,
+            tapeplan_core::format::NAME_BYTES
+        )));
+    }
+    distinct_names(
+        input_specs
+            .iter()
+            .map(|s| s.name.as_str())
+            .chain([loss.target_name()])
+            .chain(parameters.iter().map(|s| s.name.as_str()))
+            .chain(state_specs.iter().map(|s| s.name.as_str())),
+    )?;
     let state: Vec<NodeId> = state_specs
         .iter()
         .map(|s| tape.parameter(&s.name, s.shape))

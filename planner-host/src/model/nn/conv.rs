@@ -3,8 +3,8 @@
 use tapeplan_core::{ConvAttr, NodeId, Recordable, Trace};
 
 use super::{
-    conv_u32, expect_rank, leaf, param, uniform_fan_in, window_extent, Layer, LayerCx, LayerOutput,
-    LayerParam,
+    checked_elems, conv_u32, expect_rank, leaf, param, uniform_fan_in, window_extent, Layer,
+    LayerCx, LayerOutput, LayerParam,
 };
 use crate::model::graph::ModelError;
 use crate::protocol::SplitMix64;
@@ -88,7 +88,7 @@ impl ConvSpec {
         self.output_shape(input)?;
         let fan_in = self.in_channels / self.groups * self.kernel_elems();
         let w = self.weight_shape();
-        let n: usize = w.iter().product();
+        let n = checked_elems(&w)?;
         let mut out = vec![param("weight", w, uniform_fan_in(n, fan_in, rng))];
         if self.has_bias {
             out.push(param(

@@ -2,7 +2,7 @@
 
 use tapeplan_core::{NodeId, Recordable, Trace};
 
-use super::{leaf, param, standard_normal, Layer, LayerCx, LayerOutput, LayerParam};
+use super::{checked_elems, leaf, param, standard_normal, Layer, LayerCx, LayerOutput, LayerParam};
 use crate::model::graph::ModelError;
 use crate::protocol::SplitMix64;
 
@@ -52,11 +52,8 @@ impl Layer for Embedding {
     fn parameters(&self, input: &[usize], rng: &mut SplitMix64) -> Result<Vec<LayerParam>, String> {
         self.output_shape(input)?;
         let (v, d) = (self.num_embeddings, self.embedding_dim);
-        Ok(vec![param(
-            "weight",
-            vec![v, d],
-            standard_normal(v * d, rng),
-        )])
+        let n = checked_elems(&[v, d])?;
+        Ok(vec![param("weight", vec![v, d], standard_normal(n, rng))])
     }
 
     fn forward(

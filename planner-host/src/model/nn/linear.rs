@@ -2,7 +2,9 @@
 
 use tapeplan_core::{NodeId, Recordable, Shape, Trace};
 
-use super::{leaf, param, shape_dims, uniform_fan_in, Layer, LayerCx, LayerOutput, LayerParam};
+use super::{
+    checked_elems, leaf, param, shape_dims, uniform_fan_in, Layer, LayerCx, LayerOutput, LayerParam,
+};
 use crate::model::graph::ModelError;
 use crate::protocol::SplitMix64;
 
@@ -63,7 +65,8 @@ impl Layer for Linear {
     fn parameters(&self, input: &[usize], rng: &mut SplitMix64) -> Result<Vec<LayerParam>, String> {
         self.output_shape(input)?;
         let (i, o) = (self.in_features, self.out_features);
-        let mut out = vec![param("weight", vec![o, i], uniform_fan_in(o * i, i, rng))];
+        let n = checked_elems(&[o, i])?;
+        let mut out = vec![param("weight", vec![o, i], uniform_fan_in(n, i, rng))];
         if self.has_bias {
             out.push(param("bias", vec![o], uniform_fan_in(o, i, rng)));
         }

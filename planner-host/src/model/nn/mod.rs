@@ -483,6 +483,30 @@ fn leaf(params: &[NodeId], i: usize, layer: &str) -> Result<NodeId, ModelError> 
     })
 }
 
+/// The element count of a persistent tensor of extents `dims`, checked before its initial
+/// value is drawn: every extent at least 1 (a zero-width layer has nothing to train and the
+/// plan format holds no empty tensor) and at most [`tapeplan_core::MAX_TENSOR_ELEMS`] elements
+/// in all, so that a hostile width is an error and not an allocation of terabytes.
+///
+/// # Errors
+/// A message naming the extents and the bound.
+fn checked_elems(dims: &[usize]) -> Result<usize, String> {
+    if dims.contains(&0) {
+        return Err(format!(
+            "a persistent tensor of extents {dims:?} is empty: every width must be at least 1"
+        ));
+    }
+    dims.iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .filter(|&n| n <= tapeplan_core::MAX_TENSOR_ELEMS)
+        .ok_or_else(|| {
+            format!(
+                "a persistent tensor of extents {dims:?} exceeds {} elements",
+                tapeplan_core::MAX_TENSOR_ELEMS
+            )
+        })
+}
+
 /// A parameter of `shape` with `init`.
 fn param(name: &str, shape: Vec<usize>, init: Vec<f32>) -> LayerParam {
     LayerParam {

@@ -2,7 +2,9 @@
 
 use tapeplan_core::{NodeId, Recordable, RunningStats, Shape, Trace};
 
-use super::{buffer, expect_rank, leaf, param, Layer, LayerCx, LayerOutput, LayerParam};
+use super::{
+    buffer, checked_elems, expect_rank, leaf, param, Layer, LayerCx, LayerOutput, LayerParam,
+};
 use crate::model::graph::{Mode, ModelError};
 use crate::protocol::SplitMix64;
 
@@ -153,6 +155,7 @@ macro_rules! batch_norm_layer {
                 _rng: &mut SplitMix64,
             ) -> Result<Vec<LayerParam>, String> {
                 self.output_shape(input)?;
+                checked_elems(&[self.0.num_features])?;
                 Ok(self.0.parameters())
             }
 
@@ -251,7 +254,7 @@ impl Layer for LayerNorm {
         if !self.affine {
             return Ok(Vec::new());
         }
-        let n = self.normalized_shape.iter().product();
+        let n = checked_elems(&self.normalized_shape)?;
         Ok(vec![
             param("weight", self.normalized_shape.clone(), vec![1.0; n]),
             param("bias", self.normalized_shape.clone(), vec![0.0; n]),

@@ -410,7 +410,7 @@ impl Translator {
                 node: format!("graph input {name:?}"),
                 op: "input".into(),
                 what: why,
-                supported: format!("ranks up to {MAX_RANK}"),
+                supported: shapes_supported(),
             })?;
             self.slots.insert(
                 name.to_owned(),
@@ -469,7 +469,7 @@ impl Translator {
                     node: user.to_owned(),
                     op: "value".into(),
                     what: format!("{name:?}: {why}"),
-                    supported: format!("ranks up to {MAX_RANK}"),
+                    supported: shapes_supported(),
                 })?;
                 (shape, data.to_f32())
             }
@@ -552,17 +552,20 @@ impl Translator {
 /// A shape from extents, or why it is outside the vocabulary.
 pub fn shape_of(dims: &[usize]) -> Result<Shape, String> {
     if dims.len() > MAX_RANK {
-        return Err(format!(
-            "rank {} (extents {dims:?}) exceeds the vocabulary's maximum rank {MAX_RANK}",
-            dims.len()
-        ));
+        return Err(format!("rank {} (extents {dims:?})", dims.len()));
     }
     if dims.contains(&0) {
-        return Err(format!(
-            "extents {dims:?}: zero-extent tensors are not planned"
-        ));
+        return Err(format!("a zero extent (extents {dims:?})"));
     }
-    Shape::new(dims).map_err(|e| format!("extents {dims:?}: {e}"))
+    Shape::new(dims).map_err(|e| format!("extents {dims:?} ({e})"))
+}
+
+/// What [`shape_of`] takes, for its errors' `supported` part.
+fn shapes_supported() -> String {
+    format!(
+        "ranks up to {MAX_RANK}, extents of at least 1, at most {} elements",
+        tapeplan_core::MAX_TENSOR_ELEMS
+    )
 }
 
 /// NumPy's (ONNX's multidirectional) broadcast of two shapes.
@@ -1036,9 +1039,7 @@ impl NodeCx<'_> {
     /// # Errors
     /// Ranks above the vocabulary's maximum, zero extents.
     pub fn shape_from(&self, dims: &[usize]) -> Result<Shape, OnnxError> {
-        shape_of(dims).map_err(|why| {
-            self.unsupported(why, format!("ranks up to {MAX_RANK}, no zero extents"))
-        })
+        shape_of(dims).map_err(|why| self.unsupported(why, shapes_supported()))
     }
 }
 
