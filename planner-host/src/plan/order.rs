@@ -45,8 +45,7 @@ pub const PULLED_ELEMS: usize = 64;
 /// arguments are computed and whose parameter (for an update in place) is read by nothing
 /// unscheduled outside the tail is scheduled, in tape order; a tail that waits only for small
 /// values that do not depend on the inputs (at most [`PULLED_ELEMS`] elements each) pulls them
-/// in first. What
-/// remains keeps the tape's order.
+/// in first. What remains keeps the tape's order.
 pub fn order(tape: &Tape, live: &[bool], roots: &EntryRoots) -> Vec<usize> {
     let nodes = tape.nodes();
     let n = tape.len();
