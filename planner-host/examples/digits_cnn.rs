@@ -21,7 +21,9 @@
 
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+mod support;
+
+use anyhow::{Context, Result};
 use tapeplan_planner::exec::oracle::Oracle;
 use tapeplan_planner::exec::runtime::RuntimeModel;
 use tapeplan_planner::exec::training::EpochOrder;
@@ -98,27 +100,18 @@ fn main() -> Result<()> {
         let mut total = 0.0f64;
         let batches = set.len() / BATCH;
         for b in 0..batches {
-            let (x, labels) = batch_rows(&set, b * BATCH, BATCH);
+            let (x, labels) = support::batch_rows(&set, b * BATCH, BATCH);
             let loss_rt = rt.train_step(&x, &labels)?;
             let loss_or = oracle.step(&x, &labels)?;
             steps += 1;
-            if loss_rt.to_bits() != loss_or.to_bits() {
-                bail!("step {steps}: loss {loss_rt} (runtime) != {loss_or} (oracle)");
-            }
-            for (name, value) in names
-                .iter()
-                .zip(&oracle.params)
-                .chain(state_names.iter().zip(&oracle.state))
-            {
-                let got = rt.parameter(name)?;
-                if got
-                    .iter()
-                    .zip(&value.data)
-                    .any(|(a, b)| a.to_bits() != b.to_bits())
-                {
-                    bail!("step {steps}: {name} differs between the runtime and the oracle");
-                }
-            }
+            support::check_step(
+                &mut rt,
+                &oracle,
+                &names,
+                &state_names,
+                steps,
+                (loss_rt, loss_or),
+            )?;
             checked += 1;
             total += f64::from(loss_rt);
         }
@@ -161,16 +154,4 @@ fn main() -> Result<()> {
         digest_f32(&params)
     );
     Ok(())
-}
-
-/// Rows `start .. start + n` of `set` (features and labels as `f32`).
-fn batch_rows(set: &Dataset, start: usize, n: usize) -> (Vec<f32>, Vec<f32>) {
-    let mut x = Vec::with_capacity(n * set.n_features());
-    let mut labels = Vec::with_capacity(n);
-    for i in start..start + n {
-        let (row, label) = set.row(i);
-        x.extend_from_slice(row);
-        labels.push(f32::from(label));
-    }
-    (x, labels)
 }

@@ -29,10 +29,12 @@
 use std::path::Path;
 use std::time::Instant;
 
+mod support;
+
 use anyhow::{bail, Context, Result};
 use tapeplan_planner::exec::oracle::Oracle;
 use tapeplan_planner::exec::runtime::RuntimeModel;
-use tapeplan_planner::io::data::{load_csv, Dataset};
+use tapeplan_planner::io::data::load_csv;
 use tapeplan_planner::model::nn::Sequential;
 use tapeplan_planner::model::optim::Optimizer;
 use tapeplan_planner::model::run::mnist1d_cnn;
@@ -99,26 +101,17 @@ fn main() -> Result<()> {
     let mut checked = 0usize;
     for step in 0..steps {
         let start = (step * BATCH) % train.len();
-        let (x, labels) = batch_rows(&train, start, BATCH);
+        let (x, labels) = support::batch_rows(&train, start, BATCH);
         let loss_rt = rt.train_step(&x, &labels)?;
         let loss_or = oracle.step(&x, &labels)?;
-        if loss_rt.to_bits() != loss_or.to_bits() {
-            bail!("step {step}: loss {loss_rt} (runtime) != {loss_or} (oracle)");
-        }
-        for (name, value) in names
-            .iter()
-            .zip(&oracle.params)
-            .chain(state_names.iter().zip(&oracle.state))
-        {
-            let got = rt.parameter(name)?;
-            if got
-                .iter()
-                .zip(&value.data)
-                .any(|(a, b)| a.to_bits() != b.to_bits())
-            {
-                bail!("step {step}: {name} differs between the runtime and the oracle");
-            }
-        }
+        support::check_step(
+            &mut rt,
+            &oracle,
+            &names,
+            &state_names,
+            step,
+            (loss_rt, loss_or),
+        )?;
         checked += 1;
         if (step + 1) % 500 == 0 || step + 1 == steps {
             println!(
@@ -154,16 +147,4 @@ fn main() -> Result<()> {
         digest_f32(&params)
     );
     Ok(())
-}
-
-/// Rows `start .. start + n` of `set` (features and labels as `f32`).
-fn batch_rows(set: &Dataset, start: usize, n: usize) -> (Vec<f32>, Vec<f32>) {
-    let mut x = Vec::with_capacity(n * set.n_features());
-    let mut labels = Vec::with_capacity(n);
-    for i in start..start + n {
-        let (row, label) = set.row(i);
-        x.extend_from_slice(row);
-        labels.push(f32::from(label));
-    }
-    (x, labels)
 }
