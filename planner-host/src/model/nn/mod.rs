@@ -30,6 +30,10 @@
 //!
 //! Initialization draws one stream, seeded by [`Sequential::seed`], in parameter order then
 //! row-major order, so a model and a seed fix every initial value.
+//!
+//! A `state_dict` key longer than the plan format's 24 bytes (`features.10.block.0.weight`)
+//! takes its shortened plan name ([`crate::model::names::plan_name`]); [`Sequential::names`]
+//! maps the keys to the plan names.
 
 mod activation;
 mod conv;

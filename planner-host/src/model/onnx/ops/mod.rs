@@ -4,9 +4,9 @@
 //! `docs/onnx.md` lists the same rows.
 
 //!
-//! The rows' translations live in one module per operator family: [`graph`] (constants, shapes,
-//! casts), [`elementwise`], [`matmul`], [`layout`] (transposes, reshapes, slices, gathers),
-//! [`reduce`] (reductions, softmax, arg max), [`conv`] (convolution and pooling) and [`norm`]
+//! The rows' translations live in one private module per operator family: `graph` (constants,
+//! shapes, casts), `elementwise`, `matmul`, `layout` (transposes, reshapes, slices, gathers),
+//! `reduce` (reductions, softmax, arg max), `conv` (convolution and pooling) and `norm`
 //! (normalizations).
 
 mod conv;
