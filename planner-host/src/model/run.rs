@@ -14,7 +14,7 @@
 //! `model=mnist1d_cnn` names MNIST-1D's CNN instead of an MLP ([`mnist1d_cnn`]: the paper's
 //! `ConvBase`, built with the layer API, initialized as PyTorch does from the run's `seed`); it
 //! needs `activation=relu` (its activation), `loss=ce` and `data=mnist1d`. `data=mnist1d` is the
-//! bundled MNIST-1D set (`data/mnist1d.csv.gz`, [`MNIST1D_FILE`]); its training split is rows
+//! bundled MNIST-1D set (`data/mnist1d.csv.gz`, embedded: [`data::mnist1d`]); its training split is rows
 //! `0..4000` of the file in order (the paper's split, as `examples/mnist1d.rs` takes it), so
 //! `split_seed` must be 0; the run's training set is the first `samples` rows of that split, visited
 //! in the epoch order below like every run. A device stores the features as `f32`; the data
@@ -87,15 +87,12 @@ pub enum RunConfigError {
 }
 
 /// Samples per MNIST-1D signal (the CNN's input length).
-pub const MNIST1D_LENGTH: usize = 40;
+pub const MNIST1D_LENGTH: usize = data::MNIST1D_FEATURES;
 /// MNIST-1D's classes.
 pub const MNIST1D_CLASSES: usize = 10;
 /// Rows of MNIST-1D's training split (rows `0..4000` of the file; the other 1000 are the test
 /// split).
 pub const MNIST1D_TRAIN_ROWS: usize = 4000;
-/// The bundled MNIST-1D set (`data/README.md`: how it was generated, its license), read when a
-/// run names `data=mnist1d`.
-pub const MNIST1D_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../data/mnist1d.csv.gz");
 
 /// MNIST-1D's CNN (Greydanus, "Scaling Down Deep Learning", 2020; its repository's `ConvBase`)
 /// in the layer API: three `Conv1d` with 25 channels (kernel 5, then 3 and 3; stride 2,
@@ -132,7 +129,7 @@ pub enum RunModel {
 pub enum RunData {
     /// The bundled digits set (`data=digits`, the default).
     Digits,
-    /// The bundled MNIST-1D set (`data=mnist1d`, [`MNIST1D_FILE`]).
+    /// The bundled MNIST-1D set (`data=mnist1d`, [`data::mnist1d`]).
     Mnist1d,
     /// A CSV file (`data=PATH data_digest=HEX`).
     Csv {
@@ -690,10 +687,10 @@ impl RunConfig {
         let (all, n_train) = match &self.data {
             RunData::Digits => (data::digits()?, data::DIGITS_TRAIN_ROWS),
             RunData::Mnist1d => {
-                let all = data::load_csv(std::path::Path::new(MNIST1D_FILE), MNIST1D_LENGTH)?;
+                let all = data::mnist1d()?;
                 if all.len() < MNIST1D_TRAIN_ROWS {
                     return Err(config_err(format!(
-                        "{MNIST1D_FILE} holds {} rows, fewer than MNIST-1D's {MNIST1D_TRAIN_ROWS} training rows",
+                        "the bundled MNIST-1D set holds {} rows, fewer than its {MNIST1D_TRAIN_ROWS} training rows",
                         all.len()
                     )));
                 }
@@ -828,7 +825,7 @@ pub(crate) mod tests {
         // The training set: the file's first rows, in order, 40 features each.
         let train = c.training_set().unwrap();
         assert_eq!((train.len(), train.n_features()), (40, 40));
-        let all = data::load_csv(std::path::Path::new(MNIST1D_FILE), 40).unwrap();
+        let all = data::mnist1d().unwrap();
         assert_eq!(train.row(39), all.row(39));
         for (bad, what) in [
             (
