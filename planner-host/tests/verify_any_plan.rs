@@ -212,6 +212,42 @@ fn plan_runs_refuse_what_the_plan_fixes_and_name_what_is_missing() {
         .unwrap();
     let line = write_run(&dir, "lin.plan", &job, 4, 3);
     assert!(RunConfig::parse(&line).is_ok());
+    // `tapeplan digest` prints each file's key and digest as the description pins it.
+    let out = ok(
+        &dir,
+        &[
+            "digest",
+            "lin.plan",
+            "lin.plan.csv",
+            "lin.plan.init.safetensors",
+        ],
+    );
+    let bytes = job.schedule.to_bytes();
+    let id = tapeplan_runtime::Plan::parse(&bytes).unwrap().plan_id();
+    // FNV-1a 64 from its definition (offset basis 0xcbf29ce484222325, prime 0x100000001b3).
+    let fnv = |p: &str| {
+        std::fs::read(dir.join(p))
+            .unwrap()
+            .iter()
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+            })
+    };
+    assert_eq!(
+        out,
+        format!(
+            "plan=lin.plan plan_digest={:016x}  # plan id {id:08x}\n\
+             data=lin.plan.csv data_digest={:016x}\n\
+             init=lin.plan.init.safetensors init_digest={:016x}\n",
+            fnv("lin.plan"),
+            fnv("lin.plan.csv"),
+            fnv("lin.plan.init.safetensors")
+        )
+    );
+    for key in ["plan_digest", "data_digest"] {
+        let pinned = line.split(' ').find(|t| t.starts_with(key)).unwrap();
+        assert!(out.contains(pinned), "{out} lacks {pinned}");
+    }
     let e = |text: &str| RunConfig::parse(text).unwrap_err().to_string();
     let msg = e(&format!("{line} lr=0.1"));
     assert!(msg.contains("lr= is fixed by the plan"), "{msg}");

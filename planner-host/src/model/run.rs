@@ -323,19 +323,63 @@ impl PlanIo {
     }
 }
 
-/// FNV-1a 64 of a file's bytes, as the run's `data_digest` and `init_digest` name it.
-fn file_digest(path: &str) -> Result<(Vec<u8>, u64), RunConfigError> {
+/// FNV-1a 64 of a file's bytes, as a run description's `plan_digest`, `data_digest` and
+/// `init_digest` name it.
+pub fn file_digest(bytes: &[u8]) -> u64 {
+    data_digest(bytes, &[])
+}
+
+/// What a file a run description names is, by its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileKind {
+    /// A plan the runtime accepts (`plan=`).
+    Plan {
+        /// Its id.
+        plan_id: u32,
+    },
+    /// A safetensors file (`init=`).
+    Safetensors,
+    /// Anything else: a data table (`data=`).
+    Data,
+}
+
+impl FileKind {
+    /// The kind of `bytes`.
+    pub fn of(bytes: &[u8]) -> FileKind {
+        if let Ok(plan) = tapeplan_runtime::Plan::parse(bytes) {
+            FileKind::Plan {
+                plan_id: plan.plan_id(),
+            }
+        } else if safetensors::SafeTensors::deserialize(bytes).is_ok() {
+            FileKind::Safetensors
+        } else {
+            FileKind::Data
+        }
+    }
+
+    /// The run description's key for such a file: `plan`, `init` or `data`.
+    pub fn key(self) -> &'static str {
+        match self {
+            FileKind::Plan { .. } => "plan",
+            FileKind::Safetensors => "init",
+            FileKind::Data => "data",
+        }
+    }
+}
+
+/// The bytes of `path` and their [`file_digest`].
+fn read_with_digest(path: &str) -> Result<(Vec<u8>, u64), RunConfigError> {
     let bytes = std::fs::read(path).map_err(|e| RunConfigError::File {
         path: path.to_owned(),
         message: e.to_string(),
     })?;
-    let digest = data_digest(&bytes, &[]);
+    let digest = file_digest(&bytes);
     Ok((bytes, digest))
 }
 
 /// The bytes of `path` after checking their digest against `expected` (the `key` of the run).
 fn checked_file(path: &str, expected: u64, key: &str) -> Result<Vec<u8>, RunConfigError> {
-    let (bytes, digest) = file_digest(path)?;
+    let (bytes, digest) = read_with_digest(path)?;
     if digest != expected {
         return Err(RunConfigError::File {
             path: path.to_owned(),
