@@ -290,3 +290,98 @@ fn plan_runs_refuse_what_the_plan_fixes_and_name_what_is_missing() {
     let e = verify(&Transcript::parse(&text).unwrap(), Some(&longer)).unwrap_err();
     assert!(matches!(e, VerifyError::Mismatch(_)), "{e}");
 }
+
+#[test]
+fn train_picks_up_the_init_beside_the_plan_and_writes_the_run_it_did() {
+    let dir = scratch_dir("train-write-run");
+    let model = Sequential::new(&[2, 16])
+        .push(Conv1d::new(2, 4, 3).padding(1))
+        .push(ReLU)
+        .push(Flatten)
+        .push(Linear::new(64, 5))
+        .seed(4);
+    let job = TrainingJob::for_model(&model)
+        .loss(Loss::SoftmaxCrossEntropy)
+        .optimizer(Optimizer::adam(0.01))
+        .batch(8)
+        .build()
+        .unwrap();
+    write_run(&dir, "seq.plan", &job, 32, 5);
+    // Absolute paths: the description names them as given, and this test reads it from
+    // another folder.
+    let abs = |name: &str| dir.join(name).display().to_string();
+    let args = [
+        "train",
+        &abs("seq.plan"),
+        "--data",
+        &abs("seq.plan.csv"),
+        "--epochs",
+        "3",
+        "--seed",
+        "5",
+        "--split-seed",
+        "3",
+        "--write-run",
+        "seq.run",
+        "--save-params",
+        "trained.safetensors",
+    ];
+    let out = ok(&dir, &args);
+    assert!(
+        out.contains(&format!(
+            "initial parameters: {}",
+            abs("seq.plan.init.safetensors")
+        )) && out.contains("(found beside the plan; --init FILE names another file)"),
+        "{out}"
+    );
+    let line = std::fs::read_to_string(dir.join("seq.run")).unwrap();
+    let cfg = RunConfig::parse(&line).unwrap();
+    assert!(
+        line.starts_with(&format!("plan={} plan_digest=", abs("seq.plan")))
+            && line.contains(" seed=5 split_seed=3 samples=32 epochs=3 data=")
+            && line.contains(&format!(
+                " init={} init_digest=",
+                abs("seq.plan.init.safetensors")
+            )),
+        "{line}"
+    );
+    assert_eq!(cfg.total_steps(), 12);
+    // The runtime replaying the description ends where `train` ended, bit for bit, and the
+    // reference-kernel replay agrees step for step.
+    let text = runtime_transcript(&cfg, "host runtime").unwrap();
+    let t = Transcript::parse(&text).unwrap();
+    assert!(verify(&t, Some(&cfg)).unwrap().passed());
+    let saved = std::fs::read(dir.join("trained.safetensors")).unwrap();
+    let saved = safetensors::SafeTensors::deserialize(&saved).unwrap();
+    for name in ["0.weight", "0.bias", "3.weight", "3.bias"] {
+        let view = saved.tensor(name).unwrap();
+        let values: Vec<f32> = view
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        let bits: Vec<u32> = values.iter().map(|v| v.to_bits()).collect();
+        let device: Vec<u32> = param(&t, name).iter().map(|v| v.to_bits()).collect();
+        assert_eq!(bits, device, "{name}");
+    }
+    // What a description cannot say is refused before training.
+    let out = tapeplan(
+        &dir,
+        &[
+            "train",
+            "seq.plan",
+            "--data",
+            "seq.plan.csv",
+            "--scale",
+            "2",
+            "--write-run",
+            "x.run",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("a run description cannot say --scale"),
+        "{stderr}"
+    );
+}
