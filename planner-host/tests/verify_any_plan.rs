@@ -133,6 +133,17 @@ fn check_run(line: &str, batch: usize, frozen: &[&str], trained: &str, init: &[P
     text
 }
 
+/// A small 1-D CNN from the layer API: `[2, 16]` in, 5 classes out (`0.*` the convolution,
+/// `3.*` the head).
+fn small_cnn(seed: u64) -> Sequential {
+    Sequential::new(&[2, 16])
+        .push(Conv1d::new(2, 4, 3).padding(1))
+        .push(ReLU)
+        .push(Flatten)
+        .push(Linear::new(64, 5))
+        .seed(seed)
+}
+
 fn init_of(job: &TrainingJob) -> Vec<Param> {
     job.parameters
         .iter()
@@ -180,12 +191,7 @@ fn an_onnx_cnn_with_a_frozen_backbone_under_adam_verifies_step_for_step() {
 #[test]
 fn a_sequential_under_momentum_verifies_step_for_step() {
     let dir = scratch_dir("verify-seq-plan");
-    let model = Sequential::new(&[2, 16])
-        .push(Conv1d::new(2, 4, 3).padding(1))
-        .push(ReLU)
-        .push(Flatten)
-        .push(Linear::new(64, 5))
-        .seed(9);
+    let model = small_cnn(9);
     let job = TrainingJob::for_model(&model)
         .loss(Loss::SoftmaxCrossEntropy)
         .optimizer(Optimizer::Momentum {
@@ -294,12 +300,7 @@ fn plan_runs_refuse_what_the_plan_fixes_and_name_what_is_missing() {
 #[test]
 fn train_picks_up_the_init_beside_the_plan_and_writes_the_run_it_did() {
     let dir = scratch_dir("train-write-run");
-    let model = Sequential::new(&[2, 16])
-        .push(Conv1d::new(2, 4, 3).padding(1))
-        .push(ReLU)
-        .push(Flatten)
-        .push(Linear::new(64, 5))
-        .seed(4);
+    let model = small_cnn(4);
     let job = TrainingJob::for_model(&model)
         .loss(Loss::SoftmaxCrossEntropy)
         .optimizer(Optimizer::adam(0.01))
