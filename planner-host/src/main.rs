@@ -129,7 +129,8 @@ enum Command {
         files: Vec<PathBuf>,
     },
     /// Check a device's training transcript bit for bit against the host oracle (format:
-    /// `tapeplan_planner::exec::transcript`); exits non-zero on any difference.
+    /// `tapeplan_planner::exec::transcript`), or for a `plan=` run against the plan replayed
+    /// with the reference kernels; exits non-zero on any difference.
     Verify {
         /// The transcript the device sent (`-` for standard input).
         transcript: PathBuf,

@@ -270,6 +270,13 @@ fn plan_runs_refuse_what_the_plan_fixes_and_name_what_is_missing() {
         msg.contains("another file than the run was made with"),
         "{msg}"
     );
+    // Files a transcript names are read only when they are regular files.
+    for special in ["/dev/zero", "/tmp"] {
+        let at = line.find("plan=").unwrap() + 5;
+        let end = at + line[at..].find(' ').unwrap();
+        let msg = e(&format!("{}{special}{}", &line[..at], &line[end..]));
+        assert!(msg.contains("not a regular file"), "{msg}");
+    }
     let msg = RunConfig::parse(&line.replace("samples=24", "samples=33"))
         .unwrap()
         .training_set()

@@ -6,7 +6,10 @@
 //! of every final parameter. [`verify`] rebuilds the same job from the run's description,
 //! retrains it with the [`Oracle`](crate::exec::oracle::Oracle) (tape interpreter + engine
 //! reverse scan, no plan involved) over the same samples in the same order from the same
-//! initial parameters, and compares every bit.
+//! initial parameters, and compares every bit. A run of a plan file (`plan=PATH`) has no tape
+//! on the host: its plan is replayed with the reference kernels
+//! ([`replay_run`]) and compared the same way, over the
+//! model's tensors (not the optimizer's state).
 //!
 //! The run and how both sides derive its data, initial parameters and order are in
 //! [`crate::model::run`]; the shared arithmetic in [`crate::protocol`]; the outcome is a

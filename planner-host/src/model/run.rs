@@ -367,12 +367,18 @@ impl FileKind {
     }
 }
 
-/// The bytes of `path` and their [`file_digest`].
+/// The bytes of `path` and their [`file_digest`]. A description may come from a device's
+/// transcript (untrusted): only a regular file is read (not `/dev/zero`, a FIFO or a folder).
 fn read_with_digest(path: &str) -> Result<(Vec<u8>, u64), RunConfigError> {
-    let bytes = std::fs::read(path).map_err(|e| RunConfigError::File {
+    let file_err = |message: String| RunConfigError::File {
         path: path.to_owned(),
-        message: e.to_string(),
-    })?;
+        message,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| file_err(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(file_err("not a regular file".to_owned()));
+    }
+    let bytes = std::fs::read(path).map_err(|e| file_err(e.to_string()))?;
     let digest = file_digest(&bytes);
     Ok((bytes, digest))
 }
