@@ -393,3 +393,84 @@ fn train_picks_up_the_init_beside_the_plan_and_writes_the_run_it_did() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_guarded_fused_regression_plan_verifies_and_refuses_a_non_finite_step_like_the_runtime() {
+    use tapeplan_planner::exec::replay::{PlanReplay, ReplayError};
+    use tapeplan_planner::exec::RuntimeModel;
+    use tapeplan_planner::model::JobOptions;
+    let dir = scratch_dir("verify-regression-plan");
+    let model = Sequential::new(&[4])
+        .push(Linear::new(4, 8))
+        .push(ReLU)
+        .push(Linear::new(8, 2))
+        .seed(3);
+    let job = TrainingJob::for_model(&model)
+        .loss(Loss::L1)
+        .optimizer(Optimizer::adamw(0.01))
+        .batch(5)
+        .options(JobOptions {
+            guarded: true,
+            ..JobOptions::default()
+        })
+        .build()
+        .unwrap();
+    let bytes = job.schedule.to_bytes();
+    // Fused chains (registers) and guarded updates (in scratch): both replay paths are taken.
+    assert!(tapeplan_planner::io::inspect::PlanInfo::decode(&bytes).is_fused());
+    std::fs::write(dir.join("reg.plan"), &bytes).unwrap();
+    std::fs::write(
+        dir.join("reg.plan.init.safetensors"),
+        export_safetensors(&init_of(&job), &[]).unwrap(),
+    )
+    .unwrap();
+    // 4 features, then 2 float targets (the last d_out columns).
+    let mut s = 3u32;
+    let mut data = String::new();
+    for _ in 0..40 {
+        let row: Vec<String> = (0..6).map(|_| uniform(&mut s).to_string()).collect();
+        data += &(row.join(",") + "\n");
+    }
+    std::fs::write(dir.join("reg.csv"), &data).unwrap();
+    let fnv = |p: &str| data_digest(&std::fs::read(dir.join(p)).unwrap(), &[]);
+    let line = format!(
+        "plan={} plan_digest={:016x} seed=1 split_seed=2 samples=30 epochs=2 data={} data_digest={:016x}",
+        dir.join("reg.plan").display(),
+        fnv("reg.plan"),
+        dir.join("reg.csv").display(),
+        fnv("reg.csv")
+    );
+    let cfg = RunConfig::parse(&line).unwrap();
+    assert_eq!((cfg.layers.as_slice(), cfg.batch), (&[4, 2][..], 5));
+    let text = runtime_transcript(&cfg, "host runtime").unwrap();
+    let r = verify(&Transcript::parse(&text).unwrap(), Some(&cfg)).unwrap();
+    assert!(r.passed(), "{r}");
+    assert_eq!(r.identical_steps, 12);
+
+    // A non-finite input: both readers refuse the step and keep every parameter.
+    let mut replay = PlanReplay::new(&bytes).unwrap();
+    let mut runtime = RuntimeModel::new(&bytes).unwrap();
+    for p in init_of(&job) {
+        replay.load_parameter(&p.name, &p.values).unwrap();
+        runtime.load_parameter(&p.name, &p.values).unwrap();
+    }
+    let mut x = vec![0.5f32; 20];
+    x[7] = f32::NAN;
+    let y = vec![0.25f32; 10];
+    let before = replay.parameter("0.weight").unwrap().to_vec();
+    let e = replay
+        .train_step_named(&[("x", &x), ("y", &y)])
+        .unwrap_err();
+    assert!(matches!(e, ReplayError::NonFinite { .. }), "{e}");
+    assert_eq!(replay.parameter("0.weight").unwrap(), &before[..]);
+    let e = runtime
+        .train_step_named(&[("x", &x), ("y", &y)])
+        .unwrap_err();
+    assert!(e.to_string().contains("not finite"), "{e}");
+    // A finite step then commits on both, to the same bits.
+    x[7] = 0.5;
+    let a = replay.train_step_named(&[("x", &x), ("y", &y)]).unwrap();
+    let b = runtime.train_step_named(&[("x", &x), ("y", &y)]).unwrap();
+    assert_eq!(a.to_bits(), b.to_bits());
+    assert_ne!(replay.parameter("0.weight").unwrap(), &before[..]);
+}
