@@ -474,3 +474,49 @@ fn a_guarded_fused_regression_plan_verifies_and_refuses_a_non_finite_step_like_t
     assert_eq!(a.to_bits(), b.to_bits());
     assert_ne!(replay.parameter("0.weight").unwrap(), &before[..]);
 }
+
+#[test]
+fn the_layers_mlp_as_a_plan_file_trains_to_the_oracles_bits_on_the_digits() {
+    use tapeplan_planner::exec::transcript::oracle_transcript;
+    let dir = scratch_dir("verify-mlp-plan");
+    // The MLP as a model run: the oracle (tape interpreter) retrains it.
+    let model_run = RunConfig::parse(
+        "model=64,8,10 activation=tanh loss=ce batch=4 lr=0.1 seed=42 split_seed=0 samples=16 \
+         epochs=2 optimizer=momentum momentum=0.9",
+    )
+    .unwrap();
+    let bytes = model_run.job().unwrap().schedule.to_bytes();
+    std::fs::write(dir.join("mlp.plan"), &bytes).unwrap();
+    // The same MLP as a plan file on the bundled digits, its w*/b* from the seeded Glorot draw.
+    let plan_run = RunConfig::parse(&format!(
+        "plan={} plan_digest={:016x} seed=42 split_seed=0 samples=16 epochs=2",
+        dir.join("mlp.plan").display(),
+        data_digest(&bytes, &[])
+    ))
+    .unwrap();
+    let device = runtime_transcript(&plan_run, "host runtime").unwrap();
+    assert!(
+        verify(&Transcript::parse(&device).unwrap(), Some(&plan_run))
+            .unwrap()
+            .passed()
+    );
+    // Every loss, epoch mean and final parameter equals the oracle's model run, bit for bit:
+    // the plan replay, the runtime and the tape interpreter agree.
+    let oracle = oracle_transcript(&model_run).unwrap();
+    let records = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| {
+                ["loss ", "epoch ", "param ", "digest "]
+                    .iter()
+                    .any(|p| l.starts_with(p))
+            })
+            .map(str::to_owned)
+            .collect()
+    };
+    let losses = records(&oracle)
+        .iter()
+        .filter(|l| l.starts_with("loss "))
+        .count();
+    assert_eq!(losses, 8);
+    assert_eq!(records(&device), records(&oracle));
+}

@@ -987,10 +987,14 @@ impl RunConfig {
     /// The digest of the run's training set that a transcript's `data` line carries: for the
     /// digits, [`data_digest`] of the raw pixel counts and labels; for a CSV, FNV-1a 64 of the
     /// features (`f32`, little-endian), then the labels (bytes) or the targets (`f32`).
+    ///
+    /// A `plan=` run's device stores its rows as `f32` features whatever the data (the
+    /// firmware's feature `cnn`), so its digest is the `f32` one, the digits included.
     pub fn data_digest(&self, train: &Dataset) -> u64 {
+        let plan_run = matches!(self.model, RunModel::Plan(_));
         match self.data {
-            RunData::Digits => data_digest(&train.pixels, &train.labels),
-            RunData::Csv { .. } | RunData::Mnist1d => {
+            RunData::Digits if !plan_run => data_digest(&train.pixels, &train.labels),
+            RunData::Digits | RunData::Csv { .. } | RunData::Mnist1d => {
                 let mut h = Fnv1a64::new();
                 h.f32s(&train.features);
                 h.bytes(&train.labels);
