@@ -69,7 +69,7 @@ pub fn verify(t: &Transcript, expected: Option<&RunConfig>) -> Result<Report, Ve
     }
     let job = cfg.job()?;
     let bytes = job.schedule.to_bytes();
-    let plan = tapeplan_runtime::Plan::parse(&bytes)
+    let plan = tapeplan_runtime::Plan::parse_alloc(&bytes)
         .map_err(|e| VerifyError::Mismatch(format!("the host's own plan is rejected: {e}")))?;
     if let Some((id, arena)) = t.plan {
         if (id, arena) != (plan.plan_id(), plan.arena_elems()) {
@@ -222,8 +222,8 @@ mod tests {
         let (pj, fj) = (precise.job().unwrap(), fast.job().unwrap());
         let (pb, fb) = (pj.schedule.to_bytes(), fj.schedule.to_bytes());
         let (pp, fp) = (
-            tapeplan_runtime::Plan::parse(&pb).unwrap(),
-            tapeplan_runtime::Plan::parse(&fb).unwrap(),
+            tapeplan_runtime::Plan::parse_alloc(&pb).unwrap(),
+            tapeplan_runtime::Plan::parse_alloc(&fb).unwrap(),
         );
         assert_eq!(
             (pp.math(), fp.math()),
