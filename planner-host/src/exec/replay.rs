@@ -88,7 +88,7 @@ impl PlanReplay {
     /// # Errors
     /// [`ReplayError::Plan`] for rejected bytes; kernel errors of `init`.
     pub fn new(bytes: &[u8]) -> Result<PlanReplay, ReplayError> {
-        let plan = tapeplan_runtime::Plan::parse(bytes).map_err(ReplayError::Plan)?;
+        let plan = tapeplan_runtime::Plan::parse_alloc(bytes).map_err(ReplayError::Plan)?;
         let info = PlanInfo::decode(bytes);
         let mut replay = PlanReplay {
             math: plan.math(),

@@ -213,7 +213,7 @@ impl Transcript {
 pub fn oracle_transcript(cfg: &RunConfig) -> Result<String, VerifyError> {
     let job = cfg.job()?;
     let bytes = job.schedule.to_bytes();
-    let plan = tapeplan_runtime::Plan::parse(&bytes)
+    let plan = tapeplan_runtime::Plan::parse_alloc(&bytes)
         .map_err(|e| VerifyError::Mismatch(format!("the host's own plan is rejected: {e}")))?;
     let train = cfg.training_set()?;
     // Writing into a `String` cannot fail.

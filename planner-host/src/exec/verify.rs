@@ -75,7 +75,7 @@ struct HostRun {
 /// ([`oracle_run`]).
 fn host_run(cfg: &RunConfig, train: &Dataset) -> Result<HostRun, VerifyError> {
     if let Some(bytes) = cfg.plan_bytes()? {
-        let plan = tapeplan_runtime::Plan::parse(&bytes)
+        let plan = tapeplan_runtime::Plan::parse_alloc(&bytes)
             .map_err(|e| VerifyError::Mismatch(format!("the run's plan is rejected: {e}")))?;
         let persistent = cfg.plan_initial_persistent(&bytes)?;
         let run = replay_run(cfg, &bytes, train, &persistent)?;
@@ -95,7 +95,7 @@ fn host_run(cfg: &RunConfig, train: &Dataset) -> Result<HostRun, VerifyError> {
     }
     let job = cfg.job()?;
     let bytes = job.schedule.to_bytes();
-    let plan = tapeplan_runtime::Plan::parse(&bytes)
+    let plan = tapeplan_runtime::Plan::parse_alloc(&bytes)
         .map_err(|e| VerifyError::Mismatch(format!("the host's own plan is rejected: {e}")))?;
     let run = oracle_run(cfg, &job, train, &cfg.initial_parameters(&job)?)?;
     Ok(HostRun {
@@ -279,8 +279,8 @@ mod tests {
         let (pj, fj) = (precise.job().unwrap(), fast.job().unwrap());
         let (pb, fb) = (pj.schedule.to_bytes(), fj.schedule.to_bytes());
         let (pp, fp) = (
-            tapeplan_runtime::Plan::parse(&pb).unwrap(),
-            tapeplan_runtime::Plan::parse(&fb).unwrap(),
+            tapeplan_runtime::Plan::parse_alloc(&pb).unwrap(),
+            tapeplan_runtime::Plan::parse_alloc(&fb).unwrap(),
         );
         assert_eq!(
             (pp.math(), fp.math()),

@@ -272,7 +272,7 @@ impl PlanIo {
             ENTRY_FORWARD, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, INPUT_Y, OUTPUT_LOGITS,
         };
         use tapeplan_core::format::BindingKind;
-        let plan = tapeplan_runtime::Plan::parse(bytes).map_err(|e| format!("rejected: {e}"))?;
+        let plan = tapeplan_runtime::Plan::parse_alloc(bytes).map_err(|e| format!("rejected: {e}"))?;
         let info = PlanInfo::decode(bytes);
         let step = info
             .entries
@@ -343,7 +343,7 @@ pub enum FileKind {
 impl FileKind {
     /// The kind of `bytes`.
     pub fn of(bytes: &[u8]) -> FileKind {
-        if let Ok(plan) = tapeplan_runtime::Plan::parse(bytes) {
+        if let Ok(plan) = tapeplan_runtime::Plan::parse_alloc(bytes) {
             FileKind::Plan {
                 plan_id: plan.plan_id(),
             }
@@ -760,7 +760,7 @@ impl RunConfig {
     pub fn plan_initial_persistent(&self, bytes: &[u8]) -> Result<Vec<f32>, RunConfigError> {
         let replay = crate::exec::replay::PlanReplay::new(bytes)
             .map_err(|e| config_err(format!("plan: {e}")))?;
-        let plan = tapeplan_runtime::Plan::parse(bytes)
+        let plan = tapeplan_runtime::Plan::parse_alloc(bytes)
             .map_err(|e| config_err(format!("plan rejected: {e}")))?;
         let base = replay.persistent().to_vec();
         let plan_path = match &self.model {
