@@ -272,7 +272,8 @@ impl PlanIo {
             ENTRY_FORWARD, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, INPUT_Y, OUTPUT_LOGITS,
         };
         use tapeplan_core::format::BindingKind;
-        let plan = tapeplan_runtime::Plan::parse_alloc(bytes).map_err(|e| format!("rejected: {e}"))?;
+        let plan =
+            tapeplan_runtime::Plan::parse_alloc(bytes).map_err(|e| format!("rejected: {e}"))?;
         let info = PlanInfo::decode(bytes);
         let step = info
             .entries
