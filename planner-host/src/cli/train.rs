@@ -343,7 +343,21 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
         target_columns,
         ..
     } = args;
-    if write_run.is_some() {
+    if let Some(out) = &write_run {
+        exchange::check_writable(out)?;
+        for (option, path) in [
+            ("the plan", Some(plan.as_path())),
+            ("--data", data_path.as_deref()),
+            ("--init", init.as_deref()),
+        ] {
+            if path.is_some_and(|p| p.to_string_lossy().contains(char::is_whitespace)) {
+                bail!(
+                    "--write-run: a run description separates its keys by spaces, so it cannot \
+                     name {option} {:?}: rename the file without spaces",
+                    path.map(|p| p.display().to_string()).unwrap_or_default()
+                );
+            }
+        }
         describable(&DescribedOptions {
             scale,
             standardize,

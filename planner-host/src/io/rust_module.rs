@@ -79,7 +79,7 @@ pub fn rust_module(bytes: &[u8], source: &str) -> Result<String, ParseError> {
     let _ = writeln!(
         w,
         "#![allow(dead_code)]\n\n\
-         use tapeplan_runtime::{{EntryId, ExecError, ParseError, Plan, Session}};\n\n\
+         use tapeplan_runtime::{{EntryId, ExecError, Limits, ParseError, Plan, Scratch, Session}};\n\n\
          /// The plan's bytes, aligned to 4 bytes (the runtime reads its records in place).\n\
          #[repr(C, align(4))]\n\
          pub struct PlanBytes(pub [u8; {}]);\n",
@@ -102,14 +102,24 @@ pub fn rust_module(bytes: &[u8], source: &str) -> Result<String, ParseError> {
          pub const ARENA_ELEMS: usize = {};\n\
          /// The arena in bytes.\npub const ARENA_BYTES: usize = ARENA_ELEMS * 4;\n\
          /// The persistent region (parameters, buffers, optimizer state), in elements.\n\
-         pub const PERSISTENT_ELEMS: usize = {};\n\n\
-         /// Parses and validates [`PLAN`].\n///\n/// # Errors\n\
+         pub const PERSISTENT_ELEMS: usize = {};\n\
+         /// The plan's tensor records: the validator's working memory holds this many\n\
+         /// ([`Scratch`], 7 bytes each).\n\
+         pub const TENSORS: usize = {};\n\n\
+         /// Parses and validates [`PLAN`], with the validator's working memory sized for its\n\
+         /// [`TENSORS`] ({} bytes, on the stack for the call; keep a `static` [`Scratch`] and\n\
+         /// call [`Plan::parse_with_scratch`] yourself to keep it off the stack).\n///\n\
+         /// # Errors\n\
          /// The runtime's [`ParseError`] (none for the bytes `tapeplan emit` wrote, with the\n\
          /// runtime features the plan needs).\n\
-         pub fn plan() -> Result<Plan<'static>, ParseError> {{\n    Plan::parse(&PLAN.0)\n}}\n",
+         pub fn plan() -> Result<Plan<'static>, ParseError> {{\n\
+         \x20   let mut scratch = Scratch::<TENSORS>::new();\n\
+         \x20   Plan::parse_with_scratch(&PLAN.0, &Limits::DEFAULT, &mut scratch)\n}}\n",
         plan.plan_id(),
         plan.arena_elems(),
-        plan.persistent_elems()
+        plan.persistent_elems(),
+        plan.n_tensors(),
+        plan.n_tensors() * 7
     );
     let bindings: Vec<_> = (0..plan.n_bindings())
         .filter_map(|i| plan.binding(i))
