@@ -178,6 +178,13 @@ pub fn load_table_bytes(bytes: &[u8], spec: &TableSpec) -> Result<Table, TableEr
         Task::Classification { classes } => {
             let column = target_columns[0];
             let field = |rec: &csv::StringRecord| rec[column].trim().to_owned();
+            // An empty label is a missing value, never a class of its own.
+            if let Some((row, _)) = rows.iter().find(|(_, rec)| field(rec).is_empty()) {
+                return Err(TableError::Targets(format!(
+                    "row {row}, column {}: the label is empty",
+                    column + 1
+                )));
+            }
             let numeric = rows
                 .iter()
                 .all(|(_, rec)| field(rec).parse::<f64>().is_ok());
@@ -472,6 +479,23 @@ mod tests {
         assert_eq!(mse, 1.75);
         assert_eq!(mae, 3.5 / 3.0);
         assert_eq!(mse_mae(&[], &[]), (0.0, 0.0));
+    }
+
+    #[test]
+    fn an_empty_label_is_an_error_naming_its_cell_not_a_class() {
+        // With a header, data rows count from 2 (the file's line numbers).
+        let e = load_table_bytes(b"a,b,y\n1,2,0\n3,4,\n5,6,1\n", &classification()).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("row 3, column 3: the label is empty"),
+            "{e}"
+        );
+        let e = load_table_bytes(b"1,2,cat\n3,4, \n", &classification()).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("row 2, column 3: the label is empty"),
+            "{e}"
+        );
     }
 
     #[test]
