@@ -118,10 +118,10 @@ pub fn read_csv(text: &str, target_width: Option<usize>) -> Result<Table, String
         match field.parse::<f32>() {
             Ok(x) if x.is_finite() => Ok(x),
             Ok(_) => Err(format!(
-                "line {line}, column {col}: {field:?} is not finite"
+                "line {line}, column {col}: \"{field}\" is not finite"
             )),
             Err(_) => Err(format!(
-                "line {line}, column {col}: {field:?} is not a number"
+                "line {line}, column {col}: \"{field}\" is not a number"
             )),
         }
     };
@@ -171,7 +171,7 @@ pub fn read_csv(text: &str, target_width: Option<usize>) -> Result<Table, String
                 }
                 None => {
                     return Err(format!(
-                        "line {line}, column {}: {field:?} is not an integer label",
+                        "line {line}, column {}: \"{field}\" is not an integer label",
                         nf + 1
                     ))
                 }
@@ -179,7 +179,8 @@ pub fn read_csv(text: &str, target_width: Option<usize>) -> Result<Table, String
         }
     } else {
         let mut names: Vec<String> = rows.iter().map(|(_, f)| label(f, nf).to_owned()).collect();
-        names.sort();
+        // Unstable sorting: equal names are identical, so the order is the host's.
+        names.sort_unstable();
         names.dedup();
         if names.len() > 256 {
             return Err(format!(
@@ -267,8 +268,51 @@ pub struct TrainRun {
     epoch_steps: usize,
     epoch_refused: usize,
     losses: Vec<f32>,
-    log: Vec<String>,
     class_names: Vec<String>,
+    epochs: Vec<EpochReport>,
+    test_metrics: Option<Metrics>,
+}
+
+/// A split's metrics, as numbers (the page formats them as `tapeplan train` prints them).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Metrics {
+    /// Classification: `correct` of `rows` (`tapeplan train` prints `correct as f32 / rows as
+    /// f32` to 3 decimals).
+    Accuracy {
+        /// Rows whose largest logit is the label's (the first of equals).
+        correct: usize,
+        /// Rows evaluated.
+        rows: usize,
+    },
+    /// Regression: mean squared and mean absolute error over every target, in `f64`.
+    Regression {
+        /// Mean squared error.
+        mse: f64,
+        /// Mean absolute error.
+        mae: f64,
+    },
+}
+
+impl Metrics {
+    /// `[1, correct, rows]` or `[2, mse, mae]`; `[]` for none.
+    fn numbers(m: Option<Metrics>) -> Vec<f64> {
+        match m {
+            None => Vec::new(),
+            Some(Metrics::Accuracy { correct, rows }) => vec![1.0, correct as f64, rows as f64],
+            Some(Metrics::Regression { mse, mae }) => vec![2.0, mse, mae],
+        }
+    }
+}
+
+/// One finished epoch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EpochReport {
+    /// The mean of the committed steps' losses, summed in `f64` in step order.
+    pub mean_loss: f64,
+    /// Steps a guarded plan refused (a non-finite loss or update: nothing committed).
+    pub refused: usize,
+    /// The validation split's metrics after the epoch.
+    pub validation: Option<Metrics>,
 }
 
 /// A classification plan's rows (`Some(classes)`) or a regression plan's target width.
@@ -330,8 +374,9 @@ impl TrainRun {
         .map_err(fail)?;
         if table.n_features != d_in {
             return Err(fail(format!(
-                "the data has {} features per row; the plan's input x is {x:?} ({d_in} per row)",
-                table.n_features
+                "the data has {} features per row; the plan's input x is [{}] ({d_in} per row)",
+                table.n_features,
+                x.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
             )));
         }
         let classes = trainer
@@ -347,8 +392,9 @@ impl TrainRun {
                 .find(|(_, &l)| l as usize >= classes)
             {
                 return Err(fail(format!(
-                    "data row {} has label {l}, but the plan has {classes} classes (0..{})",
+                    "data row {} has label {}, but the plan has {classes} classes (0..{})",
                     row + 1,
+                    l as usize,
                     classes.saturating_sub(1)
                 )));
             }
@@ -358,10 +404,9 @@ impl TrainRun {
                 *v *= options.scale;
             }
             if table.features.iter().any(|v| !v.is_finite()) {
-                return Err(fail(format!(
-                    "scale {:?} makes a feature infinite",
-                    options.scale
-                )));
+                return Err(fail(
+                    "the scale makes a feature infinite: every training step would be non-finite; use a smaller scale",
+                ));
             }
         }
         let len = table.len();
@@ -398,7 +443,7 @@ impl TrainRun {
             .into_iter()
             .filter(|n| !writes_init.contains(n))
             .collect();
-        let mut run = TrainRun {
+        let run = TrainRun {
             loaded: vec![false; tensors.len()],
             tensors,
             trainer,
@@ -416,35 +461,48 @@ impl TrainRun {
             epoch_steps: 0,
             epoch_refused: 0,
             losses: Vec::new(),
-            log: Vec::new(),
             class_names: std::mem::take(&mut table.class_names),
+            epochs: Vec::new(),
+            test_metrics: None,
         };
-        run.log.push(format!(
-            "training for {} epoch{}: {} train rows, {}{} test rows, batch {batch}, arena {} bytes",
-            options.epochs,
-            if options.epochs == 1 { "" } else { "s" },
-            run.train.len(),
-            if run.val.is_empty() {
-                String::new()
-            } else {
-                format!("{} validation rows, ", run.val.len())
-            },
-            run.test.len(),
-            run.trainer.plan().arena_bytes()
-        ));
-        run.class_names_line();
         Ok(run)
     }
 
-    fn class_names_line(&mut self) {
+    /// What `tapeplan train` says before the first epoch: the split and the batch, and the
+    /// class names of a label column of names.
+    pub fn header(&self) -> Vec<String> {
+        let epochs = self.options.epochs;
+        let mut lines = vec![format!(
+            "training for {epochs} epoch{}: {} train rows, {}{} test rows, batch {}, arena {} bytes",
+            if epochs == 1 { "" } else { "s" },
+            self.train.len(),
+            if self.val.is_empty() {
+                String::new()
+            } else {
+                format!("{} validation rows, ", self.val.len())
+            },
+            self.test.len(),
+            self.batch,
+            self.trainer.plan().arena_bytes()
+        )];
         if !self.class_names.is_empty() {
-            let line = format!(
+            lines.push(format!(
                 "{} class names (class k is the k-th): {}",
                 self.class_names.len(),
                 self.class_names.join(", ")
-            );
-            self.log.push(line);
+            ));
         }
+        lines
+    }
+
+    /// The finished epochs' reports.
+    pub fn epoch_reports(&self) -> &[EpochReport] {
+        &self.epochs
+    }
+
+    /// The test split's metrics once the run is over.
+    pub fn test_metrics(&self) -> Option<Metrics> {
+        self.test_metrics
     }
 
     /// The parameters the caller must give values (those the plan's `init` entry does not
@@ -558,9 +616,9 @@ impl TrainRun {
                         self.epoch_sum += f64::from(loss);
                         self.epoch_steps += 1;
                     }
-                    Ok(loss) => {
+                    Ok(_) => {
                         return Err(fail(format!(
-                            "epoch {}: the loss is {loss}; this plan writes updates in place (--no-guard), so the parameters are no longer finite",
+                            "epoch {}: the loss is not finite; this plan writes updates in place (--no-guard), so the parameters are no longer finite",
                             self.epoch + 1
                         )))
                     }
@@ -580,24 +638,18 @@ impl TrainRun {
 
     fn end_epoch(&mut self) -> Result<(), Error> {
         let epoch = self.epoch + 1;
-        if self.epoch_refused > 0 {
-            self.log.push(format!(
-                "epoch {epoch:>3}: skipped {} non-finite step(s) (guarded: nothing committed)",
+        if self.epoch_refused > 0 && self.epoch_steps == 0 {
+            return Err(fail(format!(
+                "epoch {epoch}: the guard refused all {} steps (a non-finite loss or update each time), so nothing was committed and training made no progress",
                 self.epoch_refused
-            ));
-            if self.epoch_steps == 0 {
-                return Err(fail(format!(
-                    "epoch {epoch}: the guard refused all {} steps, so nothing was committed",
-                    self.epoch_refused
-                )));
-            }
+            )));
         }
-        let mean = self.epoch_sum / self.epoch_steps.max(1) as f64;
-        let line = match self.metrics(Split::Val)? {
-            None => format!("epoch {epoch:>3}: mean loss {mean:.6}"),
-            Some(m) => format!("epoch {epoch:>3}: mean loss {mean:.6}, validation {m}"),
-        };
-        self.log.push(line);
+        let validation = self.metrics(Split::Val)?;
+        self.epochs.push(EpochReport {
+            mean_loss: self.epoch_sum / self.epoch_steps.max(1) as f64,
+            refused: self.epoch_refused,
+            validation,
+        });
         self.epoch += 1;
         self.order.clear();
         self.at = 0;
@@ -605,18 +657,14 @@ impl TrainRun {
         self.epoch_steps = 0;
         self.epoch_refused = 0;
         if self.done() {
-            if let Some(m) = self.metrics(Split::Test)? {
-                self.log.push(format!("test {m}"));
-            }
-            let digest = self.parameter_digest();
-            self.log.push(format!("parameter digest: {digest}"));
+            self.test_metrics = self.metrics(Split::Test)?;
         }
         Ok(())
     }
 
-    /// `accuracy: A` (classification) or `MSE: M, MAE: A` (regression) of a split through
-    /// the `forward` entry, in batches, the last one zero-padded; `None` for an empty split.
-    fn metrics(&mut self, split: Split) -> Result<Option<String>, Error> {
+    /// A split's metrics through the `forward` entry, in batches, the last one zero-padded, as
+    /// `tapeplan train` computes them; `None` for an empty split.
+    fn metrics(&mut self, split: Split) -> Result<Option<Metrics>, Error> {
         let set = match split {
             Split::Val => &self.val,
             Split::Test => &self.test,
@@ -662,23 +710,15 @@ impl TrainRun {
             }
             start += n;
         }
-        if classification {
-            let acc = correct as f32 / rows.max(1) as f32;
-            return Ok(Some(format!("accuracy: {acc:.3}")));
-        }
-        let n = (rows * nt).max(1) as f64;
-        let show = |v: f64| {
-            if v != 0.0 && v.abs() < 1e-3 {
-                format!("{v:.4e}")
-            } else {
-                format!("{v:.6}")
+        Ok(Some(if classification {
+            Metrics::Accuracy { correct, rows }
+        } else {
+            let n = (rows * nt).max(1) as f64;
+            Metrics::Regression {
+                mse: se / n,
+                mae: ae / n,
             }
-        };
-        Ok(Some(format!(
-            "MSE: {}, MAE: {}",
-            show(se / n),
-            show(ae / n)
-        )))
+        }))
     }
 
     fn train_is_classification(&self) -> bool {
@@ -765,6 +805,12 @@ impl TrainRun {
         self.load_parameter(name, values).map_err(js)
     }
 
+    /// A parameter's current values, as a new `Float32Array`.
+    #[wasm_bindgen(js_name = parameter)]
+    pub fn js_parameter(&mut self, name: &str) -> Result<Vec<f32>, JsError> {
+        self.trainer.parameter(name).map_err(js)
+    }
+
     /// The `--layers` MLP's seeded Glorot initialization; throws for any other plan.
     #[wasm_bindgen(js_name = glorot)]
     pub fn js_glorot(&mut self) -> Result<(), JsError> {
@@ -813,12 +859,29 @@ impl TrainRun {
         self.losses.clone()
     }
 
-    /// The run's report so far, one line each, in `tapeplan train`'s words: the split, the
-    /// class names, each epoch's mean loss (and validation metrics), the test metrics and
-    /// the `parameter digest: 0x…` line at the end.
-    #[wasm_bindgen(js_name = log)]
-    pub fn js_log(&self) -> Vec<String> {
-        self.log.clone()
+    /// What `tapeplan train` says before the first epoch, one line each.
+    #[wasm_bindgen(js_name = header)]
+    pub fn js_header(&self) -> Vec<String> {
+        self.header()
+    }
+
+    /// Epoch `k`'s (0-based) report as numbers: `[meanLoss, refused, …validation]`, the
+    /// validation part `[1, correct, rows]` (classification), `[2, mse, mae]` (regression) or
+    /// empty; `undefined` past the finished epochs. `own-run.js`'s `reportLines` formats them
+    /// as `tapeplan train` prints them.
+    #[wasm_bindgen(js_name = epochReport)]
+    pub fn js_epoch_report(&self, k: usize) -> Option<Vec<f64>> {
+        let e = self.epochs.get(k)?;
+        let mut out = vec![e.mean_loss, e.refused as f64];
+        out.extend(Metrics::numbers(e.validation));
+        Some(out)
+    }
+
+    /// The test split's metrics once the run is over, as [`TrainRun::js_epoch_report`]'s
+    /// validation part (empty before the end or for an empty split).
+    #[wasm_bindgen(js_name = testMetrics)]
+    pub fn js_test_metrics(&self) -> Vec<f64> {
+        Metrics::numbers(self.test_metrics)
     }
 
     /// The parameter digest, `0x` and 16 hex digits, as `tapeplan train` prints it.
