@@ -9,11 +9,14 @@ import { createRequire } from "node:module";
 import { fileURLToPath } from "node:url";
 
 import { ASSET_FILES, DemoRun, decodeAssets, firstBitDifference, testCorrect } from "../www/demo-run.js";
-import { exponential, fixed, metricsText, readSafetensors, reportLines, startRun } from "../www/own-run.js";
+import {
+  exponential, fixed, metricsText, parseF32, readCsv, readSafetensors, reportLines, startRun,
+} from "../www/own-run.js";
 
 const here = (p) => fileURLToPath(new URL(p, import.meta.url));
 const require = createRequire(import.meta.url);
-const { Trainer, TrainRun, digestF32 } = require(here("../pkg-node/tapeplan_wasm.js"));
+const pkg = require(here("../pkg-node/tapeplan_wasm.js"));
+const { Trainer, digestF32 } = pkg;
 
 const manifest = JSON.parse(readFileSync(here("../www/assets/manifest.json"), "utf8"));
 const files = Object.fromEntries(
@@ -156,7 +159,7 @@ test("a TrainRun trains a plan on a CSV, initialized by Glorot or by a safetenso
   }
   const csv = rows.join("\n");
   const options = { epochs: 2, seed: 7, scale: 0.0625, valFraction: 0.25 };
-  const { run, init } = startRun(TrainRun, { plan: assets.plan, csv, init: null }, options);
+  const { run, init } = startRun(pkg, { plan: assets.plan, csv, init: null }, options);
   assert.equal(init, "the MLP's seeded Glorot initialization");
   assert.deepEqual(run.tensorNames(), ["w1", "b1", "w2", "b2"]);
   // 200 rows: 160 train, 40 of them validation: 120 rows, 3 steps of 32 per epoch.
@@ -174,7 +177,7 @@ test("a TrainRun trains a plan on a CSV, initialized by Glorot or by a safetenso
 
   // The same run from a safetensors file holding the Glorot values (those of a run that has
   // not stepped) gives the same digest.
-  const fresh = startRun(TrainRun, { plan: assets.plan, csv, init: null }, options).run;
+  const fresh = startRun(pkg, { plan: assets.plan, csv, init: null }, options).run;
   const header = {};
   const parts = [];
   let at = 0;
@@ -192,7 +195,7 @@ test("a TrainRun trains a plan on a CSV, initialized by Glorot or by a safetenso
   let o = 8 + json.length;
   for (const p of parts) { file.set(p, o); o += p.length; }
   assert.deepEqual([...readSafetensors(file).keys()], ["w1", "b1", "w2", "b2"]);
-  const { run: fromFile, init: how } = startRun(TrainRun, { plan: assets.plan, csv, init: file }, options);
+  const { run: fromFile, init: how } = startRun(pkg, { plan: assets.plan, csv, init: file }, options);
   assert.equal(how, "4 tensors from the initial-parameters file");
   while (!fromFile.done) fromFile.advance(100);
   assert.equal(fromFile.parameterDigest(), digest);
@@ -200,8 +203,58 @@ test("a TrainRun trains a plan on a CSV, initialized by Glorot or by a safetenso
   fromFile.free();
 
   // What does not fit is an Error naming it.
-  assert.throws(() => startRun(TrainRun, { plan: assets.plan, csv: "1,2,3\n4,5,6\n", init: null }),
+  assert.throws(() => startRun(pkg, { plan: assets.plan, csv: "1,2,3\n4,5,6\n", init: null }),
     /the data has 2 features per row; the plan's input x is \[32, 64\] \(64 per row\)/);
-  assert.throws(() => startRun(TrainRun, { plan: assets.plan, csv, init: new Uint8Array(4) }),
+  assert.throws(() => startRun(pkg, { plan: assets.plan, csv, init: new Uint8Array(4) }),
     /not a safetensors file/);
+});
+
+test("CSV text is read as `tapeplan train` reads it", () => {
+  const t = readCsv("a,b,label\r\n1, 2.5 ,dog\n\n-3,4e-1,cat\n5,6,dog\n", 0);
+  assert.deepEqual(Array.from(t.features), [1, 2.5, -3, Math.fround(0.4), 5, 6]);
+  assert.deepEqual(Array.from(t.targets), [1, 0, 1]);
+  assert.deepEqual(t.classNames, ["cat", "dog"]);
+  assert.equal(t.nFeatures, 2);
+  // Class names in UTF-8 byte order (Rust's String order), not UTF-16's.
+  assert.deepEqual(readCsv("1,\u{1F600}\n2,\uFF21\n3,b\n", 0).classNames, ["b", "\uFF21", "\u{1F600}"]);
+  const n = readCsv("0.5,1,2\n1.5,3,0.0\n", 0);
+  assert.deepEqual([n.nFeatures, ...n.targets, n.classNames.length], [2, 2, 0, 0]);
+  const r = readCsv("1,2,3,4\n", 2);
+  assert.deepEqual([...r.features, ...r.targets], [1, 2, 3, 4]);
+  for (const [text, width, wanted] of [
+    ["x,y\n", 0, "the CSV has no data rows"],
+    ["1,2\n3\n", 0, "line 2: 1 columns where the first data row has 2"],
+    ["1,2\nx,3\n", 0, 'line 2, column 1: "x" is not a number'],
+    ["1,inf\n", 0, 'line 1, column 2: "inf" is not an integer label'],
+    ["1,2.5\n", 0, 'line 1, column 2: "2.5" is not an integer label'],
+    ["1,1e40,0\n", 0, 'line 1, column 2: "1e40" is not finite'],
+    ["nan,0\n", 0, 'line 1, column 1: "nan" is not finite'],
+    ["0x10,0\n", 0, 'line 1, column 1: "0x10" is not a number'],
+    ["1,300\n", 0, "line 1, column 2: label 300 is outside 0..=255"],
+    ['1,"a"\n', 0, "line 1: quoted fields are not read here"],
+    ["1\n", 0, "the rows have 1 columns: too few for 1 target column(s) and a feature"],
+    ["1,2\n", 2, "the rows have 2 columns: too few for 2 target column(s) and a feature"],
+  ]) {
+    assert.throws(() => readCsv(text, width), (e) => e.message.startsWith(wanted), `${JSON.stringify(text)}`);
+  }
+});
+
+test("decimals become f32 as Rust's parse::<f32>() makes them: rounded once", () => {
+  const bits = (x) => new Uint32Array(new Float32Array([x]).buffer)[0];
+  // 1 + 2^-24 is the midpoint of 1 and 1 + 2^-23: a decimal a hair above it rounds up, one
+  // a hair below rounds down, the midpoint itself to even (1). Through f64 (parseFloat, then
+  // Math.fround) the first two would both land on the midpoint and round to 1.
+  assert.equal(bits(parseF32("1.00000005960464477539062500000001")), 0x3f800001);
+  assert.equal(bits(parseF32("1.00000005960464477539062499999999")), 0x3f800000);
+  assert.equal(bits(parseF32("1.000000059604644775390625")), 0x3f800000);
+  assert.equal(bits(parseF32("-1.00000005960464477539062500000001")), 0xbf800001);
+  // 1 + 3·2^-24, the midpoint of 1 + 2^-23 and 1 + 2^-22: exactly on it, ties to even (up).
+  assert.equal(bits(parseF32("1.000000178813934326171875")), 0x3f800002);
+  assert.equal(bits(parseF32("0.1")), 0x3dcccccd);
+  assert.equal(bits(parseF32("1e-46")), 0);
+  assert.equal(bits(parseF32("-1.4e-45")), 0x80000001);
+  assert.equal(parseF32("1e39"), Infinity);
+  assert.equal(parseF32("-inf"), -Infinity);
+  for (const bad of ["", ".", "1e", "e5", "0x1", "1_0", "1,0", " 1"]) assert.ok(Number.isNaN(parseF32(bad)), bad);
+  for (const good of ["1.", ".5", "+2", "00012", "1E+3"]) assert.ok(Number.isFinite(parseF32(good)), good);
 });

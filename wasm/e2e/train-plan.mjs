@@ -15,7 +15,7 @@ import { fileURLToPath } from "node:url";
 import { csvText, reportLines, startRun } from "../www/own-run.js";
 
 const here = (p) => fileURLToPath(new URL(p, import.meta.url));
-const { TrainRun } = createRequire(import.meta.url)(here("../pkg-node/tapeplan_wasm.js"));
+const pkg = createRequire(import.meta.url)(here("../pkg-node/tapeplan_wasm.js"));
 
 const [planPath, csvPath, initPath, epochs, seed] = process.argv.slice(2);
 if (!csvPath) {
@@ -28,7 +28,7 @@ const files = {
   csv: await csvText(read(csvPath)),
   init: initPath && initPath !== "-" ? read(initPath) : null,
 };
-const { run, init } = startRun(TrainRun, files, { epochs: Number(epochs ?? 10), seed: seed ?? "42" });
+const { run, init } = startRun(pkg, files, { epochs: Number(epochs ?? 10), seed: seed ?? "42" });
 console.log(`initial parameters: ${init}`);
 while (!run.done) run.advance(1000);
 for (const line of reportLines(run)) console.log(line);

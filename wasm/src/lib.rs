@@ -26,7 +26,7 @@
 use std::fmt;
 
 mod run;
-pub use run::{read_csv, RunOptions, Table, TrainRun};
+pub use run::{target_width, EpochReport, Metrics, RunOptions, Table, TrainRun};
 
 use tapeplan_runtime::protocol::{
     digest_f32, parameter_digest, ENTRY_FORWARD, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, INPUT_Y,

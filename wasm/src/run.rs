@@ -3,19 +3,15 @@
 //! order and batches, so the final [`TrainRun::parameter_digest`] equals the `parameter digest:
 //! 0x…` line the host prints for the same plan, CSV, initial parameters, seeds and epochs.
 //!
-//! The protocol pieces (the seeded split and shuffles, the Glorot initialization, the digest)
-//! are the runtime's [`tapeplan_runtime::protocol`], the ones the host calls. The CSV reader is
-//! a small one (no `csv` crate in the module, to keep it small): comma-separated fields, each
-//! trimmed, blank lines skipped, no quoted fields (a `"` is an error), gzip not read (the page
-//! decompresses a `.gz` first). The rest follows `tapeplan train`: the first row is a header
-//! when none of its fields is a number; the label column is the last (classification: integers
-//! `0..=255` or class names, class `k` the `k`-th of the sorted names) or the last `d_out`
-//! columns are the targets (regression, a plan whose `train_step` takes `y`).
+//! The protocol pieces (the seeded split and shuffles, the Glorot initialization, the
+//! standardizer, the digest) are the runtime's [`tapeplan_runtime::protocol`], the ones the host
+//! calls. The CSV is read in JavaScript (`www/own-run.js`'s `readCsv`, as `tapeplan train` reads
+//! it, decimal to `f32` exactly), which keeps Rust's float parsing out of the module; so are the
+//! report's numbers formatted (`reportLines`).
 
 use tapeplan_runtime::protocol::{
-    epoch_shuffle, glorot_uniform_fill, parameter_digest, standardize_rows, standardizer_fit,
-    SplitMix64, ENTRY_FORWARD, ENTRY_INIT, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, INPUT_Y,
-    OUTPUT_LOGITS,
+    epoch_shuffle, glorot_uniform_fill, standardize_rows, standardizer_fit, SplitMix64,
+    ENTRY_FORWARD, ENTRY_INIT, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, INPUT_Y, OUTPUT_LOGITS,
 };
 use tapeplan_runtime::ExecError;
 use wasm_bindgen::prelude::*;
@@ -70,134 +66,6 @@ impl Table {
 /// `0..n` as row indices.
 fn identity(n: usize) -> Vec<u32> {
     (0..n as u32).collect()
-}
-
-/// Reads a CSV's text for a classification plan (`target_width == None`: one label column, the
-/// last) or a regression plan (`Some(n)`: the last `n` columns).
-///
-/// # Errors
-/// A message naming the line (counting from 1) and column (counting from 1) of a field that is
-/// not a finite number, a label out of `0..=255`, a row of another length, a quoted field, or
-/// an empty table.
-pub fn read_csv(text: &str, target_width: Option<usize>) -> Result<Table, String> {
-    let mut rows: Vec<(usize, Vec<&str>)> = Vec::new();
-    for (k, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() {
-            continue;
-        }
-        if line.contains('"') {
-            return Err(format!(
-                "line {}: quoted fields are not read here (use `tapeplan train`, or write the CSV without quotes)",
-                k + 1
-            ));
-        }
-        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
-        if rows.is_empty() && fields.iter().all(|f| f.parse::<f64>().is_err()) {
-            continue; // the header
-        }
-        rows.push((k + 1, fields));
-    }
-    let width = rows
-        .first()
-        .map(|(_, r)| r.len())
-        .ok_or("the CSV has no data rows")?;
-    let nt = target_width.unwrap_or(1);
-    if nt >= width {
-        return Err(format!(
-            "the rows have {width} columns: too few for {nt} target column(s) and a feature"
-        ));
-    }
-    let nf = width - nt;
-    let mut table = Table {
-        n_features: nf,
-        target_width: nt,
-        ..Table::default()
-    };
-    let number = |line: usize, col: usize, field: &str| -> Result<f32, String> {
-        match field.parse::<f32>() {
-            Ok(x) if x.is_finite() => Ok(x),
-            Ok(_) => Err(format!(
-                "line {line}, column {col}: \"{field}\" is not finite"
-            )),
-            Err(_) => Err(format!(
-                "line {line}, column {col}: \"{field}\" is not a number"
-            )),
-        }
-    };
-    for (line, fields) in &rows {
-        if fields.len() != width {
-            return Err(format!(
-                "line {line}: {} columns where the first data row has {width}",
-                fields.len()
-            ));
-        }
-        for (c, f) in fields.iter().enumerate().take(nf) {
-            table.features.push(number(*line, c + 1, f)?);
-        }
-        if target_width.is_some() {
-            for (c, f) in fields.iter().enumerate().skip(nf) {
-                table.targets.push(number(*line, c + 1, f)?);
-            }
-        }
-    }
-    if target_width.is_some() {
-        return Ok(table);
-    }
-    fn label<'t>(fields: &[&'t str], at: usize) -> &'t str {
-        fields.get(at).copied().unwrap_or("")
-    }
-    if rows
-        .iter()
-        .all(|(_, f)| label(f, nf).parse::<f64>().is_ok())
-    {
-        for (line, fields) in &rows {
-            let field = label(fields, nf);
-            let value = match field.parse::<i64>() {
-                Ok(v) => Some(v),
-                Err(_) => field
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|x| x.fract() == 0.0 && x.abs() < 1e15)
-                    .map(|x| x as i64),
-            };
-            match value {
-                Some(v) if (0..=255).contains(&v) => table.targets.push(v as f32),
-                Some(v) => {
-                    return Err(format!(
-                        "line {line}, column {}: label {v} is outside 0..=255",
-                        nf + 1
-                    ))
-                }
-                None => {
-                    return Err(format!(
-                        "line {line}, column {}: \"{field}\" is not an integer label",
-                        nf + 1
-                    ))
-                }
-            }
-        }
-    } else {
-        let mut names: Vec<String> = rows.iter().map(|(_, f)| label(f, nf).to_owned()).collect();
-        // Unstable sorting: equal names are identical, so the order is the host's.
-        names.sort_unstable();
-        names.dedup();
-        if names.len() > 256 {
-            return Err(format!(
-                "the label column holds {} class names; at most 256 classes are supported",
-                names.len()
-            ));
-        }
-        for (_, fields) in &rows {
-            let k = names
-                .iter()
-                .position(|n| n == label(fields, nf))
-                .unwrap_or(0);
-            table.targets.push(k as f32);
-        }
-        table.class_names = names;
-    }
-    Ok(table)
 }
 
 /// Per-feature standardization fitted on the training split, as `tapeplan train
@@ -315,10 +183,46 @@ pub struct EpochReport {
     pub validation: Option<Metrics>,
 }
 
-/// A classification plan's rows (`Some(classes)`) or a regression plan's target width.
+/// What a plan's `train_step` takes: class labels, or this many float targets per row.
 enum Task {
     Labels,
     Targets(usize),
+}
+
+fn task_of(trainer: &Trainer, batch: usize) -> Result<Task, Error> {
+    if trainer.input_shape(ENTRY_TRAIN_STEP, INPUT_LABELS).is_ok() {
+        return Ok(Task::Labels);
+    }
+    let y = trainer.input_shape(ENTRY_TRAIN_STEP, INPUT_Y).map_err(|_| {
+        fail("the plan's train_step has neither an input `labels` (classification) nor `y` (regression)")
+    })?;
+    Ok(Task::Targets(
+        y.iter().product::<u32>() as usize / batch.max(1),
+    ))
+}
+
+/// What a CSV read for `plan` holds after its features: 0 for one label column (a
+/// classification plan, an input `labels`), else the float targets per row of a regression
+/// plan's `y`.
+///
+/// # Errors
+/// A rejected plan, or one without `train_step`'s `x` and `labels` or `y`.
+pub fn target_width(plan: &[u8]) -> Result<usize, Error> {
+    let trainer = Trainer::from_bytes(plan)?;
+    let x = trainer.input_shape(ENTRY_TRAIN_STEP, INPUT_X)?;
+    let batch = x.first().copied().unwrap_or(0) as usize;
+    Ok(match task_of(&trainer, batch)? {
+        Task::Labels => 0,
+        Task::Targets(n) => n,
+    })
+}
+
+/// What a CSV read for the plan holds after its features: 0 for one label column
+/// (classification), else the number of float targets per row (regression). Throws on a plan
+/// without `train_step`'s `x` and `labels` or `y`.
+#[wasm_bindgen(js_name = targetWidth)]
+pub fn js_target_width(plan: &[u8]) -> Result<usize, JsError> {
+    target_width(plan).map_err(js)
 }
 
 fn fail(text: impl Into<String>) -> Error {
@@ -326,14 +230,15 @@ fn fail(text: impl Into<String>) -> Error {
 }
 
 impl TrainRun {
-    /// Loads `plan` (running its `init` entry, as the host does), reads `csv` for it, scales,
-    /// splits and standardizes it as `tapeplan train` does.
+    /// Loads `plan` (running its `init` entry, as the host does) and takes `table` (read for
+    /// the plan: [`target_width`]), then scales, splits and standardizes it as `tapeplan train`
+    /// does.
     ///
     /// # Errors
-    /// A rejected plan, a plan without `train_step`/`forward` or their `x` and target, a CSV
+    /// A rejected plan, a plan without `train_step`/`forward` or their `x` and target, a table
     /// that does not fit the plan (widths, labels past the plan's classes), options out of
     /// range, or a training split smaller than one batch.
-    pub fn create(plan: &[u8], csv: &str, options: RunOptions) -> Result<TrainRun, Error> {
+    pub fn create(plan: &[u8], mut table: Table, options: RunOptions) -> Result<TrainRun, Error> {
         if options.epochs == 0 {
             return Err(fail("epochs must be at least 1"));
         }
@@ -356,22 +261,20 @@ impl TrainRun {
         let x = trainer.input_shape(ENTRY_TRAIN_STEP, INPUT_X)?;
         let batch = x.first().copied().unwrap_or(0).max(1) as usize;
         let d_in = x.iter().skip(1).product::<u32>() as usize;
-        let task = if trainer.input_shape(ENTRY_TRAIN_STEP, INPUT_LABELS).is_ok() {
-            Task::Labels
-        } else {
-            let y = trainer.input_shape(ENTRY_TRAIN_STEP, INPUT_Y).map_err(|_| {
-                fail("the plan's train_step has neither an input `labels` (classification) nor `y` (regression)")
-            })?;
-            Task::Targets(y.iter().product::<u32>() as usize / batch)
+        let task = task_of(&trainer, batch)?;
+        if table.is_empty() {
+            return Err(fail("the data has no rows"));
+        }
+        let width = match task {
+            Task::Labels => 1,
+            Task::Targets(n) => n,
         };
-        let mut table = read_csv(
-            csv,
-            match task {
-                Task::Labels => None,
-                Task::Targets(n) => Some(n),
-            },
-        )
-        .map_err(fail)?;
+        if table.target_width != width || table.targets.len() != table.len() * width {
+            return Err(fail(format!(
+                "the table has {} target values per row; the plan's train_step takes {width}",
+                table.target_width
+            )));
+        }
         if table.n_features != d_in {
             return Err(fail(format!(
                 "the data has {} features per row; the plan's input x is [{}] ({d_in} per row)",
@@ -730,11 +633,7 @@ impl TrainRun {
     /// The parameter digest as the host prints it: `0x` and 16 hex digits of
     /// [`parameter_digest`].
     pub fn parameter_digest(&self) -> String {
-        let plan = self.trainer.plan();
-        format!(
-            "0x{:016x}",
-            parameter_digest(plan, self.trainer.persistent())
-        )
+        self.trainer.parameter_digest()
     }
 }
 
@@ -758,15 +657,21 @@ fn argmax(row: &[f32]) -> usize {
 /// The JavaScript API.
 #[wasm_bindgen]
 impl TrainRun {
-    /// `new TrainRun(planBytes, csvText, epochs, seed, splitSeed, trainFraction, valFraction,
-    /// scale, standardize)`: the plan loaded (its `init` entry run) and the CSV read, scaled,
-    /// split and standardized as `tapeplan train` does with the same options (`seed` and
-    /// `splitSeed` are `BigInt`s). Throws on a plan or CSV that does not fit.
+    /// `new TrainRun(planBytes, features, targets, nFeatures, classNames, epochs, seed,
+    /// splitSeed, trainFraction, valFraction, scale, standardize)`: the plan loaded (its `init`
+    /// entry run) and the table (`Float32Array`s, row-major: `[rows, nFeatures]` and `[rows,
+    /// targetWidth]`, labels as floats; the class names of a label column of names, else `[]`)
+    /// scaled, split and standardized as `tapeplan train` does with the same options (`seed`
+    /// and `splitSeed` are `BigInt`s). `own-run.js`'s `startRun` reads the CSV and calls it.
+    /// Throws on a plan or table that does not fit.
     #[wasm_bindgen(constructor)]
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         plan: &[u8],
-        csv: &str,
+        features: Vec<f32>,
+        targets: Vec<f32>,
+        n_features: usize,
+        class_names: Vec<String>,
         epochs: usize,
         seed: u64,
         split_seed: u64,
@@ -775,6 +680,14 @@ impl TrainRun {
         scale: f32,
         standardize: bool,
     ) -> Result<TrainRun, JsError> {
+        let rows = features.len().checked_div(n_features).unwrap_or(0);
+        let table = Table {
+            target_width: targets.len().checked_div(rows).unwrap_or(0),
+            features,
+            targets,
+            n_features,
+            class_names,
+        };
         let options = RunOptions {
             epochs,
             seed,
@@ -784,7 +697,7 @@ impl TrainRun {
             scale,
             standardize,
         };
-        TrainRun::create(plan, csv, options).map_err(js)
+        TrainRun::create(plan, table, options).map_err(js)
     }
 
     /// The parameters to give initial values (those the plan's `init` entry does not write).
@@ -888,12 +801,6 @@ impl TrainRun {
     #[wasm_bindgen(js_name = parameterDigest)]
     pub fn js_parameter_digest(&self) -> String {
         self.parameter_digest()
-    }
-
-    /// The class names of a label column of names (empty otherwise).
-    #[wasm_bindgen(js_name = classNames)]
-    pub fn js_class_names(&self) -> Vec<String> {
-        self.class_names.clone()
     }
 
     /// The number of classes of a classification plan's logits (0 for regression).

@@ -12,7 +12,7 @@ use tapeplan_planner::model::optim::Optimizer;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp, TrainingJob};
 use tapeplan_runtime::protocol::{parameter_digest, SplitMix64};
 
-use super::{read_csv, Metrics, RunOptions, TrainRun};
+use super::{Metrics, RunOptions, Table, TrainRun};
 
 /// A metrics line as `tapeplan train` prints it.
 fn shown(m: Metrics) -> String {
@@ -95,6 +95,29 @@ fn mlp_plan(sizes: &[usize], loss: Loss, batch: usize) -> Vec<u8> {
         .to_bytes()
 }
 
+/// The CSV as `tapeplan train` reads it (the planner's reader), as the page's reader hands it
+/// to a [`TrainRun`].
+fn table(text: &str, task: &Task) -> Table {
+    let spec = TableSpec {
+        task: task.clone(),
+        target_columns: Vec::new(),
+    };
+    let t = load_table_bytes(text.as_bytes(), &spec).unwrap();
+    let d = t.dataset;
+    let regression = d.n_targets() > 0;
+    Table {
+        features: d.features.clone(),
+        targets: if regression {
+            d.targets().to_vec()
+        } else {
+            d.labels.iter().map(|&l| f32::from(l)).collect()
+        },
+        n_features: d.n_features(),
+        target_width: if regression { d.n_targets() } else { 1 },
+        class_names: t.class_names.unwrap_or_default(),
+    }
+}
+
 /// Collects what `tapeplan train` prints per epoch.
 struct Collect {
     losses: Vec<f32>,
@@ -174,8 +197,8 @@ fn host_run(plan: &[u8], text: &str, task: Task, o: RunOptions) -> (Vec<f32>, Ve
     (c.losses, c.epochs, digest)
 }
 
-fn browser_run(plan: &[u8], text: &str, o: RunOptions) -> TrainRun {
-    let mut run = TrainRun::create(plan, text, o).unwrap();
+fn browser_run(plan: &[u8], text: &str, task: &Task, o: RunOptions) -> TrainRun {
+    let mut run = TrainRun::create(plan, table(text, task), o).unwrap();
     run.glorot().unwrap();
     // Uneven slices, as frames would take them.
     while run.advance(7).unwrap() > 0 {}
@@ -200,9 +223,9 @@ fn a_classification_run_equals_the_host_s_bit_for_bit() {
         standardize: true,
         ..RunOptions::default()
     };
-    let run = browser_run(&plan, &text, o);
-    let (losses, epochs, digest) =
-        host_run(&plan, &text, Task::Classification { classes: None }, o);
+    let task = Task::Classification { classes: None };
+    let run = browser_run(&plan, &text, &task, o);
+    let (losses, epochs, digest) = host_run(&plan, &text, task, o);
     // 150 rows: 120 train, of them 24 validation; 96 rows = 12 steps of 8 per epoch.
     assert_eq!(run.steps_per_epoch(), 12);
     assert_eq!(losses.len(), 36);
@@ -240,8 +263,9 @@ fn a_regression_run_equals_the_host_s_bit_for_bit() {
         epochs: 2,
         ..RunOptions::default()
     };
-    let run = browser_run(&plan, &text, o);
-    let (losses, _, digest) = host_run(&plan, &text, Task::Regression { n_targets: 2 }, o);
+    let task = Task::Regression { n_targets: 2 };
+    let run = browser_run(&plan, &text, &task, o);
+    let (losses, _, digest) = host_run(&plan, &text, task, o);
     // 41 rows: round(32.8) = 33 train rows, 8 steps of 4 (one row left out) per epoch.
     assert_eq!(losses.len(), 16);
     assert_eq!(bits(&run.losses), bits(&losses));
@@ -251,48 +275,13 @@ fn a_regression_run_equals_the_host_s_bit_for_bit() {
 }
 
 #[test]
-fn the_csv_reader_reads_as_the_host_s() {
-    let t = read_csv("a,b,label\n1, 2.5 ,dog\n\n-3,4e-1,cat\n5,6,dog\n", None).unwrap();
-    assert_eq!(t.features, [1.0, 2.5, -3.0, 0.4, 5.0, 6.0]);
-    assert_eq!(t.targets, [1.0, 0.0, 1.0]);
-    assert_eq!(t.class_names, ["cat", "dog"]);
-    let t = read_csv("0.5,1,2\n1.5,3,0\n", None).unwrap();
-    assert_eq!((t.n_features, t.targets.clone()), (2, vec![2.0, 0.0]));
-    assert!(t.class_names.is_empty());
-    // Decimal to f32 directly (not through f64): 1.00000005960464477539062500000001 rounds up.
-    let t = read_csv("1.00000005960464477539062500000001,0\n", None).unwrap();
-    assert_eq!(t.features[0], 1.000_000_1);
-    let t = read_csv("1,2,3,4\n", Some(2)).unwrap();
-    assert_eq!((t.features, t.targets), (vec![1.0, 2.0], vec![3.0, 4.0]));
-    for (text, wanted) in [
-        ("x,y\n", "the CSV has no data rows"),
-        (
-            "1,2\n3\n",
-            "line 2: 1 columns where the first data row has 2",
-        ),
-        ("1,2\nx,3\n", "line 2, column 1: \"x\" is not a number"),
-        (
-            "1,inf\n",
-            "line 1, column 2: \"inf\" is not an integer label",
-        ),
-        ("1,1e40,0\n", "line 1, column 2: \"1e40\" is not finite"),
-        ("1,300\n", "line 1, column 2: label 300 is outside 0..=255"),
-        ("1,\"a\"\n", "line 1: quoted fields are not read here"),
-        (
-            "1\n",
-            "the rows have 1 columns: too few for 1 target column(s) and a feature",
-        ),
-    ] {
-        let e = read_csv(text, None).unwrap_err();
-        assert!(e.starts_with(wanted), "{text:?}: {e}");
-    }
-}
-
-#[test]
 fn a_run_that_does_not_fit_its_plan_is_an_error_naming_why() {
     let plan = mlp_plan(&[6, 8, 3], Loss::SoftmaxCrossEntropy, 8);
-    let err =
-        |text: &str, o: RunOptions| TrainRun::create(&plan, text, o).err().unwrap().to_string();
+    let labels = Task::Classification { classes: None };
+    let err = |text: &str, o: RunOptions| {
+        let t = table(text, &labels);
+        TrainRun::create(&plan, t, o).err().unwrap().to_string()
+    };
     let o = RunOptions::default();
     assert_eq!(
         err(&csv(40, 5, None, 1), o),
@@ -311,8 +300,21 @@ fn a_run_that_does_not_fit_its_plan_is_an_error_naming_why() {
         err(&csv(40, 6, None, 1), RunOptions { epochs: 0, ..o }),
         "epochs must be at least 1"
     );
+    let regression = table("1,2,3,4,5,6,0.5,1.5\n", &Task::Regression { n_targets: 2 });
+    assert_eq!(
+        TrainRun::create(&plan, regression, o)
+            .err()
+            .unwrap()
+            .to_string(),
+        "the table has 2 target values per row; the plan's train_step takes 1"
+    );
+    assert_eq!(super::target_width(&plan).unwrap(), 0);
+    let mse = mlp_plan(&[4, 5, 2], Loss::MeanSquaredError, 4);
+    assert_eq!(super::target_width(&mse).unwrap(), 2);
+    assert!(super::target_width(b"not a plan").is_err());
     // A parameter the file does not give stops the first step.
-    let mut run = TrainRun::create(&plan, &csv(40, 6, None, 1), o).unwrap();
+    let t = table(&csv(40, 6, None, 1), &labels);
+    let mut run = TrainRun::create(&plan, t, o).unwrap();
     assert_eq!(run.tensor_names(), ["w1", "b1", "w2", "b2"]);
     run.load_parameter("w1", &[0.5; 48]).unwrap();
     assert!(run

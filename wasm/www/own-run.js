@@ -79,16 +79,144 @@ export const DEFAULTS = {
   epochs: 10, seed: 42, splitSeed: 0, trainFraction: 0.8, valFraction: 0, scale: 1, standardize: false,
 };
 
+// ---- the CSV, as `tapeplan train` reads it ------------------------------------------------
+
+/** Rust's `f32`/`f64` `FromStr` grammar: a decimal with an optional exponent, or inf/nan. */
+const DECIMAL = /^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$/;
+const SPECIAL = /^[+-]?(?:inf|infinity|nan)$/i;
+
+/** Whether Rust's `text.parse::<f64>()` (or `f32`) succeeds. */
+export function isNumber(text) {
+  return DECIMAL.test(text) || SPECIAL.test(text);
+}
+
+/** The exact value of a decimal string as sign, digits and a power of ten (BigInt, int). */
+function decimalParts(text) {
+  const m = /^([+-]?)([0-9]*)\.?([0-9]*)(?:[eE]([+-]?[0-9]+))?$/.exec(text);
+  return { digits: BigInt(`${m[2]}${m[3]}` || "0"), exp: Number(m[4] ?? 0) - m[3].length };
+}
+
 /**
- * A new TrainRun over the files, with its initial parameters loaded.
- * @param TrainRun the package's class
+ * `text.parse::<f32>()` as Rust computes it: the decimal rounded once, to the nearest `f32`
+ * (ties to even), not through `f64`. `NaN` when Rust's parse fails.
+ */
+export function parseF32(text) {
+  if (!isNumber(text)) return NaN;
+  const v = Number(text.replace(/inf(inity)?$/i, "Infinity"));
+  const f = Math.fround(v);
+  if (!Number.isFinite(v) || f === v) return f;
+  // v is the decimal rounded to f64; rounding it again to f32 is the decimal's rounding unless
+  // v fell exactly on the midpoint of two f32s: then the decimal decides (it may be just above
+  // or below the midpoint, or on it: ties to even, which Math.fround did).
+  const bits = new Uint32Array(new Float32Array([f]).buffer)[0];
+  const other = new Float32Array(new Uint32Array([Math.abs(f) < Math.abs(v) ? bits + 1 : bits - 1]).buffer)[0];
+  if ((f + other) / 2 !== v) return f;
+  const { digits, exp } = decimalParts(text);
+  const { num, den } = exact(Math.abs(v));
+  // Compare digits · 10^exp with num / den.
+  const lhs = exp >= 0 ? digits * 10n ** BigInt(exp) * den : digits * den;
+  const rhs = exp >= 0 ? num : num * 10n ** BigInt(-exp);
+  if (lhs === rhs) return f;
+  const above = lhs > rhs; // |decimal| > |midpoint|
+  const far = Math.abs(f) > Math.abs(other) ? f : other, near = far === f ? other : f;
+  return above ? far : near;
+}
+
+/** `text.parse::<i64>()`'s grammar and range. */
+function parseI64(text) {
+  if (!/^[+-]?[0-9]+$/.test(text)) return null;
+  const v = BigInt(text);
+  return v >= -(2n ** 63n) && v < 2n ** 63n ? v : null;
+}
+
+/** UTF-8 byte order (Rust's `String` order), for class names. */
+function byteOrder(a, b) {
+  const x = new TextEncoder().encode(a), y = new TextEncoder().encode(b);
+  for (let i = 0; i < Math.min(x.length, y.length); i++) if (x[i] !== y[i]) return x[i] - y[i];
+  return x.length - y.length;
+}
+
+/**
+ * Reads a CSV's text as `tapeplan train` reads it for a plan: comma-separated fields, each
+ * trimmed, blank lines skipped; the first row a header when none of its fields is a number;
+ * every row as wide as the first data row; the features the first columns, finite numbers
+ * (decimal to `f32` exactly); then one label column (`targetWidth` 0: integers 0..=255, or
+ * class names, class k the k-th of the sorted names) or `targetWidth` float targets. Quoted
+ * fields are not read (an error says so). Throws an Error naming the line and column.
+ * @param {string} text
+ * @param {number} targetWidth from the package's `targetWidth(plan)`
+ */
+export function readCsv(text, targetWidth) {
+  const rows = [];
+  const lines = text.replace(/^\uFEFF/, "").split(/\r?\n/);
+  for (let k = 0; k < lines.length; k++) {
+    if (lines[k].trim() === "") continue;
+    if (lines[k].includes('"')) {
+      throw new Error(`line ${k + 1}: quoted fields are not read here (use \`tapeplan train\`, or write the CSV without quotes)`);
+    }
+    const fields = lines[k].split(",").map((f) => f.trim());
+    if (rows.length === 0 && !rows.header && fields.every((f) => !isNumber(f))) {
+      rows.header = fields;
+      continue;
+    }
+    rows.push([k + 1, fields]);
+  }
+  if (rows.length === 0) throw new Error("the CSV has no data rows");
+  const width = rows[0][1].length;
+  const nt = targetWidth || 1;
+  if (nt >= width) throw new Error(`the rows have ${width} columns: too few for ${nt} target column(s) and a feature`);
+  const nf = width - nt;
+  const features = new Float32Array(rows.length * nf);
+  const targets = new Float32Array(rows.length * nt);
+  const number = (line, col, field) => {
+    const x = parseF32(field);
+    if (Number.isNaN(x) && !SPECIAL.test(field)) throw new Error(`line ${line}, column ${col}: "${field}" is not a number`);
+    if (!Number.isFinite(x)) throw new Error(`line ${line}, column ${col}: "${field}" is not finite`);
+    return x;
+  };
+  rows.forEach(([line, fields], r) => {
+    if (fields.length !== width) throw new Error(`line ${line}: ${fields.length} columns where the first data row has ${width}`);
+    for (let c = 0; c < nf; c++) features[r * nf + c] = number(line, c + 1, fields[c]);
+    if (targetWidth) for (let c = 0; c < nt; c++) targets[r * nt + c] = number(line, nf + c + 1, fields[nf + c]);
+  });
+  let classNames = [];
+  if (!targetWidth) {
+    const labels = rows.map(([, f]) => f[nf]);
+    if (labels.every(isNumber)) {
+      rows.forEach(([line, f], r) => {
+        let v = parseI64(f[nf]);
+        if (v === null) {
+          const x = Number(f[nf].replace(/inf(inity)?$/i, "Infinity"));
+          v = Number.isFinite(x) && Number.isInteger(x) && Math.abs(x) < 1e15 ? BigInt(x) : null;
+        }
+        if (v === null) throw new Error(`line ${line}, column ${nf + 1}: "${f[nf]}" is not an integer label`);
+        if (v < 0n || v > 255n) throw new Error(`line ${line}, column ${nf + 1}: label ${v} is outside 0..=255`);
+        targets[r] = Number(v);
+      });
+    } else {
+      classNames = [...new Set(labels)].sort(byteOrder);
+      if (classNames.length > 256) {
+        throw new Error(`the label column holds ${classNames.length} class names; at most 256 classes are supported`);
+      }
+      const index = new Map(classNames.map((n, k) => [n, k]));
+      labels.forEach((l, r) => { targets[r] = index.get(l); });
+    }
+  }
+  return { features, targets, nFeatures: nf, classNames };
+}
+
+/**
+ * A new TrainRun over the files (the CSV read for the plan by `readCsv`), with its initial
+ * parameters loaded.
+ * @param pkg the package: its `TrainRun` class and `targetWidth` function
  * @param {{plan: Uint8Array, csv: string, init: Uint8Array | null}} files
  * @param {object} options as DEFAULTS
  */
-export function startRun(TrainRun, files, options = {}) {
+export function startRun(pkg, files, options = {}) {
   const o = { ...DEFAULTS, ...options };
-  const run = new TrainRun(files.plan, files.csv, o.epochs, BigInt(o.seed), BigInt(o.splitSeed),
-    o.trainFraction, o.valFraction, o.scale, o.standardize);
+  const t = readCsv(files.csv, pkg.targetWidth(files.plan));
+  const run = new pkg.TrainRun(files.plan, t.features, t.targets, t.nFeatures, t.classNames, o.epochs,
+    BigInt(o.seed), BigInt(o.splitSeed), o.trainFraction, o.valFraction, o.scale, o.standardize);
   try {
     return { run, init: loadInitial(run, files.init) };
   } catch (e) {

@@ -6,7 +6,7 @@
 // `window.tapeplanOwn` holds the state (`phase`: idle, training, done or error; `digest`,
 // `log`, `error`) for the end-to-end test.
 
-import init, { TrainRun } from "./pkg/tapeplan_wasm.js";
+import init, { TrainRun, targetWidth } from "./pkg/tapeplan_wasm.js";
 import { drawCurve } from "./curve.js";
 import { csvText, reportLines, startRun } from "./own-run.js";
 
@@ -76,7 +76,7 @@ async function train() {
   const data = await fileBytes("own-csv");
   if (!plan || !data) throw new Error("choose a plan (.plan) and a data file (.csv) first");
   const files = { plan, csv: await csvText(data), init: await fileBytes("own-init") };
-  const { run, init: how } = startRun(TrainRun, files, options());
+  const { run, init: how } = startRun({ TrainRun, targetWidth }, files, options());
   current = run;
   const steps = run.totalSteps, perEpoch = run.stepsPerEpoch;
   $("own-steps").textContent = steps;
