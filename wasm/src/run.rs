@@ -631,7 +631,7 @@ impl TrainRun {
     }
 
     /// The parameter digest as the host prints it: `0x` and 16 hex digits of
-    /// [`parameter_digest`].
+    /// [`parameter_digest`](tapeplan_runtime::protocol::parameter_digest).
     pub fn parameter_digest(&self) -> String {
         self.trainer.parameter_digest()
     }

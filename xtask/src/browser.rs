@@ -823,7 +823,7 @@ fn check_own_model(result: &str, text: &str, own: &OwnRun, phone: &Path) -> Resu
         "at 390 px the page is {width} px wide ({result})"
     );
     println!(
-        "browser own model: {} (the ONNX 1-D CNN, {} epoch lines) digest {page} equals `tapeplan train`'s; \
+        "browser own model: {} (the ONNX 1-D CNN, {} epoch and test lines) digest {page} equals `tapeplan train`'s; \
          at 390x844 the page is {width} px wide, screenshot {}; a test digit shows its true label ({})",
         own.plan.display(),
         own.lines.len(),
