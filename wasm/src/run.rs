@@ -113,8 +113,10 @@ impl Default for RunOptions {
     }
 }
 
-/// A training run of a plan on a CSV, stepped a few steps at a time (so a page can draw between
-/// them): see the [module docs](self).
+/// A training run of a plan on a CSV's table, as `tapeplan train PLAN --data CSV [--init FILE]`
+/// runs it (the same split, standardization, initialization, epoch order and batches), stepped
+/// a few steps at a time so a page can draw between them; its [`TrainRun::parameter_digest`] at
+/// the end equals the `parameter digest: 0x…` line the host prints for the same run.
 #[wasm_bindgen]
 pub struct TrainRun {
     trainer: Trainer,
