@@ -22,7 +22,8 @@ use tapeplan_planner::model::glorot_uniform;
 use tapeplan_planner::model::run::{file_digest, INIT_SUFFIX};
 use tapeplan_planner::model::RunConfig;
 use tapeplan_planner::protocol::{
-    ENTRY_FORWARD, ENTRY_INIT, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, INPUT_Y, OUTPUT_LOGITS,
+    parameter_digest, ENTRY_FORWARD, ENTRY_INIT, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, INPUT_Y,
+    OUTPUT_LOGITS,
 };
 
 use super::args::{LossArg, ModelArgs, TrainOutputs};
@@ -572,6 +573,11 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
     if let Some(metrics) = test_eval.metrics(&mut model)? {
         println!("test {metrics}");
     }
+    // The digest the browser page shows for the same run (docs/getting-started/train-in-a-browser.md).
+    println!(
+        "parameter digest: 0x{:016x}",
+        parameter_digest(model.plan(), model.persistent())
+    );
     if let Some(names) = &class_names {
         print_predictions(&mut model, &test_eval, names)?;
     }
