@@ -8,7 +8,9 @@
 //!   update), serialized to `$OUT_DIR/train.plan`, and its arena size as a constant;
 //! - the data: the run's training rows as raw `u8` pixel counts and labels (the digits), or
 //!   with feature `cnn` (a `data=mnist1d` run) as little-endian `f32` features and labels;
-//! - the initial parameters: seeded Glorot-uniform, as little-endian `f32`s.
+//! - the initial parameters: seeded Glorot-uniform, as little-endian `f32`s;
+//! - the op set: the opcodes the plan uses (`PlanOps`), so the runtime's selective build links
+//!   only their kernels (`docs/selective-build.md`).
 //!
 //! `TAPEPLAN_RUN=path/to/file.run` overrides the board's run; with feature `cnn` the default run
 //! is `models/mnist1d.run`. The math profile is the one
@@ -185,6 +187,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .into());
     }
     write(&out.join("train.plan"), &plan_bytes)?;
+    let plan_ops = op_set_item(&plan);
 
     // The data.
     let mnist1d = cfg.data == tapeplan_planner::model::run::RunData::Mnist1d;
@@ -316,12 +319,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         write!(g, "({name:?}, {}), ", shape.elems())?;
     }
     writeln!(g, "];")?;
+    g.push_str(&plan_ops);
     write(&out.join("generated.rs"), g.as_bytes())?;
     println!("cargo:rerun-if-changed=build.rs");
     Ok(())
 }
 
 /// Writes a file only when its bytes change (keeps incremental rebuilds quiet).
+/// The selective build's op set, derived from the plan's bytes: a `PlanOps` type (see
+/// `tapeplan_core::op_set!`) naming the opcodes the plan's instructions use, so the runtime
+/// links only their kernels, shape rules and attribute decoders (`docs/selective-build.md`).
+fn op_set_item(plan: &tapeplan_runtime::Plan<'_>) -> String {
+    let ops = plan.op_set();
+    format!(
+        "tapeplan_core::op_set!(\n    /// The plan's {} opcodes ({ops}): the runtime dispatches these only.\n    \
+         pub struct PlanOps = [{}]\n);\n",
+        ops.len(),
+        ops.variants()
+    )
+}
+
 fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     if fs::read(path).ok().as_deref() == Some(bytes) {
         return Ok(());
