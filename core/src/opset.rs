@@ -212,7 +212,11 @@ mod tests {
         for &op in Opcode::ALL {
             assert!(OpSet::ALL.contains(op), "{op}");
             assert_eq!(OpSet::CORE.contains(op), op.in_core_set(), "{op}");
-            assert_eq!(OpSet::BUILD.contains(op), crate::ops::in_vocabulary(op), "{op}");
+            assert_eq!(
+                OpSet::BUILD.contains(op),
+                crate::ops::in_vocabulary(op),
+                "{op}"
+            );
             let one = OpSet::EMPTY.with(op);
             assert_eq!(one.len(), 1);
             assert_eq!(one.iter().collect::<OpSet>(), one);
