@@ -117,7 +117,7 @@ impl OpSet {
         false
     }
 
-    /// The set's opcodes as [`op_set!`] takes them: their [`Opcode`] variant names,
+    /// The set's opcodes as [`op_set!`](crate::op_set) takes them: their [`Opcode`] variant names,
     /// comma-separated, in table order (`Add, MatMul, Conv`).
     pub fn variants(self) -> impl core::fmt::Display {
         struct Variants(OpSet);
@@ -170,7 +170,7 @@ impl core::fmt::Display for OpSet {
 }
 
 /// An opcode set fixed at compile time: the type parameter of the selective build's dispatch
-/// (see the [module](self)). Implement it with [`op_set!`].
+/// (`docs/selective-build.md`). Implement it with [`op_set!`](crate::op_set).
 pub trait Ops {
     /// The opcodes a build over this type dispatches (intersected with the build's
     /// vocabulary, [`OpSet::BUILD`]).
