@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use tapeplan_runtime::{EntryId, ExecError, Ops, ParseError, Plan, Session};
+use tapeplan_runtime::{EntryId, ExecError, Limits, Ops, ParseError, Plan, Scratch, Session};
 
 /// The plan's bytes, aligned to 4 bytes (the runtime reads its records in place).
 #[repr(C, align(4))]
@@ -350,14 +350,20 @@ pub const ARENA_ELEMS: usize = 124;
 pub const ARENA_BYTES: usize = ARENA_ELEMS * 4;
 /// The persistent region (parameters, buffers, optimizer state), in elements.
 pub const PERSISTENT_ELEMS: usize = 60;
+/// The plan's tensor records: the validator's working memory holds this many
+/// ([`Scratch`], 7 bytes each).
+pub const TENSORS: usize = 91;
 
-/// Parses and validates [`PLAN`].
+/// Parses and validates [`PLAN`], with the validator's working memory sized for its
+/// [`TENSORS`] (637 bytes, on the stack for the call; keep a `static` [`Scratch`] and
+/// call [`Plan::parse_with_scratch`] yourself to keep it off the stack).
 ///
 /// # Errors
 /// The runtime's [`ParseError`] (none for the bytes `tapeplan emit` wrote, with the
 /// runtime features the plan needs).
 pub fn plan() -> Result<Plan<'static>, ParseError> {
-    Plan::parse(&PLAN.0)
+    let mut scratch = Scratch::<TENSORS>::new();
+    Plan::parse_with_scratch(&PLAN.0, &Limits::DEFAULT, &mut scratch)
 }
 
 tapeplan_runtime::op_set!(
