@@ -14,7 +14,7 @@
 
 import { chromium } from "playwright-core";
 
-const [url, screenshot, phoneShot, ownPlan, ownCsv, ownInit, ownOptions] = process.argv.slice(2);
+const [url, screenshot, phoneShot, ownPlan, ownCsv, ownInit, ownOptions, ownRun] = process.argv.slice(2);
 if (!url || !screenshot) {
   console.error("usage: node browser.mjs URL SCREENSHOT.png");
   process.exit(2);
@@ -92,8 +92,33 @@ async function phoneRun(browser, errors) {
     Math.max(document.documentElement.scrollWidth, document.body.scrollWidth));
   if (widthAfter > 390) throw new Error(`after training at 390 px the page is ${widthAfter} px wide`);
   await page.screenshot({ path: phoneShot, fullPage: true });
+  // The same files again with the run description `tapeplan train --write-run` wrote: its
+  // seeds and epochs replace the fields (set to others here), its digests check the files.
+  let runDigest = "";
+  if (ownRun) {
+    await page.fill("#own-epochs", "1");
+    await page.fill("#own-seed", "0");
+    await page.setChecked("#own-standardize", true);
+    await page.setInputFiles("#own-run", ownRun);
+    // A file that is not the one the description names is refused by its digest.
+    await page.setInputFiles("#own-init", ownPlan);
+    await page.evaluate(() => { window.tapeplanOwn.phase = "submitted"; });
+    await page.click("#own-train");
+    await done();
+    const wrong = await page.evaluate(() => window.tapeplanOwn);
+    if (wrong.phase !== "error" || !/run description: the chosen initial parameters has digest/.test(wrong.error)) {
+      throw new Error(`a file other than the description's: ${JSON.stringify(wrong)}`);
+    }
+    await page.setInputFiles("#own-init", ownInit);
+    await page.evaluate(() => { window.tapeplanOwn.phase = "submitted"; });
+    await page.click("#own-train");
+    await done();
+    const described = await page.evaluate(() => window.tapeplanOwn);
+    if (described.phase !== "done") throw new Error(`the run description's run failed: ${described.error}`);
+    runDigest = described.digest;
+  }
   await page.close();
-  return { ...own, scrollWidth: Math.max(scrollWidth, widthAfter) };
+  return { ...own, runDigest, scrollWidth: Math.max(scrollWidth, widthAfter) };
 }
 
 let failed = false;
@@ -143,7 +168,7 @@ try {
       `accuracy=${r.accuracy.toFixed(4)} correct=${r.correct} step_ms=${r.stepMs.toFixed(4)} ` +
       `drawn_seven_predicted=${drawn} train_seconds=${r.trainSeconds.toFixed(2)} truth=${truth}` +
       (ownPlan
-        ? ` own_digest=${own.digest} own_seconds=${own.seconds.toFixed(2)} own_steps=${own.steps} ` +
+        ? ` own_digest=${own.digest} own_run_digest=${own.runDigest} own_seconds=${own.seconds.toFixed(2)} own_steps=${own.steps} ` +
           `phone_scroll_width=${own.scrollWidth} phone_screenshot=${phoneShot}`
         : ""),
   );

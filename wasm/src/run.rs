@@ -756,7 +756,13 @@ impl TrainRun {
         self.total_steps()
     }
 
-    /// Steps per epoch.
+    /// The rows of the training split (a run description's `samples`).
+    #[wasm_bindgen(getter, js_name = trainRows)]
+    pub fn js_train_rows(&self) -> usize {
+        self.train.len()
+    }
+
+    /// Steps per epoch: the training rows in full batches.
     #[wasm_bindgen(getter, js_name = stepsPerEpoch)]
     pub fn js_steps_per_epoch(&self) -> usize {
         self.steps_per_epoch()

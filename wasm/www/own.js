@@ -60,6 +60,55 @@ function options() {
   };
 }
 
+/** FNV-1a 64 of `bytes` as 16 hex digits: the digests a run description pins its files by
+ * (`tapeplan digest`, `plan_digest`, `data_digest`, `init_digest`). */
+function fnv1a64(bytes) {
+  const mask = (1n << 64n) - 1n;
+  let h = 0xcbf29ce484222325n;
+  for (const b of bytes) {
+    h ^= BigInt(b);
+    h = (h * 0x100000001b3n) & mask;
+  }
+  return h.toString(16).padStart(16, "0");
+}
+
+/**
+ * A run description (`tapeplan train --write-run`, `docs/getting-started/verify-a-device.md`)
+ * applied to the form: its files must be the ones chosen (by their digests), its seed, split
+ * seed and epochs replace the fields, and the options a description cannot say take their
+ * defaults, so the run is the one `tapeplan verify` and the firmware replay.
+ */
+function applyRun(text, files) {
+  const kv = new Map();
+  for (const line of text.split("\n")) {
+    for (const tok of line.replace(/#.*/, "").trim().split(/\s+/).filter(Boolean)) {
+      const eq = tok.indexOf("=");
+      if (eq <= 0) throw new Error(`run description: ${JSON.stringify(tok)} is not key=value`);
+      kv.set(tok.slice(0, eq), tok.slice(eq + 1));
+    }
+  }
+  if (!kv.has("plan")) throw new Error("run description: the page trains plan= runs (a plan file); this one has no plan= key");
+  for (const [key, file, what] of [["plan", files.plan, "plan"], ["data", files.data, "data (CSV)"], ["init", files.init, "initial parameters"]]) {
+    const want = kv.get(`${key}_digest`);
+    if (want === undefined) continue;
+    if (!file) throw new Error(`run description: it names ${key}=${kv.get(key)}: choose that file as the ${what}`);
+    const got = fnv1a64(file);
+    if (got !== want.toLowerCase()) {
+      throw new Error(`run description: the chosen ${what} has digest ${got}, the run names ${key}=${kv.get(key)} with ${key}_digest=${want}`);
+    }
+  }
+  if (!kv.has("data")) throw new Error("run description: without data= it trains the bundled digits; the page trains a CSV");
+  for (const [key, id] of [["seed", "own-seed"], ["split_seed", "own-split-seed"], ["epochs", "own-epochs"]]) {
+    if (!kv.has(key)) throw new Error(`run description: no ${key}=`);
+    $(id).value = kv.get(key);
+  }
+  $("own-train-fraction").value = "0.8";
+  $("own-val-fraction").value = "0";
+  $("own-scale").value = "1";
+  $("own-standardize").checked = false;
+  return Number(kv.get("samples"));
+}
+
 let current = null;
 
 async function train() {
@@ -75,8 +124,16 @@ async function train() {
   const plan = await fileBytes("own-plan");
   const data = await fileBytes("own-csv");
   if (!plan || !data) throw new Error("choose a plan (.plan) and a data file (.csv) first");
-  const files = { plan, csv: await csvText(data), init: await fileBytes("own-init") };
+  const initBytes = await fileBytes("own-init");
+  const runFile = await fileBytes("own-run");
+  const samples = runFile
+    ? applyRun(new TextDecoder().decode(runFile), { plan, data, init: initBytes })
+    : null;
+  const files = { plan, csv: await csvText(data), init: initBytes };
   const { run, init: how } = startRun({ TrainRun, targetWidth }, files, options());
+  if (samples !== null && run.trainRows !== samples) {
+    throw new Error(`run description: samples=${samples}, but the CSV's training split has ${run.trainRows} rows`);
+  }
   current = run;
   const steps = run.totalSteps, perEpoch = run.stepsPerEpoch;
   $("own-steps").textContent = steps;

@@ -656,6 +656,7 @@ pub fn step_browser(ctx: &Ctx) -> Result<()> {
         .arg(&phone)
         .args([&own.plan, &own.csv, &own.init])
         .arg(OWN_OPTIONS_JSON)
+        .arg(&own.run_file)
         .env("CHROMIUM", CHROMIUM);
     let text = run_captured(cmd)?;
     let result = text
@@ -737,6 +738,10 @@ struct OwnRun {
     digest: String,
     /// The `epoch …` and `test …` lines.
     lines: Vec<String>,
+    /// A second run of the same files, described by `tapeplan train --write-run` (its seed,
+    /// split seed and epochs differ from the form's), and the digest `train` printed for it.
+    run_file: PathBuf,
+    run_digest: String,
 }
 
 /// Plans `planner-host/tests/data/onnx/cnn1d.onnx` (Adam, `conv1.*` frozen, batch 16) into
@@ -771,12 +776,25 @@ fn own_model_host_run(ctx: &Ctx, dir: &Path) -> Result<OwnRun> {
         .arg(&init)
         .args(OWN_TRAIN_ARGS);
     let text = output(cmd)?;
-    let digest = text
-        .lines()
-        .find_map(|l| l.strip_prefix("parameter digest: "))
-        .ok_or_else(|| anyhow!("`tapeplan train` printed no `parameter digest:` line:\n{text}"))?
-        .trim()
-        .to_string();
+    let digest_of = |text: &str| -> Result<String> {
+        Ok(text
+            .lines()
+            .find_map(|l| l.strip_prefix("parameter digest: "))
+            .ok_or_else(|| {
+                anyhow!("`tapeplan train` printed no `parameter digest:` line:\n{text}")
+            })?
+            .trim()
+            .to_string())
+    };
+    let digest = digest_of(&text)?;
+    let run_file = dir.join("own.run");
+    let mut cmd = Command::new(&tapeplan);
+    cmd.current_dir(dir)
+        .args(["train", "cnn.plan", "--data", "waves.csv"])
+        .args(["--init", "cnn.plan.init.safetensors"])
+        .args(["--epochs", "2", "--seed", "5", "--split-seed", "1"])
+        .args(["--write-run", "own.run"]);
+    let run_digest = digest_of(&output(cmd)?)?;
     let lines = text
         .lines()
         .filter(|l| l.starts_with("epoch ") || l.starts_with("test "))
@@ -788,6 +806,8 @@ fn own_model_host_run(ctx: &Ctx, dir: &Path) -> Result<OwnRun> {
         init,
         digest,
         lines,
+        run_file,
+        run_digest,
     })
 }
 
@@ -815,12 +835,23 @@ fn check_own_model(result: &str, text: &str, own: &OwnRun, phone: &Path) -> Resu
         "the page's epoch and test lines differ from `tapeplan train`'s:\npage: {page_lines:#?}\nhost: {:#?}",
         own.lines
     );
+    let described = get("own_run_digest").unwrap_or("");
+    ensure!(
+        described == own.run_digest,
+        "the page's digest {described} for the run description {} differs from `tapeplan train`'s {} ({result})",
+        own.run_file.display(),
+        own.run_digest
+    );
     let width: usize = get("phone_scroll_width")
         .and_then(|w| w.parse().ok())
         .unwrap_or(usize::MAX);
     ensure!(
         width <= 390,
         "at 390 px the page is {width} px wide ({result})"
+    );
+    println!(
+        "browser run description: {} (tapeplan train --write-run) trains to {described} on the page, as on the host",
+        own.run_file.display()
     );
     println!(
         "browser own model: {} (the ONNX 1-D CNN, {} epoch and test lines) digest {page} equals `tapeplan train`'s; \
