@@ -612,6 +612,8 @@ mod tests {
     }
 
     #[test]
+    // libm's `sqrtf` is inline assembly on x86_64, which Miri does not run.
+    #[cfg_attr(miri, ignore)]
     fn glorot_and_standardization_are_pinned() {
         // SplitMix64(7)'s first draws are 0x3ec797c2, 0x3c898780, 0x3f669840 (above); with
         // fan_in 1 and fan_out 2, a = sqrt(2) rounded to f32, and each value (2u - 1) a in f32
