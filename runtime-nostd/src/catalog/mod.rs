@@ -42,6 +42,8 @@ use tapeplan_core::{MathProfile, Opcode, Shape, MAX_RANK};
 
 mod lanes;
 use lanes::UnOp;
+#[cfg(feature = "simd")]
+mod vecmath;
 
 /// Which catalog this build carries: `"scalar"`, or `"simd-avx512"`, `"simd-avx2"`,
 /// `"simd-sse2"`, `"simd128"`, `"simd-portable"` (the `simd` feature on a target without vector
@@ -168,26 +170,42 @@ pub(crate) fn pattern(small: &Dims, big: &Dims) -> Pattern {
 // Elementwise.
 
 macro_rules! unary_ops {
-    ($($name:ident => $f:path;)*) => {$(
+    ($($name:ident => $f:path $(, $v:path)?;)*) => {$(
         // A build with one math profile leaves the other's unused.
         #[allow(dead_code)]
         #[derive(Clone, Copy)]
         struct $name;
         impl UnOp for $name {
+            $(
+                #[cfg(feature = "simd")]
+                const VECTOR: bool = {
+                    let _ = $v;
+                    true
+                };
+            )?
             #[inline(always)]
             fn s(self, x: f32) -> f32 {
                 $f(x)
             }
+            $(
+                #[cfg(feature = "simd")]
+                #[inline(always)]
+                fn v(self, x: lanes::V) -> lanes::V {
+                    $v(x)
+                }
+            )?
         }
     )*};
 }
 
+// The `precise` transcendentals run lane-wise ports of `libm` with `simd` (`vecmath`: the same
+// bits for every input); the `fast` ones run micromath's scalar code element by element.
 unary_ops! {
-    Tanh => tanh::scalar;
-    Exp => exp::scalar;
-    Log => log::scalar;
-    Sigmoid => sigmoid::scalar;
-    Softplus => softplus::scalar;
+    Tanh => tanh::scalar, vecmath::tanhf;
+    Exp => exp::scalar, vecmath::expf;
+    Log => log::scalar, vecmath::logf;
+    Sigmoid => sigmoid::scalar, vecmath::sigmoid;
+    Softplus => softplus::scalar, vecmath::softplus;
     TanhFast => tanh::scalar_fast;
     ExpFast => exp::scalar_fast;
     LogFast => log::scalar_fast;
