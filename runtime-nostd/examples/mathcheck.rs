@@ -165,16 +165,15 @@ fn main() -> ExitCode {
         }
     }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let which = if stride == 1 {
+        "all 2^32 bit patterns".to_string()
+    } else {
+        format!("every {stride}th bit pattern")
+    };
     println!(
-        "catalog {} ({} lanes), {threads} threads, every {} bit pattern{}",
+        "catalog {} ({} lanes), {threads} threads, {which}",
         tapeplan_runtime::catalog::CATALOG,
         tapeplan_runtime::catalog::LANES,
-        if stride == 1 {
-            "".to_string()
-        } else {
-            format!("{stride}th")
-        },
-        if stride == 1 { " (all 2^32)" } else { "" }
     );
     println!(
         "{:<9} {:>11} {:>10} {:>13} {:>16} {:>13} {:>16} {:>9} {:>7}",
