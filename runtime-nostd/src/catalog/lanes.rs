@@ -76,7 +76,7 @@ pub const LANES: usize = 1;
 /// A one-argument elementwise operation: its scalar (the reference's function) and, with
 /// `simd`, its lane-wise form, which must give the same bits lane by lane. The default lane
 /// form applies the scalar to each lane; operations without a lane form of their own
-/// (`VECTOR = false`: the `libm` transcendentals) run the scalar loop instead.
+/// (`VECTOR = false`: `pow` and the `fast` transcendentals) run the scalar loop instead.
 pub(crate) trait UnOp: Copy {
     /// True when [`UnOp::v`] is a real lane-wise form.
     #[cfg(feature = "simd")]

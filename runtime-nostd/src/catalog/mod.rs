@@ -7,10 +7,12 @@
 //!   function pointer per element); with feature `simd`, the lane-wise ones (`add`, `sub`,
 //!   `mul`, `div`, `neg`, `abs`, `relu`, `heaviside`, `sign`, `detach`, `sqrt`, the masks, `maximum`,
 //!   `minimum`, `select`) run on vectors of `f32` lanes. Each output element is computed from the
-//!   same-index argument elements alone, so the lane width cannot change a bit. The
-//!   transcendentals (`tanh`, `exp`, `log`, `sigmoid`, `softplus`, `pow`) call the reference's
-//!   own scalar function for the plan's math profile (`libm` under `precise`, micromath's
-//!   approximations under `fast`), element by element.
+//!   same-index argument elements alone, so the lane width cannot change a bit. Under the
+//!   `precise` profile, `tanh`, `exp`, `log`, `sigmoid` and `softplus` also run on vectors with
+//!   `simd`: `vecmath`'s lane-wise ports of `libm`'s `tanhf`, `expf`, `logf` and `log1pf`
+//!   (the same bits as `libm` for every `f32` input; `cargo xtask mathcheck` checks all 2^32).
+//!   `pow`, and every transcendental under `fast` (micromath's approximations), call the
+//!   reference's own scalar function, element by element.
 //! - **`matmul`**: each output `out[i, j]` starts at `+0.0` and accumulates
 //!   `acc = acc + a[i, p] * b[p, j]` (a rounded product, then a rounded sum; never fused) over
 //!   `p = 0, 1, …, k-1` in increasing order, exactly the reference's per-element order. With
