@@ -5,10 +5,16 @@
 //!   `thumbv7m-none-eabi` → QEMU `lm3s6965evb`, `thumbv6m-none-eabi` → QEMU `microbit`) or the
 //!   `board-nrf52840dk` feature; it picks the linker's `memory.x` and the default run;
 //! - the plan: recorded and planned by `tapeplan-planner` (forward + recorded gradient + SGD
-//!   update), serialized to `$OUT_DIR/train.plan`, and its arena size as a constant;
+//!   update), serialized to `$OUT_DIR/train.plan`, and its arena size as a constant; or, for a
+//!   `plan=PATH` run, that plan file as it is (checked against its `plan_digest`);
 //! - the data: the run's training rows as raw `u8` pixel counts and labels (the digits), or
-//!   with feature `cnn` (a `data=mnist1d` run) as little-endian `f32` features and labels;
-//! - the initial parameters: seeded Glorot-uniform, as little-endian `f32`s.
+//!   with feature `cnn` (a `data=mnist1d` run, or a `plan=` run on its CSV) as little-endian
+//!   `f32` features and labels;
+//! - the initial parameters: seeded Glorot-uniform (or the model's own), as little-endian
+//!   `f32`s; for a `plan=` run, its model tensors from `init=PATH` or `PLAN.init.safetensors`.
+//!
+//! Paths in a run description are relative to the repository's root (this script reads them
+//! from there, as `tapeplan verify` does when run from the root).
 //!
 //! `TAPEPLAN_RUN=path/to/file.run` overrides the board's run; with feature `cnn` the default run
 //! is `models/mnist1d.run`. The math profile is the one
@@ -115,10 +121,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         None => manifest.join("models").join(board.run),
     };
     println!("cargo:rerun-if-changed={}", run_path.display());
+    let root = manifest.parent().unwrap_or(&manifest).to_path_buf();
     let run_text = fs::read_to_string(&run_path)
         .map_err(|e| format!("reading {}: {e}", run_path.display()))?;
+    // The files a run names (`plan=`, `data=`, `init=`) are relative to the repository's root,
+    // where `tapeplan verify` reads the same description.
+    env::set_current_dir(manifest.parent().unwrap_or(&manifest))?;
     let mut cfg =
         RunConfig::parse(&run_text).map_err(|e| format!("{}: {e}", run_path.display()))?;
+    let plan_file = cfg
+        .plan_bytes()
+        .map_err(|e| format!("{}: {e}", run_path.display()))?;
     let math = match (
         env::var_os("CARGO_FEATURE_MATH_PRECISE").is_some(),
         env::var_os("CARGO_FEATURE_MATH_FAST").is_some(),
@@ -138,7 +151,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .lines()
         .map(|l| l.split('#').next().unwrap_or(""))
         .any(|l| l.split_whitespace().any(|t| t.starts_with("math=")));
-    if names_math && cfg.math != math {
+    if (names_math || plan_file.is_some()) && cfg.math != math {
         return Err(format!(
             "{}: the run asks for math={}, but this firmware is built with feature math-{math}",
             run_path.display(),
@@ -151,17 +164,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("the firmware indexes samples with u16: at most 65535".into());
     }
 
-    // The plan.
-    let job = cfg.job()?;
+    // The plan: the run's plan file, or the run's job recorded and planned here.
+    let job = match &plan_file {
+        Some(_) => None,
+        None => Some(cfg.job()?),
+    };
+    let plan_bytes = match (&plan_file, &job) {
+        (Some(bytes), _) => bytes.clone(),
+        (None, Some(job)) => job.schedule.to_bytes(),
+        (None, None) => return Err("no plan".into()),
+    };
     // The check below runs the host's runtime (default features, fused chains included); the
     // device's runs fused chains only with this crate's feature `fusion`, and would otherwise
     // reject the plan at boot.
-    let fused = job
-        .schedule
-        .entries
-        .iter()
-        .flat_map(|e| &e.instrs)
-        .any(|i| i.fuse_next);
+    let fused = tapeplan_planner::io::inspect::PlanInfo::decode(&plan_bytes).is_fused();
     if fused && env::var_os("CARGO_FEATURE_FUSION").is_none() {
         return Err(format!(
             "{}: `{cfg}` plans fused chains, but the firmware is built without its feature \
@@ -171,7 +187,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .into());
     }
-    let plan_bytes = job.schedule.to_bytes();
     let plan = tapeplan_runtime::Plan::parse(&plan_bytes)
         .map_err(|e| format!("the planner's plan is rejected by the runtime: {e}"))?;
     let arena_bytes = plan.arena_bytes();
@@ -186,17 +201,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     write(&out.join("train.plan"), &plan_bytes)?;
 
-    // The data.
+    // The data: `f32` features for MNIST-1D and any plan file's run (its CSV), the digits'
+    // pixel counts otherwise.
     let mnist1d = cfg.data == tapeplan_planner::model::run::RunData::Mnist1d;
-    if mnist1d != cnn {
+    let f32_rows = mnist1d || plan_file.is_some();
+    if f32_rows != cnn {
         return Err(format!(
-            "{}: a data=mnist1d run needs the firmware's feature `cnn` (its `f32` rows and all \
-             opcodes), and the feature trains only data=mnist1d runs",
+            "{}: a data=mnist1d or plan= run needs the firmware's feature `cnn` (its `f32` rows, \
+             all opcodes and the plan's init entry), and the feature trains only those runs",
             run_path.display()
         )
         .into());
     }
-    if !mnist1d && cfg.data != tapeplan_planner::model::run::RunData::Digits {
+    if let Some(bytes) = &plan_file {
+        let io = tapeplan_planner::model::run::PlanIo::of(bytes)?;
+        if !io.labels {
+            return Err(format!(
+                "{}: the plan trains on float targets (an input y); the firmware feeds labels: \
+                 verify a regression run from another target",
+                run_path.display()
+            )
+            .into());
+        }
+    }
+    if !f32_rows && cfg.data != tapeplan_planner::model::run::RunData::Digits {
         return Err(format!(
             "{}: the firmware demo embeds the digits set's pixel counts; a run on data=PATH is verified from other targets",
             run_path.display()
@@ -205,7 +233,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let train = cfg.training_set()?;
     // The digits as pixel counts; MNIST-1D's rows as their `f32` features.
-    let data_bytes: Vec<u8> = if mnist1d {
+    let data_bytes: Vec<u8> = if f32_rows {
         train
             .features
             .iter()
@@ -214,7 +242,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     } else {
         train.pixels.clone()
     };
-    let data_file = if mnist1d {
+    let data_file = if f32_rows {
         "features.bin"
     } else {
         "pixels.bin"
@@ -222,9 +250,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     write(&out.join(data_file), &data_bytes)?;
     write(&out.join("labels.bin"), &train.labels)?;
 
-    // The initial parameters, in the job's order.
-    let shapes = job.parameter_shapes();
-    let init = cfg.initial_parameters(&job)?;
+    // The initial parameters: the job's, in its order; a plan file's model tensors (not the
+    // optimizer's state, which its `init` entry writes on the device), in binding order.
+    let (shapes, init) = match &job {
+        Some(job) => (job.parameter_shapes(), cfg.initial_parameters(job)?),
+        None => {
+            let persistent = cfg.plan_initial_persistent(&plan_bytes)?;
+            let shapes = tapeplan_planner::model::run::plan_model_tensors(&plan);
+            let init = shapes
+                .iter()
+                .map(|(name, _)| {
+                    plan.parameter(name)
+                        .and_then(|b| persistent.get(b.range()))
+                        .map(<[f32]>::to_vec)
+                        .ok_or_else(|| format!("the plan has no parameter {name}"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            (shapes, init)
+        }
+    };
     let init_bytes: Vec<u8> = init
         .iter()
         .flatten()
@@ -239,6 +283,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "/// The run description, canonical form (the transcript's `config` line)."
     )?;
     writeln!(g, "pub const RUN: &str = {:?};", cfg.to_line())?;
+    // The transcript's line buffer: 192 bytes, or the `config` line's length when a run's
+    // description (a `plan=` run's paths) is longer, so no line is cut.
+    writeln!(
+        g,
+        "/// Bytes of the transcript's line buffer (the longest line, its newline included)."
+    )?;
+    writeln!(
+        g,
+        "pub const LINE_BYTES: usize = {};",
+        ("config ".len() + cfg.to_line().len() + 1).max(192)
+    )?;
     writeln!(g, "/// The Rust target built for.")?;
     writeln!(g, "pub const TARGET: &str = {target:?};")?;
     writeln!(g, "/// The board linked for.")?;
@@ -286,7 +341,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         g,
         "pub static PLAN: &[u8] = include_bytes!(concat!(env!(\"OUT_DIR\"), \"/train.plan\"));"
     )?;
-    if mnist1d {
+    if f32_rows {
         writeln!(
             g,
             "/// Features, little-endian `f32`, `[SAMPLES, D_IN]` row-major."
@@ -317,6 +372,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     writeln!(g, "];")?;
     write(&out.join("generated.rs"), g.as_bytes())?;
+    // The files the run names, so a new plan, data or init file rebuilds the firmware.
+    if let tapeplan_planner::model::run::RunModel::Plan(p) = &cfg.model {
+        let mut files = vec![p.path.clone(), format!("{}.init.safetensors", p.path)];
+        if let tapeplan_planner::model::run::RunData::Csv { path, .. } = &cfg.data {
+            files.push(path.clone());
+        }
+        if let tapeplan_planner::model::run::RunInit::Safetensors { path, .. } = &cfg.init {
+            files.push(path.clone());
+        }
+        for f in files {
+            println!("cargo:rerun-if-changed={}", root.join(f).display());
+        }
+    }
     println!("cargo:rerun-if-changed=build.rs");
     Ok(())
 }

@@ -82,7 +82,7 @@ pub struct LineLink<'w, W: Write> {
 
 /// One line being formatted.
 struct LineBuf {
-    bytes: [u8; 192],
+    bytes: [u8; gen::LINE_BYTES],
     len: usize,
 }
 
@@ -106,7 +106,7 @@ impl<'w, W: Write> LineLink<'w, W> {
         LineLink {
             link,
             line: LineBuf {
-                bytes: [0; 192],
+                bytes: [0; gen::LINE_BYTES],
                 len: 0,
             },
         }

@@ -26,7 +26,6 @@
 //! runtime runs the planned `train_step`. Every step, the loss, every parameter and every piece
 //! of optimizer state of the runtime must equal the oracle's bit for bit.
 
-use std::path::Path;
 use std::time::Instant;
 
 mod support;
@@ -34,7 +33,7 @@ mod support;
 use anyhow::{bail, Context, Result};
 use tapeplan_planner::exec::oracle::Oracle;
 use tapeplan_planner::exec::runtime::RuntimeModel;
-use tapeplan_planner::io::data::load_csv;
+use tapeplan_planner::io::data::mnist1d;
 use tapeplan_planner::model::nn::Sequential;
 use tapeplan_planner::model::optim::Optimizer;
 use tapeplan_planner::model::run::mnist1d_cnn;
@@ -66,10 +65,9 @@ fn main() -> Result<()> {
             .with_context(|| format!("steps: {a:?} is not a count"))?,
         None => STEPS,
     };
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/mnist1d.csv.gz");
-    let all = load_csv(&path, LENGTH).with_context(|| format!("loading {}", path.display()))?;
-    if all.len() != 5000 {
-        bail!("{} holds {} rows, expected 5000", path.display(), all.len());
+    let all = mnist1d().context("loading the embedded MNIST-1D set")?;
+    if all.len() != 5000 || all.n_features() != LENGTH {
+        bail!("the MNIST-1D set holds {} rows, expected 5000", all.len());
     }
     let train = all.subset(&(0..TRAIN_ROWS).collect::<Vec<_>>());
     let test = all.subset(&(TRAIN_ROWS..all.len()).collect::<Vec<_>>());

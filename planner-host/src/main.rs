@@ -119,8 +119,18 @@ enum Command {
         #[arg(short, long, default_value = "plan.rs")]
         output: PathBuf,
     },
+    /// Print the digest a run description pins a file with (FNV-1a 64 of its bytes), under the
+    /// key its kind takes: `plan_digest` for a plan (with its plan id), `init_digest` for a
+    /// safetensors file, `data_digest` for anything else (a CSV); each line is `KEY=PATH
+    /// KEY_digest=HEX`, ready to paste into a run description.
+    Digest {
+        /// The files.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
     /// Check a device's training transcript bit for bit against the host oracle (format:
-    /// `tapeplan_planner::exec::transcript`); exits non-zero on any difference.
+    /// `tapeplan_planner::exec::transcript`), or for a `plan=` run against the plan replayed
+    /// with the reference kernels; exits non-zero on any difference.
     Verify {
         /// The transcript the device sent (`-` for standard input).
         transcript: PathBuf,
@@ -244,5 +254,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
             cli::verify::verify(&transcript, config.as_deref())
         }
         Command::Emit { plan, output } => cli::emit::emit(&plan, &output),
+        Command::Digest { files } => cli::verify::digest(&files),
     }
 }

@@ -152,10 +152,21 @@ fn plan_onnx_names_an_unsupported_operator() {
 }
 
 /// From an ONNX file to a trained plan: `plan --onnx`, then `train` from the initial
-/// parameters written beside the plan (the single input is `x`, as `train` sets it).
-#[test]
-fn an_onnx_plan_trains_from_its_initial_parameters() {
-    let dir = scratch_dir("plan-onnx-train");
+/// `train` of `m.plan` on `d.csv` for 2 epochs from the initializers file `plan --onnx` wrote.
+const TRAIN_FROM_INIT: [&str; 8] = [
+    "train",
+    "m.plan",
+    "--data",
+    "d.csv",
+    "--init",
+    "m.plan.init.safetensors",
+    "--epochs",
+    "2",
+];
+
+/// 96 rows of 16 features uniform in `[-1, 1)` (an LCG) and a label `0..4` from the signs of
+/// the first two: data the `mlp` test model (16 → 4) can fit.
+fn four_class_csv() -> String {
     let mut csv = String::new();
     let mut state = 7u64;
     for _ in 0..96 {
@@ -170,7 +181,14 @@ fn an_onnx_plan_trains_from_its_initial_parameters() {
         let cells: Vec<String> = row.iter().map(|v| format!("{v:.4}")).collect();
         csv.push_str(&format!("{},{label}\n", cells.join(",")));
     }
-    std::fs::write(dir.join("d.csv"), csv).unwrap();
+    csv
+}
+
+/// parameters written beside the plan (the single input is `x`, as `train` sets it).
+#[test]
+fn an_onnx_plan_trains_from_its_initial_parameters() {
+    let dir = scratch_dir("plan-onnx-train");
+    std::fs::write(dir.join("d.csv"), four_class_csv()).unwrap();
     ok(
         &dir,
         &[
@@ -183,19 +201,7 @@ fn an_onnx_plan_trains_from_its_initial_parameters() {
             "m.plan",
         ],
     );
-    let stdout = ok(
-        &dir,
-        &[
-            "train",
-            "m.plan",
-            "--data",
-            "d.csv",
-            "--init",
-            "m.plan.init.safetensors",
-            "--epochs",
-            "2",
-        ],
-    );
+    let stdout = ok(&dir, &TRAIN_FROM_INIT);
     assert!(
         stdout.contains("epoch   2") && stdout.contains("test accuracy"),
         "{stdout}"
@@ -243,4 +249,103 @@ fn a_layers_plan_takes_a_trainable_subset_too() {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("fc.*"), "{err}");
+}
+
+/// An ONNX model whose initializer names pass the plan format's 24 bytes, from the command
+/// line with Adam: `plan` shortens them (and Adam's state names), `train --init` reads the
+/// initializers file under the full names, and `export --rename SHORT=FULL` writes the
+/// `state_dict` keys back, which `import` reads into a checkpoint that exports the same bytes.
+#[test]
+fn long_onnx_names_plan_train_and_export_with_adam() {
+    use tapeplan_planner::model::names::plan_name;
+    let dir = scratch_dir("plan-onnx-long");
+    std::fs::write(dir.join("d.csv"), four_class_csv()).unwrap();
+    let full = [
+        ("fc1.weight", "encoder.block_one.fc1.weight"), // 28 bytes
+        ("fc1.bias", "encoder.block_one.fc1.bias"),     // 26
+        ("fc2.weight", "classifier.head.0.weight"),     // 24: fits, its `.m` would not
+        ("fc2.bias", "classifier.head.0.bias"),         // 22
+    ];
+    let mut m = ModelProto::decode(std::fs::read(model_path("mlp")).unwrap().as_slice()).unwrap();
+    let g = m.graph.as_mut().unwrap();
+    for (old, new) in full {
+        for i in &mut g.initializer {
+            if i.name() == old {
+                i.name = Some(new.into());
+            }
+        }
+        for n in &mut g.node {
+            for i in &mut n.input {
+                if i == old {
+                    *i = new.into();
+                }
+            }
+        }
+    }
+    std::fs::write(dir.join("long.onnx"), m.encode_to_vec()).unwrap();
+    let args = [
+        "plan",
+        "--onnx",
+        "long.onnx",
+        "--batch",
+        "8",
+        "--optimizer",
+        "adam",
+    ];
+    let stdout = ok(&dir, &[&args[..], &["-o", "m.plan"]].concat());
+    let short = plan_name(full[0].1);
+    assert!(
+        stdout.contains(&format!("{} -> {short}", full[0].1)),
+        "{stdout}"
+    );
+    let plan_bytes = std::fs::read(dir.join("m.plan")).unwrap();
+    let plan = Plan::parse(&plan_bytes).unwrap();
+    assert!(plan.parameter(&short).is_some());
+    assert!(plan.parameter("classifier.head.0.bias.m").is_some());
+    let stdout = ok(
+        &dir,
+        &[&TRAIN_FROM_INIT[..], &["--checkpoint", "m.ckpt"]].concat(),
+    );
+    assert!(stdout.contains("epoch   2"), "{stdout}");
+    let renames: Vec<String> = full[..2]
+        .iter()
+        .map(|(_, f)| format!("{}={f}", plan_name(f)))
+        .collect();
+    let mut export = vec![
+        "export",
+        "m.plan",
+        "--checkpoint",
+        "m.ckpt",
+        "-o",
+        "out.safetensors",
+    ];
+    for r in &renames {
+        export.extend(["--rename", r.as_str()]);
+    }
+    ok(&dir, &export);
+    let out = std::fs::read(dir.join("out.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&out).unwrap();
+    let mut keys = st.names();
+    keys.sort_unstable();
+    let mut want: Vec<&str> = full.iter().map(|(_, f)| *f).collect();
+    want.sort_unstable();
+    assert_eq!(keys, want, "the state_dict keys, no optimizer state");
+    // Import reads the full keys into the plan's shortened names; exporting that checkpoint
+    // gives the same file.
+    ok(
+        &dir,
+        &[
+            "import",
+            "out.safetensors",
+            "m.plan",
+            "--base",
+            "m.ckpt",
+            "-o",
+            "back.ckpt",
+        ],
+    );
+    export[3] = "back.ckpt";
+    export[5] = "back.safetensors";
+    ok(&dir, &export);
+    assert_eq!(std::fs::read(dir.join("back.safetensors")).unwrap(), out);
 }

@@ -178,6 +178,17 @@ pub enum DecodeError {
         /// The cap.
         limit: u32,
     },
+    /// The plan has more tensors than the validator's working memory holds (within the
+    /// spec's cap): [`crate::Plan::parse`]'s stack scratch holds
+    /// [`crate::DEFAULT_SCRATCH_TENSORS`]; parse it with
+    /// [`crate::Plan::parse_with_scratch`] and a larger [`crate::Scratch`], or with
+    /// `Plan::parse_alloc` (feature `alloc`).
+    ScratchTooSmall {
+        /// The plan's tensor records.
+        tensors: u32,
+        /// The tensors the scratch holds.
+        capacity: u32,
+    },
     /// `total_bytes` differs from the size the record counts imply.
     SizeMismatch {
         /// `48 + 24·n_tensors + 20·n_instrs + 32·n_entries + 36·n_bindings`.
@@ -332,6 +343,12 @@ impl fmt::Display for DecodeError {
                 found,
                 limit,
             } => write!(f, "{found} {section} exceed the limit {limit}"),
+            E::ScratchTooSmall { tensors, capacity } => write!(
+                f,
+                "the plan has {tensors} tensors, more than the validator's scratch holds \
+                 ({capacity}): parse it with Plan::parse_with_scratch and a Scratch of at least \
+                 {tensors} tensors, or with Plan::parse_alloc (feature `alloc`)"
+            ),
             E::SizeMismatch {
                 expected_bytes,
                 total_bytes,

@@ -10,6 +10,9 @@
     clippy::arithmetic_side_effects
 )]
 
+#[cfg(feature = "alloc")]
+extern crate alloc;
+
 pub mod catalog;
 mod checkpoint;
 mod error;
@@ -32,7 +35,7 @@ pub use limits::Limits;
 pub use plan::{Binding, EntryId, Plan};
 pub use program::{Decoded, Program};
 pub use session::Session;
-pub use validate::{Scratch, DEFAULT_SCRATCH_TENSORS};
+pub use validate::{Scratch, DEFAULT_SCRATCH_TENSORS, MAX_SCRATCH_TENSORS};
 
 pub use tapeplan_core::format::{BindingKind, TensorKind};
 pub use tapeplan_core::{MathProfile, OpError, Opcode, Shape};

@@ -23,13 +23,26 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// The spec's caps (`docs/plan-format.md`, "Validation", rule 1): 4096 tensors,
-    /// 8192 instructions, 16 entries, 512 bindings.
+    /// The spec's caps (`docs/plan-format.md`, "Validation", rule 1): 16 384 tensors,
+    /// 16 384 instructions, 16 entries, 4096 bindings.
+    ///
+    /// Where they come from: a MobileNetV2-style network (53 convolutions, each with batch
+    /// normalization in training mode) planned for training with Adam has about 5 200 tensors,
+    /// 6 800 instructions and 1 200 bindings, so the caps leave about three times that. They
+    /// also bound validation's time on hostile bytes: the overlap sweep is at most
+    /// `tensors²` short moves and the duplicate-name check `bindings²` name comparisons
+    /// (about 2.7e8 and 1.7e7), each a fraction of a second on a host. Until 2026-12 they were
+    /// 4096, 8192, 16 and 512; a plan within the old caps is valid under both.
+    ///
+    /// The validator's working memory grows with the tensors: [`crate::Plan::parse`] keeps
+    /// one for [`crate::DEFAULT_SCRATCH_TENSORS`] (4096) on the stack; larger plans
+    /// go through [`crate::Plan::parse_with_scratch`] (or, with feature `alloc`,
+    /// `Plan::parse_alloc`).
     pub const DEFAULT: Limits = Limits {
-        max_tensors: 4096,
-        max_instrs: 8192,
+        max_tensors: 16_384,
+        max_instrs: 16_384,
         max_entries: 16,
-        max_bindings: 512,
+        max_bindings: 4096,
         max_work_per_entry: None,
     };
 

@@ -225,6 +225,24 @@ impl<'a> Plan<'a> {
         validate::validate(bytes, limits, scratch)
     }
 
+    /// Decodes and validates a plan of up to the spec's [`Limits::DEFAULT`] tensors, with the
+    /// validator's working memory on the heap when the plan needs more than [`Plan::parse`]'s
+    /// stack scratch ([`crate::DEFAULT_SCRATCH_TENSORS`]); for hosts (feature `alloc`).
+    ///
+    /// # Errors
+    /// As [`Plan::parse`].
+    #[cfg(feature = "alloc")]
+    pub fn parse_alloc(bytes: &'a [u8]) -> Result<Plan<'a>, ParseError> {
+        match Plan::parse(bytes) {
+            Err(ParseError::Decode(DecodeError::ScratchTooSmall { .. })) => {
+                let mut scratch =
+                    alloc::boxed::Box::new(Scratch::<{ crate::MAX_SCRATCH_TENSORS }>::new());
+                Plan::parse_with_scratch(bytes, &Limits::DEFAULT, &mut scratch)
+            }
+            other => other,
+        }
+    }
+
     /// The plan's bytes, as given to [`Plan::parse`].
     pub fn bytes(&self) -> &'a [u8] {
         self.bytes

@@ -22,8 +22,14 @@ use crate::error::{DecodeError, FusionRule, Operand, ParseError, Section, Valida
 use crate::plan::{name_in, us, Layout, Plan, TensorView};
 use crate::Limits;
 
-/// The tensor capacity of the scratch [`Plan::parse`] puts on the stack: the spec's cap.
-pub const DEFAULT_SCRATCH_TENSORS: usize = Limits::DEFAULT.max_tensors as usize;
+/// The tensor capacity of the scratch [`Plan::parse`] puts on the stack (about 28 KiB): 4096
+/// tensors, the spec's cap before 2026-12 and what a device plan needs. Larger plans (up to
+/// [`Limits::DEFAULT`]'s 16 384 tensors) need [`Plan::parse_with_scratch`] with a larger
+/// [`Scratch`], or `Plan::parse_alloc` (feature `alloc`).
+pub const DEFAULT_SCRATCH_TENSORS: usize = 4096;
+
+/// The tensor capacity of the scratch `Plan::parse_alloc` puts on the heap: the spec's cap.
+pub const MAX_SCRATCH_TENSORS: usize = Limits::DEFAULT.max_tensors as usize;
 
 /// Not yet seen in the entry.
 const NOT_IN: u16 = u16::MAX;
@@ -35,7 +41,7 @@ const INPUT: u8 = 2;
 const UPDATE: u8 = 4;
 
 /// The validator's working memory for plans of up to `N` tensors (`N ≤ 65536`): 7 bytes per
-/// tensor (about 28 KiB for the spec's 4096). [`Plan::parse`] keeps one on the stack;
+/// tensor (about 28 KiB for 4096 tensors, 112 KiB for the spec's 16 384). [`Plan::parse`] keeps one on the stack;
 /// [`Plan::parse_with_scratch`] lets the caller put it elsewhere (a `static`, a smaller `N`).
 pub struct Scratch<const N: usize> {
     /// Per tensor, the definition point in the entry being checked: `NOT_IN`, `0` for
@@ -139,10 +145,15 @@ fn check_header(bytes: &[u8], limits: &Limits, cap_tensors: usize) -> Result<Hea
         return Err(ValidateError::MathProfile { found: math }.into());
     }
     let d = Limits::DEFAULT;
-    let cap_t = limits
-        .max_tensors
-        .min(d.max_tensors)
-        .min(u32::try_from(cap_tensors).unwrap_or(u32::MAX));
+    let cap_t = limits.max_tensors.min(d.max_tensors);
+    let scratch = u32::try_from(cap_tensors).unwrap_or(u32::MAX);
+    if h.n_tensors <= cap_t && h.n_tensors > scratch {
+        return Err(DecodeError::ScratchTooSmall {
+            tensors: h.n_tensors,
+            capacity: scratch,
+        }
+        .into());
+    }
     for (section, found, limit) in [
         (Section::Tensors, h.n_tensors, cap_t),
         (
@@ -483,7 +494,7 @@ fn check_bindings(plan: &Plan<'_>) -> Result<(), ParseError> {
 }
 
 fn code(i: usize) -> Result<u16, ParseError> {
-    // Entries are at most `max_instrs` ≤ 8192 long, so `i + 1` fits.
+    // Entries are at most `max_instrs` ≤ 16 384 long, so `i + 1` fits.
     i.checked_add(1)
         .and_then(|c| u16::try_from(c).ok())
         .filter(|&c| c != NOT_IN)

@@ -137,7 +137,7 @@ impl Trainer {
     /// # Errors
     /// [`Error::Plan`] naming the first rule of the plan format the bytes break.
     pub fn from_bytes(bytes: &[u8]) -> Result<Trainer, Error> {
-        let plan = Loaded::try_new(bytes.to_vec().into_boxed_slice(), |b| Plan::parse(b))?;
+        let plan = Loaded::try_new(bytes.to_vec().into_boxed_slice(), |b| Plan::parse_alloc(b))?;
         let p = plan.borrow_dependent();
         let arena = vec![0.0f32; p.arena_elems()];
         let train = p.entry(ENTRY_TRAIN_STEP);

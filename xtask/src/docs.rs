@@ -26,6 +26,7 @@ const DOCS: &[&str] = &[
     "docs/checkpoints.md",
     "docs/fuzzing.md",
     "docs/getting-started/plan-on-the-host.md",
+    "docs/getting-started/verify-a-device.md",
     "docs/math-profiles.md",
     "docs/onnx.md",
     "docs/onnx-cnn-walkthrough.md",

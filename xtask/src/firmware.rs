@@ -12,7 +12,9 @@
 //! (nRF52840-DK), which nothing runs here. When the Cortex-M4F's precise variant runs, the
 //! M4F then trains MNIST-1D's CNN too (`models/mnist1d.run`, the firmware's feature `cnn`: the
 //! runtime with `all-ops`), verified at every step like the others, its flash, arena and plan
-//! printed on its own line (not in the size snapshot: the budget is the MLP build's).
+//! printed on its own line (not in the size snapshot: the budget is the MLP build's); and then
+//! a plan file made elsewhere (`models/onnx_cnn1d.run`: an ONNX CNN with a frozen backbone under
+//! Adam, on a CSV), built with `TAPEPLAN_RUN` and feature `cnn`, verified likewise.
 //!
 //! `--icount` runs QEMU with `-icount shift=0` (one instruction per virtual nanosecond), so the
 //! firmware's SysTick step timings count instructions: it reports instructions per
@@ -165,6 +167,9 @@ const SNAPSHOT: &str = "firmware-demo/size-snapshot.txt";
 /// The CNN run the Cortex-M4F trains after the MLP runs (under `firmware-demo/models/`; the
 /// firmware's feature `cnn` makes it the default run).
 const CNN_RUN: &str = "mnist1d.run";
+/// The `plan=` run the Cortex-M4F trains after the CNN (under `firmware-demo/models/`; built
+/// with `TAPEPLAN_RUN` and the feature `cnn`).
+const PLAN_RUN: &str = "onnx_cnn1d.run";
 /// A run under QEMU ends well within this.
 const QEMU_TIMEOUT_SECS: u32 = 300;
 /// `defmt-print`, installed when missing (`cargo install --locked`).
@@ -324,7 +329,7 @@ fn firmware(ctx: &Ctx, variants: &[Variant], bless: bool, icount: bool) -> Resul
             fs::write(&run_file, format!("{text}\nmath={}\n", v.math))
                 .with_context(|| format!("writing {}", run_file.display()))?;
         }
-        let (bitwise, params) = verify(&tapeplan, &name, &transcript_path, &run_file)?;
+        let (bitwise, params) = verify(&ctx.root, &tapeplan, &name, &transcript_path, &run_file)?;
         verdicts.push(format!(
             "{name:<9} {:<22} {bitwise}; parameters {params} identical",
             core.target
@@ -389,6 +394,7 @@ fn firmware(ctx: &Ctx, variants: &[Variant], bless: bool, icount: bool) -> Resul
         .any(|v| v.core.name == BUDGET_CORE && v.math == MathProfile::Precise)
     {
         verdicts.extend(cnn_run(ctx, &dir, &out, &tapeplan, icount)?);
+        verdicts.extend(plan_run(ctx, &dir, &out, &tapeplan)?);
     }
 
     println!();
@@ -404,16 +410,19 @@ fn firmware(ctx: &Ctx, variants: &[Variant], bless: bool, icount: bool) -> Resul
 /// `tapeplan verify TRANSCRIPT --config RUN`, its output shown: answers its `bitwise:` line and
 /// the parameters' count (`N/N`), or fails when the device's bits differ from the oracle's.
 fn verify(
+    root: &Path,
     tapeplan: &Path,
     name: &str,
     transcript_path: &Path,
     run_file: &Path,
 ) -> Result<(String, String)> {
     let mut cmd = Command::new(tapeplan);
+    // From the repository's root: the paths in a `plan=` run are relative to it.
     cmd.arg("verify")
         .arg(transcript_path)
         .arg("--config")
-        .arg(run_file);
+        .arg(run_file)
+        .current_dir(root);
     let shown = show(&cmd);
     eprintln!("$ {shown}");
     let verified = cmd
@@ -470,19 +479,12 @@ fn cnn_run(
         &["--features", "cnn,size-baseline"],
         &format!("{name}-baseline"),
     )?;
-    let transcript_path = out.join(format!("{name}.transcript"));
-    let start = std::time::Instant::now();
-    let transcript = run_qemu(core, name, &elf, &transcript_path, out, icount)?;
-    let wall = start.elapsed().as_secs_f64();
-    check_defmt_log(name, &elf, out, &transcript)?;
     let run_file = dir.join("models").join(CNN_RUN);
-    let (bitwise, params) = verify(tapeplan, name, &transcript_path, &run_file)?;
+    let (transcript, wall, verdict) =
+        train_and_verify(ctx, core, name, &elf, out, tapeplan, &run_file, icount)?;
     let s = sizes(&elf, &baseline, &transcript)?;
     let mut lines = vec![
-        format!(
-            "{name:<9} {:<22} {bitwise}; parameters {params} identical",
-            core.target
-        ),
+        verdict,
         format!(
             "{name:<9} flash {} B (runtime code with all-ops {} B, plan {} B, data {} B, initial parameters {} B), RAM arena {} B, stack {} B; QEMU run {wall:.1} s",
             s["flash_total"],
@@ -502,6 +504,72 @@ fn cnn_run(
         ));
     }
     Ok(lines)
+}
+
+/// Trains `elf` under QEMU, checks its defmt log and verifies its transcript against
+/// `run_file`: answers the transcript, the QEMU run's wall time in seconds and the verdict line.
+#[allow(clippy::too_many_arguments)]
+fn train_and_verify(
+    ctx: &Ctx,
+    core: &Core,
+    name: &str,
+    elf: &Path,
+    out: &Path,
+    tapeplan: &Path,
+    run_file: &Path,
+    icount: bool,
+) -> Result<(String, f64, String)> {
+    let transcript_path = out.join(format!("{name}.transcript"));
+    let start = std::time::Instant::now();
+    let transcript = run_qemu(core, name, elf, &transcript_path, out, icount)?;
+    let wall = start.elapsed().as_secs_f64();
+    check_defmt_log(name, elf, out, &transcript)?;
+    let (bitwise, params) = verify(&ctx.root, tapeplan, name, &transcript_path, run_file)?;
+    let verdict = format!(
+        "{name:<9} {:<22} {bitwise}; parameters {params} identical",
+        core.target
+    );
+    Ok((transcript, wall, verdict))
+}
+
+/// The `plan=` run of [`PLAN_RUN`] on the Cortex-M4F: a plan file made elsewhere (an ONNX CNN
+/// with a frozen backbone, Adam), its CSV rows and its init file embedded by the firmware's
+/// feature `cnn` (`TAPEPLAN_RUN`), trained under QEMU, verified at every step against the
+/// plan's replay with the reference kernels. Answers its verdict and figures lines.
+fn plan_run(ctx: &Ctx, dir: &Path, out: &Path, tapeplan: &Path) -> Result<Vec<String>> {
+    let core = CORES
+        .iter()
+        .find(|c| c.name == BUDGET_CORE)
+        .ok_or_else(|| anyhow!("no {BUDGET_CORE} core"))?;
+    let name = "m4f-plan";
+    let run_file = dir.join("models").join(PLAN_RUN);
+    eprintln!(
+        "\n--> {name} ({}): a plan file, models/{PLAN_RUN}, feature cnn",
+        core.target
+    );
+    let elf = build_with_run(
+        ctx,
+        dir,
+        out,
+        core.target,
+        &["--features", "cnn"],
+        name,
+        Some(&run_file),
+    )?;
+    let (transcript, wall, verdict) =
+        train_and_verify(ctx, core, name, &elf, out, tapeplan, &run_file, false)?;
+    let s = sections(&elf)?;
+    Ok(vec![
+        verdict,
+        format!(
+            "{name:<9} flash {} B (plan {} B, data {} B, initial parameters {} B), RAM {} B; QEMU run {wall:.1} s",
+            s.flash(),
+            info(&transcript, "plan_bytes")?,
+            info(&transcript, "data_bytes")?,
+            info(&transcript, "init_bytes")?,
+            s.ram(),
+        ),
+    ])
 }
 
 /// Instructions per `train_step` under `-icount` (see [`speed`]).
@@ -643,7 +711,24 @@ fn build(
     extra: &[impl AsRef<std::ffi::OsStr>],
     name: &str,
 ) -> Result<PathBuf> {
+    build_with_run(ctx, dir, out, target, extra, name, None)
+}
+
+/// [`build`] of the run description `run` (`TAPEPLAN_RUN`), or the build's default run.
+fn build_with_run(
+    ctx: &Ctx,
+    dir: &Path,
+    out: &Path,
+    target: &str,
+    extra: &[impl AsRef<std::ffi::OsStr>],
+    name: &str,
+    run_file: Option<&Path>,
+) -> Result<PathBuf> {
     let mut cmd = Command::new(&ctx.cargo);
+    match run_file {
+        Some(r) => cmd.env("TAPEPLAN_RUN", r),
+        None => cmd.env_remove("TAPEPLAN_RUN"),
+    };
     // The firmware is its own workspace with its own `target/`: a CARGO_TARGET_DIR meant for the
     // root workspace must not move its output.
     // Panic locations embed source paths in flash: remap the checkout's path so the sizes (and

@@ -114,7 +114,7 @@ const STEPS: &[Step] = &[
     },
     Step {
         name: "ort-check",
-        about: "the five ONNX test models trained by tapeplan (oracle and no_std runtime, bitwise) and by ONNX Runtime's training (pinned onnxruntime-training-cpu in the venv): losses, gradients and parameters after 5 SGD steps within 1e-5 + 1e-4|ORT|; prints the table",
+        about: "the five ONNX test models trained by tapeplan (oracle and no_std runtime, bitwise) and by ONNX Runtime's training (pinned onnxruntime-training-cpu in the venv): losses, gradients and parameters after 5 SGD steps, and after 5 steps of Adam, AdamW, momentum and Nesterov, within 1e-5 + 1e-4|ORT|; prints the tables",
         run: ort::step_ort_check,
     },
     Step {

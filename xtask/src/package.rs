@@ -22,9 +22,12 @@ pub const PUBLISHED: &[&str] = &["tapeplan-core", "tapeplan-runtime", "tapeplan-
 /// Files every published crate must carry besides its sources.
 const CRATE_FILES: &[&str] = &["Cargo.toml", "README.md", "LICENSE-MIT", "LICENSE-APACHE"];
 
-/// Files only one crate needs: the planner embeds the digits set and carries its attribution.
+/// Files only one crate needs: the planner embeds the digits and MNIST-1D sets and carries
+/// their attribution and MNIST-1D's license.
 const CRATE_EXTRA_FILES: &[(&str, &str)] = &[
     ("tapeplan-planner", "data/digits.csv.gz"),
+    ("tapeplan-planner", "data/mnist1d.csv.gz"),
+    ("tapeplan-planner", "data/mnist1d.LICENSE"),
     ("tapeplan-planner", "data/README.md"),
 ];
 

@@ -59,7 +59,7 @@ pub fn describe(
     };
     let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
     not_a_checkpoint(&path, &bytes)?;
-    tapeplan_runtime::Plan::parse(&bytes)
+    tapeplan_runtime::Plan::parse_alloc(&bytes)
         .map_err(|e| anyhow::anyhow!("{}: plan rejected: {e}", path.display()))?;
     print!("{}", PlanInfo::decode(&bytes).listing());
     Ok(ExitCode::SUCCESS)

@@ -24,7 +24,7 @@ pub fn parse_plan<'b>(
     path: &std::path::Path,
     bytes: &'b [u8],
 ) -> Result<tapeplan_runtime::Plan<'b>> {
-    tapeplan_runtime::Plan::parse(bytes)
+    tapeplan_runtime::Plan::parse_alloc(bytes)
         .map_err(|e| anyhow::anyhow!("{}: plan rejected: {e}", path.display()))
 }
 

@@ -95,14 +95,14 @@ pub fn print_report(entries: &[(String, MemoryReport)]) {
     }
 }
 
-/// The update-order line of `tapeplan plan`: for each entry whose interleaved update order
-/// (each update right after its last gradient contribution) saves memory, the entry against the
-/// same schedule with every update after the whole backward pass.
+/// The order line of `tapeplan plan`: for each entry whose memory-aware order saves memory (each
+/// update right after its last gradient contribution; work on frozen parameters right before
+/// its first reader), the entry against the same schedule in the tape's order.
 pub fn print_update_order(entries: &[(String, MemoryReport)]) {
     for (name, r) in entries {
         if r.tape_order_bytes > r.entry_bytes {
             println!(
-                "update order: {name} interleaved {} B, every update after the backward pass {} B (-{} B, {:+.2}%)",
+                "order: {name} memory-aware {} B, tape order {} B (-{} B, {:+.2}%)",
                 r.entry_bytes,
                 r.tape_order_bytes,
                 r.tape_order_bytes - r.entry_bytes,

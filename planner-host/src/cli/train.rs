@@ -19,6 +19,8 @@ use tapeplan_planner::io::inspect::PlanInfo;
 use tapeplan_planner::io::plot::LossCurve;
 use tapeplan_planner::io::table::{self, ClassNames, Standardizer, Table, TableSpec, Task};
 use tapeplan_planner::model::glorot_uniform;
+use tapeplan_planner::model::run::{file_digest, INIT_SUFFIX};
+use tapeplan_planner::model::RunConfig;
 use tapeplan_planner::protocol::{
     ENTRY_FORWARD, ENTRY_INIT, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, INPUT_Y, OUTPUT_LOGITS,
 };
@@ -59,8 +61,9 @@ pub struct TrainArgs {
     pub val_fraction: f64,
     /// The initial parameters and buffers: a safetensors file under the plan's names (what
     /// `tapeplan export` writes; a model from ONNX or the layer API comes with one). Without
-    /// it, the MLP's w*/b* get the seeded Glorot initialization, and any other model tensor
-    /// must be initialized by the plan's `init` entry.
+    /// it, `PLAN.init.safetensors` beside the plan when there is one (what `plan --onnx`
+    /// writes), else the MLP's w*/b* get the seeded Glorot initialization, and any other model
+    /// tensor must be initialized by the plan's `init` entry.
     #[arg(long, value_name = "FILE")]
     pub init: Option<PathBuf>,
     /// Without PLAN: plan over an existing `model.plan` (otherwise an error).
@@ -85,6 +88,13 @@ pub struct TrainArgs {
     pub scale: f32,
     #[command(flatten)]
     pub outputs: TrainOutputs,
+    /// Write the run description of this run (`plan=… plan_digest=… seed=… split_seed=…
+    /// samples=… epochs=… data=… init=…`, paths as given here) to FILE after training, so
+    /// `tapeplan verify` and the firmware replay the same run. Refused with the options a
+    /// description cannot say: --scale, --standardize, --target-columns, --train-fraction
+    /// other than the default, --resume.
+    #[arg(long, value_name = "FILE")]
+    pub write_run: Option<PathBuf>,
     /// The model options given on the command line (their long names, `--layers`), filled in
     /// by `main` from the parsed arguments.
     #[arg(skip)]
@@ -329,8 +339,20 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
         val_fraction,
         init,
         outputs,
+        write_run,
+        target_columns,
         ..
     } = args;
+    if write_run.is_some() {
+        describable(&DescribedOptions {
+            scale,
+            standardize,
+            target_columns: &target_columns,
+            train_fraction,
+            data_given: data_path.is_some(),
+            resume: outputs.resume.is_some(),
+        })?;
+    }
     let bytes = std::fs::read(&plan).with_context(|| format!("reading {}", plan.display()))?;
     not_a_checkpoint(&plan, &bytes)?;
     let mut model =
@@ -432,7 +454,17 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
     }
     // The starting point, before any file beside the plan is written: a bad --init or
     // --resume leaves the standardization and class names of an earlier run as they were.
+    // Without --init (and --resume), the file beside the plan that `plan --onnx` and the layer
+    // API's `plan_sequential` example write, as a `plan=` run description reads it.
+    let beside = exchange::with_suffix(&plan, INIT_SUFFIX);
+    let (init, found_beside) = match init {
+        None if outputs.resume.is_none() && beside.is_file() => (Some(beside), true),
+        given => (given, false),
+    };
     initial_parameters(&mut model, init.as_deref(), seed, outputs.resume.is_some())?;
+    if found_beside {
+        println!("(found beside the plan; --init FILE names another file)");
+    }
     let start_epoch = match &outputs.resume {
         Some(path) => resume(&mut model, path, &plan)?,
         None => 0,
@@ -529,6 +561,20 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
     if let Some(names) = &class_names {
         print_predictions(&mut model, &test_eval, names)?;
     }
+    if let Some(out) = &write_run {
+        let line = run_line(
+            &plan,
+            data_path.as_deref(),
+            init.as_deref(),
+            (seed, split_seed, train.len(), epochs),
+        )?;
+        std::fs::write(out, format!("{line}\n"))
+            .with_context(|| format!("writing {}", out.display()))?;
+        println!(
+            "run description: {} (`tapeplan verify --config` and the firmware replay it)",
+            out.display()
+        );
+    }
     write_train_outputs(
         &mut model,
         &outputs,
@@ -539,6 +585,75 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
         (d_in, batch),
     )?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The options of a `train` run that decide whether a run description can say it.
+struct DescribedOptions<'a> {
+    scale: f32,
+    standardize: bool,
+    target_columns: &'a [String],
+    train_fraction: Option<f64>,
+    data_given: bool,
+    resume: bool,
+}
+
+/// An error naming the option a run description cannot say (`--write-run`): a description's
+/// rows are the data file's as they are, its split the default one, and it starts from the
+/// initial values.
+fn describable(o: &DescribedOptions<'_>) -> Result<()> {
+    let refused = if o.scale != 1.0 {
+        Some("--scale")
+    } else if o.standardize {
+        Some("--standardize")
+    } else if !o.target_columns.is_empty() {
+        Some("--target-columns")
+    } else if o
+        .train_fraction
+        .is_some_and(|f| !o.data_given || f != DEFAULT_TRAIN_FRACTION)
+    {
+        Some("--train-fraction")
+    } else if o.resume {
+        Some("--resume")
+    } else {
+        None
+    };
+    match refused {
+        Some(option) => bail!(
+            "--write-run: a run description cannot say {option} (it names the data file as it is, its default split and the initial values): leave {option} out, or prepare the CSV itself"
+        ),
+        None => Ok(()),
+    }
+}
+
+/// The CSV's default training fraction (`train` without `--train-fraction`, and a run
+/// description's split).
+const DEFAULT_TRAIN_FRACTION: f64 = 0.8;
+
+/// The run description of a `train` run, its files pinned by their digests, checked by
+/// parsing it back ([`RunConfig::parse`]).
+fn run_line(
+    plan: &Path,
+    data: Option<&Path>,
+    init: Option<&Path>,
+    (seed, split_seed, samples, epochs): (u64, u64, usize, usize),
+) -> Result<String> {
+    let pinned = |key: &str, path: &Path| -> Result<String> {
+        Ok(format!(
+            " {key}={} {key}_digest={:016x}",
+            path.display(),
+            file_digest(&read(path)?)
+        ))
+    };
+    let mut line = pinned("plan", plan)?.trim_start().to_owned();
+    line += &format!(" seed={seed} split_seed={split_seed} samples={samples} epochs={epochs}");
+    if let Some(d) = data {
+        line += &pinned("data", d)?;
+    }
+    if let Some(i) = init {
+        line += &pinned("init", i)?;
+    }
+    RunConfig::parse(&line).with_context(|| format!("--write-run: the run `{line}`"))?;
+    Ok(line)
 }
 
 /// The training split's rows and, of them, the validation rows for a data set of `len` rows:
@@ -553,7 +668,7 @@ fn split_rows(
     let n_train = match (train_fraction, data_given) {
         (Some(f), _) => ((len as f64) * f).round() as usize,
         (None, false) => data::DIGITS_TRAIN_ROWS,
-        (None, true) => ((len as f64) * 0.8).round() as usize,
+        (None, true) => ((len as f64) * DEFAULT_TRAIN_FRACTION).round() as usize,
     }
     .min(len);
     let n_val = ((n_train as f64) * val_fraction).round() as usize;
@@ -603,7 +718,7 @@ fn initial_parameters(
         .unwrap_or_default();
     match tensors.iter().find(|(n, _)| !written.contains(&n.as_str())) {
         Some((name, _)) if !resuming => bail!(
-            "the plan's {name} needs an initial value: its init entry does not write it and it is not an MLP's w*/b*; give --init FILE (a safetensors file under the plan's names, such as the one written beside a plan from ONNX or the layer API) or --resume CKPT"
+            "the plan's {name} needs an initial value: its init entry does not write it, it is not an MLP's w*/b* and there is no PLAN{INIT_SUFFIX} beside the plan; give --init FILE (a safetensors file under the plan's names, such as the one written beside a plan from ONNX or the layer API) or --resume CKPT"
         ),
         _ => Ok(()),
     }

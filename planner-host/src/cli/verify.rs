@@ -1,5 +1,6 @@
 //! `tapeplan verify TRANSCRIPT [--config RUN]`: a device's training transcript against the host
-//! oracle, bit for bit.
+//! oracle, bit for bit; and `tapeplan digest FILE…`, the digests a run description pins its
+//! files with.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -8,6 +9,7 @@ use anyhow::{Context, Result};
 
 use tapeplan_planner::exec::transcript::Transcript;
 use tapeplan_planner::exec::verify::verify as verify_run;
+use tapeplan_planner::model::run::{file_digest, FileKind};
 use tapeplan_planner::model::RunConfig;
 
 /// Reads the transcript (`-` for standard input) and the optional run description, verifies,
@@ -40,4 +42,28 @@ pub fn verify(transcript: &Path, config: Option<&Path>) -> Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// `tapeplan digest FILE…`: one line per file, `KEY=PATH KEY_digest=HEX` with the key its
+/// kind takes in a run description (`plan`, `init` or `data`; [`FileKind::of`]), and a plan's
+/// id.
+///
+/// # Errors
+/// An unreadable file.
+pub fn digest(files: &[std::path::PathBuf]) -> Result<ExitCode> {
+    for path in files {
+        let bytes = super::read(path)?;
+        let kind = FileKind::of(&bytes);
+        let id = match kind {
+            FileKind::Plan { plan_id } => format!("  # plan id {plan_id:08x}"),
+            _ => String::new(),
+        };
+        println!(
+            "{key}={} {key}_digest={:016x}{id}",
+            path.display(),
+            file_digest(&bytes),
+            key = kind.key()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -111,7 +111,7 @@ pub fn run_forward(
     )?;
     let bytes = schedule.to_bytes();
     let rt = |e: &dyn std::fmt::Display| ForwardError::Runtime(e.to_string());
-    let parsed = RtPlan::parse(&bytes).map_err(|e| rt(&e))?;
+    let parsed = RtPlan::parse_alloc(&bytes).map_err(|e| rt(&e))?;
     let entry = parsed
         .entry(ENTRY)
         .ok_or_else(|| ForwardError::Runtime("no forward entry".into()))?;

@@ -651,18 +651,7 @@ pub fn oracle_run<'j>(
     init: &[Vec<f32>],
 ) -> Result<OracleRun<'j>, TapeError> {
     let mut oracle = Oracle::new(job, init)?;
-    let mut losses = Vec::with_capacity(cfg.total_steps());
-    let mut epoch_means = Vec::with_capacity(cfg.epochs);
-    for epoch in 0..cfg.epochs {
-        let data = train.subset(&cfg.epoch_order(epoch));
-        let mut sum = 0.0f32;
-        for (x, labels) in data.batches(cfg.batch) {
-            let loss = oracle.step(x, &labels)?;
-            sum += loss;
-            losses.push(loss);
-        }
-        epoch_means.push(sum / cfg.steps_per_epoch() as f32);
-    }
+    let (losses, epoch_means) = cfg.each_step(train, |x, labels| oracle.step(x, labels))?;
     Ok(OracleRun {
         losses,
         epoch_means,

@@ -59,7 +59,7 @@ impl<'b> RuntimeModel<'b> {
     /// [`TrainError::Plan`] for rejected bytes, [`TrainError::MissingEntry`] without `forward`
     /// and `train_step` entries.
     pub fn new(bytes: &'b [u8]) -> Result<RuntimeModel<'b>, TrainError> {
-        let plan = RtPlan::parse(bytes)?;
+        let plan = RtPlan::parse_alloc(bytes)?;
         let train = plan
             .entry(ENTRY_TRAIN_STEP)
             .ok_or(TrainError::MissingEntry(ENTRY_TRAIN_STEP))?;

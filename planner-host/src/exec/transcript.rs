@@ -7,10 +7,14 @@
 use tapeplan_core::MathProfile;
 
 use crate::exec::oracle::oracle_run;
+use crate::exec::runtime::{RuntimeModel, TrainError};
 use crate::exec::verify::VerifyError;
+use crate::model::run::plan_model_tensors;
 use crate::model::run::{RunData, RunInit, RunModel, RunOptimizer};
 use crate::model::{Activation, Loss, RunConfig};
-use crate::protocol::{TranscriptWriter, TRANSCRIPT_MAGIC};
+use crate::protocol::{
+    TranscriptWriter, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, INPUT_Y, TRANSCRIPT_MAGIC,
+};
 
 /// A parsed transcript; see the [module docs](self) for its format.
 #[derive(Clone, Debug, PartialEq)]
@@ -209,7 +213,7 @@ impl Transcript {
 pub fn oracle_transcript(cfg: &RunConfig) -> Result<String, VerifyError> {
     let job = cfg.job()?;
     let bytes = job.schedule.to_bytes();
-    let plan = tapeplan_runtime::Plan::parse(&bytes)
+    let plan = tapeplan_runtime::Plan::parse_alloc(&bytes)
         .map_err(|e| VerifyError::Mismatch(format!("the host's own plan is rejected: {e}")))?;
     let train = cfg.training_set()?;
     // Writing into a `String` cannot fail.
@@ -220,16 +224,81 @@ pub fn oracle_transcript(cfg: &RunConfig) -> Result<String, VerifyError> {
     let _ = out.plan(plan.plan_id(), plan.arena_elems());
     let _ = out.data(cfg.data_digest(&train), train.len());
     let run = oracle_run(cfg, &job, &train, &cfg.initial_parameters(&job)?)?;
-    let steps = run.losses.chunks(cfg.steps_per_epoch().max(1));
-    for (epoch, (losses, mean)) in steps.zip(&run.epoch_means).enumerate() {
+    write_steps(&mut out, cfg, &run.losses, &run.epoch_means);
+    for ((name, _), p) in job.parameter_shapes().iter().zip(&run.oracle.params) {
+        let _ = out.param(name, &p.data);
+    }
+    let _ = out.digest();
+    let _ = out.end_ok();
+    Ok(out.into_inner())
+}
+
+/// The `loss` and `epoch` lines of a run, each epoch's losses before its mean.
+fn write_steps(
+    out: &mut TranscriptWriter<String>,
+    cfg: &RunConfig,
+    losses: &[f32],
+    epoch_means: &[f32],
+) {
+    // Writing into a `String` cannot fail.
+    let steps = losses.chunks(cfg.steps_per_epoch().max(1));
+    for (epoch, (losses, mean)) in steps.zip(epoch_means).enumerate() {
         let first = epoch * cfg.steps_per_epoch();
         for (k, loss) in losses.iter().enumerate() {
             let _ = out.loss(first + k + 1, *loss);
         }
         let _ = out.epoch(epoch + 1, *mean);
     }
-    for ((name, _), p) in job.parameter_shapes().iter().zip(&run.oracle.params) {
-        let _ = out.param(name, &p.data);
+}
+
+/// The transcript of a `plan=` run trained by the `no_std` runtime on the host (what a device
+/// sends): the run's plan file, its initial values ([`RunConfig::plan_initial_persistent`]),
+/// the run's rows in its epoch order, every step's loss and epoch's mean, and the final model
+/// tensors (not the optimizer's state), as the firmware writes them.
+///
+/// # Errors
+/// [`VerifyError::Run`] for a run that is not a `plan=` run, or whose plan, data or init
+/// cannot be read; [`VerifyError::DeviceError`] for a runtime error (a refused step among
+/// them).
+pub fn runtime_transcript(cfg: &RunConfig, target: &str) -> Result<String, VerifyError> {
+    let bytes = cfg.plan_bytes()?.ok_or_else(|| {
+        VerifyError::Run(crate::model::RunConfigError::Invalid(
+            "a runtime transcript replays a plan= run".to_owned(),
+        ))
+    })?;
+    let device = |e: TrainError| VerifyError::DeviceError(e.to_string());
+    let mut model = RuntimeModel::new(&bytes).map_err(device)?;
+    let persistent = cfg.plan_initial_persistent(&bytes)?;
+    let plan = *model.plan();
+    for b in plan.parameters() {
+        if let Some(v) = persistent.get(b.range()) {
+            model.load_parameter(b.name, v).map_err(device)?;
+        }
+    }
+    let train = cfg.training_set()?;
+    let target_name = if plan
+        .entry(ENTRY_TRAIN_STEP)
+        .and_then(|e| plan.input(e, INPUT_LABELS))
+        .is_some()
+    {
+        INPUT_LABELS
+    } else {
+        INPUT_Y
+    };
+    let mut out = TranscriptWriter::new(String::new());
+    let _ = out.header();
+    let _ = out.config(&cfg.to_line());
+    let _ = out.target(target);
+    let _ = out.plan(plan.plan_id(), plan.arena_elems());
+    let _ = out.data(cfg.data_digest(&train), train.len());
+    let (losses, epoch_means) = cfg
+        .each_step(&train, |x, t| {
+            model.train_step_named(&[(INPUT_X, x), (target_name, t)])
+        })
+        .map_err(device)?;
+    write_steps(&mut out, cfg, &losses, &epoch_means);
+    for (name, _) in plan_model_tensors(&plan) {
+        let _ = out.param(&name, &model.parameter(&name).map_err(device)?);
     }
     let _ = out.digest();
     let _ = out.end_ok();

@@ -6,15 +6,23 @@
 //! of every final parameter. [`verify`] rebuilds the same job from the run's description,
 //! retrains it with the [`Oracle`](crate::exec::oracle::Oracle) (tape interpreter + engine
 //! reverse scan, no plan involved) over the same samples in the same order from the same
-//! initial parameters, and compares every bit.
+//! initial parameters, and compares every bit. A run of a plan file (`plan=PATH`) has no tape
+//! on the host: its plan is replayed with the reference kernels
+//! ([`replay_run`]) and compared the same way, over the
+//! model's tensors (not the optimizer's state).
 //!
 //! The run and how both sides derive its data, initial parameters and order are in
 //! [`crate::model::run`]; the shared arithmetic in [`crate::protocol`]; the outcome is a
 //! [`Report`].
 
+use tapeplan_core::Shape;
+
 use crate::exec::oracle::{first_difference, oracle_run, same_bits};
+use crate::exec::replay::{replay_run, ReplayError};
 use crate::exec::report::{Report, StepDiff};
 use crate::exec::transcript::Transcript;
+use crate::io::data::Dataset;
+use crate::model::run::plan_model_tensors;
 use crate::model::{RunConfig, RunConfigError};
 use crate::protocol::digest_f32;
 
@@ -45,6 +53,59 @@ pub enum VerifyError {
     /// The oracle failed.
     #[error("oracle: {0}")]
     Oracle(#[from] tapeplan_core::TapeError),
+    /// The replay of a `plan=` run failed.
+    #[error("replay: {0}")]
+    Replay(#[from] ReplayError),
+}
+
+/// The host's side of a run: its plan, losses and final model tensors.
+struct HostRun {
+    plan_id: u32,
+    arena_elems: usize,
+    losses: Vec<f32>,
+    epoch_means: Vec<f32>,
+    /// The model tensors the transcript carries, in order.
+    shapes: Vec<(String, Shape)>,
+    /// Their final values.
+    params: Vec<Vec<f32>>,
+}
+
+/// Retrains `cfg` on the host: a `plan=` run replays its plan file with the reference kernels
+/// ([`replay_run`]); any other run records its job and retrains it with the oracle
+/// ([`oracle_run`]).
+fn host_run(cfg: &RunConfig, train: &Dataset) -> Result<HostRun, VerifyError> {
+    if let Some(bytes) = cfg.plan_bytes()? {
+        let plan = tapeplan_runtime::Plan::parse_alloc(&bytes)
+            .map_err(|e| VerifyError::Mismatch(format!("the run's plan is rejected: {e}")))?;
+        let persistent = cfg.plan_initial_persistent(&bytes)?;
+        let run = replay_run(cfg, &bytes, train, &persistent)?;
+        let shapes = plan_model_tensors(&plan);
+        let params = shapes
+            .iter()
+            .map(|(n, _)| run.replay.parameter(n).map(<[f32]>::to_vec))
+            .collect::<Result<_, _>>()?;
+        return Ok(HostRun {
+            plan_id: plan.plan_id(),
+            arena_elems: plan.arena_elems(),
+            losses: run.losses,
+            epoch_means: run.epoch_means,
+            shapes,
+            params,
+        });
+    }
+    let job = cfg.job()?;
+    let bytes = job.schedule.to_bytes();
+    let plan = tapeplan_runtime::Plan::parse_alloc(&bytes)
+        .map_err(|e| VerifyError::Mismatch(format!("the host's own plan is rejected: {e}")))?;
+    let run = oracle_run(cfg, &job, train, &cfg.initial_parameters(&job)?)?;
+    Ok(HostRun {
+        plan_id: plan.plan_id(),
+        arena_elems: plan.arena_elems(),
+        losses: run.losses,
+        epoch_means: run.epoch_means,
+        shapes: job.parameter_shapes(),
+        params: run.oracle.params.iter().map(|p| p.data.clone()).collect(),
+    })
 }
 
 /// Rebuilds the transcript's run on the host, retrains it with the oracle ([`oracle_run`]) and
@@ -67,20 +128,17 @@ pub fn verify(t: &Transcript, expected: Option<&RunConfig>) -> Result<Report, Ve
             )));
         }
     }
-    let job = cfg.job()?;
-    let bytes = job.schedule.to_bytes();
-    let plan = tapeplan_runtime::Plan::parse(&bytes)
-        .map_err(|e| VerifyError::Mismatch(format!("the host's own plan is rejected: {e}")))?;
+    let train = cfg.training_set()?;
+    let host = host_run(cfg, &train)?;
     if let Some((id, arena)) = t.plan {
-        if (id, arena) != (plan.plan_id(), plan.arena_elems()) {
+        if (id, arena) != (host.plan_id, host.arena_elems) {
             return Err(VerifyError::Mismatch(format!(
                 "the device ran plan {id:#010x} (arena {arena} elems), the host plans {:#010x} (arena {} elems) from the run description: do its model, math= and fusion= match the device's build?",
-                plan.plan_id(),
-                plan.arena_elems()
+                host.plan_id,
+                host.arena_elems
             )));
         }
     }
-    let train = cfg.training_set()?;
     if let Some((digest, rows)) = t.data {
         let host = cfg.data_digest(&train);
         if (digest, rows) != (host, train.len()) {
@@ -105,7 +163,7 @@ pub fn verify(t: &Transcript, expected: Option<&RunConfig>) -> Result<Report, Ve
         )));
     }
 
-    let run = oracle_run(cfg, &job, &train, &cfg.initial_parameters(&job)?)?;
+    let run = &host;
     let mut identical = 0;
     let mut first_step_diff = None;
     for (step, (&device, &loss)) in t.losses.iter().zip(&run.losses).enumerate() {
@@ -129,10 +187,9 @@ pub fn verify(t: &Transcript, expected: Option<&RunConfig>) -> Result<Report, Ve
             first_epoch_diff = Some((epoch + 1, device, mean.to_bits()));
         }
     }
-    let oracle = run.oracle;
 
-    // Final parameters, in the job's order.
-    let shapes = job.parameter_shapes();
+    // Final parameters, in the host's order.
+    let shapes = &host.shapes;
     for (name, _) in &t.params {
         if !shapes.iter().any(|(n, _)| n == name) {
             return Err(VerifyError::Incomplete(format!(
@@ -141,7 +198,7 @@ pub fn verify(t: &Transcript, expected: Option<&RunConfig>) -> Result<Report, Ve
         }
     }
     let mut device: Vec<Vec<f32>> = Vec::new();
-    for (name, shape) in &shapes {
+    for (name, shape) in shapes {
         let bits = t
             .params
             .iter()
@@ -161,7 +218,7 @@ pub fn verify(t: &Transcript, expected: Option<&RunConfig>) -> Result<Report, Ve
     }
     let names: Vec<&str> = shapes.iter().map(|(n, _)| n.as_str()).collect();
     let left: Vec<&[f32]> = device.iter().map(Vec::as_slice).collect();
-    let right: Vec<&[f32]> = oracle.params.iter().map(|p| p.data.as_slice()).collect();
+    let right: Vec<&[f32]> = host.params.iter().map(Vec::as_slice).collect();
     let first_param_diff = first_difference(names.iter().copied(), &left, &right);
     let elems: usize = right.iter().map(|p| p.len()).sum();
     let same_elems = left
@@ -222,8 +279,8 @@ mod tests {
         let (pj, fj) = (precise.job().unwrap(), fast.job().unwrap());
         let (pb, fb) = (pj.schedule.to_bytes(), fj.schedule.to_bytes());
         let (pp, fp) = (
-            tapeplan_runtime::Plan::parse(&pb).unwrap(),
-            tapeplan_runtime::Plan::parse(&fb).unwrap(),
+            tapeplan_runtime::Plan::parse_alloc(&pb).unwrap(),
+            tapeplan_runtime::Plan::parse_alloc(&fb).unwrap(),
         );
         assert_eq!(
             (pp.math(), fp.math()),

@@ -8,7 +8,10 @@
 //! training state, see [`is_training_state`]) is exchanged under its plan name, which for a
 //! model from the layer API or an ONNX file is already its PyTorch `state_dict` key, with its
 //! plan shape and values as they are. A `--rename FROM=TO` rule ([`Rename`]) maps keys whose
-//! names differ between the two sides.
+//! names differ between the two sides. A `state_dict` key longer than the plan format's 24
+//! bytes has a shortened plan name ([`crate::model::names::plan_name`]): import matches the
+//! file's full key to it, and export writes the plan name (a `--rename` rule restores the full
+//! key).
 //!
 //! # The MLP's mapping
 //!
@@ -196,15 +199,13 @@ fn transpose(v: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     out
 }
 
-/// Whether the plan's persistent binding `name` is training state rather than a model tensor:
-/// the optimizer's (`opt.*`, and `P.m`, `P.v`, `P.b` for another binding `P` of `all`: see
-/// `crate::model::optim::Optimizer::state`) or the dropout generator's (`rng.*`).
+/// Whether the plan's persistent binding `name` is training state rather than a model tensor,
+/// given the names of all of the plan's persistent bindings: the optimizer's (`opt.step`,
+/// Adam's running powers, and `P.m`, `P.v`, `P.b` for another binding `P` of `all`, shortened
+/// for a long `P`) or the dropout generator's (`rng.key`, `rng.counter`). The one rule,
+/// [`crate::model::names::is_training_state`].
 pub fn is_training_state(name: &str, all: &[&str]) -> bool {
-    name.starts_with("opt.")
-        || name.starts_with("rng.")
-        || name
-            .rsplit_once('.')
-            .is_some_and(|(base, s)| matches!(s, "m" | "v" | "b") && all.contains(&base))
+    crate::model::names::is_training_state(name, all)
 }
 
 /// A key remap rule `FROM=TO` of `export` and `import`: a key equal to `FROM` becomes `TO`; a
@@ -526,10 +527,11 @@ pub fn import_safetensors_renamed(
     let mut used = vec![false; renames.len()];
     let mut file_names = st.names();
     file_names.sort_unstable();
-    // The file's keys as the plan's side names them.
+    // The file's keys as the plan's side names them: renamed, then a key past the plan
+    // format's 24 bytes shortened as the model's plan name is (`model::names::plan_name`).
     let mut by_key: HashMap<String, &str> = HashMap::new();
     for n in file_names {
-        let key = rename(n, renames, &mut used);
+        let key = crate::model::names::plan_name(&rename(n, renames, &mut used));
         if let Some(other) = by_key.insert(key.clone(), n) {
             return Err(collision(
                 renames,

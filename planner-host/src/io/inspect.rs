@@ -170,6 +170,16 @@ impl PlanInfo {
         }
     }
 
+    /// True when an instruction starts or continues a fused chain (flag
+    /// [`FUSE_NEXT`](tapeplan_core::format::FUSE_NEXT)): a runtime without its fused-chain
+    /// executor (feature `fusion`) rejects such a plan.
+    pub fn is_fused(&self) -> bool {
+        self.entries
+            .iter()
+            .flat_map(|e| &e.instrs)
+            .any(|i| i.flags & tapeplan_core::format::FUSE_NEXT != 0)
+    }
+
     /// The math profile the plan records (header flag bit 0).
     pub fn math(&self) -> tapeplan_core::MathProfile {
         tapeplan_core::MathProfile::from_flags(self.header.flags)

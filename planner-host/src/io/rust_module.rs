@@ -61,7 +61,7 @@ fn fresh(name: &str, prefix: &str, taken: &mut BTreeSet<String>) -> String {
 /// # Errors
 /// The runtime's [`ParseError`] for bytes it refuses.
 pub fn rust_module(bytes: &[u8], source: &str) -> Result<String, ParseError> {
-    let plan = Plan::parse(bytes)?;
+    let plan = Plan::parse_alloc(bytes)?;
     let mut m = String::new();
     let w = &mut m;
     let _ = writeln!(

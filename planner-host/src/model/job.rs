@@ -524,12 +524,12 @@ fn record_and_plan(b: &JobBuilder<'_>) -> Result<TrainingJob, JobError> {
     let optimizer_state = state_specs.len();
     if model.uses_rng() {
         state_specs.push(StateSpec {
-            name: "rng.key".into(),
+            name: crate::model::names::RNG_KEY.into(),
             shape: Shape::SCALAR,
             init: (options.seed % (1 << 24)) as f32,
         });
         state_specs.push(StateSpec {
-            name: "rng.counter".into(),
+            name: crate::model::names::RNG_COUNTER.into(),
             shape: Shape::SCALAR,
             init: 0.0,
         });
@@ -539,9 +539,8 @@ fn record_and_plan(b: &JobBuilder<'_>) -> Result<TrainingJob, JobError> {
         .find(|s| tapeplan_core::format::encode_name(&s.name).is_none())
     {
         return Err(JobError::Invalid(format!(
-            "the {} optimizer's state {:?} does not fit the plan format's names (1 to {} bytes): \
-             its parameter's name is too long for this optimizer (shorten it, or train it with \
-             plain SGD, which keeps no state)",
+            "the {} optimizer's state {:?} does not fit the plan format's names (1 to {} bytes, \
+             no NUL): its parameter's name is not a plan name",
             b.optimizer.name(),
             s.name,
             tapeplan_core::format::NAME_BYTES

@@ -238,14 +238,15 @@ pub fn mean_squared_error<R: Recordable>(
 /// `nn.init.xavier_uniform_`): each weight of a `[fan_in, fan_out]` matrix is
 /// `(2u - 1) · sqrt(6 / (fan_in + fan_out))` with `u` uniform in `[0, 1)` from a SplitMix64
 /// stream seeded with `seed`, drawn in parameter order then row-major order; biases are zero.
-/// Optimizer state (names with a `.`, see [`crate::model::optim::is_state_name`]) gets zeros and
-/// draws nothing: its initial values come from the plan's `init` entry.
+/// Training state ([`crate::model::names::is_training_state`] over the names of `shapes`) gets
+/// zeros and draws nothing: its initial values come from the plan's `init` entry.
 pub fn glorot_uniform(shapes: &[(String, Shape)], seed: u64) -> Vec<Vec<f32>> {
     let mut rng = SplitMix64::new(seed);
+    let all: Vec<&str> = shapes.iter().map(|(n, _)| n.as_str()).collect();
     shapes
         .iter()
         .map(|(name, s)| {
-            if s.rank() == 2 && !crate::model::optim::is_state_name(name) {
+            if s.rank() == 2 && !crate::model::names::is_training_state(name, &all) {
                 let [fan_in, fan_out, _, _] = s.dims();
                 let a = (6.0f32 / (fan_in + fan_out) as f32).sqrt();
                 (0..s.elems())

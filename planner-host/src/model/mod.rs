@@ -1,10 +1,11 @@
 //! Stage 1, model building: the layer stack, its losses and dropout ([`mlp`]), optimizers as
-//! recorded spec ([`optim`]), and the job description: a training job recorded and planned
+//! recorded spec ([`optim`]), the plan's names and what is training state ([`names`]), and the job description: a training job recorded and planned
 //! ([`job`]) and a whole training run named by a few keys ([`run`]).
 
 pub mod graph;
 pub mod job;
 pub mod mlp;
+pub mod names;
 pub mod nn;
 pub mod onnx;
 pub mod optim;

@@ -3,15 +3,20 @@
 //! oracle's update. One body, two readings, the same bits.
 //!
 //! Each optimizer names its state (moments, running powers, the step counter) as extra
-//! persistent values next to the parameters. By convention a persistent name with a `.` in it is
-//! state, not a trainable parameter (`w1.m`, `opt.step`); the plan's `init` entry writes its
-//! initial values, and host-side initializers (Glorot) skip it.
+//! persistent values next to the parameters (`w1.m`, `opt.step`; the names and the rule that
+//! tells state from model tensors are [`crate::model::names`]); the plan's `init` entry writes
+//! its initial values, and host-side initializers (Glorot) skip it.
 //!
 //! The update rules are PyTorch's documented algorithms (`torch.optim.SGD`, `Adam`, `AdamW`,
 //! the pseudocode boxes of their documentation); the arithmetic order is ours and stated per
 //! optimizer, so bits are equal across tapeplan's targets, not to PyTorch's.
 
 use tapeplan_core::{Recordable, Shape};
+
+use crate::model::names::{
+    optimizer_state_name, OPT_BETA1_POW, OPT_BETA1_POW_LO, OPT_BETA2_POW, OPT_BETA2_POW_LO,
+    OPT_STEP,
+};
 
 /// Plain SGD's learning rate: shorthand for [`Optimizer::Sgd`].
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -136,7 +141,7 @@ fn one_minus_compensated<R: Recordable>(
 /// One piece of optimizer state: its name, shape and initial value.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StateSpec {
-    /// The persistent name (contains a `.`).
+    /// The persistent name (see [`crate::model::names`]).
     pub name: String,
     /// Its shape.
     pub shape: Shape,
@@ -147,11 +152,6 @@ pub struct StateSpec {
 /// The new values an optimizer step answers: per parameter, then per piece of state (`None`:
 /// unchanged).
 pub type Updated<V> = (Vec<Option<V>>, Vec<Option<V>>);
-
-/// True for persistent names that are state rather than trainable parameters.
-pub fn is_state_name(name: &str) -> bool {
-    name.contains('.')
-}
 
 impl Optimizer {
     /// SGD with learning rate `lr`.
@@ -198,7 +198,8 @@ impl Optimizer {
     }
 
     /// The state this optimizer keeps for `params` (names and shapes in order): per parameter
-    /// first (`<name>.m`, `<name>.v` or `<name>.b`), then the shared scalars (Adam's running
+    /// first (`<name>.m`, `<name>.v` or `<name>.b`, shortened for a long name by
+    /// [`optimizer_state_name`]), then the shared scalars (Adam's running
     /// powers `opt.beta1_pow`, `opt.beta2_pow` and their low parts `opt.beta1_pow_lo`,
     /// `opt.beta2_pow_lo`), then the step counter `opt.step`. Plain SGD keeps none (not even the counter).
     pub fn state(&self, params: &[(String, Shape)]) -> Vec<StateSpec> {
@@ -206,7 +207,7 @@ impl Optimizer {
         let per = |suffix: &str, out: &mut Vec<StateSpec>| {
             for (n, s) in params {
                 out.push(StateSpec {
-                    name: format!("{n}.{suffix}"),
+                    name: optimizer_state_name(n, suffix),
                     shape: *s,
                     init: 0.0,
                 });
@@ -221,10 +222,10 @@ impl Optimizer {
                 // The running powers' high parts (start at 1), then their low parts (start
                 // at 0): see the bias correction of [`Optimizer::Adam`].
                 for (n, init) in [
-                    ("opt.beta1_pow", 1.0),
-                    ("opt.beta2_pow", 1.0),
-                    ("opt.beta1_pow_lo", 0.0),
-                    ("opt.beta2_pow_lo", 0.0),
+                    (OPT_BETA1_POW, 1.0),
+                    (OPT_BETA2_POW, 1.0),
+                    (OPT_BETA1_POW_LO, 0.0),
+                    (OPT_BETA2_POW_LO, 0.0),
                 ] {
                     out.push(StateSpec {
                         name: n.into(),
@@ -236,7 +237,7 @@ impl Optimizer {
         }
         if !out.is_empty() {
             out.push(StateSpec {
-                name: "opt.step".into(),
+                name: OPT_STEP.into(),
                 shape: Shape::SCALAR,
                 init: 0.0,
             });

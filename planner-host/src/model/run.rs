@@ -11,10 +11,25 @@
 //! `init=PATH init_digest=HEX`). Optional keys at their defaults are left out of the canonical
 //! line, so descriptions written before they existed keep their line.
 //!
+//! `plan=PATH plan_digest=HEX` names a plan file instead of a model: one `tapeplan plan
+//! --layers/--onnx` wrote, the layer API's `plan_sequential` example, or `tapeplan train`. The
+//! plan fixes the model, the batch, the loss, the optimizer with its learning rate and the math
+//! profile, so such a description gives none of `model`, `activation`, `loss`, `batch`, `lr`,
+//! `optimizer`, `momentum`, `weight_decay`, `math`, `fusion` ([`RunConfig::PLAN_FIXED_KEYS`];
+//! each is an error naming it): `plan=PATH plan_digest=HEX seed=S split_seed=S samples=N
+//! epochs=E`, then `data=` and `init=` as below. The plan's `train_step` inputs say the task
+//! ([`PlanIo`]): `x` and `labels` (classification: the CSV's last column, [`RunConfig::loss`]
+//! reads `ce`) or `x` and `y` (regression: its last `d_out` columns, `loss` reads `mse`
+//! whatever the plan's loss is). The initial values are [`RunConfig::plan_initial_persistent`]:
+//! `init=PATH`, else `PLAN.init.safetensors` beside the plan ([`INIT_SUFFIX`]), else an MLP's
+//! Glorot draw or the plan's `init` entry, else an error naming the missing file. There is no
+//! tape to retrain: `tapeplan verify` replays the plan file with the reference kernels
+//! ([`crate::exec::replay`]).
+//!
 //! `model=mnist1d_cnn` names MNIST-1D's CNN instead of an MLP ([`mnist1d_cnn`]: the paper's
 //! `ConvBase`, built with the layer API, initialized as PyTorch does from the run's `seed`); it
 //! needs `activation=relu` (its activation), `loss=ce` and `data=mnist1d`. `data=mnist1d` is the
-//! bundled MNIST-1D set (`data/mnist1d.csv.gz`, [`MNIST1D_FILE`]); its training split is rows
+//! bundled MNIST-1D set (`data/mnist1d.csv.gz`, embedded: [`data::mnist1d`]); its training split is rows
 //! `0..4000` of the file in order (the paper's split, as `examples/mnist1d.rs` takes it), so
 //! `split_seed` must be 0; the run's training set is the first `samples` rows of that split, visited
 //! in the epoch order below like every run. A device stores the features as `f32`; the data
@@ -87,15 +102,12 @@ pub enum RunConfigError {
 }
 
 /// Samples per MNIST-1D signal (the CNN's input length).
-pub const MNIST1D_LENGTH: usize = 40;
+pub const MNIST1D_LENGTH: usize = data::MNIST1D_FEATURES;
 /// MNIST-1D's classes.
 pub const MNIST1D_CLASSES: usize = 10;
 /// Rows of MNIST-1D's training split (rows `0..4000` of the file; the other 1000 are the test
 /// split).
 pub const MNIST1D_TRAIN_ROWS: usize = 4000;
-/// The bundled MNIST-1D set (`data/README.md`: how it was generated, its license), read when a
-/// run names `data=mnist1d`.
-pub const MNIST1D_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../data/mnist1d.csv.gz");
 
 /// MNIST-1D's CNN (Greydanus, "Scaling Down Deep Learning", 2020; its repository's `ConvBase`)
 /// in the layer API: three `Conv1d` with 25 channels (kernel 5, then 3 and 3; stride 2,
@@ -117,14 +129,26 @@ pub fn mnist1d_cnn(seed: u64) -> Sequential {
         .seed(seed)
 }
 
+/// A plan file a run trains (`plan=PATH plan_digest=HEX`), with what its bindings say.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunPlan {
+    /// The path, as written.
+    pub path: String,
+    /// FNV-1a 64 of the file's bytes.
+    pub digest: u64,
+}
+
 /// The model a run trains.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RunModel {
     /// The MLP of [`RunConfig::layers`] (`model=64,32,10`).
     Mlp,
     /// MNIST-1D's CNN, [`mnist1d_cnn`] (`model=mnist1d_cnn`; [`RunConfig::layers`] is then
     /// `[40, 10]`, its input length and classes).
     Mnist1dCnn,
+    /// A plan file (`plan=PATH plan_digest=HEX`): its batch, loss, optimizer, learning rate
+    /// and math profile are the plan's own ([`RunConfig::parse`] reads them from its bindings).
+    Plan(RunPlan),
 }
 
 /// Where a run's rows come from.
@@ -132,7 +156,7 @@ pub enum RunModel {
 pub enum RunData {
     /// The bundled digits set (`data=digits`, the default).
     Digits,
-    /// The bundled MNIST-1D set (`data=mnist1d`, [`MNIST1D_FILE`]).
+    /// The bundled MNIST-1D set (`data=mnist1d`, [`data::mnist1d`]).
     Mnist1d,
     /// A CSV file (`data=PATH data_digest=HEX`).
     Csv {
@@ -202,19 +226,164 @@ impl RunOptimizer {
     }
 }
 
-/// FNV-1a 64 of a file's bytes, as the run's `data_digest` and `init_digest` name it.
-fn file_digest(path: &str) -> Result<(Vec<u8>, u64), RunConfigError> {
-    let bytes = std::fs::read(path).map_err(|e| RunConfigError::File {
+/// The suffix of the initial parameters' file beside a plan (`model.plan` →
+/// `model.plan.init.safetensors`), what `tapeplan plan --onnx` and the layer API's
+/// `plan_sequential` example write.
+pub const INIT_SUFFIX: &str = ".init.safetensors";
+
+/// The model's tensors of a plan (its parameters and buffers, not the optimizer's state), by
+/// name, in binding order: what a transcript's `param` lines and an init file carry.
+pub fn plan_model_tensors(
+    plan: &tapeplan_runtime::Plan<'_>,
+) -> Vec<(String, tapeplan_core::Shape)> {
+    let all: Vec<&str> = plan.parameters().map(|b| b.name).collect();
+    plan.parameters()
+        .filter(|b| !exchange::is_training_state(b.name, &all))
+        .map(|b| (b.name.to_owned(), b.shape))
+        .collect()
+}
+
+/// What a plan's `train_step` bindings say about the run that trains it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanIo {
+    /// Rows per step (the first extent of input `x`).
+    pub batch: usize,
+    /// Features per row (`x`'s elements per row).
+    pub d_in: usize,
+    /// Classes (the `forward` entry's `logits` per row) for a classification plan, targets
+    /// per row (`y`'s) for a regression plan.
+    pub d_out: usize,
+    /// True for a classification plan (an input `labels`), false for a regression plan (an
+    /// input `y`).
+    pub labels: bool,
+    /// The plan's math profile.
+    pub math: MathProfile,
+}
+
+impl PlanIo {
+    /// Reads validated plan bytes' `train_step` inputs: `x`, and `labels` or `y`.
+    ///
+    /// # Errors
+    /// A message naming what is missing or not supported: a rejected plan, no `train_step`,
+    /// no `x`, neither `labels` nor `y`, another input, no `forward` `logits` beside `labels`.
+    pub fn of(bytes: &[u8]) -> Result<PlanIo, String> {
+        use crate::io::inspect::PlanInfo;
+        use crate::protocol::{
+            ENTRY_FORWARD, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, INPUT_Y, OUTPUT_LOGITS,
+        };
+        use tapeplan_core::format::BindingKind;
+        let plan =
+            tapeplan_runtime::Plan::parse_alloc(bytes).map_err(|e| format!("rejected: {e}"))?;
+        let info = PlanInfo::decode(bytes);
+        let step = info
+            .entries
+            .iter()
+            .position(|e| e.name == ENTRY_TRAIN_STEP)
+            .ok_or("the plan has no train_step entry")?;
+        if let Some(other) = info.bindings.iter().find(|b| {
+            b.kind == BindingKind::Input
+                && b.entry == Some(step)
+                && ![INPUT_X, INPUT_LABELS, INPUT_Y].contains(&b.name.as_str())
+        }) {
+            return Err(format!(
+                "its train_step has an input {:?}: a run feeds x and labels or y only",
+                other.name
+            ));
+        }
+        let input = |name| info.binding_shape(ENTRY_TRAIN_STEP, BindingKind::Input, name);
+        let x = input(INPUT_X).ok_or("its train_step has no input x")?;
+        let batch = x
+            .dim(0)
+            .filter(|&b| b > 0)
+            .ok_or("its input x has no batch")?;
+        let (labels, d_out) = match (input(INPUT_LABELS), input(INPUT_Y)) {
+            (Some(_), None) => (
+                true,
+                info.binding_shape(ENTRY_FORWARD, BindingKind::Output, OUTPUT_LOGITS)
+                    .map(|s| s.elems() / s.dim(0).unwrap_or(1).max(1))
+                    .ok_or("a classification plan (input labels) needs a forward entry with an output logits")?,
+            ),
+            (None, Some(y)) => (false, y.elems() / batch),
+            _ => {
+                return Err(
+                    "its train_step needs an input labels (classification) or y (regression), one of them"
+                        .to_owned(),
+                )
+            }
+        };
+        Ok(PlanIo {
+            batch,
+            d_in: x.elems() / batch,
+            d_out,
+            labels,
+            math: plan.math(),
+        })
+    }
+}
+
+/// FNV-1a 64 of a file's bytes, as a run description's `plan_digest`, `data_digest` and
+/// `init_digest` name it.
+pub fn file_digest(bytes: &[u8]) -> u64 {
+    data_digest(bytes, &[])
+}
+
+/// What a file a run description names is, by its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileKind {
+    /// A plan the runtime accepts (`plan=`).
+    Plan {
+        /// Its id.
+        plan_id: u32,
+    },
+    /// A safetensors file (`init=`).
+    Safetensors,
+    /// Anything else: a data table (`data=`).
+    Data,
+}
+
+impl FileKind {
+    /// The kind of `bytes`.
+    pub fn of(bytes: &[u8]) -> FileKind {
+        if let Ok(plan) = tapeplan_runtime::Plan::parse_alloc(bytes) {
+            FileKind::Plan {
+                plan_id: plan.plan_id(),
+            }
+        } else if safetensors::SafeTensors::deserialize(bytes).is_ok() {
+            FileKind::Safetensors
+        } else {
+            FileKind::Data
+        }
+    }
+
+    /// The run description's key for such a file: `plan`, `init` or `data`.
+    pub fn key(self) -> &'static str {
+        match self {
+            FileKind::Plan { .. } => "plan",
+            FileKind::Safetensors => "init",
+            FileKind::Data => "data",
+        }
+    }
+}
+
+/// The bytes of `path` and their [`file_digest`]. A description may come from a device's
+/// transcript (untrusted): only a regular file is read (not `/dev/zero`, a FIFO or a folder).
+fn read_with_digest(path: &str) -> Result<(Vec<u8>, u64), RunConfigError> {
+    let file_err = |message: String| RunConfigError::File {
         path: path.to_owned(),
-        message: e.to_string(),
-    })?;
-    let digest = data_digest(&bytes, &[]);
+        message,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| file_err(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(file_err("not a regular file".to_owned()));
+    }
+    let bytes = std::fs::read(path).map_err(|e| file_err(e.to_string()))?;
+    let digest = file_digest(&bytes);
     Ok((bytes, digest))
 }
 
 /// The bytes of `path` after checking their digest against `expected` (the `key` of the run).
 fn checked_file(path: &str, expected: u64, key: &str) -> Result<Vec<u8>, RunConfigError> {
-    let (bytes, digest) = file_digest(path)?;
+    let (bytes, digest) = read_with_digest(path)?;
     if digest != expected {
         return Err(RunConfigError::File {
             path: path.to_owned(),
@@ -224,6 +393,62 @@ fn checked_file(path: &str, expected: u64, key: &str) -> Result<Vec<u8>, RunConf
         });
     }
     Ok(bytes)
+}
+
+/// `key=VALUE` parsed as a number.
+fn num<T: std::str::FromStr>(k: &str, v: &str) -> Result<T, RunConfigError> {
+    v.parse()
+        .map_err(|_| config_err(format!("{k}={v}: not a valid number")))
+}
+
+/// The digest key `k` (16 hex digits) that pins a file of the run.
+fn hex(values: &BTreeMap<&str, &str>, k: &str) -> Result<u64, RunConfigError> {
+    let v = values.get(k).copied().ok_or_else(|| {
+        config_err(format!(
+            "missing key {k:?}: a file of the run is pinned by its digest (16 hex digits; `tapeplan digest FILE` prints it)"
+        ))
+    })?;
+    u64::from_str_radix(v, 16)
+        .ok()
+        .filter(|_| v.len() == 16)
+        .ok_or_else(|| config_err(format!("{k}={v}: 16 hex digits")))
+}
+
+/// The keys `data` and `data_digest`.
+fn parse_data(values: &BTreeMap<&str, &str>) -> Result<RunData, RunConfigError> {
+    let opt = |k: &str| values.get(k).copied();
+    Ok(match opt("data") {
+        None | Some("digits") | Some("mnist1d") => {
+            if opt("data_digest").is_some() {
+                return Err(config_err("data_digest= applies to data=PATH"));
+            }
+            if opt("data") == Some("mnist1d") {
+                RunData::Mnist1d
+            } else {
+                RunData::Digits
+            }
+        }
+        Some(path) => RunData::Csv {
+            path: path.to_owned(),
+            digest: hex(values, "data_digest")?,
+        },
+    })
+}
+
+/// The keys `init` and `init_digest`.
+fn parse_init(values: &BTreeMap<&str, &str>) -> Result<RunInit, RunConfigError> {
+    Ok(match values.get("init").copied() {
+        None | Some("glorot") => {
+            if values.contains_key("init_digest") {
+                return Err(config_err("init_digest= applies to init=PATH"));
+            }
+            RunInit::Glorot
+        }
+        Some(path) => RunInit::Safetensors {
+            path: path.to_owned(),
+            digest: hex(values, "init_digest")?,
+        },
+    })
 }
 
 fn config_err(message: impl Into<String>) -> RunConfigError {
@@ -236,15 +461,17 @@ pub struct RunConfig {
     /// The model (`model=WIDTHS` or `model=mnist1d_cnn`).
     pub model: RunModel,
     /// Layer widths, input first (`64` for digits), output last (`10`); for the CNN, its input
-    /// length and classes.
+    /// length and classes; for a `plan=` run, `[d_in, d_out]` of its bindings ([`PlanIo`]).
     pub layers: Vec<usize>,
     /// The hidden activation.
     pub activation: Activation,
-    /// The loss; only softmax cross-entropy (`ce`, labels) is supported on digits.
+    /// The loss; only softmax cross-entropy (`ce`, labels) is supported on digits. For a
+    /// `plan=` run, only the task: `ce` for labels, `mse` for float targets (the plan's own
+    /// loss is whatever it recorded).
     pub loss: Loss,
     /// Rows per step.
     pub batch: usize,
-    /// SGD learning rate.
+    /// SGD learning rate (0 for a `plan=` run: the plan's own).
     pub lr: f32,
     /// Seed of the initialization and the per-epoch shuffles.
     pub seed: u64,
@@ -283,11 +510,14 @@ impl RunConfig {
         "epochs",
     ];
 
-    /// The optional keys, with their defaults: `math` (`precise`), `fusion` (`off`),
+    /// The optional keys, with their defaults: `plan` and `plan_digest` (a plan file's run,
+    /// see [`RunConfig::parse`]), `math` (`precise`), `fusion` (`off`),
     /// `optimizer` (`sgd`), `momentum` (`0.9`), `weight_decay` (`0.01`), `data` (`digits`),
     /// `data_digest` (needed with a data path), `init` (`glorot`), `init_digest` (needed with
     /// an init path).
-    pub const OPTIONAL_KEYS: [&'static str; 9] = [
+    pub const OPTIONAL_KEYS: [&'static str; 11] = [
+        "plan",
+        "plan_digest",
         "math",
         "fusion",
         "optimizer",
@@ -304,12 +534,17 @@ impl RunConfig {
     /// [`RunConfig::KEYS`] must appear exactly once, each of [`RunConfig::OPTIONAL_KEYS`] at
     /// most once, e.g.
     /// `model=64,32,10 activation=tanh loss=ce batch=32 lr=0.1 seed=42 split_seed=0
-    /// samples=256 epochs=10`.
+    /// samples=256 epochs=10`. A `plan=PATH` description instead gives `plan`,
+    /// `plan_digest`, `seed`, `split_seed`, `samples`, `epochs` (and `data`, `init`), and
+    /// reads the plan file (paths relative to the current folder) for what it fixes; see the
+    /// [module docs](self).
     ///
     /// # Errors
     /// [`RunConfigError::Invalid`] naming the key that is missing, repeated, unknown or malformed,
     /// or a run that cannot work (`batch` of zero or above `samples`, `samples` above the
-    /// training split, labels that are not digits).
+    /// training split, labels that are not digits), a key a `plan=` run leaves to its plan, a
+    /// plan whose bindings a run cannot feed; [`RunConfigError::File`] for a plan file that
+    /// cannot be read or has another digest.
     pub fn parse(text: &str) -> Result<RunConfig, RunConfigError> {
         let mut values: BTreeMap<&str, &str> = BTreeMap::new();
         for line in text.lines() {
@@ -330,16 +565,15 @@ impl RunConfig {
                 }
             }
         }
+        if values.contains_key("plan") || values.contains_key("plan_digest") {
+            return Self::parse_plan_run(&values);
+        }
         let get = |k: &str| {
             values
                 .get(k)
                 .copied()
                 .ok_or_else(|| config_err(format!("missing key {k:?}")))
         };
-        fn num<T: std::str::FromStr>(k: &str, v: &str) -> Result<T, RunConfigError> {
-            v.parse()
-                .map_err(|_| config_err(format!("{k}={v}: not a valid number")))
-        }
         let (model, layers) = match get("model")? {
             "mnist1d_cnn" => (RunModel::Mnist1dCnn, vec![MNIST1D_LENGTH, MNIST1D_CLASSES]),
             widths => (
@@ -365,17 +599,6 @@ impl RunConfig {
             }
         };
         let opt = |k: &str| values.get(k).copied();
-        let hex = |k: &str| -> Result<u64, RunConfigError> {
-            let v = opt(k).ok_or_else(|| {
-                config_err(format!(
-                    "missing key {k:?}: a file of the run is pinned by its digest (16 hex digits)"
-                ))
-            })?;
-            u64::from_str_radix(v, 16)
-                .ok()
-                .filter(|_| v.len() == 16)
-                .ok_or_else(|| config_err(format!("{k}={v}: 16 hex digits")))
-        };
         let momentum = opt("momentum")
             .map(|v| num::<f32>("momentum", v))
             .transpose()?;
@@ -407,34 +630,8 @@ impl RunConfig {
         if weight_decay.is_some() && !matches!(optimizer, RunOptimizer::AdamW(_)) {
             return Err(config_err("weight_decay= applies to optimizer=adamw"));
         }
-        let data = match opt("data") {
-            None | Some("digits") | Some("mnist1d") => {
-                if opt("data_digest").is_some() {
-                    return Err(config_err("data_digest= applies to data=PATH"));
-                }
-                if opt("data") == Some("mnist1d") {
-                    RunData::Mnist1d
-                } else {
-                    RunData::Digits
-                }
-            }
-            Some(path) => RunData::Csv {
-                path: path.to_owned(),
-                digest: hex("data_digest")?,
-            },
-        };
-        let init = match opt("init") {
-            None | Some("glorot") => {
-                if opt("init_digest").is_some() {
-                    return Err(config_err("init_digest= applies to init=PATH"));
-                }
-                RunInit::Glorot
-            }
-            Some(path) => RunInit::Safetensors {
-                path: path.to_owned(),
-                digest: hex("init_digest")?,
-            },
-        };
+        let data = parse_data(&values)?;
+        let init = parse_init(&values)?;
         let cfg = RunConfig {
             model,
             layers,
@@ -464,6 +661,158 @@ impl RunConfig {
         Ok(cfg)
     }
 
+    /// The keys a `plan=` run leaves to its plan: [`RunConfig::parse`] refuses them.
+    pub const PLAN_FIXED_KEYS: [&'static str; 10] = [
+        "model",
+        "activation",
+        "loss",
+        "batch",
+        "lr",
+        "math",
+        "fusion",
+        "optimizer",
+        "momentum",
+        "weight_decay",
+    ];
+
+    /// A `plan=PATH plan_digest=HEX` run (see [`RunConfig::parse`]).
+    fn parse_plan_run(values: &BTreeMap<&str, &str>) -> Result<RunConfig, RunConfigError> {
+        if let Some(k) = Self::PLAN_FIXED_KEYS
+            .iter()
+            .find(|k| values.contains_key(*k))
+        {
+            return Err(config_err(format!(
+                "{k}= is fixed by the plan of a plan= run (its model, batch, loss, optimizer, learning rate and math profile are the plan's own): leave it out"
+            )));
+        }
+        let path = values
+            .get("plan")
+            .copied()
+            .ok_or_else(|| config_err("plan_digest= applies to plan=PATH"))?;
+        let digest = hex(values, "plan_digest")?;
+        let get = |k: &str| {
+            values
+                .get(k)
+                .copied()
+                .ok_or_else(|| config_err(format!("missing key {k:?}")))
+        };
+        let (seed, split_seed, samples, epochs) = (
+            num("seed", get("seed")?)?,
+            num("split_seed", get("split_seed")?)?,
+            num("samples", get("samples")?)?,
+            num("epochs", get("epochs")?)?,
+        );
+        let bytes = checked_file(path, digest, "plan_digest")?;
+        let io = PlanIo::of(&bytes).map_err(|e| config_err(format!("plan={path}: {e}")))?;
+        let cfg = RunConfig {
+            model: RunModel::Plan(RunPlan {
+                path: path.to_owned(),
+                digest,
+            }),
+            layers: vec![io.d_in, io.d_out],
+            activation: Activation::Tanh,
+            loss: if io.labels {
+                Loss::SoftmaxCrossEntropy
+            } else {
+                Loss::MeanSquaredError
+            },
+            batch: io.batch,
+            lr: 0.0,
+            seed,
+            split_seed,
+            samples,
+            epochs,
+            fusion: false,
+            math: io.math,
+            optimizer: RunOptimizer::Sgd,
+            data: parse_data(values)?,
+            init: parse_init(values)?,
+        };
+        cfg.check()?;
+        Ok(cfg)
+    }
+
+    /// The plan file of a `plan=` run, read and checked against its `plan_digest`; `None` for
+    /// a run that records its own job.
+    ///
+    /// # Errors
+    /// [`RunConfigError::File`] for an unreadable file or another digest.
+    pub fn plan_bytes(&self) -> Result<Option<Vec<u8>>, RunConfigError> {
+        match &self.model {
+            RunModel::Plan(p) => checked_file(&p.path, p.digest, "plan_digest").map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// The persistent region a `plan=` run starts from, for the plan `bytes`
+    /// ([`RunConfig::plan_bytes`]): what the plan's `init` entry writes (the optimizer's
+    /// state), with the model's tensors from, in this order, `init=PATH`, the file
+    /// `PLAN.init.safetensors` beside the plan (what `tapeplan plan --onnx` and the layer
+    /// API's `plan_sequential` example write), the seeded Glorot draw for an MLP's `w*`/`b*`
+    /// (as `tapeplan train`), or the `init` entry when it writes every model tensor.
+    ///
+    /// # Shapes
+    /// Answers `[persistent_elems]`.
+    ///
+    /// # Errors
+    /// [`RunConfigError::File`] for an unreadable file or another digest,
+    /// [`RunConfigError::Init`] for a file that does not fit the plan, and
+    /// [`RunConfigError::Invalid`] naming a model tensor nothing initializes.
+    pub fn plan_initial_persistent(&self, bytes: &[u8]) -> Result<Vec<f32>, RunConfigError> {
+        let replay = crate::exec::replay::PlanReplay::new(bytes)
+            .map_err(|e| config_err(format!("plan: {e}")))?;
+        let plan = tapeplan_runtime::Plan::parse_alloc(bytes)
+            .map_err(|e| config_err(format!("plan rejected: {e}")))?;
+        let base = replay.persistent().to_vec();
+        let plan_path = match &self.model {
+            RunModel::Plan(p) => p.path.as_str(),
+            _ => "the plan",
+        };
+        let file = match &self.init {
+            RunInit::Safetensors { path, digest } => {
+                Some((path.clone(), checked_file(path, *digest, "init_digest")?))
+            }
+            RunInit::Glorot => {
+                let beside = format!("{plan_path}{INIT_SUFFIX}");
+                match std::fs::read(&beside) {
+                    Ok(b) => Some((beside, b)),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                    Err(e) => {
+                        return Err(RunConfigError::File {
+                            path: beside,
+                            message: e.to_string(),
+                        })
+                    }
+                }
+            }
+        };
+        if let Some((_, b)) = file {
+            return Ok(exchange::import_into_persistent(&plan, &base, &b)?);
+        }
+        let model = plan_model_tensors(&plan);
+        let mut out = base;
+        if model.iter().all(|(n, _)| exchange::torch_name(n).is_some()) {
+            for ((name, _), v) in model.iter().zip(glorot_uniform(&model, self.seed)) {
+                if let Some(b) = plan.parameter(name) {
+                    if let Some(dst) = out.get_mut(b.range()) {
+                        dst.copy_from_slice(&v);
+                    }
+                }
+            }
+            return Ok(out);
+        }
+        let written: Vec<&str> = plan
+            .entry(crate::protocol::ENTRY_INIT)
+            .map(|e| plan.updates(e).map(|b| b.name).collect())
+            .unwrap_or_default();
+        match model.iter().find(|(n, _)| !written.contains(&n.as_str())) {
+            Some((name, _)) => Err(config_err(format!(
+                "the plan's {name} needs an initial value: there is no {plan_path}{INIT_SUFFIX}, the plan's init entry does not write it and it is not an MLP's w*/b*; name a safetensors file under the plan's names with init=PATH init_digest=HEX"
+            ))),
+            None => Ok(out),
+        }
+    }
+
     fn check(&self) -> Result<(), RunConfigError> {
         if self.layers.len() < 2 || self.layers.contains(&0) {
             return Err(config_err("model needs at least two non-zero widths"));
@@ -478,19 +827,21 @@ impl RunConfig {
                 "the run is implausibly long (epochs · samples / batch)",
             ));
         }
-        if self.model == RunModel::Mnist1dCnn {
-            if self.data != RunData::Mnist1d || self.activation != Activation::Relu {
-                return Err(config_err(
-                    "model=mnist1d_cnn trains on data=mnist1d with its activation=relu",
-                ));
+        match self.model {
+            RunModel::Mnist1dCnn => {
+                if self.data != RunData::Mnist1d || self.activation != Activation::Relu {
+                    return Err(config_err(
+                        "model=mnist1d_cnn trains on data=mnist1d with its activation=relu",
+                    ));
+                }
             }
-        } else {
-            Mlp {
+            RunModel::Plan(_) => {}
+            RunModel::Mlp => Mlp {
                 sizes: self.layers.clone(),
                 activation: Activation::Tanh,
             }
             .check(self.batch)
-            .map_err(|e| config_err(format!("model: {e}")))?;
+            .map_err(|e| config_err(format!("model: {e}")))?,
         }
         if !self.lr.is_finite() {
             return Err(config_err("lr must be finite"));
@@ -564,9 +915,10 @@ impl RunConfig {
 
     /// The canonical one-line form, which [`RunConfig::parse`] reads back to the same value.
     pub fn to_line(&self) -> String {
-        let model: Vec<String> = match self.model {
+        let model: Vec<String> = match &self.model {
             RunModel::Mlp => self.layers.iter().map(usize::to_string).collect(),
             RunModel::Mnist1dCnn => vec!["mnist1d_cnn".to_owned()],
+            RunModel::Plan(p) => return self.plan_line(p),
         };
         let math = match self.math {
             MathProfile::Precise => String::new(),
@@ -596,17 +948,33 @@ impl RunConfig {
             RunOptimizer::Adam => line += " optimizer=adam",
             RunOptimizer::AdamW(w) => line += &format!(" optimizer=adamw weight_decay={w}"),
         }
+        self.push_files(&mut line);
+        line
+    }
+
+    /// [`RunConfig::to_line`] of a `plan=` run: the plan, the keys it does not fix, the data
+    /// and the init.
+    fn plan_line(&self, p: &RunPlan) -> String {
+        let mut line = format!(
+            "plan={} plan_digest={:016x} seed={} split_seed={} samples={} epochs={}",
+            p.path, p.digest, self.seed, self.split_seed, self.samples, self.epochs
+        );
+        self.push_files(&mut line);
+        line
+    }
+
+    /// The `data=` and `init=` keys of [`RunConfig::to_line`], when not at their defaults.
+    fn push_files(&self, line: &mut String) {
         match &self.data {
             RunData::Digits => {}
-            RunData::Mnist1d => line += " data=mnist1d",
+            RunData::Mnist1d => *line += " data=mnist1d",
             RunData::Csv { path, digest } => {
-                line += &format!(" data={path} data_digest={digest:016x}");
+                *line += &format!(" data={path} data_digest={digest:016x}");
             }
         }
         if let RunInit::Safetensors { path, digest } = &self.init {
-            line += &format!(" init={path} init_digest={digest:016x}");
+            *line += &format!(" init={path} init_digest={digest:016x}");
         }
-        line
     }
 
     /// The optimizer this run records, with its learning rate ([`RunOptimizer::with_lr`]).
@@ -617,10 +985,14 @@ impl RunConfig {
     /// The digest of the run's training set that a transcript's `data` line carries: for the
     /// digits, [`data_digest`] of the raw pixel counts and labels; for a CSV, FNV-1a 64 of the
     /// features (`f32`, little-endian), then the labels (bytes) or the targets (`f32`).
+    ///
+    /// A `plan=` run's device stores its rows as `f32` features whatever the data (the
+    /// firmware's feature `cnn`), so its digest is the `f32` one, the digits included.
     pub fn data_digest(&self, train: &Dataset) -> u64 {
+        let plan_run = matches!(self.model, RunModel::Plan(_));
         match self.data {
-            RunData::Digits => data_digest(&train.pixels, &train.labels),
-            RunData::Csv { .. } | RunData::Mnist1d => {
+            RunData::Digits if !plan_run => data_digest(&train.pixels, &train.labels),
+            RunData::Digits | RunData::Csv { .. } | RunData::Mnist1d => {
                 let mut h = Fnv1a64::new();
                 h.f32s(&train.features);
                 h.bytes(&train.labels);
@@ -650,6 +1022,12 @@ impl RunConfig {
             math: self.math,
             ..PlanOptions::default()
         };
+        if let RunModel::Plan(p) = &self.model {
+            return Err(config_err(format!(
+                "plan={}: a plan run trains its plan file and records no job; replay it (exec::replay::replay_run)",
+                p.path
+            )));
+        }
         if self.model == RunModel::Mnist1dCnn {
             // The general job; a device runs `init` (the optimizer's state) and `train_step`
             // only, so the evaluation entries are left out.
@@ -690,10 +1068,10 @@ impl RunConfig {
         let (all, n_train) = match &self.data {
             RunData::Digits => (data::digits()?, data::DIGITS_TRAIN_ROWS),
             RunData::Mnist1d => {
-                let all = data::load_csv(std::path::Path::new(MNIST1D_FILE), MNIST1D_LENGTH)?;
+                let all = data::mnist1d()?;
                 if all.len() < MNIST1D_TRAIN_ROWS {
                     return Err(config_err(format!(
-                        "{MNIST1D_FILE} holds {} rows, fewer than MNIST-1D's {MNIST1D_TRAIN_ROWS} training rows",
+                        "the bundled MNIST-1D set holds {} rows, fewer than its {MNIST1D_TRAIN_ROWS} training rows",
                         all.len()
                     )));
                 }
@@ -769,6 +1147,36 @@ impl RunConfig {
         }
     }
 
+    /// Runs the whole run's steps over `train` with `step`: epoch by epoch in
+    /// [`RunConfig::epoch_order`], `batch` rows a step (`x` and the labels as `f32` or the
+    /// targets, [`Dataset::batches`]); answers every step's loss and every epoch's mean (the
+    /// `f32` sum of its losses divided by its steps, as a device computes it).
+    ///
+    /// # Shapes
+    /// `step(x [batch, d_in], target [batch] or [batch, d_out])`.
+    ///
+    /// # Errors
+    /// The first error of `step`.
+    pub fn each_step<E>(
+        &self,
+        train: &Dataset,
+        mut step: impl FnMut(&[f32], &[f32]) -> Result<f32, E>,
+    ) -> Result<(Vec<f32>, Vec<f32>), E> {
+        let mut losses = Vec::with_capacity(self.total_steps());
+        let mut epoch_means = Vec::with_capacity(self.epochs);
+        for epoch in 0..self.epochs {
+            let data = train.subset(&self.epoch_order(epoch));
+            let mut sum = 0.0f32;
+            for (x, target) in data.batches(self.batch.max(1)) {
+                let loss = step(x, &target)?;
+                sum += loss;
+                losses.push(loss);
+            }
+            epoch_means.push(sum / self.steps_per_epoch() as f32);
+        }
+        Ok((losses, epoch_means))
+    }
+
     /// The row order of epoch `epoch` (0-based): a permutation of `0..samples`.
     pub fn epoch_order(&self, epoch: usize) -> Vec<usize> {
         let mut idx: Vec<usize> = (0..self.samples).collect();
@@ -828,7 +1236,7 @@ pub(crate) mod tests {
         // The training set: the file's first rows, in order, 40 features each.
         let train = c.training_set().unwrap();
         assert_eq!((train.len(), train.n_features()), (40, 40));
-        let all = data::load_csv(std::path::Path::new(MNIST1D_FILE), 40).unwrap();
+        let all = data::mnist1d().unwrap();
         assert_eq!(train.row(39), all.row(39));
         for (bad, what) in [
             (

@@ -106,6 +106,11 @@ pub enum PlanningError {
     /// The arena would exceed the format's `u32` element offsets.
     #[error("the arena would exceed 2^32 elements")]
     TooLarge,
+    /// The runtime's validator refuses the planned bytes: a model over the format's caps
+    /// (`tapeplan_runtime::Limits::DEFAULT`: 16 384 tensors, 16 384 instructions, 4096
+    /// bindings), or a planner bug.
+    #[error("the plan does not load in the runtime: {0}")]
+    Rejected(String),
 }
 
 /// A planned tensor: where it lives and what shape it has.
@@ -238,34 +243,37 @@ pub fn plan_with(
     let mut planned = Vec::new();
     for spec in entries {
         // Each attempt plans into its own copy of the tensor list; the kept one replaces it.
-        let attempt = |fuse: bool, interleave: bool| {
+        let attempt = |fuse: bool, order: Order, beat: Option<usize>| {
             let mut t = tensors.clone();
-            let e = plan_entry(tape, spec, &mut t, &region, fuse, interleave)?;
-            Ok::<_, PlanningError>((t, e))
+            let e = plan_entry(tape, spec, &mut t, &region, fuse, order, beat)?;
+            Ok::<_, PlanningError>(e.map(|e| (t, e)))
         };
-        // Neither fusion nor the interleaved update order ever costs memory: each is kept only
-        // where it does not make the entry's scratch larger (the greedy offsets can land either
-        // way; a guarded entry's updates live to its end in any order). On a tie the tape's
-        // order is kept, so plans that gain nothing keep their bytes.
+        // Neither fusion nor the memory-aware orders ever cost memory: each is kept only where
+        // it does not make the entry's scratch larger (the greedy offsets can land either way; a
+        // guarded entry's updates live to its end in any order). On a tie the tape's order is
+        // kept, so plans that gain nothing keep their bytes.
         let fusions: &[bool] = if options.fuse {
             &[true, false]
         } else {
             &[false]
         };
-        let orders: &[bool] = if options.interleave_updates {
-            &[false, true]
+        let orders: &[Order] = if options.interleave_updates {
+            &[Order::Tape, Order::Interleaved, Order::Sunk]
         } else {
-            &[false]
+            &[Order::Tape]
         };
-        let mut kept = attempt(fusions[0], false)?;
+        let first = attempt(fusions[0], Order::Tape, None)?;
+        let mut kept = first.ok_or(PlanningError::TooLarge)?;
         let mut tape_order_high = kept.1 .1;
         for &fuse in fusions {
-            for &interleave in orders {
-                if (fuse, interleave) == (fusions[0], false) {
+            for &order in orders {
+                if (fuse, order) == (fusions[0], Order::Tape) {
                     continue;
                 }
-                let other = attempt(fuse, interleave)?;
-                if !interleave {
+                let Some(other) = attempt(fuse, order, Some(kept.1 .1))? else {
+                    continue;
+                };
+                if order == Order::Tape {
                     tape_order_high = tape_order_high.min(other.1 .1);
                 }
                 if other.1 .1 < kept.1 .1 {
@@ -290,33 +298,64 @@ pub fn plan_with(
             e
         })
         .collect();
-    Ok(Schedule {
+    let schedule = Schedule {
         tensors,
         parameters: region.parameters,
         entries,
         arena_elems,
         persistent_elems: region.elems,
         math: options.math,
-    })
+    };
+    // Every plan the planner answers is one the runtime loads: the runtime's own validator
+    // checks the bytes (the format's caps among its rules), so a model too large for the format
+    // is refused here, by name, and not by a device later.
+    let bytes = schedule.to_bytes();
+    if let Err(e) = tapeplan_runtime::Plan::parse_alloc(&bytes) {
+        return Err(PlanningError::Rejected(e.to_string()));
+    }
+    Ok(schedule)
+}
+
+/// The order of an entry's instructions that one planning attempt uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Order {
+    /// The tape's order ([`order::tape_order`]).
+    Tape,
+    /// Each update as early as it can be ([`order::order`]).
+    Interleaved,
+    /// [`Order::Interleaved`], with what depends only on parameters and constants computed
+    /// just before its first reader ([`order::sink`]).
+    Sunk,
 }
 
 /// Plans one entry: its tensors are appended to `tensors`; answers the entry and its scratch
-/// high-water mark, in elements.
+/// high-water mark, in elements, or `None` for an [`Order::Sunk`] attempt whose order is the
+/// interleaved one (nothing to sink: the same plan), and for an attempt in another order than
+/// the tape's whose liveness lower bound is already at least `beat`, the scratch of the plan
+/// kept so far: it cannot be smaller, so its offsets are not searched for.
 fn plan_entry(
     tape: &Tape,
     spec: &EntrySpec,
     tensors: &mut Vec<TensorInfo>,
     region: &Persistent,
     fuse: bool,
-    interleave_updates: bool,
-) -> Result<(PlannedEntry, usize), PlanningError> {
+    order_kind: Order,
+    beat: Option<usize>,
+) -> Result<Option<(PlannedEntry, usize)>, PlanningError> {
     check_name(&spec.name)?;
     let roots = roots::entry_roots(tape, spec)?;
     let live = prune::prune(tape, &roots.nodes);
-    let order = if interleave_updates {
-        order::order(tape, &live, &roots)
-    } else {
-        order::tape_order(tape, &live)
+    let order = match order_kind {
+        Order::Tape => order::tape_order(tape, &live),
+        Order::Interleaved => order::order(tape, &live, &roots),
+        Order::Sunk => {
+            let interleaved = order::order(tape, &live, &roots);
+            let sunk = order::sink(tape, &interleaved, &roots);
+            if sunk == interleaved {
+                return Ok(None);
+            }
+            sunk
+        }
     };
     let leaves = order::leaves(tape, &live);
     let iv = liveness::liveness(tape, &order, &leaves, &roots.nodes);
@@ -343,6 +382,10 @@ fn plan_entry(
         &fusion,
         &param_name,
     )?;
+    let peak_elems = memory::lower_bound_elems(&buffers.buffers, order.len());
+    if order_kind != Order::Tape && beat.is_some_and(|b| peak_elems >= b) {
+        return Ok(None);
+    }
     let (offsets, high) = offsets::assign_offsets(&buffers.buffers);
     let emitted = emit::emit(
         tape,
@@ -357,7 +400,6 @@ fn plan_entry(
         &param_name,
         tensors,
     );
-    let peak_elems = memory::lower_bound_elems(&buffers.buffers, order.len());
     let all_values = memory::retain_everything_elems(
         tape,
         buffers
@@ -383,7 +425,7 @@ fn plan_entry(
             tape_order_bytes: persistent_bytes + high * 4,
         },
     };
-    Ok((entry, high))
+    Ok(Some((entry, high)))
 }
 
 impl Schedule {

@@ -78,14 +78,7 @@ pub fn order(tape: &Tape, live: &[bool], roots: &EntryRoots) -> Vec<usize> {
         }
     }
     // What depends on the entry's inputs (the data): never computed ahead of the tape's order.
-    let mut data = vec![false; n];
-    for i in 0..n {
-        data[i] = nodes[i].op == Opcode::Input
-            || nodes[i]
-                .arg_indices()
-                .iter()
-                .any(|&a| data.get(a as usize).copied().unwrap_or(false));
-    }
+    let data = depends_on_inputs(tape);
     let mut tails: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for &i in &plain {
         if let Some(v) = owner[i] {
@@ -161,6 +154,95 @@ pub fn order(tape: &Tape, live: &[bool], roots: &EntryRoots) -> Vec<usize> {
         }
     }
     out
+}
+
+/// `order` with every node that depends neither on the entry's inputs nor on a parameter the
+/// entry updates (a function of frozen parameters, buffers it does not update, and constants:
+/// a broadcast or reshape of a frozen weight) moved to just before the first instruction that
+/// needs it.
+///
+/// A tape records such a node once, where it was first needed, and an entry planned from a tape
+/// that recorded another entry first (a training forward after the evaluation forward, which
+/// shares every parameter-only node) would compute them all up front and keep each alive, at
+/// activation size, until its late reader. Sunk, each lives only as long as its reader needs.
+/// Roots (outputs and updates) and nodes that depend on the inputs keep their place; every other
+/// node is emitted on demand, arguments first, in `order`'s relative order. Same nodes, same
+/// values: only the schedule and the arena change.
+pub fn sink(tape: &Tape, order: &[usize], roots: &EntryRoots) -> Vec<usize> {
+    let nodes = tape.nodes();
+    let n = tape.len();
+    let data = depends_on_inputs(tape);
+    let mut is_root = vec![false; n];
+    for &r in &roots.nodes {
+        if let Some(x) = is_root.get_mut(r) {
+            *x = true;
+        }
+    }
+    // A node that reads a parameter this entry updates (directly or through its arguments)
+    // must stay before the update writes over the old value: it keeps its place.
+    let updated: BTreeSet<usize> = roots.update_of.values().copied().collect();
+    let mut reads_updated = vec![false; n];
+    for i in 0..n {
+        reads_updated[i] = updated.contains(&i)
+            || nodes[i]
+                .arg_indices()
+                .iter()
+                .any(|&a| reads_updated.get(a as usize).copied().unwrap_or(false));
+    }
+    let sinkable = |i: usize| !data[i] && !is_root[i] && !reads_updated[i];
+    let mut in_order = vec![false; n];
+    for &i in order {
+        in_order[i] = true;
+    }
+    let mut done = vec![false; n];
+    let mut out = Vec::with_capacity(order.len());
+    // Emits the not-yet-emitted sinkable ancestors of `i` (arguments first), then `i`.
+    let emit = |i: usize, out: &mut Vec<usize>, done: &mut Vec<bool>| {
+        let mut stack = vec![(i, false)];
+        while let Some((j, expanded)) = stack.pop() {
+            if done[j] {
+                continue;
+            }
+            if expanded {
+                done[j] = true;
+                out.push(j);
+                continue;
+            }
+            stack.push((j, true));
+            for &a in nodes[j].arg_indices().iter().rev() {
+                let a = a as usize;
+                if a < n && in_order[a] && !done[a] && sinkable(a) {
+                    stack.push((a, false));
+                }
+            }
+        }
+    };
+    for &i in order {
+        if !sinkable(i) {
+            emit(i, &mut out, &mut done);
+        }
+    }
+    // Whatever no kept node needed (nothing, in a pruned entry) keeps its relative order.
+    for &i in order {
+        if !done[i] {
+            emit(i, &mut out, &mut done);
+        }
+    }
+    out
+}
+
+/// Per tape node: whether it depends on an input (the data), directly or through its arguments.
+fn depends_on_inputs(tape: &Tape) -> Vec<bool> {
+    let nodes = tape.nodes();
+    let mut data = vec![false; tape.len()];
+    for i in 0..tape.len() {
+        data[i] = nodes[i].op == Opcode::Input
+            || nodes[i]
+                .arg_indices()
+                .iter()
+                .any(|&a| data.get(a as usize).copied().unwrap_or(false));
+    }
+    data
 }
 
 /// The live leaves (inputs and parameters), in tape order.

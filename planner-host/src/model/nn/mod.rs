@@ -30,6 +30,10 @@
 //!
 //! Initialization draws one stream, seeded by [`Sequential::seed`], in parameter order then
 //! row-major order, so a model and a seed fix every initial value.
+//!
+//! A `state_dict` key longer than the plan format's 24 bytes (`features.10.block.0.weight`)
+//! takes its shortened plan name ([`crate::model::names::plan_name`]); [`Sequential::names`]
+//! maps the keys to the plan names.
 
 mod activation;
 mod conv;
@@ -67,7 +71,7 @@ pub use pool::{
 pub use reshape::{Flatten, Identity};
 
 /// The plan format's longest name, in bytes.
-pub const MAX_NAME_BYTES: usize = 24;
+pub const MAX_NAME_BYTES: usize = crate::model::names::NAME_BYTES;
 
 /// How many dropout streams a model may have: a dropout layer draws from the generator's stream
 /// `counter · DROPOUT_STREAMS + k` (`k` its index among the model's dropout layers), as the
@@ -203,6 +207,47 @@ impl Sequential {
         self
     }
 
+    /// The persistent tensors as the layers name them (full `state_dict` keys), each with its
+    /// [`LayerParam`] renamed to its plan name ([`crate::model::names::plan_name`]).
+    ///
+    /// # Errors
+    /// [`ModelError::Invalid`] for an invalid model or two tensors of one key.
+    fn named_parameters(&self) -> Result<Vec<(String, LayerParam)>, ModelError> {
+        let input = self.top_input()?;
+        let mut rng = SplitMix64::new(self.seed);
+        let params = Layer::parameters(self, input, &mut rng).map_err(ModelError::Invalid)?;
+        let mut seen = std::collections::BTreeSet::new();
+        params
+            .into_iter()
+            .map(|mut p| {
+                if !seen.insert(p.name.clone()) {
+                    return Err(ModelError::Invalid(format!(
+                        "two parameters are named {:?}: give the layers distinct names",
+                        p.name
+                    )));
+                }
+                let full = std::mem::take(&mut p.name);
+                p.name = crate::model::names::plan_name(&full);
+                Ok((full, p))
+            })
+            .collect()
+    }
+
+    /// The mapping of `state_dict` keys to plan names, in [`Model::parameters`] order; they
+    /// differ only for keys over the plan format's 24 bytes, which take
+    /// [`crate::model::names::plan_name`] (`features.10.block.0.weight` becomes
+    /// `features.10.blo~` and 8 hex digits).
+    ///
+    /// # Errors
+    /// As [`Model::parameters`].
+    pub fn names(&self) -> Result<Vec<(String, String)>, ModelError> {
+        Ok(self
+            .named_parameters()?
+            .into_iter()
+            .map(|(full, p)| (full, p.name))
+            .collect())
+    }
+
     /// The layers' names, in order.
     pub fn layer_names(&self) -> Vec<&str> {
         self.layers.iter().map(|(n, _)| n.as_str()).collect()
@@ -326,24 +371,17 @@ impl Layer for Sequential {
 
 impl Model for Sequential {
     fn parameters(&self) -> Result<Vec<ParamSpec>, ModelError> {
-        let input = self.top_input()?;
-        let mut rng = SplitMix64::new(self.seed);
-        let params = Layer::parameters(self, input, &mut rng).map_err(ModelError::Invalid)?;
-        let mut seen = std::collections::BTreeSet::new();
-        params
+        let mut plan_names = std::collections::BTreeSet::new();
+        self.named_parameters()?
             .into_iter()
-            .map(|p| {
-                if p.name.len() > MAX_NAME_BYTES {
+            .map(|(full, p)| {
+                // A `state_dict` key past the plan format's 24 bytes takes its shortened plan
+                // name (see `Sequential::names`); two keys may not take one name.
+                if !plan_names.insert(p.name.clone()) {
                     return Err(ModelError::Invalid(format!(
-                        "parameter name {:?} is {} bytes; plans hold names of at most \
-                         {MAX_NAME_BYTES}: use shorter layer names",
-                        p.name,
-                        p.name.len()
-                    )));
-                }
-                if !seen.insert(p.name.clone()) {
-                    return Err(ModelError::Invalid(format!(
-                        "two parameters are named {:?}: give the layers distinct names",
+                        "the parameter {full:?} takes the plan name {:?} that another already \
+                         has (names over {MAX_NAME_BYTES} bytes are shortened): give the layers \
+                         other names",
                         p.name
                     )));
                 }

@@ -217,8 +217,17 @@ fn widths_that_do_not_chain_are_errors_naming_the_layer() {
     let e = Model::parameters(&m).unwrap_err().to_string();
     assert!(e.contains("layer 0 (Conv1d)") && e.contains("expects 1 input channels, got 2"));
     let long = Sequential::new(&[4]).push_named("a_rather_long_layer_name", Linear::new(4, 2));
-    let e = Model::parameters(&long).unwrap_err().to_string();
-    assert!(e.contains("at most 24"), "{e}");
+    // A key past the plan format's 24 bytes is no error: it takes its shortened plan name.
+    let specs = Model::parameters(&long).unwrap();
+    assert_eq!(
+        specs[0].name,
+        crate::model::names::plan_name("a_rather_long_layer_name.weight")
+    );
+    assert!(
+        specs[0].name.starts_with("a_rather_long_l~"),
+        "{}",
+        specs[0].name
+    );
     let twice = Sequential::new(&[4])
         .push_named("fc", Linear::new(4, 4))
         .push_named("fc", Linear::new(4, 2));
@@ -269,14 +278,22 @@ fn names_and_kinds_follow_the_state_dict() {
             ("fc.bias", vec![3], P),
         ]
     );
-    // The plan format holds names of at most 24 bytes: a longer block name is refused.
+    // The plan format holds names of at most 24 bytes: a longer key takes its shortened plan
+    // name (15 bytes, `~`, 8 hex digits of its FNV-1a hash), and `names` keeps the mapping.
     let long = Sequential::new(&[1, 8])
         .push_named("features", Sequential::block().push(BatchNorm1d::new(1)));
-    let e = Model::parameters(&long).unwrap_err().to_string();
+    let specs = Model::parameters(&long).unwrap();
+    let key = "features.0.num_batches_tracked"; // 30 bytes
+    let short = crate::model::names::plan_name(key);
     assert!(
-        e.contains("\"features.0.num_batches_tracked\" is 30 bytes"),
-        "{e}"
+        short.starts_with("features.0.num_~") && short.len() == 24,
+        "{short}"
     );
+    assert_eq!(specs[4].name, short);
+    assert_eq!(specs[3].name, "features.0.running_var");
+    let names = long.names().unwrap();
+    assert_eq!(names[4], (key.to_owned(), short));
+    assert_eq!(names[3].0, names[3].1);
     assert_eq!(
         m.inputs(5).unwrap()[0].shape,
         Shape::new(&[5, 1, 8]).unwrap()

@@ -44,30 +44,12 @@ use crate::model::graph::{
 };
 
 /// The plan format's longest name, in bytes.
-pub const MAX_NAME_BYTES: usize = 24;
+pub const MAX_NAME_BYTES: usize = crate::model::names::NAME_BYTES;
 
 /// The name a persistent tensor or input of ONNX name `onnx_name` takes in a plan: the name
-/// itself when it fits [`MAX_NAME_BYTES`] (and holds no NUL); else its longest prefix of at
-/// most 15 bytes that ends on a character boundary, `~`, and the 8 lowercase hex digits of the
-/// 32-bit FNV-1a hash of the whole name (`layer1.0.downsample.1.running_mean` becomes
-/// `layer1.0.downsa~` followed by its hash): at most 24 bytes, distinct for distinct names but
-/// with a probability of about 2^-32 per pair (a collision is an error at load).
-pub fn state_name(onnx_name: &str) -> String {
-    if !onnx_name.is_empty() && onnx_name.len() <= MAX_NAME_BYTES && !onnx_name.contains('\0') {
-        return onnx_name.to_owned();
-    }
-    let mut h: u32 = 0x811c_9dc5;
-    for &b in onnx_name.as_bytes() {
-        h ^= u32::from(b);
-        h = h.wrapping_mul(0x0100_0193);
-    }
-    let mut end = onnx_name.len().min(15);
-    while !onnx_name.is_char_boundary(end) {
-        end -= 1;
-    }
-    let prefix = onnx_name[..end].replace('\0', "_");
-    format!("{prefix}~{h:08x}")
-}
+/// itself when it fits [`MAX_NAME_BYTES`], else shortened (`crate::model::names::plan_name`,
+/// the rule every way in shares: the first at most 15 bytes, `~`, 8 hex digits of a hash).
+pub use crate::model::names::plan_name as state_name;
 
 /// A persistent tensor of an [`OnnxModel`]: its ONNX name and its description.
 #[derive(Clone, Debug, PartialEq)]
