@@ -11,7 +11,9 @@
 //!   with feature `cnn` (a `data=mnist1d` run, or a `plan=` run on its CSV) as little-endian
 //!   `f32` features and labels;
 //! - the initial parameters: seeded Glorot-uniform (or the model's own), as little-endian
-//!   `f32`s; for a `plan=` run, its model tensors from `init=PATH` or `PLAN.init.safetensors`.
+//!   `f32`s; for a `plan=` run, its model tensors from `init=PATH` or `PLAN.init.safetensors`;
+//! - the op set: the opcodes the plan uses (`PlanOps`), so the runtime's selective build links
+//!   only their kernels (`docs/selective-build.md`).
 //!
 //! Paths in a run description are relative to the repository's root (this script reads them
 //! from there, as `tapeplan verify` does when run from the root).
@@ -200,6 +202,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .into());
     }
     write(&out.join("train.plan"), &plan_bytes)?;
+    let plan_ops = op_set_item(&plan);
 
     // The data: `f32` features for MNIST-1D and any plan file's run (its CSV), the digits'
     // pixel counts otherwise.
@@ -371,6 +374,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         write!(g, "({name:?}, {}), ", shape.elems())?;
     }
     writeln!(g, "];")?;
+    g.push_str(&plan_ops);
     write(&out.join("generated.rs"), g.as_bytes())?;
     // The files the run names, so a new plan, data or init file rebuilds the firmware.
     if let tapeplan_planner::model::run::RunModel::Plan(p) = &cfg.model {
@@ -390,6 +394,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// Writes a file only when its bytes change (keeps incremental rebuilds quiet).
+/// The selective build's op set, derived from the plan's bytes: a `PlanOps` type (see
+/// `tapeplan_core::op_set!`) naming the opcodes the plan's instructions use, so the runtime
+/// links only their kernels, shape rules and attribute decoders (`docs/selective-build.md`).
+fn op_set_item(plan: &tapeplan_runtime::Plan<'_>) -> String {
+    let ops = plan.op_set();
+    format!(
+        "tapeplan_core::op_set!(\n    /// The plan's {} opcodes ({ops}): the runtime dispatches these only.\n    \
+         pub struct PlanOps = [{}]\n);\n",
+        ops.len(),
+        ops.variants()
+    )
+}
+
 fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     if fs::read(path).ok().as_deref() == Some(bytes) {
         return Ok(());

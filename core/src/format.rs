@@ -10,7 +10,7 @@
 //! is the runtime's validator's job.
 
 use crate::shape::MAX_RANK;
-use crate::{Attr, AttrKind, Opcode, PoolWindow, Shape};
+use crate::{Attr, AttrKind, BuildOps, OpSet, Opcode, Ops, PoolWindow, Shape};
 
 /// The first four bytes of every plan.
 pub const MAGIC: [u8; 4] = *b"TPLN";
@@ -576,6 +576,22 @@ fn block_words<const N: usize>(at: u32, section: &[u8]) -> Result<[u32; N], Attr
 /// or a block of the wrong length. Whether the values fit the shapes is the shape rule's
 /// question ([`crate::ops::infer`]).
 pub fn decode_attr(op: Opcode, word: u32, section: &[u8], out: Shape) -> Result<Attr, AttrError> {
+    decode_attr_in::<BuildOps>(op, word, section, out)
+}
+
+/// [`decode_attr`] in the selective build over the op set `O` (see [`crate::Ops`]): only the
+/// decoders of the attribute kinds `O`'s opcodes take are linked; the other kinds decode to
+/// [`Attr::None`], which the shape rule of an opcode outside `O` then refuses
+/// ([`crate::OpError::Unsupported`]).
+///
+/// # Errors
+/// As [`decode_attr`].
+pub fn decode_attr_in<O: Ops>(
+    op: Opcode,
+    word: u32,
+    section: &[u8],
+    out: Shape,
+) -> Result<Attr, AttrError> {
     let none = |attr: Attr| {
         if word == 0 {
             Ok(attr)
@@ -598,6 +614,16 @@ pub fn decode_attr(op: Opcode, word: u32, section: &[u8], out: Shape) -> Result<
         // their attributes.
         AttrKind::AxisTo | AttrKind::Scan | AttrKind::Pool | AttrKind::PoolTo | AttrKind::Conv
             if !cfg!(feature = "all-ops") =>
+        {
+            Ok(Attr::None)
+        }
+        // The same in a selective build, kind by kind: a constant condition each.
+        AttrKind::AxisTo if !const { takes::<O>(AttrKind::AxisTo) } => Ok(Attr::None),
+        AttrKind::Scan if !const { takes::<O>(AttrKind::Scan) } => Ok(Attr::None),
+        AttrKind::Window if !const { takes::<O>(AttrKind::Window) } => Ok(Attr::None),
+        AttrKind::Conv if !const { takes::<O>(AttrKind::Conv) } => Ok(Attr::None),
+        AttrKind::Pool | AttrKind::PoolTo
+            if !const { takes::<O>(AttrKind::Pool) || takes::<O>(AttrKind::PoolTo) } =>
         {
             Ok(Attr::None)
         }
@@ -631,6 +657,11 @@ pub fn decode_attr(op: Opcode, word: u32, section: &[u8], out: Shape) -> Result<
             })
         }
     }
+}
+
+/// True when an opcode of `O` in this build's vocabulary takes attributes of `kind`.
+const fn takes<O: Ops>(kind: AttrKind) -> bool {
+    OpSet::BUILD.intersection(O::SET).takes(kind)
 }
 
 /// A convolution's block: `1 + 5r` words for `r` spatial axes (1 or 2), see [`encode_attr`].

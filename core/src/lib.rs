@@ -43,6 +43,7 @@ pub mod format;
 pub mod math;
 mod opcode;
 pub mod ops;
+mod opset;
 mod recordable;
 mod shape;
 
@@ -60,6 +61,7 @@ pub use element::Element;
 pub use math::MathProfile;
 pub use opcode::{OpClass, Opcode, MAX_ARITY};
 pub use ops::OpError;
+pub use opset::{BuildOps, OpSet, Ops};
 pub use recordable::{reduced_shapes, BatchNormTrain, Recordable, Reduction, RunningStats};
 pub use shape::{Shape, ShapeError, MAX_RANK, MAX_TENSOR_ELEMS};
 

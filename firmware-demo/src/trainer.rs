@@ -157,7 +157,13 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
         ..Limits::DEFAULT
     };
     let mut scratch = Scratch::<{ gen::PLAN_TENSORS }>::new();
-    let plan = Plan::parse_with_scratch(gen::PLAN, &trusted, &mut scratch)?;
+    // The selective build: the validator and the kernels of the plan's opcodes only (build.rs
+    // derived `gen::PlanOps` from the plan).
+    let plan = Plan::parse_selective::<gen::PlanOps, { gen::PLAN_TENSORS }>(
+        gen::PLAN,
+        &trusted,
+        &mut scratch,
+    )?;
     out.plan(plan.plan_id(), plan.arena_elems()).map_err(link)?;
     let data = data_digest(rows::BYTES, gen::LABELS);
     out.data(data, gen::SAMPLES).map_err(link)?;
@@ -171,7 +177,7 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
         gen::DATA_DIGEST
     );
 
-    let mut s = Session::bind(&plan, arena)?;
+    let mut s = Session::bind_selective::<gen::PlanOps>(&plan, arena)?;
     let mut at = 0;
     for &(name, elems) in gen::INIT_PARAMS {
         let dst = s.parameter_mut(name)?;

@@ -252,9 +252,10 @@ fn a_layers_plan_takes_a_trainable_subset_too() {
 }
 
 /// An ONNX model whose initializer names pass the plan format's 24 bytes, from the command
-/// line with Adam: `plan` shortens them (and Adam's state names), `train --init` reads the
-/// initializers file under the full names, and `export --rename SHORT=FULL` writes the
-/// `state_dict` keys back, which `import` reads into a checkpoint that exports the same bytes.
+/// line with Adam: `plan` shortens them (and Adam's state names) and keeps the map beside the
+/// plan, `train --init` reads the initializers file under the full names, and `export` writes
+/// the `state_dict` keys back from the map, which `import` reads into a checkpoint that exports
+/// the same bytes; `--rename` rules speak the full keys.
 #[test]
 fn long_onnx_names_plan_train_and_export_with_adam() {
     use tapeplan_planner::model::names::plan_name;
@@ -307,10 +308,13 @@ fn long_onnx_names_plan_train_and_export_with_adam() {
         &[&TRAIN_FROM_INIT[..], &["--checkpoint", "m.ckpt"]].concat(),
     );
     assert!(stdout.contains("epoch   2"), "{stdout}");
-    let renames: Vec<String> = full[..2]
-        .iter()
-        .map(|(_, f)| format!("{}={f}", plan_name(f)))
-        .collect();
+    // `plan` kept the map from the shortened names to the full keys beside the plan, and
+    // `export` restores the keys from it, without a rule.
+    let map = std::fs::read_to_string(dir.join("m.plan.names.json")).unwrap();
+    assert!(
+        map.contains(&format!("\"{short}\": \"{}\"", full[0].1)),
+        "{map}"
+    );
     let mut export = vec![
         "export",
         "m.plan",
@@ -319,10 +323,11 @@ fn long_onnx_names_plan_train_and_export_with_adam() {
         "-o",
         "out.safetensors",
     ];
-    for r in &renames {
-        export.extend(["--rename", r.as_str()]);
-    }
-    ok(&dir, &export);
+    let stdout = ok(&dir, &export);
+    assert!(
+        stdout.contains("restored 2 full state_dict keys"),
+        "{stdout}"
+    );
     let out = std::fs::read(dir.join("out.safetensors")).unwrap();
     let st = safetensors::SafeTensors::deserialize(&out).unwrap();
     let mut keys = st.names();
@@ -348,4 +353,17 @@ fn long_onnx_names_plan_train_and_export_with_adam() {
     export[5] = "back.safetensors";
     ok(&dir, &export);
     assert_eq!(std::fs::read(dir.join("back.safetensors")).unwrap(), out);
+    // `--rename` speaks the model's full keys; a shortened name is not one of them.
+    export[5] = "renamed.safetensors";
+    ok(&dir, &[&export[..], &["--rename", "encoder=enc"]].concat());
+    let renamed = std::fs::read(dir.join("renamed.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&renamed).unwrap();
+    assert!(st.names().contains(&"enc.block_one.fc1.weight"));
+    let rule = format!("{short}={}", full[0].1);
+    let out = tapeplan(&dir, &[&export[..], &["--rename", rule.as_str()]].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("matches no tensor name"),
+        "{err}"
+    );
 }

@@ -10,7 +10,7 @@ mod small_plan;
 use tapeplan_planner::io::rust_module::rust_module;
 use tapeplan_planner::model::optim::Optimizer;
 use tapeplan_planner::model::{Activation, JobOptions, Loss, Mlp, TrainingJob};
-use tapeplan_runtime::{Plan, Session};
+use tapeplan_runtime::{Limits, Ops, Plan, Scratch, Session};
 
 /// The plan the module was emitted from: a 4-3-2 tanh MLP, batch 2, SGD with momentum (state,
 /// so an `init` entry), guarded.
@@ -67,14 +67,30 @@ fn the_typed_accessors_train_the_plan() {
     let mut other = vec![0.0f32; small_plan::ARENA_ELEMS];
     let mut typed = Session::bind(&plan, &mut arena).unwrap();
     let mut named = Session::bind(&by_name, &mut other).unwrap();
+    // The selective build over the emitted op set (the plan's opcodes), through the same typed
+    // accessors: the same bits.
+    assert_eq!(small_plan::PlanOps::SET, by_name.op_set());
+    let mut scratch = Scratch::<128>::new();
+    let sel = Plan::parse_selective::<small_plan::PlanOps, 128>(
+        &small_plan::PLAN.0,
+        &Limits::DEFAULT,
+        &mut scratch,
+    )
+    .unwrap();
+    let mut third = vec![0.0f32; small_plan::ARENA_ELEMS];
+    let mut selective = Session::bind_selective::<small_plan::PlanOps>(&sel, &mut third).unwrap();
     let w1: Vec<f32> = (0..small_plan::parameters::W1.1)
         .map(|i| i as f32 * 0.1 - 0.5)
         .collect();
     typed
         .load_parameter(small_plan::parameters::W1.0, &w1)
         .unwrap();
+    selective
+        .load_parameter(small_plan::parameters::W1.0, &w1)
+        .unwrap();
     named.load_parameter("w1", &w1).unwrap();
     small_plan::init::run(&mut typed).unwrap();
+    small_plan::init::run(&mut selective).unwrap();
     named.run(by_name.entry("init").unwrap()).unwrap();
     let train = by_name.entry("train_step").unwrap();
     for step in 0..4 {
@@ -83,6 +99,9 @@ fn the_typed_accessors_train_the_plan() {
         small_plan::train_step::set_x(&mut typed, &x).unwrap();
         small_plan::train_step::set_labels(&mut typed, &labels).unwrap();
         small_plan::train_step::run(&mut typed).unwrap();
+        small_plan::train_step::set_x(&mut selective, &x).unwrap();
+        small_plan::train_step::set_labels(&mut selective, &labels).unwrap();
+        small_plan::train_step::run(&mut selective).unwrap();
         named.set_input(train, "x", &x).unwrap();
         named.set_input(train, "labels", &labels).unwrap();
         named.run(train).unwrap();
@@ -91,9 +110,15 @@ fn the_typed_accessors_train_the_plan() {
             loss[0].to_bits(),
             named.output(train, "loss").unwrap()[0].to_bits()
         );
+        assert_eq!(
+            small_plan::train_step::loss(&selective).unwrap()[0].to_bits(),
+            loss[0].to_bits()
+        );
         assert!(loss[0].is_finite() && loss[0] > 0.0);
     }
     assert_eq!(typed.persistent(), named.persistent());
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(selective.persistent()), bits(named.persistent()));
     // A label outside the classes is refused through the checked path.
     assert!(small_plan::train_step::set_labels(&mut typed, &[2.0, 0.0]).is_err());
 }

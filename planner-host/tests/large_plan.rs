@@ -87,3 +87,18 @@ fn a_plan_over_the_stack_scratch_loads_with_parse_alloc_and_trains_bitwise() {
         }
     }
 }
+
+/// A model far over the format's caps is refused before any planning work (the old path planned
+/// it in full first: minutes for a thousand layers), naming what to change.
+#[test]
+fn a_model_over_the_format_caps_is_refused_before_planning() {
+    let err = TrainingJob::for_model(&deep(1000))
+        .loss(Loss::SoftmaxCrossEntropy)
+        .optimizer(Optimizer::sgd(0.05))
+        .batch(BATCH)
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("over the format's cap of 16384"), "{err}");
+    assert!(err.contains("--trainable"), "{err}");
+}

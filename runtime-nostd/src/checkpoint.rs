@@ -28,6 +28,7 @@
 use core::fmt;
 
 use tapeplan_core::format::CRC32;
+use tapeplan_core::Ops;
 
 use crate::plan::Plan;
 use crate::session::Session;
@@ -314,8 +315,8 @@ pub fn write_checkpoint(
 /// # Errors
 /// [`CheckpointError::BufferTooSmall`] when `out` is shorter than [`checkpoint_bytes`];
 /// nothing is written then.
-pub fn save_checkpoint(
-    session: &Session<'_, '_>,
+pub fn save_checkpoint<O: Ops>(
+    session: &Session<'_, '_, O>,
     sequence: u32,
     out: &mut [u8],
 ) -> Result<usize, CheckpointError> {
@@ -328,8 +329,8 @@ pub fn save_checkpoint(
 /// # Errors
 /// Any [`CheckpointError`] of [`Checkpoint::parse`] or [`Checkpoint::restore`]; the arena is
 /// untouched then.
-pub fn restore_checkpoint(
-    session: &mut Session<'_, '_>,
+pub fn restore_checkpoint<O: Ops>(
+    session: &mut Session<'_, '_, O>,
     bytes: &[u8],
 ) -> Result<u32, CheckpointError> {
     let ckpt = Checkpoint::parse(bytes)?;
@@ -494,7 +495,7 @@ impl<'a> Checkpoint<'a> {
     ///
     /// # Errors
     /// As [`Checkpoint::check_plan`]; the arena is untouched then.
-    pub fn restore(&self, session: &mut Session<'_, '_>) -> Result<(), CheckpointError> {
+    pub fn restore<O: Ops>(&self, session: &mut Session<'_, '_, O>) -> Result<(), CheckpointError> {
         self.check_plan(session.plan())?;
         let dst = session.persistent_mut();
         if dst.len() != self.values().len() {

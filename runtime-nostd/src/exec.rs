@@ -4,10 +4,10 @@
 //! the single-instruction step (catalog kernel or reference kernel) and the guarded commit.
 //! Fused chains run in [`crate::fused`].
 
-use tapeplan_core::format::{decode_attr, BindingKind, TensorKind, FUSE_NEXT};
+use tapeplan_core::format::{decode_attr_in, BindingKind, TensorKind, FUSE_NEXT};
 use tapeplan_core::ops::elementwise::{binary_in_place, unary_in_place, InPlace};
-use tapeplan_core::ops::{binary_fn, eval, unary_fn, Attr};
-use tapeplan_core::{MathProfile, OpClass, Opcode, Shape, MAX_ARITY};
+use tapeplan_core::ops::{binary_fn_in, eval_in, unary_fn_in, Attr};
+use tapeplan_core::{MathProfile, OpClass, Opcode, Ops, Shape, MAX_ARITY};
 
 use crate::catalog::{self, Src};
 use crate::error::ExecError;
@@ -27,8 +27,8 @@ pub(crate) trait Source {
     fn get(&self, i: usize) -> Option<Self::Instr<'_>>;
     /// Whether the instruction carries `FUSE_NEXT` (a fused chain continues after it).
     fn fuse_next(&self, instr: Self::Instr<'_>) -> bool;
-    /// Runs the instruction on its own.
-    fn step(
+    /// Runs the instruction on its own, dispatching over the op set `O`.
+    fn step<O: Ops>(
         &self,
         plan: &Plan<'_>,
         arena: &mut [f32],
@@ -66,8 +66,8 @@ impl Source for Records<'_> {
     }
 
     #[inline(always)]
-    fn step(&self, plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), ExecError> {
-        step(plan, arena, k)
+    fn step<O: Ops>(&self, plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), ExecError> {
+        step::<O>(plan, arena, k)
     }
 
     fn member(&self, k: usize) -> Result<Member, ExecError> {
@@ -93,8 +93,13 @@ impl Source for [Decoded] {
     }
 
     #[inline(always)]
-    fn step(&self, plan: &Plan<'_>, arena: &mut [f32], d: &Decoded) -> Result<(), ExecError> {
-        execute(plan, arena, d)
+    fn step<O: Ops>(
+        &self,
+        plan: &Plan<'_>,
+        arena: &mut [f32],
+        d: &Decoded,
+    ) -> Result<(), ExecError> {
+        execute::<O>(plan, arena, d)
     }
 
     fn member(&self, d: &Decoded) -> Result<Member, ExecError> {
@@ -115,7 +120,7 @@ impl Source for [Decoded] {
 /// [`ExecError::ArenaTooSmall`] when `arena` is shorter than the plan's; what an instruction or
 /// the commit answers.
 #[inline(always)]
-pub(crate) fn run_entry<S: Source + ?Sized>(
+pub(crate) fn run_entry<O: Ops, S: Source + ?Sized>(
     plan: &Plan<'_>,
     arena: &mut [f32],
     regs: &mut Registers,
@@ -131,9 +136,9 @@ pub(crate) fn run_entry<S: Source + ?Sized>(
     let mut i = 0usize;
     while let Some(instr) = src.get(i) {
         if cfg!(feature = "fusion") && src.fuse_next(instr) {
-            i = fused::run_chain_at(plan, arena, regs, src, i)?;
+            i = fused::run_chain_at::<O, S>(plan, arena, regs, src, i)?;
         } else {
-            src.step(plan, arena, instr)?;
+            src.step::<O>(plan, arena, instr)?;
             i = i.saturating_add(1);
         }
     }
@@ -229,17 +234,17 @@ pub(crate) fn pick_range<'s>(
 /// [`step_reference`]'s path: the least code, the same bits. Inlined into the run loop, its one
 /// caller, as it was before the loop became generic.
 #[inline(always)]
-fn step(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), ExecError> {
+fn step<O: Ops>(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), ExecError> {
     if cfg!(feature = "catalog") {
-        execute(plan, arena, &decode_instr(plan, k)?)
+        execute::<O>(plan, arena, &decode_instr(plan, k)?)
     } else {
-        step_reference(plan, arena, k)
+        step_reference::<O>(plan, arena, k)
     }
 }
 
 /// Runs a decoded instruction over `arena` (see [`step`]).
 #[inline(always)]
-fn execute(plan: &Plan<'_>, arena: &mut [f32], d: &Decoded) -> Result<(), ExecError> {
+fn execute<O: Ops>(plan: &Plan<'_>, arena: &mut [f32], d: &Decoded) -> Result<(), ExecError> {
     let (k, op, arity, elementwise, attr, out, args) =
         (d.k, d.op, d.arity, d.elementwise, d.attr, &d.out, &d.args);
     let bad = ExecError::Inconsistent {
@@ -269,7 +274,7 @@ fn execute(plan: &Plan<'_>, arena: &mut [f32], d: &Decoded) -> Result<(), ExecEr
         // reference kernels: the same bits, less code.
         if cfg!(feature = "catalog")
             && lengths_ok
-            && catalog::elementwise(op, attr.scalar(), plan.math(), a, b, buf)
+            && catalog::elementwise::<O>(op, attr.scalar(), plan.math(), a, b, buf)
         {
             return Ok(());
         }
@@ -288,7 +293,7 @@ fn execute(plan: &Plan<'_>, arena: &mut [f32], d: &Decoded) -> Result<(), ExecEr
         }
         if cfg!(feature = "catalog")
             && disjoint
-            && catalog::structural(
+            && catalog::structural::<O>(
                 op,
                 attr.scalar(),
                 slices.get(..arity).ok_or(bad)?,
@@ -300,7 +305,7 @@ fn execute(plan: &Plan<'_>, arena: &mut [f32], d: &Decoded) -> Result<(), ExecEr
             return Ok(());
         }
     }
-    step_reference(plan, arena, k)
+    step_reference::<O>(plan, arena, k)
 }
 
 /// An argument of an instruction whose output `out` splits the arena into `left` and `right`:
@@ -332,7 +337,7 @@ fn arg_src<'s>(
 }
 
 /// Runs instruction `k` over `arena` with its reference kernel from `tapeplan_core::ops`.
-fn step_reference(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), ExecError> {
+fn step_reference<O: Ops>(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), ExecError> {
     let instr = u32::try_from(k).unwrap_or(u32::MAX);
     let bad = ExecError::Inconsistent { instr };
     let rec = plan.instr_record(k).ok_or(bad)?;
@@ -340,7 +345,8 @@ fn step_reference(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), Ex
     let arity = op.arity();
     let out = plan.tensor_view(rec.out).ok_or(bad)?;
     // The format's one attribute decoder (validation already accepted it).
-    let attr = decode_attr(op, rec.attr_word, plan.attr_section(), out.shape).map_err(|_| bad)?;
+    let attr =
+        decode_attr_in::<O>(op, rec.attr_word, plan.attr_section(), out.shape).map_err(|_| bad)?;
     if out.elems == 0 {
         // Nothing to write; skipping also spares loops over empty extents.
         return Ok(());
@@ -361,11 +367,11 @@ fn step_reference(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), Ex
     let math = plan.math();
     if op.class() == OpClass::Elementwise && views.iter().any(|v| same(Some(v))) {
         let (a0, a1) = (views.first(), views.get(1));
-        if let (Some(f), 1) = (unary_fn(op, math), arity) {
+        if let (Some(f), 1) = (unary_fn_in::<f32, O>(op, math), arity) {
             unary_in_place(f, arena.get_mut(out.offset..out.end).ok_or(bad)?);
             return Ok(());
         }
-        if let (Some(f), 2) = (binary_fn(op), arity) {
+        if let (Some(f), 2) = (binary_fn_in::<f32, O>(op), arity) {
             let (which, other) = match (same(a0), same(a1)) {
                 (true, true) => (InPlace::Both, None),
                 (true, false) => (InPlace::Lhs, a1),
@@ -382,7 +388,7 @@ fn step_reference(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), Ex
         }
         // Any other elementwise opcode in place: through the reference kernel, a chunk at a
         // time from copies (elementwise, so chunking cannot change a bit).
-        return elementwise_chunked(op, attr, math, views, arena, &out, instr);
+        return elementwise_chunked::<O>(op, attr, math, views, arena, &out, instr);
     }
 
     let (left, rest) = arena.split_at_mut_checked(out.offset).ok_or(bad)?;
@@ -393,7 +399,8 @@ fn step_reference(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), Ex
         *slot = pick(left, right, out.end, v).ok_or(bad)?;
     }
     let args = args.get(..arity).ok_or(bad)?;
-    eval(op, attr, math, args, shapes, buf).map_err(|error| ExecError::Kernel { instr, error })
+    eval_in::<f32, O>(op, attr, math, args, shapes, buf)
+        .map_err(|error| ExecError::Kernel { instr, error })
 }
 
 /// Elements per chunk of [`elementwise_chunked`] (its stack copies are `MAX_ARITY` of these).
@@ -403,7 +410,7 @@ const CHUNK_ELEMS: usize = 64;
 /// without a scalar function: each chunk of every argument is copied to the stack, then the
 /// reference kernel writes the output chunk. Elementwise kernels compute each element from
 /// the same-index argument elements only, so the bits are those of one whole-buffer call.
-fn elementwise_chunked(
+fn elementwise_chunked<O: Ops>(
     op: Opcode,
     attr: Attr,
     math: MathProfile,
@@ -439,7 +446,7 @@ fn elementwise_chunked(
         let dst = arena
             .get_mut(from..from.checked_add(len).ok_or(bad)?)
             .ok_or(bad)?;
-        eval(
+        eval_in::<f32, O>(
             op,
             attr.with_target(shape),
             math,
@@ -464,6 +471,8 @@ mod tests {
     use super::*;
     use std::vec::Vec;
     use tapeplan_core::format::TensorKind;
+    use tapeplan_core::ops::eval;
+    use tapeplan_core::BuildOps;
 
     fn view(offset: usize, elems: usize) -> TensorView {
         TensorView {
@@ -506,7 +515,7 @@ mod tests {
                 &mut expect,
             )
             .unwrap();
-            elementwise_chunked(op, Attr::NONE, m, views, &mut arena, &a, 0).unwrap();
+            elementwise_chunked::<BuildOps>(op, Attr::NONE, m, views, &mut arena, &a, 0).unwrap();
             let got: Vec<u32> = arena[..n].iter().map(|x| x.to_bits()).collect();
             let want: Vec<u32> = expect.iter().map(|x| x.to_bits()).collect();
             assert_eq!(got, want, "{op}");

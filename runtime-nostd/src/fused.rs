@@ -4,8 +4,8 @@
 //! running its members one after another.
 
 use tapeplan_core::format::{MAX_CHAIN_INSTRS, MAX_REGISTERS};
-use tapeplan_core::ops::{eval, Attr};
-use tapeplan_core::{MathProfile, Opcode, Shape, MAX_ARITY};
+use tapeplan_core::ops::{eval_in, Attr};
+use tapeplan_core::{MathProfile, Opcode, Ops, Shape, MAX_ARITY};
 
 use crate::catalog::{self, Dims, Src};
 use crate::error::ExecError;
@@ -79,7 +79,7 @@ impl Member {
 /// flag on an entry's last instruction, which validation rules out) runs on its own. Out of
 /// line: the run loop then holds only the per-instruction path.
 #[inline(never)]
-pub(crate) fn run_chain_at<S: Source + ?Sized>(
+pub(crate) fn run_chain_at<O: Ops, S: Source + ?Sized>(
     plan: &Plan<'_>,
     arena: &mut [f32],
     regs: &mut Registers,
@@ -102,9 +102,9 @@ pub(crate) fn run_chain_at<S: Source + ?Sized>(
         };
         let count = last.saturating_sub(i).saturating_add(1);
         let member = |j: usize| src.member(src.get(i.saturating_add(j)).ok_or(bad)?);
-        run_chain(arena, regs, plan.math(), k, count, member)?;
+        run_chain::<O>(arena, regs, plan.math(), k, count, member)?;
     } else {
-        src.step(plan, arena, first)?;
+        src.step::<O>(plan, arena, first)?;
     }
     Ok(last.saturating_add(1))
 }
@@ -116,7 +116,7 @@ pub(crate) fn run_chain_at<S: Source + ?Sized>(
 /// an element's value depends on the same-index argument elements alone and the bits are those
 /// of running the members one after another over whole buffers; validation ruled out arena
 /// ranges that meet without being equal, the one case where the order of tiles could show.
-fn run_chain(
+fn run_chain<O: Ops>(
     arena: &mut [f32],
     regs: &mut Registers,
     math: MathProfile,
@@ -171,7 +171,7 @@ fn run_chain(
                         continue;
                     }
                     let [a, b, _] = m.args.map(src);
-                    chain_step(m, math, a, b, dst, k)?;
+                    chain_step::<O>(m, math, a, b, dst, k)?;
                 }
                 Loc::Arena(o) => {
                     let at = o.checked_add(start).ok_or(bad(k))?;
@@ -202,7 +202,7 @@ fn run_chain(
                         continue;
                     }
                     let [a, b, _] = m.args.map(src);
-                    chain_step(m, math, a, b, dst, k)?;
+                    chain_step::<O>(m, math, a, b, dst, k)?;
                 }
             }
         }
@@ -282,7 +282,7 @@ fn broadcast_tile(x: &[f32], from: &Dims, to: &Dims, start: usize, dst: &mut [f3
 /// range that would straddle the destination, which validation rules out; unused ones are
 /// ignored). `fill` writes the attribute's bits; the catalog's elementwise kernel when it has
 /// one; otherwise the reference kernel, from copies where an argument is the destination.
-fn chain_step(
+fn chain_step<O: Ops>(
     m: &Member,
     math: MathProfile,
     a: Option<Src<'_>>,
@@ -303,7 +303,9 @@ fn chain_step(
     } else {
         Src::Out
     };
-    if cfg!(feature = "catalog") && catalog::elementwise(m.op, m.attr.scalar(), math, a, b, dst) {
+    if cfg!(feature = "catalog")
+        && catalog::elementwise::<O>(m.op, m.attr.scalar(), math, a, b, dst)
+    {
         return Ok(());
     }
     let len = dst.len();
@@ -320,7 +322,7 @@ fn chain_step(
         error: e.into(),
     })?;
     let shapes = [shape; 2];
-    eval(
+    eval_in::<f32, O>(
         m.op,
         m.attr.with_target(shape),
         math,

@@ -8,7 +8,7 @@ use tapeplan_core::format::{
     Sections, TensorKind, TensorRecord, ALL_ENTRIES, BINDING_RECORD_BYTES, ENTRY_RECORD_BYTES,
     HEADER_BYTES, INSTR_RECORD_BYTES, NAME_BYTES, TENSOR_RECORD_BYTES,
 };
-use tapeplan_core::{ops, MathProfile, Shape, MAX_ARITY, MAX_RANK};
+use tapeplan_core::{ops, BuildOps, MathProfile, OpSet, Opcode, Ops, Shape, MAX_ARITY, MAX_RANK};
 
 use crate::error::{DecodeError, ParseError, ValidateError};
 use crate::validate::{self, Scratch};
@@ -222,7 +222,33 @@ impl<'a> Plan<'a> {
         limits: &Limits,
         scratch: &mut Scratch<N>,
     ) -> Result<Plan<'a>, ParseError> {
-        validate::validate(bytes, limits, scratch)
+        validate::validate::<BuildOps, N>(bytes, limits, scratch)
+    }
+
+    /// [`Plan::parse_with_scratch`] for a selective build over the op set `O` (see
+    /// `tapeplan_core::Ops` and `docs/selective-build.md`): only `O`'s shape rules and attribute
+    /// decoders are linked, and a plan using an opcode outside `O` is refused. Run it with
+    /// [`crate::Session::bind_selective`] over the same set.
+    ///
+    /// # Errors
+    /// As [`Plan::parse_with_limits`]; [`ValidateError::ShapeRule`] with
+    /// `OpError::Unsupported` naming the first instruction whose opcode is outside `O`.
+    pub fn parse_selective<O: Ops, const N: usize>(
+        bytes: &'a [u8],
+        limits: &Limits,
+        scratch: &mut Scratch<N>,
+    ) -> Result<Plan<'a>, ParseError> {
+        validate::validate::<O, N>(bytes, limits, scratch)
+    }
+
+    /// The opcodes the plan's instructions use: the op set of a selective build that runs it
+    /// (`tapeplan_core::op_set!`, [`Plan::parse_selective`]; a firmware's build script derives
+    /// it from the plan's bytes, see `docs/selective-build.md`).
+    pub fn op_set(&self) -> OpSet {
+        (0..self.n_instrs())
+            .filter_map(|k| self.instr_record(k))
+            .filter_map(|r| Opcode::from_u8(r.opcode))
+            .collect()
     }
 
     /// Decodes and validates a plan of up to the spec's [`Limits::DEFAULT`] tensors, with the

@@ -205,6 +205,78 @@ pub fn digest_f32(values: &[f32]) -> u64 {
     h.finish()
 }
 
+/// The parameter digest of a plan's run: [`digest_f32`] of every parameter binding of `plan`
+/// (the optimizer's state included), concatenated in the plan's order, alignment padding left
+/// out. It is the digest of a transcript's `param` lines; `tapeplan train` prints it
+/// (`parameter digest: 0x…`) and the browser package's `parameterDigest()` answers it.
+///
+/// # Shapes
+/// `persistent: [plan.persistent_elems()]` (a binding past its end digests as empty).
+#[inline]
+pub fn parameter_digest(plan: &crate::Plan<'_>, persistent: &[f32]) -> u64 {
+    let mut h = Fnv1a64::new();
+    for b in plan.parameters() {
+        h.f32s(persistent.get(b.range()).unwrap_or(&[]));
+    }
+    h.finish()
+}
+
+/// Fills `out` with Glorot-uniform values (Glorot and Bengio, 2010) for a weight of `fan_in`
+/// inputs and `fan_out` outputs: `(2 u - 1) a` with `u` = [`SplitMix64::next_f32`] and
+/// `a = sqrt(6 / (fan_in + fan_out))`, all in `f32`, one draw per element in order. The
+/// `--layers` MLP's seeded initialization is this, weight after weight, from one stream
+/// (biases zero, no draws).
+#[inline]
+pub fn glorot_uniform_fill(rng: &mut SplitMix64, fan_in: usize, fan_out: usize, out: &mut [f32]) {
+    let a = libm::sqrtf(6.0f32 / fan_in.wrapping_add(fan_out) as f32);
+    for v in out {
+        *v = (2.0 * rng.next_f32() - 1.0) * a;
+    }
+}
+
+/// Fits feature standardization on a training split: for each feature `j`, the mean and the
+/// population standard deviation (divisor `n`, as scikit-learn's `StandardScaler`) of column
+/// `j` of `features`, summed in `f64` in row order and rounded to `f32`; a deviation that is 0
+/// or not finite is 1. `tapeplan train --standardize` and the browser package fit with it, and
+/// [`standardize_rows`] applies it.
+///
+/// # Shapes
+/// `features: [n, n_features]`; `mean` and `std`: `[n_features]` (the shorter of the two
+/// bounds the features fitted).
+pub fn standardizer_fit(features: &[f32], n_features: usize, mean: &mut [f32], std: &mut [f32]) {
+    let rows = features.len().checked_div(n_features).unwrap_or(0);
+    let n = rows.max(1) as f64;
+    for (j, (m_out, s_out)) in mean.iter_mut().zip(std.iter_mut()).enumerate() {
+        let column = || {
+            features
+                .iter()
+                .skip(j)
+                .step_by(n_features.max(1))
+                .take(rows)
+        };
+        let m = column().fold(0.0f64, |s, &x| s + f64::from(x)) / n;
+        let sq = column().fold(0.0f64, |s, &x| {
+            let d = f64::from(x) - m;
+            s + d * d
+        });
+        let sd = libm::sqrt(sq / n) as f32;
+        *m_out = m as f32;
+        *s_out = if sd > 0.0 && sd.is_finite() { sd } else { 1.0 };
+    }
+}
+
+/// Standardizes rows in place: `x ← (x - mean) / std` in `f32`, feature by feature.
+///
+/// # Shapes
+/// `features: [n, mean.len()]`; `std: [mean.len()]`.
+pub fn standardize_rows(features: &mut [f32], mean: &[f32], std: &[f32]) {
+    for row in features.chunks_exact_mut(mean.len().max(1)) {
+        for ((x, m), s) in row.iter_mut().zip(mean).zip(std) {
+            *x = (*x - m) / s;
+        }
+    }
+}
+
 /// The digest a device reports for the data it embeds: FNV-1a 64 over `pixels`, then `labels`.
 #[inline]
 pub fn data_digest(pixels: &[u8], labels: &[u8]) -> u64 {
@@ -537,6 +609,27 @@ mod tests {
         h.f32s(&[1.0]);
         h.f32s(&[-0.0]);
         assert_eq!(h.finish(), digest_f32(&[1.0, -0.0]));
+    }
+
+    #[test]
+    fn glorot_and_standardization_are_pinned() {
+        // SplitMix64(7)'s first draws are 0x3ec797c2, 0x3c898780, 0x3f669840 (above); with
+        // fan_in 1 and fan_out 2, a = sqrt(2) rounded to f32, and each value (2u - 1) a in f32
+        // (computed apart, in Python with struct's f32 rounding after every operation).
+        let mut w = [0.0f32; 3];
+        glorot_uniform_fill(&mut SplitMix64::new(7), 1, 2, &mut w);
+        assert_eq!(w.map(f32::to_bits), [0xbe9f_8b2c, 0xbfae_f0fc, 0x3f91_1742]);
+        // Columns [1, 3, 5] (mean 3, variance 8/3) and [2, 2, 2] (deviation 0, kept as 1).
+        let mut x = [1.0f32, 2.0, 3.0, 2.0, 5.0, 2.0];
+        let (mut mean, mut std) = ([0.0f32; 2], [0.0f32; 2]);
+        standardizer_fit(&x, 2, &mut mean, &mut std);
+        assert_eq!(mean, [3.0, 2.0]);
+        assert_eq!(std.map(f32::to_bits), [0x3fd1_05ec, 0x3f80_0000]);
+        standardize_rows(&mut x, &mean, &std);
+        assert_eq!(x[0].to_bits(), 0xbf9c_c470);
+        assert_eq!([x[1], x[2], x[3], x[4] + x[0]], [0.0; 4]);
+        standardizer_fit(&[], 2, &mut mean, &mut std);
+        assert_eq!((mean, std), ([0.0; 2], [1.0; 2]));
     }
 
     /// A fixed-capacity `fmt::Write` (the tests run without `alloc`).

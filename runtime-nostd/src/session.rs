@@ -1,9 +1,10 @@
 //! The runtime's API: a plan bound to the caller's arena. Running is [`crate::exec`]'s.
 
+use core::marker::PhantomData;
 use core::ops::Range;
 
 use tapeplan_core::format::{BindingKind, MAX_REGISTERS};
-use tapeplan_core::Opcode;
+use tapeplan_core::{BuildOps, Opcode, Ops};
 
 use crate::error::ExecError;
 use crate::exec::{run_entry, Records};
@@ -17,13 +18,18 @@ use crate::program::{decode_instr, Decoded, Program};
 /// The arena's layout is the plan's: the persistent region `[0, persistent_elems)` holds the
 /// parameters (and keeps them across runs); the rest is scratch that every run reuses, so set
 /// an entry's inputs right before running it and read its outputs right after.
+///
+/// `O` is the op set its runs dispatch over: the build's whole vocabulary by default
+/// ([`BuildOps`]); a selective build ([`Session::bind_selective`], `docs/selective-build.md`)
+/// names its plan's opcodes so that only their kernels are linked.
 #[derive(Debug)]
-pub struct Session<'p, 'a> {
+pub struct Session<'p, 'a, O: Ops = BuildOps> {
     plan: &'p Plan<'p>,
     arena: &'a mut [f32],
     /// The register slots of fused chains, one tile each (empty without feature `fusion`):
     /// kept here so that a chain does not clear them on every run.
     regs: Registers,
+    ops: PhantomData<O>,
 }
 
 impl<'p, 'a> Session<'p, 'a> {
@@ -34,6 +40,21 @@ impl<'p, 'a> Session<'p, 'a> {
     /// # Errors
     /// [`ExecError::ArenaTooSmall`] when `arena.len() < plan.arena_elems()`.
     pub fn bind(plan: &'p Plan<'p>, arena: &'a mut [f32]) -> Result<Self, ExecError> {
+        Session::bind_selective(plan, arena)
+    }
+
+    /// [`Session::bind`] for a selective build: its runs dispatch over the op set `O` only
+    /// (see `tapeplan_core::Ops`), so the kernels of other opcodes are not linked. Parse the
+    /// plan with [`Plan::parse_selective`] over the same set, which refuses a plan using
+    /// another opcode, naming it; an instruction outside `O` that runs anyway answers
+    /// [`ExecError::Kernel`] with `OpError::Unsupported`.
+    ///
+    /// # Errors
+    /// As [`Session::bind`].
+    pub fn bind_selective<O: Ops>(
+        plan: &'p Plan<'p>,
+        arena: &'a mut [f32],
+    ) -> Result<Session<'p, 'a, O>, ExecError> {
         let needed_elems = plan.arena_elems();
         if arena.len() < needed_elems {
             return Err(ExecError::ArenaTooSmall {
@@ -45,6 +66,7 @@ impl<'p, 'a> Session<'p, 'a> {
             plan,
             arena,
             regs: [[0.0; TILE_ELEMS]; MAX_REGISTERS],
+            ops: PhantomData,
         })
     }
 
@@ -60,7 +82,9 @@ impl<'p, 'a> Session<'p, 'a> {
         }
         Ok(s)
     }
+}
 
+impl<'p, 'a, O: Ops> Session<'p, 'a, O> {
     /// The plan.
     pub fn plan(&self) -> &'p Plan<'p> {
         self.plan
@@ -319,7 +343,7 @@ impl<'p, 'a> Session<'p, 'a> {
             });
         }
         self.check_entry(program.entry)?;
-        run_entry(
+        run_entry::<O, _>(
             self.plan,
             self.arena,
             &mut self.regs,
@@ -344,7 +368,7 @@ impl<'p, 'a> Session<'p, 'a> {
             plan: self.plan,
             range,
         };
-        run_entry(self.plan, self.arena, &mut self.regs, &src, entry)
+        run_entry::<O, _>(self.plan, self.arena, &mut self.regs, &src, entry)
     }
 
     fn entry_range(&self, entry: EntryId) -> Result<Range<usize>, ExecError> {

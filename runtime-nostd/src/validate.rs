@@ -9,14 +9,14 @@
     clippy::arithmetic_side_effects
 )]
 
-use tapeplan_core::format::{decode_attr, AttrError};
+use tapeplan_core::format::{decode_attr_in, AttrError};
 use tapeplan_core::format::{
     plan_crc, BindingKind, BindingRecord, Header, TensorKind, ALIGN_ELEMS, ALL_ENTRIES,
     BINDING_RECORD_BYTES, ENTRY_RECORD_BYTES, FUSE_NEXT, HEADER_BYTES, INSTR_RECORD_BYTES,
     KNOWN_FLAGS, MAGIC, MAX_CHAIN_INSTRS, MAX_REGISTERS, NO_ARG, TENSOR_RECORD_BYTES, VERSION,
 };
-use tapeplan_core::ops::infer;
-use tapeplan_core::{MathProfile, OpClass, Opcode, Shape, MAX_ARITY};
+use tapeplan_core::ops::infer_in;
+use tapeplan_core::{MathProfile, OpClass, Opcode, Ops, Shape, MAX_ARITY};
 
 use crate::error::{DecodeError, FusionRule, Operand, ParseError, Section, ValidateError};
 use crate::plan::{name_in, us, Layout, Plan, TensorView};
@@ -266,7 +266,9 @@ fn check_tensors(plan: &Plan<'_>) -> Result<(), ParseError> {
     Ok(())
 }
 
-fn check_instrs(plan: &Plan<'_>) -> Result<(), ParseError> {
+/// Every instruction's record, attribute and shape rule, for a build dispatching the op set `O`
+/// (an opcode outside it is refused by its shape rule: `OpError::Unsupported`, naming it).
+fn check_instrs<O: Ops>(plan: &Plan<'_>) -> Result<(), ParseError> {
     let n_tensors = plan.layout.n_tensors;
     for i in 0..plan.layout.n_instrs {
         let instr = idx32(i);
@@ -328,7 +330,7 @@ fn check_instrs(plan: &Plan<'_>) -> Result<(), ParseError> {
                 tensor: rec.out,
             })?
             .shape;
-        let attr = match decode_attr(op, rec.attr_word, plan.attr_section(), out) {
+        let attr = match decode_attr_in::<O>(op, rec.attr_word, plan.attr_section(), out) {
             Ok(attr) => attr,
             Err(AttrError::NonzeroWord { word }) => {
                 return Err(DecodeError::NonzeroAttr {
@@ -341,7 +343,7 @@ fn check_instrs(plan: &Plan<'_>) -> Result<(), ParseError> {
             Err(error) => return Err(DecodeError::Attr { instr, op, error }.into()),
         };
         let arg_shapes = shapes.get(..arity).unwrap_or(&[]);
-        match infer(op, attr, arg_shapes) {
+        match infer_in::<O>(op, attr, arg_shapes) {
             Ok(s) if s == out => {}
             Ok(inferred) => {
                 return Err(ValidateError::OutputShape {
@@ -991,8 +993,8 @@ fn check_no_parameter_writes<const N: usize>(
     Ok(())
 }
 
-/// Decode → validate: the whole gate.
-pub(crate) fn validate<'a, const N: usize>(
+/// Decode → validate: the whole gate, for a build dispatching the op set `O`.
+pub(crate) fn validate<'a, O: Ops, const N: usize>(
     bytes: &'a [u8],
     limits: &Limits,
     scratch: &mut Scratch<N>,
@@ -1008,7 +1010,7 @@ pub(crate) fn validate<'a, const N: usize>(
         layout,
     };
     check_tensors(&plan)?;
-    check_instrs(&plan)?;
+    check_instrs::<O>(&plan)?;
     check_entries(&plan)?;
     check_bindings(&plan)?;
     for e in 0..layout.n_entries {

@@ -199,21 +199,28 @@ fn limits() {
         })
     );
     assert_eq!(
-        err(with_header(b.clone(), |h| h.n_tensors = 5000)),
+        err(with_header(b.clone(), |h| h.n_tensors = 20_000)),
         ParseError::Decode(DecodeError::TooMany {
             section: Section::Tensors,
-            found: 5000,
-            limit: 4096
+            found: 20_000,
+            limit: 16_384
+        })
+    );
+    // Within the spec's cap but over `Plan::parse`'s stack scratch: the way out is named.
+    assert_eq!(
+        err(with_header(b.clone(), |h| h.n_tensors = 5000)),
+        ParseError::Decode(DecodeError::ScratchTooSmall {
+            tensors: 5000,
+            capacity: 4096
         })
     );
     // A scratch for fewer tensors caps the plan.
     let mut small = Scratch::<8>::new();
     assert_eq!(
         Plan::parse_with_scratch(&b, &Limits::DEFAULT, &mut small).unwrap_err(),
-        ParseError::Decode(DecodeError::TooMany {
-            section: Section::Tensors,
-            found: 10,
-            limit: 8
+        ParseError::Decode(DecodeError::ScratchTooSmall {
+            tensors: 10,
+            capacity: 8
         })
     );
     let mut enough = Scratch::<10>::new();

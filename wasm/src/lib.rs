@@ -25,8 +25,12 @@
 
 use std::fmt;
 
+mod run;
+pub use run::{target_width, EpochReport, Metrics, RunOptions, Table, TrainRun};
+
 use tapeplan_runtime::protocol::{
-    digest_f32, ENTRY_FORWARD, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, INPUT_Y, OUTPUT_LOSS,
+    digest_f32, parameter_digest, ENTRY_FORWARD, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, INPUT_Y,
+    OUTPUT_LOSS,
 };
 use tapeplan_runtime::{Binding, BindingKind, EntryId, ExecError, ParseError, Plan, Session};
 use wasm_bindgen::prelude::*;
@@ -71,6 +75,8 @@ pub enum Error {
         /// The element count given.
         found_elems: usize,
     },
+    /// A training run's data or options do not fit its plan ([`TrainRun`]).
+    Data(String),
 }
 
 impl fmt::Display for Error {
@@ -78,6 +84,7 @@ impl fmt::Display for Error {
         match self {
             Error::Plan(e) => write!(f, "plan rejected: {e}"),
             Error::Run { context, error } => write!(f, "{context}: {error}"),
+            Error::Data(text) => f.write_str(text),
             Error::NoEntry(name) => write!(f, "the plan has no entry named \"{name}\""),
             Error::NoBinding { entry, wanted } => {
                 write!(f, "entry \"{entry}\" has no {wanted}")
@@ -342,6 +349,16 @@ impl Trainer {
         hex(digest_f32(self.persistent()))
     }
 
+    /// The parameter digest as `tapeplan train` prints it (`parameter digest: 0x…`): `0x` and
+    /// 16 hex digits of [`parameter_digest`] (every parameter in the plan's order, alignment
+    /// padding left out; [`Trainer::digest`] covers the whole persistent region).
+    pub fn parameter_digest(&self) -> String {
+        format!(
+            "0x{}",
+            hex(parameter_digest(self.plan(), self.persistent()))
+        )
+    }
+
     /// Copies an input's values into the arena.
     ///
     /// # Errors
@@ -569,6 +586,12 @@ impl Trainer {
     #[wasm_bindgen(js_name = digest)]
     pub fn js_digest(&self) -> String {
         self.digest()
+    }
+
+    /// The parameter digest as `tapeplan train` prints it: `"0x"` and 16 hex digits.
+    #[wasm_bindgen(js_name = parameterDigest)]
+    pub fn js_parameter_digest(&self) -> String {
+        self.parameter_digest()
     }
 
     /// Copies an input of an entry from a `Float32Array`.

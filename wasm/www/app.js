@@ -5,6 +5,7 @@
 // it a few steps per frame, so the curve is seen growing. `window.tapeplan` holds the results.
 
 import init, { Trainer, digestF32, version } from "./pkg/tapeplan_wasm.js";
+import { drawCurve } from "./curve.js";
 import {
   ASSET_FILES, DemoRun, argmax, decodeAssets, firstBitDifference, medianStepMs, testCorrect,
 } from "./demo-run.js";
@@ -44,48 +45,6 @@ async function loadAssets() {
   return decodeAssets(manifest, (n) => bytes[n]);
 }
 
-// ---- the loss curve ----------------------------------------------------------------------
-
-function drawCurve(losses, n, steps, perEpoch) {
-  const c = $("loss");
-  const g = c.getContext("2d");
-  const W = c.width, H = c.height;
-  const L = 44, R = 10, T = 12, B = 30;
-  const top = 2.6;
-  const px = (k) => L + ((W - L - R) * k) / Math.max(1, steps - 1);
-  const py = (v) => T + (H - T - B) * (1 - Math.min(v, top) / top);
-  g.clearRect(0, 0, W, H);
-  g.font = "11px system-ui, sans-serif";
-  g.fillStyle = "#667085";
-  g.strokeStyle = "#e6e9ef";
-  g.lineWidth = 1;
-  for (let v = 0; v <= top; v += 0.5) {
-    g.beginPath(); g.moveTo(L, py(v)); g.lineTo(W - R, py(v)); g.stroke();
-    g.fillText(v.toFixed(1), 8, py(v) + 4);
-  }
-  for (let e = 0; e * perEpoch < steps; e++) {
-    const x = px(e * perEpoch);
-    g.beginPath(); g.moveTo(x, T); g.lineTo(x, H - B); g.stroke();
-    g.fillText(`${e + 1}`, x + 3, H - B + 14);
-  }
-  g.fillText("epoch", W - R - 34, H - 4);
-  g.fillText("loss", L + 6, T + 10);
-  if (n === 0) return;
-  g.strokeStyle = "rgba(47,111,222,0.35)";
-  g.beginPath();
-  for (let k = 0; k < n; k++) (k ? g.lineTo : g.moveTo).call(g, px(k), py(losses[k]));
-  g.stroke();
-  g.strokeStyle = "#2f6fde";
-  g.lineWidth = 2;
-  g.beginPath();
-  let avg = losses[0];
-  for (let k = 0; k < n; k++) {
-    avg = k === 0 ? losses[0] : 0.9 * avg + 0.1 * losses[k];
-    (k ? g.lineTo : g.moveTo).call(g, px(k), py(avg));
-  }
-  g.stroke();
-}
-
 // ---- training ----------------------------------------------------------------------------
 
 async function train(assets) {
@@ -110,7 +69,7 @@ async function train(assets) {
     $("step").textContent = run.step;
     $("epoch").textContent = `${Math.min(run.epoch + 1, m.epochs)} / ${m.epochs}`;
     $("loss-now").textContent = loss.toFixed(4);
-    drawCurve(run.losses, run.step, run.steps, run.perEpoch);
+    drawCurve($("loss"), run.losses, run.step, run.steps, run.perEpoch, 2.6);
     await frame();
   }
   const seconds = (performance.now() - t0) / 1000;
@@ -246,6 +205,12 @@ function predict(trainer, assets, counts) {
   result.counts = Array.from(counts);
 }
 
+/** The true label of the test digit shown (`null`: a drawing, which has none). */
+function showTruth(label) {
+  $("truth").textContent = label == null ? "" : `true label: ${label}`;
+  result.truth = label;
+}
+
 function setUpPad(getModel) {
   const pad = $("pad");
   const g = pad.getContext("2d");
@@ -258,6 +223,7 @@ function setUpPad(getModel) {
     return [(e.clientX - r.left) * pad.width / r.width, (e.clientY - r.top) * pad.height / r.height];
   };
   const update = () => {
+    showTruth(null);
     const model = getModel();
     if (model) predict(model.trainer, model.assets, downsample(pad));
     else showPreview(downsample(pad));
@@ -289,7 +255,8 @@ async function main() {
   let model = null;
   const { pad, g } = setUpPad(() => model);
   showPreview(null);
-  drawCurve([], 0, assets.manifest.steps, Math.floor(assets.manifest.train_rows / assets.manifest.batch));
+  drawCurve($("loss"), [], 0, assets.manifest.steps,
+    Math.floor(assets.manifest.train_rows / assets.manifest.batch), 2.6);
 
   const probe = new Trainer(assets.plan);
   $("arena").textContent = `${probe.arenaBytes} bytes (${probe.persistentElems} persistent + ` +
@@ -310,6 +277,7 @@ async function main() {
     g.clearRect(0, 0, pad.width, pad.height);
     const i = Math.floor(Math.random() * assets.testLabels.length);
     predict(trainer, assets, assets.testPixels.subarray(64 * i, 64 * i + 64));
+    showTruth(assets.testLabels[i]);
   });
   $("again").disabled = false;
   $("again").addEventListener("click", async () => {

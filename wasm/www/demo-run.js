@@ -16,7 +16,7 @@ export const ASSET_FILES = [
 ];
 
 /** Little-endian f32s (every platform a browser runs on is little-endian, but say so). */
-function f32le(bytes) {
+export function f32le(bytes) {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const out = new Float32Array(bytes.byteLength >> 2);
   for (let i = 0; i < out.length; i++) out[i] = view.getFloat32(4 * i, true);

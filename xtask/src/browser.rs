@@ -644,13 +644,19 @@ pub fn step_browser(ctx: &Ctx) -> Result<()> {
     step_web_assets(ctx)?;
     build_packages(ctx)?;
     report_sizes(ctx)?;
-    let server = Server::start(&ctx.root.join("wasm/www"), 0)?;
     let out_dir = ctx.root.join("target/browser");
     fs::create_dir_all(&out_dir)?;
+    let own = own_model_host_run(ctx, &out_dir.join("own"))?;
+    let server = Server::start(&ctx.root.join("wasm/www"), 0)?;
     let screenshot = out_dir.join("screenshot.png");
+    let phone = out_dir.join("phone.png");
     let url = format!("http://127.0.0.1:{}/?fast", server.port);
     let mut cmd = ctx.tool("node", ["wasm/e2e/browser.mjs", &url]);
-    cmd.arg(&screenshot).env("CHROMIUM", CHROMIUM);
+    cmd.arg(&screenshot)
+        .arg(&phone)
+        .args([&own.plan, &own.csv, &own.init])
+        .arg(OWN_OPTIONS_JSON)
+        .env("CHROMIUM", CHROMIUM);
     let text = run_captured(cmd)?;
     let result = text
         .lines()
@@ -706,6 +712,124 @@ pub fn step_browser(ctx: &Ctx) -> Result<()> {
         chromium_ms / native_ms
     );
     println!("browser digest: {digest} matches host oracle");
+    check_own_model(result, &text, &own, &phone)
+}
+
+/// The own-model run of the browser test: `tapeplan train` of the ONNX walkthrough's 1-D CNN on
+/// the waves CSV with these options, and the same options as the page's form fields (JSON).
+const OWN_TRAIN_ARGS: [&str; 7] = [
+    "--epochs",
+    "4",
+    "--seed",
+    "3",
+    "--val-fraction",
+    "0.25",
+    "--standardize",
+];
+const OWN_OPTIONS_JSON: &str = r#"{"epochs":4,"seed":"3","splitSeed":"0","trainFraction":0.8,"valFraction":0.25,"standardize":true}"#;
+
+/// The files of the own-model run and what `tapeplan train` printed for them.
+struct OwnRun {
+    plan: PathBuf,
+    csv: PathBuf,
+    init: PathBuf,
+    /// `0x` and 16 hex digits.
+    digest: String,
+    /// The `epoch …` and `test …` lines.
+    lines: Vec<String>,
+}
+
+/// Plans `planner-host/tests/data/onnx/cnn1d.onnx` (Adam, `conv1.*` frozen, batch 16) into
+/// `dir`, writes 500 rows of `scripts/waves_csv.py`, and trains them with `tapeplan train` for
+/// the digest the page must show.
+fn own_model_host_run(ctx: &Ctx, dir: &Path) -> Result<OwnRun> {
+    if dir.exists() {
+        fs::remove_dir_all(dir).with_context(|| format!("clearing {}", dir.display()))?;
+    }
+    fs::create_dir_all(dir)?;
+    run(ctx.cargo(["build", "--release", "-q", "-p", "tapeplan-planner"]))?;
+    let tapeplan = crate::target_dir(ctx)?.join("release").join("tapeplan");
+    let (plan, csv) = (dir.join("cnn.plan"), dir.join("waves.csv"));
+    let init = dir.join("cnn.plan.init.safetensors");
+    let mut cmd = Command::new(&tapeplan);
+    cmd.current_dir(&ctx.root)
+        .args(["plan", "--onnx", "planner-host/tests/data/onnx/cnn1d.onnx"])
+        .args(["--frozen", "conv1.*", "--optimizer", "adam", "--lr", "0.01"])
+        .args(["--batch", "16", "-o"])
+        .arg(&plan);
+    output(cmd)?;
+    let mut cmd = ctx.tool("python3", ["scripts/waves_csv.py", "500"]);
+    cmd.arg(&csv);
+    output(cmd)?;
+    let mut cmd = Command::new(&tapeplan);
+    cmd.current_dir(&ctx.root)
+        .arg("train")
+        .arg(&plan)
+        .arg("--data")
+        .arg(&csv)
+        .arg("--init")
+        .arg(&init)
+        .args(OWN_TRAIN_ARGS);
+    let text = output(cmd)?;
+    let digest = text
+        .lines()
+        .find_map(|l| l.strip_prefix("parameter digest: "))
+        .ok_or_else(|| anyhow!("`tapeplan train` printed no `parameter digest:` line:\n{text}"))?
+        .trim()
+        .to_string();
+    let lines = text
+        .lines()
+        .filter(|l| l.starts_with("epoch ") || l.starts_with("test "))
+        .map(str::to_string)
+        .collect();
+    Ok(OwnRun {
+        plan,
+        csv,
+        init,
+        digest,
+        lines,
+    })
+}
+
+/// Checks the page's own-model run against the host's (the digest and every epoch and test
+/// line), its true label of a test digit, and its width at 390 px.
+fn check_own_model(result: &str, text: &str, own: &OwnRun, phone: &Path) -> Result<()> {
+    let get = |key: &str| -> Option<&str> {
+        result
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+    };
+    let page = get("own_digest").unwrap_or("");
+    ensure!(
+        page == own.digest,
+        "the page's own-model digest {page} differs from `tapeplan train`'s {} ({result})",
+        own.digest
+    );
+    let page_lines: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("OWN_LOG "))
+        .filter(|l| l.starts_with("epoch ") || l.starts_with("test "))
+        .collect();
+    ensure!(
+        page_lines == own.lines,
+        "the page's epoch and test lines differ from `tapeplan train`'s:\npage: {page_lines:#?}\nhost: {:#?}",
+        own.lines
+    );
+    let width: usize = get("phone_scroll_width")
+        .and_then(|w| w.parse().ok())
+        .unwrap_or(usize::MAX);
+    ensure!(
+        width <= 390,
+        "at 390 px the page is {width} px wide ({result})"
+    );
+    println!(
+        "browser own model: {} (the ONNX 1-D CNN, {} epoch and test lines) digest {page} equals `tapeplan train`'s; \
+         at 390x844 the page is {width} px wide, screenshot {}; a test digit shows its true label ({})",
+        own.plan.display(),
+        own.lines.len(),
+        phone.display(),
+        get("truth").unwrap_or("?")
+    );
     Ok(())
 }
 

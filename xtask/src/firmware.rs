@@ -148,7 +148,18 @@ const BOARD_FEATURE: &str = "board-nrf52840dk";
 /// and `transpose` take a batch axis (about 450 B of shape rule and 290 B of kernels); `mul`
 /// preserves zeros (`0 · inf = 0`, about 100 B); the new error variants' messages. The ext
 /// opcodes' own kernels and attribute decoders are compiled out of this build.
-const RUNTIME_BUDGET_BYTES: u64 = 26 * 1024;
+///
+/// 25 KiB since the selective build (measured 24 928 B on the M4F, 26 180 B before): the
+/// firmware's build script derives the plan's op set (`gen::PlanOps`) and the runtime
+/// dispatches over it, so the kernels, shape rules and attribute decoders of the core opcodes
+/// the demo does not use (`relu`, `sqrt`, `equal`, `uniform`, …) are no longer linked
+/// (`docs/selective-build.md`).
+const RUNTIME_BUDGET_BYTES: u64 = 25 * 1024;
+/// The budget of the CNN build's runtime code on the Cortex-M4F (the firmware's feature `cnn`:
+/// the selective build of MNIST-1D's plan, 22 opcodes). Measured 33 656 B (55 236 B with every
+/// opcode linked, before the selective build); issue 14's aim is 24 KiB, which the selective
+/// build alone does not reach (`docs/selective-build.md` says where the bytes go).
+const CNN_RUNTIME_BUDGET_BYTES: u64 = 34 * 1024;
 /// Whether going over [`RUNTIME_BUDGET_BYTES`] fails the check (it is always reported).
 ///
 /// On: the firmware builds the runtime without its default features (`all-ops`: the opcodes
@@ -451,9 +462,10 @@ fn verify(
 }
 
 /// The CNN run of [`CNN_RUN`] on the Cortex-M4F (the firmware's feature `cnn`: the runtime
-/// with `all-ops`), after the MLP runs: built with its `size-baseline` twin for the runtime's
-/// flash, trained under QEMU, verified at every step against the host oracle. Not in the size
-/// snapshot (the budget is the MLP build's); answers its verdict and figures lines.
+/// with `all-ops`, dispatching the plan's opcodes only), after the MLP runs: built with its
+/// `size-baseline` twin for the runtime's flash, checked against [`CNN_RUNTIME_BUDGET_BYTES`],
+/// trained under QEMU, verified at every step against the host oracle. Not in the size
+/// snapshot; answers its verdict and figures lines.
 fn cnn_run(
     ctx: &Ctx,
     dir: &Path,
@@ -483,10 +495,17 @@ fn cnn_run(
     let (transcript, wall, verdict) =
         train_and_verify(ctx, core, name, &elf, out, tapeplan, &run_file, icount)?;
     let s = sizes(&elf, &baseline, &transcript)?;
+    let used = s["flash_runtime"];
+    if used > CNN_RUNTIME_BUDGET_BYTES {
+        bail!(
+            "the runtime's code on {name} is {used} bytes, over the budget of {CNN_RUNTIME_BUDGET_BYTES}"
+        );
+    }
+    eprintln!("budget: runtime code on {name} {used} <= {CNN_RUNTIME_BUDGET_BYTES} bytes");
     let mut lines = vec![
         verdict,
         format!(
-            "{name:<9} flash {} B (runtime code with all-ops {} B, plan {} B, data {} B, initial parameters {} B), RAM arena {} B, stack {} B; QEMU run {wall:.1} s",
+            "{name:<9} flash {} B (runtime code, selective build of the plan's opcodes, {} B, plan {} B, data {} B, initial parameters {} B), RAM arena {} B, stack {} B; QEMU run {wall:.1} s",
             s["flash_total"],
             s["flash_runtime"],
             s["flash_plan"],
@@ -950,7 +969,7 @@ fn render_snapshot(order: &[String], all: &BTreeMap<String, Sizes>) -> String {
         "# tapeplan-firmware-demo sizes in bytes, release profile (opt-level \"s\", lto), written by\n\
          # `cargo xtask firmware --bless`. `cargo xtask firmware` fails when a figure grows more than\n\
          # 15% (and 512 bytes) over this; it reports the runtime's code on m4f against the budget of\n\
-         # 26624 bytes (see RUNTIME_BUDGET_BYTES in xtask/src/firmware.rs).\n\
+         # 25600 bytes (see RUNTIME_BUDGET_BYTES in xtask/src/firmware.rs).\n\
          # flash_runtime: code + constants of the runtime, its kernels and libm (the firmware minus\n\
          # its `size-baseline` build); ram_stack: the stack's high-water mark, measured on the device.\n",
     );

@@ -9,7 +9,7 @@ use core::fmt;
 
 use crate::recordable::Recordable;
 use crate::shape::ShapeError;
-use crate::{Element, MathProfile, Opcode, Shape, MAX_ARITY};
+use crate::{BuildOps, Element, MathProfile, OpSet, Opcode, Ops, Shape, MAX_ARITY};
 
 pub mod abs;
 pub mod add;
@@ -80,6 +80,12 @@ pub fn needs_target(op: Opcode) -> bool {
 /// it, the core set ([`Opcode::in_core_set`]).
 pub fn in_vocabulary(op: Opcode) -> bool {
     cfg!(feature = "all-ops") || op.in_core_set()
+}
+
+/// True for the opcodes a dispatch over the op set `O` runs: `O`'s opcodes in this build's
+/// vocabulary (see [`crate::Ops`], the selective build).
+pub fn in_vocabulary_of<O: Ops>(op: Opcode) -> bool {
+    in_vocabulary(op) && O::SET.contains(op)
 }
 
 /// True for the opcodes whose reverse rule contributes nothing (the table's `rule` column; see
@@ -233,7 +239,8 @@ impl fmt::Display for OpError {
             OpError::Unsupported { op } => {
                 write!(
                     f,
-                    "{op} is not in this build's vocabulary (feature `all-ops`)"
+                    "{op} is not in this build's vocabulary (feature `all-ops`, or the \
+                     selective build's op set)"
                 )
             }
             OpError::MathProfile { math } => {
@@ -295,7 +302,16 @@ pub(crate) fn same_shapes(op: Opcode, args: &[Shape]) -> Result<Shape, OpError> 
 /// number of arguments, an attribute of another kind than the opcode takes, or the opcode's own
 /// shape rule.
 pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
-    if !in_vocabulary(op) {
+    infer_in::<BuildOps>(op, attr, args)
+}
+
+/// [`infer`] in the selective build over the op set `O` (see [`crate::Ops`]): only `O`'s shape
+/// rules are linked.
+///
+/// # Errors
+/// As [`infer`]; [`OpError::Unsupported`] for an opcode outside `O`.
+pub fn infer_in<O: Ops>(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
+    if !in_vocabulary_of::<O>(op) {
         return Err(OpError::Unsupported { op });
     }
     if args.len() != op.arity() {
@@ -311,7 +327,7 @@ pub fn infer(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
             found: attr.kind(),
         });
     }
-    infer_by_table(op, attr, args)
+    infer_by_table::<O>(op, attr, args)
 }
 
 /// The work of one instruction, in element operations: the cost model of a plan's work cap
@@ -417,14 +433,16 @@ pub(crate) fn nth(args: &[Shape], i: usize) -> Shape {
     args.get(i).copied().unwrap_or(Shape::SCALAR)
 }
 
-/// `$e` in a build that carries the opcode's set, `$otherwise` in one that leaves it out (a
-/// constant condition: a firmware built without `all-ops` does not link the kernel).
+/// `$e` in a build whose vocabulary and op set `$o` (see [`crate::Ops`]) carry the opcode
+/// `$v`, `$otherwise` in one that leaves it out (a constant condition: a firmware built without
+/// `all-ops`, or a selective build without the opcode, does not link the kernel).
 macro_rules! gate {
-    (core, $e:expr, $otherwise:expr) => {
-        $e
-    };
-    (ext, $e:expr, $otherwise:expr) => {
-        if cfg!(feature = "all-ops") {
+    ($o:ident, $v:ident, $e:expr, $otherwise:expr) => {
+        if const {
+            OpSet::BUILD
+                .intersection(<$o as Ops>::SET)
+                .contains(Opcode::$v)
+        } {
             $e
         } else {
             $otherwise
@@ -452,13 +470,13 @@ macro_rules! by_math {
 /// not a `match` over every opcode: the latter compiles to a table of one function pointer per
 /// opcode byte, which costs the firmware more than the few compares.
 macro_rules! unary_of {
-    (unary, $set:ident, $v:ident, $m:ident, $e:ty, $op:expr, $math:expr) => {
-        if gate!($set, $op == Opcode::$v, false) {
+    (unary, $o:ident, $v:ident, $m:ident, $e:ty, $op:expr, $math:expr) => {
+        if gate!($o, $v, $op == Opcode::$v, false) {
             return Some($m::scalar::<$e> as fn($e) -> $e);
         }
     };
-    (unary_math, $set:ident, $v:ident, $m:ident, $e:ty, $op:expr, $math:expr) => {
-        if gate!($set, $op == Opcode::$v, false) {
+    (unary_math, $o:ident, $v:ident, $m:ident, $e:ty, $op:expr, $math:expr) => {
+        if gate!($o, $v, $op == Opcode::$v, false) {
             return by_math!(
                 $math,
                 $m::scalar::<$e> as fn($e) -> $e,
@@ -466,54 +484,58 @@ macro_rules! unary_of {
             );
         }
     };
-    ($other:ident, $set:ident, $v:ident, $m:ident, $e:ty, $op:expr, $math:expr) => {};
+    ($other:ident, $o:ident, $v:ident, $m:ident, $e:ty, $op:expr, $math:expr) => {};
 }
 
 /// [`unary_of`] for the binary rows.
 macro_rules! binary_of {
-    (binary, $set:ident, $v:ident, $m:ident, $e:ty, $op:expr) => {
-        if gate!($set, $op == Opcode::$v, false) {
+    (binary, $o:ident, $v:ident, $m:ident, $e:ty, $op:expr) => {
+        if gate!($o, $v, $op == Opcode::$v, false) {
             return Some($m::scalar::<$e> as fn($e, $e) -> $e);
         }
     };
-    ($other:ident, $set:ident, $v:ident, $m:ident, $e:ty, $op:expr) => {};
+    ($other:ident, $o:ident, $v:ident, $m:ident, $e:ty, $op:expr) => {};
 }
 
 /// `return`s the module's shape rule when `op` is the row's opcode, for a `node` row in this
 /// build's vocabulary; nothing for an elementwise row (the fallthrough after the chain).
 macro_rules! infer_of {
-    (node, $set:ident, $v:ident, $m:ident, $op:expr, $attr:expr, $args:expr) => {
-        if gate!($set, $op == Opcode::$v, false) {
+    (node, $o:ident, $v:ident, $m:ident, $op:expr, $attr:expr, $args:expr) => {
+        if gate!($o, $v, $op == Opcode::$v, false) {
             return $m::infer($op, $attr, $args);
         }
     };
-    ($elementwise:ident, $set:ident, $v:ident, $m:ident, $op:expr, $attr:expr, $args:expr) => {};
+    ($elementwise:ident, $o:ident, $v:ident, $m:ident, $op:expr, $attr:expr, $args:expr) => {};
 }
 
 /// [`infer_of`] for the kernels.
 macro_rules! eval_of {
-    (node, $set:ident, $v:ident, $m:ident, $k:ident) => {
-        if gate!($set, $k.op == Opcode::$v, false) {
+    (node, $o:ident, $v:ident, $m:ident, $k:ident) => {
+        if gate!($o, $v, $k.op == Opcode::$v, false) {
             return $m::eval($k);
         }
     };
-    ($elementwise:ident, $set:ident, $v:ident, $m:ident, $k:ident) => {};
+    ($elementwise:ident, $o:ident, $v:ident, $m:ident, $k:ident) => {};
 }
 
 /// The dispatch the opcode table derives: every per-op `match` of this module.
 macro_rules! define_dispatch {
     ($( $code:literal $variant:ident $name:literal $arity:literal $class:ident $attr:ident
         $set:ident $rule:ident $kernel:ident $module:ident $doc:literal ; )*) => {
-        /// [`unary_fn`] for any element.
+        /// [`unary_fn_of`] in the selective build over the op set `O` (see [`crate::Ops`]):
+        /// `None` for an opcode outside `O`, whose function is not linked.
         #[inline(never)] // one copy, shared by `eval` and `unary_fn` (the firmware's code budget)
-        pub fn unary_fn_of<E: Element>(op: Opcode, math: MathProfile) -> Option<fn(E) -> E> {
-            $( unary_of!($kernel, $set, $variant, $module, E, op, math); )*
+        pub fn unary_fn_in<E: Element, O: Ops>(
+            op: Opcode,
+            math: MathProfile,
+        ) -> Option<fn(E) -> E> {
+            $( unary_of!($kernel, O, $variant, $module, E, op, math); )*
             None
         }
 
-        /// [`binary_fn`] for any element.
-        pub fn binary_fn_of<E: Element>(op: Opcode) -> Option<fn(E, E) -> E> {
-            $( binary_of!($kernel, $set, $variant, $module, E, op); )*
+        /// [`binary_fn_of`] in the selective build over the op set `O` (see [`crate::Ops`]).
+        pub fn binary_fn_in<E: Element, O: Ops>(op: Opcode) -> Option<fn(E, E) -> E> {
+            $( binary_of!($kernel, O, $variant, $module, E, op); )*
             None
         }
 
@@ -521,16 +543,20 @@ macro_rules! define_dispatch {
         /// opcode's own rule, else (elementwise) one shape for every argument. An `if` chain
         /// over the `node` rows rather than a `match` over every opcode: smaller code for the
         /// firmware.
-        fn infer_by_table(op: Opcode, attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
-            $( infer_of!($kernel, $set, $variant, $module, op, attr, args); )*
+        fn infer_by_table<O: Ops>(
+            op: Opcode,
+            attr: Attr,
+            args: &[Shape],
+        ) -> Result<Shape, OpError> {
+            $( infer_of!($kernel, O, $variant, $module, op, attr, args); )*
             same_shapes(op, args)
         }
 
         /// The reference kernel of a `node` opcode.
         /// ([`eval`] checked the vocabulary first; an opcode without a `node` kernel answers
         /// [`OpError::Leaf`].)
-        fn eval_by_table<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
-            $( eval_of!($kernel, $set, $variant, $module, k); )*
+        fn eval_by_table<E: Element, O: Ops>(k: Kernel<'_, E>) -> Result<(), OpError> {
+            $( eval_of!($kernel, O, $variant, $module, k); )*
             Err(OpError::Leaf { op: k.op })
         }
 
@@ -557,6 +583,16 @@ crate::opcode::opcode_table!(define_dispatch);
 /// opcode, or a transcendental under a profile this build leaves out.
 pub fn unary_fn(op: Opcode, math: MathProfile) -> Option<fn(f32) -> f32> {
     unary_fn_of::<f32>(op, math)
+}
+
+/// [`unary_fn`] for any element.
+pub fn unary_fn_of<E: Element>(op: Opcode, math: MathProfile) -> Option<fn(E) -> E> {
+    unary_fn_in::<E, BuildOps>(op, math)
+}
+
+/// [`binary_fn`] for any element.
+pub fn binary_fn_of<E: Element>(op: Opcode) -> Option<fn(E, E) -> E> {
+    binary_fn_in::<E, BuildOps>(op)
 }
 
 /// `pow`'s scalar function (`x^p`) under `math`; `None` for a profile this build leaves out.
@@ -602,6 +638,25 @@ pub fn eval<E: Element>(
     arg_shapes: &[Shape],
     out: &mut [E],
 ) -> Result<(), OpError> {
+    eval_in::<E, BuildOps>(op, attr, math, args, arg_shapes, out)
+}
+
+/// [`eval`] in the selective build over the op set `O` (see [`crate::Ops`]): only `O`'s
+/// kernels are linked.
+///
+/// # Shapes
+/// As [`eval`].
+///
+/// # Errors
+/// As [`eval`]; [`OpError::Unsupported`] for an opcode outside `O`.
+pub fn eval_in<E: Element, O: Ops>(
+    op: Opcode,
+    attr: Attr,
+    math: MathProfile,
+    args: &[&[E]],
+    arg_shapes: &[Shape],
+    out: &mut [E],
+) -> Result<(), OpError> {
     if args.len() != arg_shapes.len() {
         return Err(OpError::Arity {
             op,
@@ -609,7 +664,7 @@ pub fn eval<E: Element>(
             found: args.len(),
         });
     }
-    let out_shape = infer(op, attr, arg_shapes)?;
+    let out_shape = infer_in::<O>(op, attr, arg_shapes)?;
     if !math.in_build() {
         return Err(OpError::MathProfile { math });
     }
@@ -617,15 +672,15 @@ pub fn eval<E: Element>(
         check_len(op, a, *s)?;
     }
     check_len(op, out, out_shape)?;
-    if let Some(f) = unary_fn_of::<E>(op, math) {
+    if let Some(f) = unary_fn_in::<E, O>(op, math) {
         elementwise::unary(f, args[0], out);
         return Ok(());
     }
-    if let Some(f) = binary_fn_of::<E>(op) {
+    if let Some(f) = binary_fn_in::<E, O>(op) {
         elementwise::binary(f, args[0], args[1], out);
         return Ok(());
     }
-    eval_by_table(Kernel {
+    eval_by_table::<E, O>(Kernel {
         op,
         attr,
         math,

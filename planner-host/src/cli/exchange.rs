@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 
 use tapeplan_planner::io::exchange::{self, Rename};
+use tapeplan_planner::model::run::plan_model_tensors;
 
 use super::{parse_plan, read};
 
@@ -23,10 +24,32 @@ pub fn export(
     renames: &[Rename],
 ) -> Result<ExitCode> {
     let bytes = read(plan)?;
-    let st = exchange::export_checkpoint(&parse_plan(plan, &bytes)?, &read(checkpoint)?, renames)
+    let parsed = parse_plan(plan, &bytes)?;
+    let map = exchange::with_suffix(plan, exchange::NAMES_SUFFIX);
+    let (rules, restored) = if map.is_file() {
+        let names = exchange::read_names(&map)?;
+        let keys: Vec<String> = plan_model_tensors(&parsed)
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        let restored = keys
+            .iter()
+            .filter(|k| names.iter().any(|(short, _)| short == *k))
+            .count();
+        (exchange::compose_renames(&keys, &names, renames)?, restored)
+    } else {
+        (renames.to_vec(), 0)
+    };
+    let st = exchange::export_checkpoint(&parsed, &read(checkpoint)?, &rules)
         .with_context(|| format!("exporting {}", checkpoint.display()))?;
     std::fs::write(output, &st).with_context(|| format!("writing {}", output.display()))?;
     println!("wrote {} ({} bytes)", output.display(), st.len());
+    if restored > 0 {
+        println!(
+            "restored {restored} full state_dict keys from {} (the plan's names are shortened to 24 bytes)",
+            map.display()
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 
+use tapeplan_planner::io::exchange;
 use tapeplan_planner::model::TrainingJob;
 use tapeplan_planner::MemoryReport;
 
@@ -38,16 +39,34 @@ pub fn plan(model: &ModelArgs, output: &Path) -> Result<ExitCode> {
             m.params().len(),
             st.len()
         );
-        let renamed: Vec<String> = m
-            .names()
-            .into_iter()
-            .filter(|(a, b)| a != b)
+        let renamed: Vec<(String, String)> =
+            m.names().into_iter().filter(|(a, b)| a != b).collect();
+        let shown: Vec<String> = renamed
+            .iter()
+            .take(SHOWN_NAMES)
             .map(|(a, b)| format!("{a} -> {b}"))
             .collect();
         if !renamed.is_empty() {
+            let more = renamed.len().saturating_sub(SHOWN_NAMES);
             println!(
-                "ONNX names that differ in the plan (a single data input is x, names over 24 bytes are shortened): {}",
-                renamed.join(", ")
+                "ONNX names that differ in the plan (a single data input is x, names over 24 bytes are shortened): {}{}",
+                shown.join(", "),
+                if more > 0 { format!(", and {more} more") } else { String::new() }
+            );
+        }
+        let shortened: Vec<(String, String)> = m
+            .params()
+            .iter()
+            .filter(|p| p.onnx_name != p.spec.name)
+            .map(|p| (p.spec.name.clone(), p.onnx_name.clone()))
+            .collect();
+        if !shortened.is_empty() {
+            let map = names_path(output);
+            exchange::write_names(&map, &shortened)?;
+            println!(
+                "wrote {} (the {} shortened names and their state_dict keys; `export` restores the keys)",
+                map.display(),
+                shortened.len()
             );
         }
     }
@@ -79,6 +98,16 @@ pub fn init_path(plan: &Path) -> std::path::PathBuf {
     let mut s = plan.as_os_str().to_owned();
     s.push(".init.safetensors");
     std::path::PathBuf::from(s)
+}
+
+/// How many renamed ONNX names `tapeplan plan` prints (the rest are counted; the shortened ones
+/// are all in [`names_path`]'s file).
+const SHOWN_NAMES: usize = 8;
+
+/// Where `tapeplan plan` writes the map from a plan's shortened parameter names to the model's
+/// full `state_dict` keys: `PLAN.names.json` ([`exchange::NAMES_SUFFIX`]).
+pub fn names_path(plan: &Path) -> std::path::PathBuf {
+    exchange::with_suffix(plan, exchange::NAMES_SUFFIX)
 }
 
 /// The memory report of every entry, one line each.

@@ -22,7 +22,8 @@ use tapeplan_planner::model::glorot_uniform;
 use tapeplan_planner::model::run::{file_digest, INIT_SUFFIX};
 use tapeplan_planner::model::RunConfig;
 use tapeplan_planner::protocol::{
-    ENTRY_FORWARD, ENTRY_INIT, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, INPUT_Y, OUTPUT_LOGITS,
+    parameter_digest, ENTRY_FORWARD, ENTRY_INIT, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, INPUT_Y,
+    OUTPUT_LOGITS,
 };
 
 use super::args::{LossArg, ModelArgs, TrainOutputs};
@@ -343,7 +344,21 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
         target_columns,
         ..
     } = args;
-    if write_run.is_some() {
+    if let Some(out) = &write_run {
+        exchange::check_writable(out)?;
+        for (option, path) in [
+            ("the plan", Some(plan.as_path())),
+            ("--data", data_path.as_deref()),
+            ("--init", init.as_deref()),
+        ] {
+            if path.is_some_and(|p| p.to_string_lossy().contains(char::is_whitespace)) {
+                bail!(
+                    "--write-run: a run description separates its keys by spaces, so it cannot \
+                     name {option} {:?}: rename the file without spaces",
+                    path.map(|p| p.display().to_string()).unwrap_or_default()
+                );
+            }
+        }
         describable(&DescribedOptions {
             scale,
             standardize,
@@ -558,6 +573,11 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
     if let Some(metrics) = test_eval.metrics(&mut model)? {
         println!("test {metrics}");
     }
+    // The digest the browser page shows for the same run (docs/getting-started/train-in-a-browser.md).
+    println!(
+        "parameter digest: 0x{:016x}",
+        parameter_digest(model.plan(), model.persistent())
+    );
     if let Some(names) = &class_names {
         print_predictions(&mut model, &test_eval, names)?;
     }

@@ -752,6 +752,76 @@ fn parent_dir(path: &Path) -> &Path {
         .unwrap_or(Path::new("."))
 }
 
+/// The suffix of the file `tapeplan plan` writes beside a plan whose parameter names were
+/// shortened to fit the format's 24 bytes: `PLAN.names.json`, a JSON object from each shortened
+/// plan name to the model's full `state_dict` key ([`write_names`], [`read_names`]).
+pub const NAMES_SUFFIX: &str = ".names.json";
+
+/// Writes the map from shortened plan names to full `state_dict` keys, as a JSON object sorted
+/// by plan name.
+///
+/// # Errors
+/// [`ExchangeError::Io`].
+pub fn write_names(path: &Path, names: &[(String, String)]) -> Result<(), ExchangeError> {
+    let map: std::collections::BTreeMap<&str, &str> = names
+        .iter()
+        .map(|(short, full)| (short.as_str(), full.as_str()))
+        .collect();
+    let text = serde_json::to_string_pretty(&map).unwrap_or_default() + "\n";
+    write_atomic(path, text.as_bytes())
+}
+
+/// Reads a [`NAMES_SUFFIX`] file: `(plan name, full key)` pairs, sorted by plan name.
+///
+/// # Errors
+/// [`ExchangeError::Io`] for an unreadable file; [`ExchangeError::Rename`] for one that is not a
+/// JSON object of strings.
+pub fn read_names(path: &Path) -> Result<Vec<(String, String)>, ExchangeError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ExchangeError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let map: std::collections::BTreeMap<String, String> =
+        serde_json::from_str(&text).map_err(|e| ExchangeError::Rename {
+            rule: path.display().to_string(),
+            why: format!("not a JSON object from plan names to state_dict keys: {e}"),
+        })?;
+    Ok(map.into_iter().collect())
+}
+
+/// The rename rules that give each of `keys` (a plan's tensor names) its full `state_dict` key
+/// from `names` (a [`NAMES_SUFFIX`] map; keys it does not list keep their name), then apply the
+/// user's `renames` to the full keys: `--rename` speaks the model's own names, never the
+/// shortened ones. Each answered rule renames exactly one key.
+///
+/// # Errors
+/// [`ExchangeError::Rename`] for a user rule that matches no full key.
+pub fn compose_renames(
+    keys: &[String],
+    names: &[(String, String)],
+    renames: &[Rename],
+) -> Result<Vec<Rename>, ExchangeError> {
+    let mut used = vec![false; renames.len()];
+    let mut rules: Vec<Rename> = keys
+        .iter()
+        .filter_map(|k| {
+            let full = names
+                .iter()
+                .find(|(short, _)| short == k)
+                .map_or(k.as_str(), |(_, full)| full.as_str());
+            let to = rename(full, renames, &mut used);
+            (to != *k).then(|| Rename {
+                from: k.clone(),
+                to,
+            })
+        })
+        .collect();
+    unused_rule(renames, &used)?;
+    // Longest first: an exact rule for `fc` must not catch `fc.weight` as a prefix before its own.
+    rules.sort_by(|a, b| b.from.len().cmp(&a.from.len()).then(a.from.cmp(&b.from)));
+    Ok(rules)
+}
+
 /// Writes `bytes` to `path` atomically: to `path.tmp` first (flushed to disk), then renamed
 /// over `path`, then the folder flushed (so the rename itself survives a power cut). A crash
 /// leaves either the old file or the new one, never half of one; on an error the `.tmp` file is

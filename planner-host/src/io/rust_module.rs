@@ -2,7 +2,8 @@
 //! aligned `static`, its arena size and identity as constants, and per entry typed accessors of
 //! its bindings (the seeds' "emittable" plan). The firmware includes the module, so the plan is
 //! in flash, the arena can be a `static` of the right size, and every input and output has its
-//! length in its type.
+//! length in its type. Its `PlanOps` names the plan's opcodes for the runtime's selective build
+//! (only their kernels linked; `docs/selective-build.md`).
 //!
 //! The accessors go through the runtime's checked API ([`tapeplan_runtime::Session`]) by name,
 //! so the module never trusts itself: bound to a session of another plan, they answer
@@ -79,7 +80,9 @@ pub fn rust_module(bytes: &[u8], source: &str) -> Result<String, ParseError> {
     let _ = writeln!(
         w,
         "#![allow(dead_code)]\n\n\
-         use tapeplan_runtime::{{EntryId, ExecError, ParseError, Plan, Session}};\n\n\
+         use tapeplan_runtime::{{EntryId, ExecError, Limits, Ops, ParseError, Plan, Scratch, Session}};
+
+\
          /// The plan's bytes, aligned to 4 bytes (the runtime reads its records in place).\n\
          #[repr(C, align(4))]\n\
          pub struct PlanBytes(pub [u8; {}]);\n",
@@ -102,14 +105,35 @@ pub fn rust_module(bytes: &[u8], source: &str) -> Result<String, ParseError> {
          pub const ARENA_ELEMS: usize = {};\n\
          /// The arena in bytes.\npub const ARENA_BYTES: usize = ARENA_ELEMS * 4;\n\
          /// The persistent region (parameters, buffers, optimizer state), in elements.\n\
-         pub const PERSISTENT_ELEMS: usize = {};\n\n\
-         /// Parses and validates [`PLAN`].\n///\n/// # Errors\n\
+         pub const PERSISTENT_ELEMS: usize = {};\n\
+         /// The plan's tensor records: the validator's working memory holds this many\n\
+         /// ([`Scratch`], 7 bytes each).\n\
+         pub const TENSORS: usize = {};\n\n\
+         /// Parses and validates [`PLAN`], with the validator's working memory sized for its\n\
+         /// [`TENSORS`] ({} bytes, on the stack for the call; keep a `static` [`Scratch`] and\n\
+         /// call [`Plan::parse_with_scratch`] yourself to keep it off the stack).\n///\n\
+         /// # Errors\n\
          /// The runtime's [`ParseError`] (none for the bytes `tapeplan emit` wrote, with the\n\
          /// runtime features the plan needs).\n\
-         pub fn plan() -> Result<Plan<'static>, ParseError> {{\n    Plan::parse(&PLAN.0)\n}}\n",
+         pub fn plan() -> Result<Plan<'static>, ParseError> {{\n\
+         \x20   let mut scratch = Scratch::<TENSORS>::new();\n\
+         \x20   Plan::parse_with_scratch(&PLAN.0, &Limits::DEFAULT, &mut scratch)\n}}\n",
         plan.plan_id(),
         plan.arena_elems(),
-        plan.persistent_elems()
+        plan.persistent_elems(),
+        plan.n_tensors(),
+        plan.n_tensors() * 7
+    );
+    let ops = plan.op_set();
+    let _ = writeln!(
+        w,
+        "tapeplan_runtime::op_set!(\n\
+         \x20   /// The plan's {} opcodes ({ops}): a selective build parses and runs the plan\n\
+         \x20   /// over these only (`Plan::parse_selective`, `Session::bind_selective`), so the\n\
+         \x20   /// runtime links only their kernels (docs/selective-build.md).\n\
+         \x20   pub struct PlanOps = [{}]\n);\n",
+        ops.len(),
+        ops.variants()
     );
     let bindings: Vec<_> = (0..plan.n_bindings())
         .filter_map(|i| plan.binding(i))
@@ -143,14 +167,14 @@ pub fn rust_module(bytes: &[u8], source: &str) -> Result<String, ParseError> {
         let _ = writeln!(
             w,
             "\n/// Entry `{name}`: its bindings, with their lengths in their types.\npub mod {module} {{\n\
-             \x20   use super::{{EntryId, ExecError, Plan, Session}};\n\n\
+             \x20   use super::{{EntryId, ExecError, Ops, Plan, Session}};\n\n\
              \x20   /// The entry's name.\n    pub const NAME: &str = {name:?};\n\n\
              \x20   /// The entry in `plan`.\n    ///\n    /// # Errors\n\
              \x20   /// [`ExecError::UnknownEntry`] when `plan` has no entry of this name.\n\
              \x20   pub fn entry(plan: &Plan<'_>) -> Result<EntryId, ExecError> {{\n\
              \x20       plan.entry(NAME)\n            .ok_or(ExecError::UnknownEntry {{ entry: u32::MAX }})\n    }}\n\n\
              \x20   /// Runs the entry.\n    ///\n    /// # Errors\n    /// The runtime's.\n\
-             \x20   pub fn run(s: &mut Session<'_, '_>) -> Result<(), ExecError> {{\n\
+             \x20   pub fn run<O: Ops>(s: &mut Session<'_, '_, O>) -> Result<(), ExecError> {{\n\
              \x20       let e = entry(s.plan())?;\n        s.run(e)\n    }}"
         );
         for b in bindings.iter().filter(|b| b.entry == Some(e)) {
@@ -171,7 +195,7 @@ pub fn rust_module(bytes: &[u8], source: &str) -> Result<String, ParseError> {
                     let _ = writeln!(
                         w,
                         "\n    /// Sets input `{}`, shape {dims:?} ({n} elements, {what}).\n    ///\n    /// # Errors\n    /// The runtime's.\n\
-                         \x20   pub fn {id}(s: &mut Session<'_, '_>, values: &[f32; {n}]) -> Result<(), ExecError> {{\n\
+                         \x20   pub fn {id}<O: Ops>(s: &mut Session<'_, '_, O>, values: &[f32; {n}]) -> Result<(), ExecError> {{\n\
                          \x20       let e = entry(s.plan())?;\n        s.{setter}(e, {:?}, values)\n    }}",
                         b.name, b.name
                     );
@@ -181,7 +205,7 @@ pub fn rust_module(bytes: &[u8], source: &str) -> Result<String, ParseError> {
                     let _ = writeln!(
                         w,
                         "\n    /// Output `{}`, shape {dims:?} ({n} elements), as the last run left it.\n    ///\n    /// # Errors\n    /// The runtime's.\n\
-                         \x20   pub fn {id}<'s>(s: &'s Session<'_, '_>) -> Result<&'s [f32; {n}], ExecError> {{\n\
+                         \x20   pub fn {id}<'s, O: Ops>(s: &'s Session<'_, '_, O>) -> Result<&'s [f32; {n}], ExecError> {{\n\
                          \x20       let e = entry(s.plan())?;\n\
                          \x20       let v = s.output(e, {:?})?;\n\
                          \x20       v.try_into().map_err(|_| ExecError::LengthMismatch {{ expected_elems: {n}, found_elems: v.len() }})\n    }}",

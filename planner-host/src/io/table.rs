@@ -178,6 +178,13 @@ pub fn load_table_bytes(bytes: &[u8], spec: &TableSpec) -> Result<Table, TableEr
         Task::Classification { classes } => {
             let column = target_columns[0];
             let field = |rec: &csv::StringRecord| rec[column].trim().to_owned();
+            // An empty label is a missing value, never a class of its own.
+            if let Some((row, _)) = rows.iter().find(|(_, rec)| field(rec).is_empty()) {
+                return Err(TableError::Targets(format!(
+                    "row {row}, column {}: the label is empty",
+                    column + 1
+                )));
+            }
             let numeric = rows
                 .iter()
                 .all(|(_, rec)| field(rec).parse::<f64>().is_ok());
@@ -334,35 +341,9 @@ impl Standardizer {
     /// `train`'s features `[n, n_features]`; the result `[n_features]` each.
     pub fn fit(train: &Dataset) -> Standardizer {
         let nf = train.n_features();
-        let n = train.len().max(1) as f64;
-        let mut sum = vec![0.0f64; nf];
-        for row in train.features.chunks_exact(nf) {
-            for (s, &x) in sum.iter_mut().zip(row) {
-                *s += f64::from(x);
-            }
-        }
-        let mean: Vec<f64> = sum.iter().map(|s| s / n).collect();
-        let mut sq = vec![0.0f64; nf];
-        for row in train.features.chunks_exact(nf) {
-            for ((s, &x), m) in sq.iter_mut().zip(row).zip(&mean) {
-                *s += (f64::from(x) - m).powi(2);
-            }
-        }
-        let std = sq
-            .iter()
-            .map(|s| {
-                let sd = (s / n).sqrt() as f32;
-                if sd > 0.0 && sd.is_finite() {
-                    sd
-                } else {
-                    1.0
-                }
-            })
-            .collect();
-        Standardizer {
-            mean: mean.iter().map(|&m| m as f32).collect(),
-            std,
-        }
+        let (mut mean, mut std) = (vec![0.0f32; nf], vec![1.0f32; nf]);
+        crate::protocol::standardizer_fit(&train.features, nf, &mut mean, &mut std);
+        Standardizer { mean, std }
     }
 
     /// Standardizes `set`'s features in place: `x ← (x - mean) / std` in `f32`.
@@ -370,12 +351,7 @@ impl Standardizer {
     /// # Shapes
     /// `set`'s features `[n, n_features]` with `n_features == self.mean.len()`.
     pub fn apply(&self, set: &mut Dataset) {
-        let nf = self.mean.len().max(1);
-        for row in set.features.chunks_exact_mut(nf) {
-            for ((x, m), s) in row.iter_mut().zip(&self.mean).zip(&self.std) {
-                *x = (*x - m) / s;
-            }
-        }
+        crate::protocol::standardize_rows(&mut set.features, &self.mean, &self.std);
     }
 
     /// The JSON form saved beside a plan: `{"mean": [...], "std": [...]}` (each `f32` written
@@ -472,6 +448,23 @@ mod tests {
         assert_eq!(mse, 1.75);
         assert_eq!(mae, 3.5 / 3.0);
         assert_eq!(mse_mae(&[], &[]), (0.0, 0.0));
+    }
+
+    #[test]
+    fn an_empty_label_is_an_error_naming_its_cell_not_a_class() {
+        // With a header, data rows count from 2 (the file's line numbers).
+        let e = load_table_bytes(b"a,b,y\n1,2,0\n3,4,\n5,6,1\n", &classification()).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("row 3, column 3: the label is empty"),
+            "{e}"
+        );
+        let e = load_table_bytes(b"1,2,cat\n3,4, \n", &classification()).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("row 2, column 3: the label is empty"),
+            "{e}"
+        );
     }
 
     #[test]

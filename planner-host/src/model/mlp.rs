@@ -6,7 +6,7 @@ use tapeplan_core::{NodeId, Recordable, Reduction, Shape, Tape, TapeError};
 use crate::model::graph::{
     Forward, ForwardCx, InputSpec, Mode, Model, ModelError, ParamKind, ParamSpec,
 };
-use crate::protocol::{SplitMix64, INPUT_LABELS, INPUT_X, INPUT_Y};
+use crate::protocol::{glorot_uniform_fill, SplitMix64, INPUT_LABELS, INPUT_X, INPUT_Y};
 
 /// A hidden layer's activation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -248,10 +248,9 @@ pub fn glorot_uniform(shapes: &[(String, Shape)], seed: u64) -> Vec<Vec<f32>> {
         .map(|(name, s)| {
             if s.rank() == 2 && !crate::model::names::is_training_state(name, &all) {
                 let [fan_in, fan_out, _, _] = s.dims();
-                let a = (6.0f32 / (fan_in + fan_out) as f32).sqrt();
-                (0..s.elems())
-                    .map(|_| (2.0 * rng.next_f32() - 1.0) * a)
-                    .collect()
+                let mut w = vec![0.0; s.elems()];
+                glorot_uniform_fill(&mut rng, fan_in, fan_out, &mut w);
+                w
             } else {
                 vec![0.0; s.elems()]
             }

@@ -866,14 +866,17 @@ impl RunConfig {
         }
         if self.layers[0] != data::DIGITS_FEATURES {
             return Err(config_err(format!(
-                "model's input width is {}, digits rows have {}",
+                "the model's input width is {}, but the bundled digits (the data of a run \
+                 without data=) have {} features: add data=PATH data_digest=HEX",
                 self.layers[0],
                 data::DIGITS_FEATURES
             )));
         }
         if self.layers.last() != Some(&data::DIGITS_CLASSES) {
             return Err(config_err(format!(
-                "model's output width must be the {} digit classes",
+                "the model's output width is {}, but the bundled digits (the data of a run \
+                 without data=) have {} classes: add data=PATH data_digest=HEX",
+                self.layers.last().copied().unwrap_or(0),
                 data::DIGITS_CLASSES
             )));
         }

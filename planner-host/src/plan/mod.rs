@@ -239,6 +239,7 @@ pub fn plan_with(
     options: PlanOptions,
 ) -> Result<Schedule, PlanningError> {
     let region = persistent::persistent_region(tape, entries)?;
+    check_caps(tape, entries, region.tensors.len())?;
     let mut tensors = region.tensors.clone();
     let mut planned = Vec::new();
     for spec in entries {
@@ -314,6 +315,34 @@ pub fn plan_with(
         return Err(PlanningError::Rejected(e.to_string()));
     }
     Ok(schedule)
+}
+
+/// Refuses, before any planning work, a model whose plan would exceed the format's caps on
+/// tensors or instructions (`tapeplan_runtime::Limits::DEFAULT`): each entry's live
+/// instructions each write a tensor of their own, so their sum (plus the persistent tensors) is
+/// a lower bound on both counts. Without it a model far over the caps would be planned in full
+/// (minutes, for thousands of layers) only to be refused by the runtime's validator.
+fn check_caps(tape: &Tape, entries: &[EntrySpec], persistent: usize) -> Result<(), PlanningError> {
+    let caps = tapeplan_runtime::Limits::DEFAULT;
+    let mut instrs = 0usize;
+    for spec in entries {
+        let roots = roots::entry_roots(tape, spec)?;
+        let live = prune::prune(tape, &roots.nodes);
+        instrs += order::tape_order(tape, &live).len();
+    }
+    let tensors = persistent + instrs;
+    let (what, found, cap) = if tensors > caps.max_tensors as usize {
+        ("tensors", tensors, caps.max_tensors)
+    } else if instrs > caps.max_instrs as usize {
+        ("instructions", instrs, caps.max_instrs)
+    } else {
+        return Ok(());
+    };
+    Err(PlanningError::Rejected(format!(
+        "the model needs at least {found} {what} in its plan, over the format's cap of {cap}: \
+         train fewer parameters (--trainable/--frozen: nothing is recorded for the gradient \
+         of what is frozen), plan fewer entries, or use a shallower model"
+    )))
 }
 
 /// The order of an entry's instructions that one planning attempt uses.

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use tapeplan_runtime::{EntryId, ExecError, ParseError, Plan, Session};
+use tapeplan_runtime::{EntryId, ExecError, Limits, Ops, ParseError, Plan, Scratch, Session};
 
 /// The plan's bytes, aligned to 4 bytes (the runtime reads its records in place).
 #[repr(C, align(4))]
@@ -350,15 +350,28 @@ pub const ARENA_ELEMS: usize = 124;
 pub const ARENA_BYTES: usize = ARENA_ELEMS * 4;
 /// The persistent region (parameters, buffers, optimizer state), in elements.
 pub const PERSISTENT_ELEMS: usize = 60;
+/// The plan's tensor records: the validator's working memory holds this many
+/// ([`Scratch`], 7 bytes each).
+pub const TENSORS: usize = 91;
 
-/// Parses and validates [`PLAN`].
+/// Parses and validates [`PLAN`], with the validator's working memory sized for its
+/// [`TENSORS`] (637 bytes, on the stack for the call; keep a `static` [`Scratch`] and
+/// call [`Plan::parse_with_scratch`] yourself to keep it off the stack).
 ///
 /// # Errors
 /// The runtime's [`ParseError`] (none for the bytes `tapeplan emit` wrote, with the
 /// runtime features the plan needs).
 pub fn plan() -> Result<Plan<'static>, ParseError> {
-    Plan::parse(&PLAN.0)
+    let mut scratch = Scratch::<TENSORS>::new();
+    Plan::parse_with_scratch(&PLAN.0, &Limits::DEFAULT, &mut scratch)
 }
+
+tapeplan_runtime::op_set!(
+    /// The plan's 16 opcodes (fill, add, sub, mul, div, neg, tanh, exp, log, detach, matmul, transpose, broadcast, sum_to, max_to, one_hot): a selective build parses and runs the plan
+    /// over these only (`Plan::parse_selective`, `Session::bind_selective`), so the
+    /// runtime links only their kernels (docs/selective-build.md).
+    pub struct PlanOps = [Fill, Add, Sub, Mul, Div, Neg, Tanh, Exp, Log, Detach, MatMul, Transpose, Broadcast, SumTo, MaxTo, OneHot]
+);
 
 /// The persistent tensors' names and element counts.
 pub mod parameters {
@@ -384,7 +397,7 @@ pub mod parameters {
 
 /// Entry `forward`: its bindings, with their lengths in their types.
 pub mod forward {
-    use super::{EntryId, ExecError, Plan, Session};
+    use super::{EntryId, ExecError, Ops, Plan, Session};
 
     /// The entry's name.
     pub const NAME: &str = "forward";
@@ -402,7 +415,7 @@ pub mod forward {
     ///
     /// # Errors
     /// The runtime's.
-    pub fn run(s: &mut Session<'_, '_>) -> Result<(), ExecError> {
+    pub fn run<O: Ops>(s: &mut Session<'_, '_, O>) -> Result<(), ExecError> {
         let e = entry(s.plan())?;
         s.run(e)
     }
@@ -411,7 +424,7 @@ pub mod forward {
     ///
     /// # Errors
     /// The runtime's.
-    pub fn set_x(s: &mut Session<'_, '_>, values: &[f32; 8]) -> Result<(), ExecError> {
+    pub fn set_x<O: Ops>(s: &mut Session<'_, '_, O>, values: &[f32; 8]) -> Result<(), ExecError> {
         let e = entry(s.plan())?;
         s.set_input(e, "x", values)
     }
@@ -420,7 +433,7 @@ pub mod forward {
     ///
     /// # Errors
     /// The runtime's.
-    pub fn logits<'s>(s: &'s Session<'_, '_>) -> Result<&'s [f32; 4], ExecError> {
+    pub fn logits<'s, O: Ops>(s: &'s Session<'_, '_, O>) -> Result<&'s [f32; 4], ExecError> {
         let e = entry(s.plan())?;
         let v = s.output(e, "logits")?;
         v.try_into().map_err(|_| ExecError::LengthMismatch { expected_elems: 4, found_elems: v.len() })
@@ -429,7 +442,7 @@ pub mod forward {
 
 /// Entry `train_step`: its bindings, with their lengths in their types.
 pub mod train_step {
-    use super::{EntryId, ExecError, Plan, Session};
+    use super::{EntryId, ExecError, Ops, Plan, Session};
 
     /// The entry's name.
     pub const NAME: &str = "train_step";
@@ -447,7 +460,7 @@ pub mod train_step {
     ///
     /// # Errors
     /// The runtime's.
-    pub fn run(s: &mut Session<'_, '_>) -> Result<(), ExecError> {
+    pub fn run<O: Ops>(s: &mut Session<'_, '_, O>) -> Result<(), ExecError> {
         let e = entry(s.plan())?;
         s.run(e)
     }
@@ -456,7 +469,7 @@ pub mod train_step {
     ///
     /// # Errors
     /// The runtime's.
-    pub fn set_x(s: &mut Session<'_, '_>, values: &[f32; 8]) -> Result<(), ExecError> {
+    pub fn set_x<O: Ops>(s: &mut Session<'_, '_, O>, values: &[f32; 8]) -> Result<(), ExecError> {
         let e = entry(s.plan())?;
         s.set_input(e, "x", values)
     }
@@ -465,7 +478,7 @@ pub mod train_step {
     ///
     /// # Errors
     /// The runtime's.
-    pub fn set_labels(s: &mut Session<'_, '_>, values: &[f32; 2]) -> Result<(), ExecError> {
+    pub fn set_labels<O: Ops>(s: &mut Session<'_, '_, O>, values: &[f32; 2]) -> Result<(), ExecError> {
         let e = entry(s.plan())?;
         s.set_labels(e, "labels", values)
     }
@@ -474,7 +487,7 @@ pub mod train_step {
     ///
     /// # Errors
     /// The runtime's.
-    pub fn loss<'s>(s: &'s Session<'_, '_>) -> Result<&'s [f32; 1], ExecError> {
+    pub fn loss<'s, O: Ops>(s: &'s Session<'_, '_, O>) -> Result<&'s [f32; 1], ExecError> {
         let e = entry(s.plan())?;
         let v = s.output(e, "loss")?;
         v.try_into().map_err(|_| ExecError::LengthMismatch { expected_elems: 1, found_elems: v.len() })
@@ -483,7 +496,7 @@ pub mod train_step {
 
 /// Entry `init`: its bindings, with their lengths in their types.
 pub mod init {
-    use super::{EntryId, ExecError, Plan, Session};
+    use super::{EntryId, ExecError, Ops, Plan, Session};
 
     /// The entry's name.
     pub const NAME: &str = "init";
@@ -501,7 +514,7 @@ pub mod init {
     ///
     /// # Errors
     /// The runtime's.
-    pub fn run(s: &mut Session<'_, '_>) -> Result<(), ExecError> {
+    pub fn run<O: Ops>(s: &mut Session<'_, '_, O>) -> Result<(), ExecError> {
         let e = entry(s.plan())?;
         s.run(e)
     }

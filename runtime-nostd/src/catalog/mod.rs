@@ -40,7 +40,7 @@
 #![allow(clippy::arithmetic_side_effects)]
 
 use tapeplan_core::ops::{exp, log, pow, sigmoid, softplus, tanh, Attr, OpError};
-use tapeplan_core::{MathProfile, Opcode, Shape, MAX_RANK};
+use tapeplan_core::{MathProfile, OpSet, Opcode, Ops, Shape, MAX_RANK};
 
 mod lanes;
 use lanes::UnOp;
@@ -237,6 +237,15 @@ impl UnOp for PowFast {
     }
 }
 
+/// True when the selective build's op set `O` (the calling function's type parameter; see
+/// `tapeplan_core::Ops`) carries the opcode: a constant, so an arm of another opcode is not
+/// linked.
+macro_rules! on {
+    ($v:ident) => {
+        const { OpSet::BUILD.intersection(O::SET).contains(Opcode::$v) }
+    };
+}
+
 /// The `precise` or `fast` kernel by the plan's profile; `false` (nothing written: the
 /// reference path then reports the missing profile) for a profile this build leaves out.
 macro_rules! by_math {
@@ -256,7 +265,7 @@ macro_rules! by_math {
 /// profile `math`, its arguments given as [`Src`]s; `scalar` is the attribute's scalar
 /// ([`Attr::scalar`]: `pow`'s exponent). Answers `false` (having written nothing) for an opcode
 /// it does not know.
-pub(crate) fn elementwise(
+pub(crate) fn elementwise<O: Ops>(
     op: Opcode,
     scalar: f32,
     math: MathProfile,
@@ -266,48 +275,48 @@ pub(crate) fn elementwise(
 ) -> bool {
     use lanes::ops::*;
     match op {
-        Opcode::Add => lanes::binary(Add, a, b, out),
-        Opcode::Sub => lanes::binary(Sub, a, b, out),
-        Opcode::Mul => lanes::binary(Mul, a, b, out),
-        Opcode::Div => lanes::binary(Div, a, b, out),
-        Opcode::Equal => lanes::binary(Equal, a, b, out),
-        Opcode::Greater => lanes::binary(Greater, a, b, out),
-        Opcode::GreaterEqual => lanes::binary(GreaterEqual, a, b, out),
-        Opcode::Maximum => lanes::binary(Maximum, a, b, out),
-        Opcode::Minimum => lanes::binary(Minimum, a, b, out),
-        Opcode::Neg => lanes::unary(Neg, a, out),
-        Opcode::Abs => lanes::unary(Abs, a, out),
-        Opcode::Relu => lanes::unary(Relu, a, out),
-        Opcode::Heaviside => lanes::unary(Heaviside, a, out),
-        Opcode::Sign => lanes::unary(Sign, a, out),
-        Opcode::Detach => lanes::unary(Detach, a, out),
-        Opcode::Sqrt => lanes::unary(Sqrt, a, out),
-        Opcode::Tanh => by_math!(
+        Opcode::Add if on!(Add) => lanes::binary(Add, a, b, out),
+        Opcode::Sub if on!(Sub) => lanes::binary(Sub, a, b, out),
+        Opcode::Mul if on!(Mul) => lanes::binary(Mul, a, b, out),
+        Opcode::Div if on!(Div) => lanes::binary(Div, a, b, out),
+        Opcode::Equal if on!(Equal) => lanes::binary(Equal, a, b, out),
+        Opcode::Greater if on!(Greater) => lanes::binary(Greater, a, b, out),
+        Opcode::GreaterEqual if on!(GreaterEqual) => lanes::binary(GreaterEqual, a, b, out),
+        Opcode::Maximum if on!(Maximum) => lanes::binary(Maximum, a, b, out),
+        Opcode::Minimum if on!(Minimum) => lanes::binary(Minimum, a, b, out),
+        Opcode::Neg if on!(Neg) => lanes::unary(Neg, a, out),
+        Opcode::Abs if on!(Abs) => lanes::unary(Abs, a, out),
+        Opcode::Relu if on!(Relu) => lanes::unary(Relu, a, out),
+        Opcode::Heaviside if on!(Heaviside) => lanes::unary(Heaviside, a, out),
+        Opcode::Sign if on!(Sign) => lanes::unary(Sign, a, out),
+        Opcode::Detach if on!(Detach) => lanes::unary(Detach, a, out),
+        Opcode::Sqrt if on!(Sqrt) => lanes::unary(Sqrt, a, out),
+        Opcode::Tanh if on!(Tanh) => by_math!(
             math,
             lanes::unary(Tanh, a, out),
             lanes::unary(TanhFast, a, out)
         ),
-        Opcode::Exp => by_math!(
+        Opcode::Exp if on!(Exp) => by_math!(
             math,
             lanes::unary(Exp, a, out),
             lanes::unary(ExpFast, a, out)
         ),
-        Opcode::Log => by_math!(
+        Opcode::Log if on!(Log) => by_math!(
             math,
             lanes::unary(Log, a, out),
             lanes::unary(LogFast, a, out)
         ),
-        Opcode::Sigmoid => by_math!(
+        Opcode::Sigmoid if on!(Sigmoid) => by_math!(
             math,
             lanes::unary(Sigmoid, a, out),
             lanes::unary(SigmoidFast, a, out)
         ),
-        Opcode::Softplus => by_math!(
+        Opcode::Softplus if on!(Softplus) => by_math!(
             math,
             lanes::unary(Softplus, a, out),
             lanes::unary(SoftplusFast, a, out)
         ),
-        Opcode::Pow => {
+        Opcode::Pow if on!(Pow) => {
             // Unused in a build without either math profile (which runs no plan at all).
             #[cfg_attr(
                 not(any(feature = "math-precise", feature = "math-fast")),
@@ -341,7 +350,7 @@ fn batched(d: &Dims) -> [usize; 3] {
 /// Runs a structural instruction or `fill` from the catalog when it has a kernel for `op` at
 /// these shapes, and answers `true`; otherwise answers `false` having written nothing. `args`
 /// are disjoint from `out`; lengths equal the dims' element counts (the caller checked).
-pub(crate) fn structural(
+pub(crate) fn structural<O: Ops>(
     op: Opcode,
     scalar: f32,
     args: &[&[f32]],
@@ -350,11 +359,11 @@ pub(crate) fn structural(
     out: &mut [f32],
 ) -> bool {
     match (op, args, arg_dims) {
-        (Opcode::Fill, _, _) => {
+        (Opcode::Fill, _, _) if on!(Fill) => {
             out.fill(scalar);
             true
         }
-        (Opcode::MatMul, [a, b], [da, db]) => {
+        (Opcode::MatMul, [a, b], [da, db]) if on!(MatMul) => {
             let ([batch, m, k], [batch_b, k_b, n]) = (batched(da), batched(db));
             if da.rank != db.rank || batch != batch_b || k_b != k {
                 return false;
@@ -374,7 +383,7 @@ pub(crate) fn structural(
             }
             true
         }
-        (Opcode::Transpose, [x], [dx]) => {
+        (Opcode::Transpose, [x], [dx]) if on!(Transpose) => {
             let [batch, m, n] = batched(dx);
             if x.len() != out.len() || x.len() != batch * m * n {
                 return false;
@@ -389,23 +398,23 @@ pub(crate) fn structural(
             }
             true
         }
-        (Opcode::Reshape, [x], _) => {
+        (Opcode::Reshape, [x], _) if on!(Reshape) => {
             if x.len() != out.len() {
                 return false;
             }
             out.copy_from_slice(x);
             true
         }
-        (Opcode::Select, [c, a, b], _) => {
+        (Opcode::Select, [c, a, b], _) if on!(Select) => {
             if c.len() != out.len() || a.len() != out.len() || b.len() != out.len() {
                 return false;
             }
             lanes::select(c, a, b, out);
             true
         }
-        (Opcode::Broadcast, [x], [dx]) => broadcast(x, dx, out, out_dims),
-        (Opcode::SumTo, [x], [dx]) => sum_to(x, dx, out, out_dims),
-        (Opcode::MaxTo, [x], [dx]) => max_to(x, dx, out, out_dims),
+        (Opcode::Broadcast, [x], [dx]) if on!(Broadcast) => broadcast(x, dx, out, out_dims),
+        (Opcode::SumTo, [x], [dx]) if on!(SumTo) => sum_to(x, dx, out, out_dims),
+        (Opcode::MaxTo, [x], [dx]) if on!(MaxTo) => max_to(x, dx, out, out_dims),
         _ => false,
     }
 }
@@ -634,7 +643,7 @@ pub fn eval(
     if op.class() == tapeplan_core::OpClass::Elementwise {
         let a = args.first().map_or(Src::Out, |a| Src::Buf(a));
         let b = args.get(1).map_or(Src::Out, |b| Src::Buf(b));
-        if elementwise(op, attr.scalar(), math, a, b, out) {
+        if elementwise::<tapeplan_core::BuildOps>(op, attr.scalar(), math, a, b, out) {
             return Ok(());
         }
     } else if op == Opcode::Conv && cfg!(feature = "simd") {
@@ -647,7 +656,7 @@ pub fn eval(
             *d = Dims::of(*s);
         }
         let n = arg_shapes.len().min(dims.len());
-        if structural(
+        if structural::<tapeplan_core::BuildOps>(
             op,
             attr.scalar(),
             args,
@@ -685,7 +694,7 @@ pub fn has_kernel(op: Opcode, attr: Attr, arg_shapes: &[Shape]) -> bool {
                 .into_iter()
                 .find(|m| m.in_build())
                 .unwrap_or(MathProfile::Precise);
-            elementwise(
+            elementwise::<tapeplan_core::BuildOps>(
                 op,
                 attr.scalar(),
                 math,

@@ -313,7 +313,10 @@ impl OnnxModel {
         }
         match self.fixed_batch {
             Some(b) if b != batch => Err(ModelError::Invalid(format!(
-                "the ONNX graph's inputs fix the batch at {b} (dimension 0 is not named), not {batch}"
+                "the ONNX graph's inputs fix the batch at {b} (dimension 0 is a number, not a \
+                 name), so it cannot be planned at batch {batch}: plan it with --batch {b}, or \
+                 export the model with a named batch dimension (torch.onnx.export(..., \
+                 dynamic_axes={{\"input\": {{0: \"batch\"}}}}))"
             ))),
             _ => Ok(()),
         }
