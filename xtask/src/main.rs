@@ -21,6 +21,7 @@ mod docs;
 
 mod firmware;
 mod fuzz;
+mod mathcheck;
 mod onnx;
 mod ort;
 mod package;
@@ -235,6 +236,12 @@ const VERBS: &[Verb] = &[
         usage: "bench [--quick] | bench --peers [--rounds N] [--smoke]",
         about: "train-step benchmarks W1-W3, scalar and simd catalogs (-C target-cpu=native): the table of docs/benchmarks.md; --peers: W1-W3 side by side with JAX (lax.scan and one jit call per step) and ONNX Runtime training, pinned to one core, interleaved rounds (default 13), the ratio table and each system's check figures (--smoke: one epoch, one round)",
         run: bench::verb_bench,
+    },
+    Verb {
+        name: "mathcheck",
+        usage: "mathcheck [--stride N] [--only NAME] [--baseline]",
+        about: "the catalog's tanh, exp, log, sigmoid and softplus against libm on all 2^32 f32 inputs, in release (-C target-cpu=native; --baseline: SSE2 too), and libm's accuracy against f64 (max ulp); --stride N: every Nth input",
+        run: mathcheck::verb_mathcheck,
     },
     Verb {
         name: "fuzz",

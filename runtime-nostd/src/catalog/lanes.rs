@@ -20,6 +20,9 @@ use tapeplan_core::ops::{
 mod width {
     #[cfg(target_feature = "avx512f")]
     pub type V = wide::f32x16;
+    /// Integer lanes of the same width (bit patterns and exponents in `vecmath`).
+    #[cfg(target_feature = "avx512f")]
+    pub type I = wide::i32x16;
     #[cfg(target_feature = "avx512f")]
     pub const CATALOG: &str = "simd-avx512";
     /// Vectors of columns per matrix-product tile (registers: `MR * NR` accumulators, `NR` of
@@ -30,12 +33,16 @@ mod width {
     #[cfg(all(not(target_feature = "avx512f"), target_feature = "avx"))]
     pub type V = wide::f32x8;
     #[cfg(all(not(target_feature = "avx512f"), target_feature = "avx"))]
+    pub type I = wide::i32x8;
+    #[cfg(all(not(target_feature = "avx512f"), target_feature = "avx"))]
     pub const CATALOG: &str = "simd-avx2";
     #[cfg(all(not(target_feature = "avx512f"), target_feature = "avx"))]
     pub const NR: usize = 2;
 
     #[cfg(not(any(target_feature = "avx512f", target_feature = "avx")))]
     pub type V = wide::f32x4;
+    #[cfg(not(any(target_feature = "avx512f", target_feature = "avx")))]
+    pub type I = wide::i32x4;
     #[cfg(all(
         not(any(target_feature = "avx512f", target_feature = "avx")),
         target_feature = "sse2"
@@ -57,7 +64,7 @@ mod width {
 }
 
 #[cfg(feature = "simd")]
-pub(crate) use width::{CATALOG, L, V};
+pub(crate) use width::{CATALOG, I, L, V};
 #[cfg(feature = "simd")]
 pub const LANES: usize = L;
 
@@ -69,7 +76,7 @@ pub const LANES: usize = 1;
 /// A one-argument elementwise operation: its scalar (the reference's function) and, with
 /// `simd`, its lane-wise form, which must give the same bits lane by lane. The default lane
 /// form applies the scalar to each lane; operations without a lane form of their own
-/// (`VECTOR = false`: the `libm` transcendentals) run the scalar loop instead.
+/// (`VECTOR = false`: `pow` and the `fast` transcendentals) run the scalar loop instead.
 pub(crate) trait UnOp: Copy {
     /// True when [`UnOp::v`] is a real lane-wise form.
     #[cfg(feature = "simd")]

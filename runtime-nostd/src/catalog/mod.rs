@@ -7,10 +7,12 @@
 //!   function pointer per element); with feature `simd`, the lane-wise ones (`add`, `sub`,
 //!   `mul`, `div`, `neg`, `abs`, `relu`, `heaviside`, `sign`, `detach`, `sqrt`, the masks, `maximum`,
 //!   `minimum`, `select`) run on vectors of `f32` lanes. Each output element is computed from the
-//!   same-index argument elements alone, so the lane width cannot change a bit. The
-//!   transcendentals (`tanh`, `exp`, `log`, `sigmoid`, `softplus`, `pow`) call the reference's
-//!   own scalar function for the plan's math profile (`libm` under `precise`, micromath's
-//!   approximations under `fast`), element by element.
+//!   same-index argument elements alone, so the lane width cannot change a bit. Under the
+//!   `precise` profile, `tanh`, `exp`, `log`, `sigmoid` and `softplus` also run on vectors with
+//!   `simd`: `vecmath`'s lane-wise ports of `libm`'s `tanhf`, `expf`, `logf` and `log1pf`
+//!   (the same bits as `libm` for every `f32` input; `cargo xtask mathcheck` checks all 2^32).
+//!   `pow`, and every transcendental under `fast` (micromath's approximations), call the
+//!   reference's own scalar function, element by element.
 //! - **`matmul`**: each output `out[i, j]` starts at `+0.0` and accumulates
 //!   `acc = acc + a[i, p] * b[p, j]` (a rounded product, then a rounded sum; never fused) over
 //!   `p = 0, 1, …, k-1` in increasing order, exactly the reference's per-element order. With
@@ -42,6 +44,8 @@ use tapeplan_core::{MathProfile, OpSet, Opcode, Ops, Shape, MAX_RANK};
 
 mod lanes;
 use lanes::UnOp;
+#[cfg(feature = "simd")]
+mod vecmath;
 
 /// Which catalog this build carries: `"scalar"`, or `"simd-avx512"`, `"simd-avx2"`,
 /// `"simd-sse2"`, `"simd128"`, `"simd-portable"` (the `simd` feature on a target without vector
@@ -168,26 +172,42 @@ pub(crate) fn pattern(small: &Dims, big: &Dims) -> Pattern {
 // Elementwise.
 
 macro_rules! unary_ops {
-    ($($name:ident => $f:path;)*) => {$(
+    ($($name:ident => $f:path $(, $v:path)?;)*) => {$(
         // A build with one math profile leaves the other's unused.
         #[allow(dead_code)]
         #[derive(Clone, Copy)]
         struct $name;
         impl UnOp for $name {
+            $(
+                #[cfg(feature = "simd")]
+                const VECTOR: bool = {
+                    let _ = $v;
+                    true
+                };
+            )?
             #[inline(always)]
             fn s(self, x: f32) -> f32 {
                 $f(x)
             }
+            $(
+                #[cfg(feature = "simd")]
+                #[inline(always)]
+                fn v(self, x: lanes::V) -> lanes::V {
+                    $v(x)
+                }
+            )?
         }
     )*};
 }
 
+// The `precise` transcendentals run lane-wise ports of `libm` with `simd` (`vecmath`: the same
+// bits for every input); the `fast` ones run micromath's scalar code element by element.
 unary_ops! {
-    Tanh => tanh::scalar;
-    Exp => exp::scalar;
-    Log => log::scalar;
-    Sigmoid => sigmoid::scalar;
-    Softplus => softplus::scalar;
+    Tanh => tanh::scalar, vecmath::tanhf;
+    Exp => exp::scalar, vecmath::expf;
+    Log => log::scalar, vecmath::logf;
+    Sigmoid => sigmoid::scalar, vecmath::sigmoid;
+    Softplus => softplus::scalar, vecmath::softplus;
     TanhFast => tanh::scalar_fast;
     ExpFast => exp::scalar_fast;
     LogFast => log::scalar_fast;

@@ -1,0 +1,74 @@
+"""Before against after, interleaved: two builds of planner-host's `peers` example (the
+tapeplan worker of `cargo xtask bench --peers`), both pinned to core 1, answering
+`run W<n> tapeplan` in alternating order, round after round (docs/benchmarks.md, "After the
+vector transcendentals").
+
+Usage: peers_ab.py BEFORE_BIN AFTER_BIN DIR ROUNDS
+
+DIR holds the workloads `peers export DIR` wrote. Prints, per workload, the median time per step
+of each build, the median over rounds of each round's after ÷ before, and whether both builds
+ended every round with the same final loss and Σ|parameters| (they must, when the change keeps
+the bits).
+"""
+
+import statistics
+import subprocess
+import sys
+
+WORKLOADS = ["W1", "W2", "W3"]
+
+
+def start(binary, data):
+    p = subprocess.Popen(
+        ["taskset", "-c", "1", binary, "serve", data],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    line = p.stdout.readline().strip()
+    if not line.startswith("ready"):
+        sys.exit(f"{binary} said {line!r} instead of `ready <name>`")
+    return p
+
+
+def run(p, workload):
+    p.stdin.write(f"run {workload} tapeplan\n")
+    p.stdin.flush()
+    words = p.stdout.readline().split()
+    return dict(w.split("=", 1) for w in words[3:])
+
+
+def main():
+    if len(sys.argv) != 5:
+        sys.exit(__doc__)
+    before, after, data, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    print(open("/proc/loadavg").read().strip(), "(load before)")
+    workers = {"before": start(before, data), "after": start(after, data)}
+    results = {}
+    for r in range(rounds):
+        for w in WORKLOADS:
+            order = ["before", "after"] if r % 2 == 0 else ["after", "before"]
+            for build in order:
+                results.setdefault((w, build), []).append(run(workers[build], w))
+    for p in workers.values():
+        p.stdin.close()
+        p.wait()
+    print(open("/proc/loadavg").read().strip(), "(load after)")
+    for w in WORKLOADS:
+        b, a = results[(w, "before")], results[(w, "after")]
+        tb = [float(f["ns_per_step"]) for f in b]
+        ta = [float(f["ns_per_step"]) for f in a]
+        ratio = statistics.median(x / y for x, y in zip(ta, tb))
+        same = all(
+            fa["loss_final"] == fb["loss_final"] and fa["param_abs_sum"] == fb["param_abs_sum"]
+            for fa, fb in zip(a, b)
+        )
+        print(
+            f"{w}: before {statistics.median(tb) / 1e3:.2f} us/step, "
+            f"after {statistics.median(ta) / 1e3:.2f} us/step, "
+            f"after / before {ratio:.3f}; same final loss and parameters every round: {same}"
+        )
+
+
+if __name__ == "__main__":
+    main()
