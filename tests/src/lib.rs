@@ -1,9 +1,15 @@
 //! What the cross-crate tests share: the conformance cases (one or more per opcode) with their
 //! inputs and builders, and the dual number of forward mode (shared with the example
-//! `forward_mode`). The tests themselves are one binary, `tests/tests/cross/` (one module per
-//! subject), so the workspace links one test executable for them instead of one per file.
+//! `forward_mode`), and the runtime tests' plan builder. The tests themselves are one binary,
+//! `tests/tests/cross/` (one module per subject), so the workspace links one test executable for
+//! them instead of one per file.
 #![allow(missing_docs, clippy::unwrap_used, clippy::indexing_slicing)]
 
+/// The runtime tests' plan builder, record editors and host helpers, included by path: the
+/// runtime's own tests cannot depend on this crate, and the fused-chain suite moved here from
+/// them builds its plans with it.
+#[path = "../../runtime-nostd/tests/common/mod.rs"]
+pub mod builder;
 pub mod cases;
 pub mod dual;
 pub mod readers;

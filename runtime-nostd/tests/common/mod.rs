@@ -1,5 +1,6 @@
 //! A test-only plan builder over the core format encoders, a host reference interpreter, and
-//! helpers to damage plans and recompute their CRC.
+//! helpers to damage plans and recompute their CRC. The runtime's tests (`tests/runtime/`) and
+//! the cross-crate tests (`tapeplan-tests`, as `tapeplan_tests::builder`) include it by path.
 #![allow(dead_code, missing_docs)]
 
 use std::collections::HashMap;
@@ -7,8 +8,8 @@ use std::collections::HashMap;
 use tapeplan_core::format::{
     decode_attr, encode_name, plan_crc, BindingKind, BindingRecord, EntryRecord, Header,
     InstrRecord, TensorKind, TensorRecord, ALL_ENTRIES, BINDING_RECORD_BYTES, CRC_OFFSET,
-    ENTRY_RECORD_BYTES, HEADER_BYTES, INSTR_RECORD_BYTES, MAGIC, NO_ARG, TENSOR_RECORD_BYTES,
-    VERSION,
+    ENTRY_RECORD_BYTES, FUSE_NEXT, HEADER_BYTES, INSTR_RECORD_BYTES, MAGIC, NO_ARG,
+    TENSOR_RECORD_BYTES, VERSION,
 };
 use tapeplan_core::ops::eval;
 use tapeplan_core::MathProfile;
@@ -154,6 +155,33 @@ impl Builder {
         recrc(&mut b);
         b
     }
+}
+
+/// x [n] input at 0; a chain of `len` members: r_i = neg(prev) in register slot `i % 4`, the
+/// last member writing y [n] at `n_al` (output), every member but the last flagged
+/// `FUSE_NEXT`.
+pub fn neg_chain(n: u32, len: usize) -> Builder {
+    use TensorKind::{Register as R, Scratch as S};
+    let al = n.div_ceil(4) * 4;
+    let mut b = Builder::new(2 * al, 0);
+    let x = b.tensor(0, &[n], S);
+    let mut prev = x;
+    for i in 0..len {
+        let out = if i + 1 == len {
+            b.tensor(al, &[n], S)
+        } else {
+            b.tensor((i % 4) as u32, &[n], R)
+        };
+        b.instr(Opcode::Neg, out, &[prev], 0);
+        prev = out;
+    }
+    for k in 0..len - 1 {
+        b.instrs[k].flags = FUSE_NEXT;
+    }
+    b.entry("e", 0, len as u32);
+    b.bind("x", BindingKind::Input, 0, x);
+    b.bind("y", BindingKind::Output, 0, prev);
+    b
 }
 
 /// Recomputes and stores the CRC (if the bytes hold a header).

@@ -2,7 +2,7 @@
 //! file of an earlier run replaced by a command that then fails.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -4,7 +4,7 @@
 // The fused-chain tests need feature `fusion` (the firmware's build leaves it out).
 #![cfg_attr(not(feature = "fusion"), allow(unused_imports, dead_code))]
 
-mod common;
+use crate::common;
 
 use common::mlp::*;
 use common::*;
@@ -843,7 +843,7 @@ fn chain_plan() -> (Builder, [u32; 4]) {
 
 #[cfg(feature = "fusion")]
 #[test]
-#[cfg(feature = "fusion")] // without it, every chain is `NotBuilt` (fusion_hostile)
+#[cfg(feature = "fusion")] // without it, every chain is `NotBuilt`
 fn fused_chain_rules() {
     use tapeplan_runtime::FusionRule as R;
     let (ok, [x, r, y, z]) = chain_plan();
@@ -936,7 +936,7 @@ fn fused_chain_rules() {
 
 #[cfg(feature = "fusion")]
 #[test]
-#[cfg(feature = "fusion")] // without it, every chain is `NotBuilt` (fusion_hostile)
+#[cfg(feature = "fusion")] // without it, every chain is `NotBuilt`
 fn fused_chain_partial_alias_is_rejected() {
     // x [8] at 0 is read by the chain's first member only; y [8] written by its second member
     // at offset 4: unfused this is legal (x dies before y is born), a tile at a time it is not.
@@ -990,6 +990,65 @@ fn fused_chains_need_the_feature() {
             rule: tapeplan_runtime::FusionRule::NotBuilt
         })
     );
+}
+
+/// A runtime built without fused chains (firmware) rejects every plan with a chain, at its
+/// first member, and still runs plans whose register tensors nothing uses (through
+/// `Session::run` and `Session::run_program`: the reference kernel's bits, nothing written past
+/// the arena). The fused-chain suite itself is `tapeplan-tests`' `fusion_hostile_chains`, whose
+/// runtime always has `fusion`; this part of it runs here, in the builds without.
+#[cfg(not(feature = "fusion"))]
+#[test]
+fn without_the_feature_chains_are_rejected() {
+    use std::collections::HashMap;
+    use tapeplan_runtime::{Decoded, FusionRule};
+    let fusion = |instr, rule| {
+        ParseError::Validate(ValidateError::Fusion {
+            entry: 0,
+            instr,
+            rule,
+        })
+    };
+    assert_eq!(
+        err(neg_chain(8, 3).build()),
+        fusion(0, FusionRule::NotBuilt)
+    );
+    // y = neg(x), x at 0 and y at 8, and a register tensor nothing reads or writes.
+    let mut b = neg_chain(8, 1);
+    b.tensor(3, &[8], TensorKind::Register);
+    let bytes = b.build();
+    let plan = Plan::parse(&bytes).unwrap();
+    let init = floats(1, 16);
+    let mut vals = HashMap::from([(0u32, init[..8].to_vec())]);
+    reference(&b, 0, 1, &mut vals);
+    let mut want = init.clone();
+    want[8..].copy_from_slice(&vals[&1]);
+    const SENTINEL: f32 = -7.25e-33;
+    for decoded in [false, true] {
+        let mut arena = init.clone();
+        arena.extend([SENTINEL; 37]);
+        let e = plan.entry("e").unwrap();
+        let mut s = Session::bind(&plan, &mut arena).unwrap();
+        if decoded {
+            let mut buf = vec![Decoded::EMPTY; plan.entry_instrs(e).unwrap()];
+            let p = s.decode(e, &mut buf).unwrap();
+            s.run_program(&p).unwrap();
+        } else {
+            s.run(e).unwrap();
+        }
+        let arena = s.into_arena();
+        assert!(
+            arena[16..]
+                .iter()
+                .all(|v| v.to_bits() == SENTINEL.to_bits()),
+            "wrote past the arena"
+        );
+        assert_eq!(bits(&arena[..16]), bits(&want), "decoded {decoded}");
+    }
+    // Registers used by instructions outside a chain: the chain rule, not `NotBuilt`.
+    let mut b = neg_chain(8, 2);
+    b.instrs[0].flags = 0;
+    assert_eq!(err(b.build()), fusion(0, FusionRule::RegisterOutsideChain));
 }
 
 /// Flag bit 0 is the math profile: a plan of either profile parses in a build with both (the

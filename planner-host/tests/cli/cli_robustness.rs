@@ -2,7 +2,7 @@
 //! holes 3 to 6): non-finite data or parameters, epochs that commit nothing, unwritable
 //! outputs, a kill between the loss curve and the checkpoint, and a closed standard output.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};

@@ -1,7 +1,7 @@
 //! Checkpoints: golden bytes, save → restore round trips, and every rejection leaves the
 //! arena's bits exactly as they were.
 
-mod common;
+use crate::common;
 
 use common::*;
 use tapeplan_core::format::{BindingKind, TensorKind, CRC32};

@@ -1,6 +1,6 @@
 //! Running validated plans: the bits are the reference kernels', the API's errors are values.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

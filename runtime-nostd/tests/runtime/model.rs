@@ -2,7 +2,7 @@
 //! a few shared slots, validated by the runtime's sweep and by an independent brute-force
 //! reading of the spec (every pair of tensors), which must agree.
 
-mod common;
+use crate::common;
 
 use common::*;
 use proptest::prelude::*;

@@ -2,7 +2,7 @@
 //! parameters written beside the plan, trainable subsets, and an unsupported operator's error.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

@@ -3,7 +3,7 @@
 //! validation split, widths inferred from the data, no silent overwrite, model options beside a
 //! plan refused, initial parameters from a file, key remaps.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -1,7 +1,7 @@
 //! What the CLI says to a person (issue 17): help texts that name every optimizer, `describe`
 //! saying what model a plan is, and data errors that number rows and columns one way.
 
-mod common;
+use crate::common;
 
 use std::process::Output;
 

@@ -5,7 +5,7 @@
 //! one-bit change reported at its step.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

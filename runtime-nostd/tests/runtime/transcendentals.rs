@@ -4,7 +4,7 @@
 //! `libm` code and its neighbours, and on the points where the range reductions change `k`.
 //! All 2^32 inputs: `cargo xtask mathcheck`.
 
-mod sweep;
+use crate::sweep;
 
 use tapeplan_core::Opcode;
 

@@ -2,7 +2,7 @@
 //! round trip, the rejections, and the CLI flow (train → checkpoint → export → import →
 //! resume), with `scripts/check_export.py` run when numpy and safetensors are importable.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

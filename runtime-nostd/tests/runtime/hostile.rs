@@ -1,6 +1,6 @@
 //! Hostile bytes: nothing panics, reads or writes outside the arena, or loops for long.
 
-mod common;
+use crate::common;
 
 use common::*;
 use proptest::prelude::*;

@@ -1,6 +1,6 @@
 //! Validation time stays bounded for plans at the spec's limits.
 
-mod common;
+use crate::common;
 
 use std::time::Instant;
 

@@ -6,7 +6,7 @@
 //! scalar catalog, `--features simd` the vectorized one (with `RUSTFLAGS="-C target-cpu=native"`
 //! its AVX-512 or AVX2 form).
 
-mod common;
+use crate::common;
 
 use common::{bits, Builder};
 use proptest::prelude::*;

@@ -2,7 +2,7 @@
 //! memory: a plan over `Plan::parse`'s stack scratch is refused with the way out named, loads
 //! through a larger scratch, and a plan over the spec's caps is refused by every reader.
 
-mod common;
+use crate::common;
 
 use common::*;
 use tapeplan_core::format::TensorKind;

@@ -6,7 +6,6 @@
 //! `Session::run_program` and as an unfused copy (registers moved to fresh arena ranges), and
 //! never touch an element past `arena_elems`. NaNs compare as one class. Without feature
 //! `fusion` (the firmware's build), chains are `NotBuilt`.
-#![cfg_attr(not(feature = "fusion"), allow(dead_code, unused_imports))]
 #![allow(
     clippy::indexing_slicing,
     clippy::unwrap_used,
@@ -14,17 +13,15 @@
     missing_docs
 )]
 
-mod common;
-
 use std::collections::HashMap;
 
-use common::*;
 use tapeplan_core::format::{BindingKind, TensorKind, FUSE_NEXT, MAX_CHAIN_INSTRS};
 use tapeplan_core::ops::eval;
 use tapeplan_core::Opcode;
 use tapeplan_runtime::{
     DecodeError, Decoded, ExecError, FusionRule, ParseError, Plan, Session, ValidateError,
 };
+use tapeplan_tests::builder::*;
 
 const SENTINEL: f32 = -7.25e-33;
 const PAD: usize = 37;
@@ -205,31 +202,7 @@ fn fused(b: &mut Builder, instrs: std::ops::Range<usize>) {
 
 use TensorKind::{Persistent as P, Register as R, Scratch as S};
 
-/// x [n] input at 0; a chain of `len` members: r_i = neg(prev) in register slot `i % 4`, the
-/// last member writing y [n] at `n_al` (output).
-fn neg_chain(n: u32, len: usize) -> Builder {
-    let al = n.div_ceil(4) * 4;
-    let mut b = Builder::new(2 * al, 0);
-    let x = b.tensor(0, &[n], S);
-    let mut prev = x;
-    for i in 0..len {
-        let out = if i + 1 == len {
-            b.tensor(al, &[n], S)
-        } else {
-            b.tensor((i % 4) as u32, &[n], R)
-        };
-        b.instr(Opcode::Neg, out, &[prev], 0);
-        prev = out;
-    }
-    fused(&mut b, 0..len - 1);
-    b.entry("e", 0, len as u32);
-    b.bind("x", BindingKind::Input, 0, x);
-    b.bind("y", BindingKind::Output, 0, prev);
-    b
-}
-
 #[test]
-#[cfg(feature = "fusion")]
 fn chains_of_16_run_and_17_are_rejected() {
     for n in [1u32, 5, 64, 65, 200] {
         let b = neg_chain(n, MAX_CHAIN_INSTRS);
@@ -256,7 +229,6 @@ fn chains_of_16_run_and_17_are_rejected() {
 }
 
 #[test]
-#[cfg(feature = "fusion")]
 fn registers_read_before_written_or_across_chains() {
     // r read by the chain's first member, written by its second.
     let mut b = Builder::new(8, 0);
@@ -326,7 +298,6 @@ fn registers_read_before_written_or_across_chains() {
 }
 
 #[test]
-#[cfg(feature = "fusion")]
 fn registers_overwritten_written_twice_bound_or_misshapen() {
     let base = || {
         let mut b = Builder::new(16, 0);
@@ -416,7 +387,6 @@ fn registers_overwritten_written_twice_bound_or_misshapen() {
 }
 
 #[test]
-#[cfg(feature = "fusion")]
 fn fuse_next_on_an_entrys_last_instruction() {
     // The error names the instruction with the flag: the entry's last, not one past it (which
     // is another entry's instruction, or none at all).
@@ -459,7 +429,6 @@ fn fuse_next_on_an_entrys_last_instruction() {
 }
 
 #[test]
-#[cfg(feature = "fusion")]
 fn chains_with_structural_members_are_rejected() {
     // x [2, 2] at 0, r = exp(x) register, then a structural member of the same output shape,
     // then y = r + that.
@@ -519,7 +488,6 @@ fn chains_with_structural_members_are_rejected() {
 }
 
 #[test]
-#[cfg(feature = "fusion")]
 fn zero_element_chains() {
     let mut b = Builder::new(8, 0);
     let x = b.tensor(0, &[0, 3], S);
@@ -597,7 +565,6 @@ fn update_chain(guarded: bool) -> Builder {
 }
 
 #[test]
-#[cfg(feature = "fusion")]
 fn updates_in_chains_in_place_and_guarded_with_non_finite_values() {
     for guarded in [false, true] {
         let b = update_chain(guarded);
@@ -634,7 +601,6 @@ fn updates_in_chains_in_place_and_guarded_with_non_finite_values() {
 }
 
 #[test]
-#[cfg(feature = "fusion")]
 fn chain_outputs_partially_over_inputs_and_persistent_tensors() {
     // y written by the chain 4 elements into x (read by the chain): partial, rejected, for
     // every pair of members and both orders.
@@ -679,7 +645,6 @@ fn chain_outputs_partially_over_inputs_and_persistent_tensors() {
 }
 
 #[test]
-#[cfg(feature = "fusion")]
 fn exact_alias_over_an_input_read_by_a_later_member() {
     // Member 0 writes y over x's range; member 1 reads x: one instruction at a time, member 1
     // would see y, not x. The overlap rule (x is live) must reject it, fused or not.
@@ -887,7 +852,6 @@ fn random_entry(rng: &mut Rng) -> Builder {
 }
 
 #[test]
-#[cfg(feature = "fusion")]
 fn random_chains_run_as_one_instruction_at_a_time() {
     // FH_CASES and FH_SEED widen the search (e.g. a million cases in a release build).
     let env = |k: &str, d: u64| {
@@ -932,27 +896,5 @@ fn random_chains_run_as_one_instruction_at_a_time() {
     assert!(
         with_chains > 1000,
         "{with_chains} accepted plans with chains"
-    );
-}
-
-/// A runtime built without fused chains (firmware) rejects every plan with a chain, at its
-/// first member, and still runs plans whose register tensors nothing uses.
-#[test]
-#[cfg(not(feature = "fusion"))]
-fn without_the_feature_chains_are_rejected() {
-    let b = neg_chain(8, 3);
-    assert_eq!(
-        Plan::parse(&b.build()).unwrap_err(),
-        fusion(0, FusionRule::NotBuilt)
-    );
-    let mut b = neg_chain(8, 1);
-    b.tensor(3, &[8], R);
-    agree(&b, &floats(1, 16));
-    // Registers used by instructions outside a chain: the chain rule, not `NotBuilt`.
-    let mut b = neg_chain(8, 2);
-    b.instrs[0].flags = 0;
-    assert_eq!(
-        Plan::parse(&b.build()).unwrap_err(),
-        fusion(0, FusionRule::RegisterOutsideChain)
     );
 }

@@ -2,7 +2,7 @@
 //! at compile time gives the same bits as the whole vocabulary, and a plan using an opcode
 //! outside the set is refused at validation with an error naming it.
 
-mod common;
+use crate::common;
 
 use common::*;
 use tapeplan_core::{op_set, OpError, OpSet, Opcode, Ops};

@@ -1,6 +1,7 @@
-//! `tapeplan emit`: the Rust module of a small plan is checked in (`tests/emitted/small_plan.rs`,
-//! regenerated with `TAPEPLAN_BLESS=1`), compiled into this test, and used: its typed accessors
-//! train the plan through the runtime with the same bits as the runtime's API by name.
+//! `tapeplan emit`: the Rust module of a small plan is checked in
+//! (`tests/library/emitted/small_plan.rs`, regenerated with `TAPEPLAN_BLESS=1`), compiled into
+//! this test, and used: its typed accessors train the plan through the runtime with the same bits
+//! as the runtime's API by name.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
 #[rustfmt::skip]
@@ -41,14 +42,16 @@ fn small_plan_bytes() -> Vec<u8> {
 #[test]
 fn the_checked_in_module_is_what_emit_writes() {
     let module = rust_module(&small_plan_bytes(), "small.plan").unwrap();
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/emitted/small_plan.rs");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/library/emitted/small_plan.rs");
     if std::env::var_os("TAPEPLAN_BLESS").is_some() {
         std::fs::write(&path, &module).unwrap();
     }
     let kept = std::fs::read_to_string(&path).unwrap();
     assert!(
         kept == module,
-        "tests/emitted/small_plan.rs is stale: TAPEPLAN_BLESS=1 cargo test -p tapeplan-planner --test emit"
+        "tests/library/emitted/small_plan.rs is stale: TAPEPLAN_BLESS=1 cargo test -p tapeplan-planner \
+         --test library -- emit::"
     );
     assert!(
         small_plan::PLAN.0[..] == small_plan_bytes()[..],

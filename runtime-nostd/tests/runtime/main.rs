@@ -1,0 +1,27 @@
+//! The runtime's integration tests, one module per subject, linked as one test binary
+//! (`runtime`): the workspace then links one executable for them, not one per file.
+//!
+//! `cargo test -p tapeplan-runtime --test runtime` runs them all; a subject alone:
+//! `cargo test -p tapeplan-runtime --test runtime -- reject::` (`cargo xtask ci` runs `reject::`
+//! this way once per single-math-profile build, and `cargo xtask miri` runs `reject::`,
+//! `checkpoint::` and `run::`).
+//!
+//! `common` (the test plan builder) and `sweep` (the transcendental sweeps) stay in folders of
+//! their own beside this one: the cross-crate tests (`tapeplan-tests`), the wasm crate's test and
+//! the `mathcheck` example include them by path.
+
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../sweep/mod.rs"]
+mod sweep;
+
+mod checkpoint;
+mod hostile;
+mod limits;
+mod model;
+mod reject;
+mod run;
+mod selective;
+mod simd_catalog;
+mod transcendentals;
+mod worst_case;
