@@ -6,7 +6,7 @@ the N steps, and the forward outputs of the untouched model by `onnxruntime` inf
 cross-entropy models, the same N steps again with each of OPTIMIZERS (Adam and AdamW by ORT's
 own kernel, SGD with momentum over ORT's gradients): each step's loss and the parameters after.
 
-The tapeplan side (planner-host/tests/onnx_ort.rs) reads MODELS_DIR/<name>.ort.json and
+The tapeplan side (planner-host/tests/library/onnx_ort.rs) reads MODELS_DIR/<name>.ort.json and
 compares. `cargo xtask ort-check` runs both.
 
 `onnxruntime-training-cpu` 1.19.2's package `onnxruntime.training` imports PyTorch in its

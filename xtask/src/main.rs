@@ -407,7 +407,7 @@ fn step_test(ctx: &Ctx) -> Result<()> {
     let mut cmd = ctx.cargo(["test", "--workspace"]);
     let py = ctx.root.join(PY_VENV).join("bin").join("python");
     if py.exists() {
-        // planner-host/tests/exchange.rs runs scripts/check_export.py with it.
+        // planner-host/tests/cli/exchange.rs runs scripts/check_export.py with it.
         cmd.env("TAPEPLAN_PYTHON", py);
     }
     run(cmd)?;
@@ -422,7 +422,9 @@ fn step_test(ctx: &Ctx) -> Result<()> {
             "--features",
             math,
             "--test",
-            "reject",
+            "runtime",
+            "--",
+            "reject::",
         ]))?;
     }
     Ok(())
@@ -505,8 +507,8 @@ fn step_nostd(ctx: &Ctx) -> Result<()> {
     Ok(())
 }
 
-/// The `simd` feature: linted, its catalog tested against the reference kernels and a whole
-/// training run against the oracle, first at x86_64's baseline (SSE2), then built for this CPU
+/// The `simd` feature: linted, its catalog tested against the reference kernels, fused chains
+/// against the sequential interpreter and a whole training run against the oracle, first at x86_64's baseline (SSE2), then built for this CPU
 /// (AVX2 / AVX-512 where present) in a target directory of its own; and built for wasm32 with
 /// `simd128`.
 fn step_simd(ctx: &Ctx) -> Result<()> {
@@ -535,6 +537,7 @@ fn step_simd(ctx: &Ctx) -> Result<()> {
             "--",
             "simd_training::",
             "fusion::",
+            "fusion_hostile_chains::",
         ]);
         if let Some(dir) = target_dir {
             for cmd in [&mut runtime, &mut training] {

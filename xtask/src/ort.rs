@@ -5,7 +5,7 @@
 //! project's venv, writes the five test models (`scripts/onnx_models.py`) into
 //! `target/ort-check/`, checks they are the checked-in `planner-host/tests/data/onnx/*.onnx`
 //! byte for byte, runs ONNX Runtime's training and inference on them (`scripts/ort_check.py`),
-//! then the Rust test `planner-host/tests/onnx_ort.rs` against those fresh numbers
+//! then the Rust test `planner-host/tests/library/onnx_ort.rs` against those fresh numbers
 //! (`TAPEPLAN_ORT_DIR`), which prints the table of differences. Missing packages that pip
 //! cannot install fail the step: it never skips.
 
@@ -83,8 +83,9 @@ pub fn step_ort_check(ctx: &Ctx) -> Result<()> {
         "-p",
         "tapeplan-planner",
         "--test",
-        "onnx_ort",
+        "library",
         "--",
+        "onnx_ort::",
         "--nocapture",
     ]);
     test.env("TAPEPLAN_ORT_DIR", &dir);
