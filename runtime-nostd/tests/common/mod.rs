@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use tapeplan_core::format::{
     decode_attr, encode_name, plan_crc, BindingKind, BindingRecord, EntryRecord, Header,
-    InstrRecord, TensorKind, TensorRecord, ALL_ENTRIES, BINDING_RECORD_BYTES, CRC_OFFSET,
+    InstrRecord, Sections, TensorKind, TensorRecord, ALL_ENTRIES, BINDING_RECORD_BYTES, CRC_OFFSET,
     ENTRY_RECORD_BYTES, FUSE_NEXT, HEADER_BYTES, INSTR_RECORD_BYTES, MAGIC, NO_ARG,
     TENSOR_RECORD_BYTES, VERSION,
 };
@@ -154,6 +154,41 @@ impl Builder {
         assert_eq!(at, total);
         recrc(&mut b);
         b
+    }
+
+    /// The records of plan `bytes`: the inverse of [`Builder::build`] (which recomputes the
+    /// sizes and the CRC, so they are not kept).
+    ///
+    /// # Panics
+    /// When the bytes are shorter than their header's counts say: call it on plans
+    /// `Plan::parse` accepted.
+    pub fn decode(bytes: &[u8]) -> Builder {
+        let h = Header::decode(bytes);
+        let at = Sections::of(&h).unwrap();
+        let records = |start: usize, n: u32, size: usize| {
+            (0..n as usize).map(move |i| &bytes[start + size * i..start + size * (i + 1)])
+        };
+        Builder {
+            arena_elems: h.arena_elems,
+            persistent_elems: h.persistent_elems,
+            plan_id: h.plan_id,
+            flags: h.flags,
+            tensors: records(at.tensors_at, h.n_tensors, TENSOR_RECORD_BYTES)
+                .map(TensorRecord::decode)
+                .collect(),
+            instrs: records(at.instrs_at, h.n_instrs, INSTR_RECORD_BYTES)
+                .map(InstrRecord::decode)
+                .collect(),
+            entries: records(at.entries_at, h.n_entries, ENTRY_RECORD_BYTES)
+                .map(EntryRecord::decode)
+                .collect(),
+            bindings: records(at.bindings_at, h.n_bindings, BINDING_RECORD_BYTES)
+                .map(BindingRecord::decode)
+                .collect(),
+            attr_words: records(at.attrs_at, h.attr_words, 4)
+                .map(|w| u32::from_le_bytes(w.try_into().unwrap()))
+                .collect(),
+        }
     }
 }
 

@@ -8,15 +8,12 @@
 //! the same bits fused, unfused and in the oracle, with a fused arena never larger.
 #![allow(clippy::indexing_slicing, clippy::unwrap_used, missing_docs)]
 
-use std::collections::HashMap;
-
 use proptest::prelude::*;
 use tapeplan_core::format::{
-    self, plan_crc, BindingKind, BindingRecord, EntryRecord, Header, InstrRecord, TensorKind,
-    TensorRecord, BINDING_RECORD_BYTES, CRC_OFFSET, ENTRY_RECORD_BYTES, FUSE_NEXT, HEADER_BYTES,
-    INSTR_RECORD_BYTES, TENSOR_RECORD_BYTES,
+    plan_crc, TensorKind, CRC_OFFSET, FUSE_NEXT, HEADER_BYTES, INSTR_RECORD_BYTES,
+    TENSOR_RECORD_BYTES,
 };
-use tapeplan_core::ops::{eval, Attr};
+use tapeplan_core::ops::Attr;
 use tapeplan_core::{NodeId, Opcode, Run, Shape, Tape, Tensor};
 use tapeplan_planner::exec::Oracle;
 use tapeplan_planner::exec::RuntimeModel;
@@ -26,6 +23,10 @@ use tapeplan_planner::model::{JobOptions, TrainingJob};
 use tapeplan_planner::protocol::SplitMix64;
 use tapeplan_planner::{plan_with, EntrySpec, PlanOptions, Root, Schedule};
 use tapeplan_runtime::{Decoded, ExecError, Session};
+// Named, so it shadows proptest's prelude trait of that name.
+use tapeplan_tests::builder::Builder;
+use tapeplan_tests::rng::Rng;
+use tapeplan_tests::sequential::run_entry;
 
 const SENTINEL: f32 = 3.0e-39;
 const PAD: usize = 29;
@@ -39,26 +40,6 @@ fn bits(v: &[f32]) -> Vec<u32> {
 
 // ---------------------------------------------------------------------------------------------
 // Random tapes.
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-    fn f32(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0
-    }
-}
 
 const UNARY: [Opcode; 13] = [
     Opcode::Neg,
@@ -510,7 +491,7 @@ fn check_model(m: &Model, guarded: bool, rng: &mut Rng) -> Option<usize> {
 
 #[test]
 fn random_tapes_plan_fused_and_run_as_the_tape() {
-    let mut rng = Rng(0x5eed_f00d_cafe_0001);
+    let mut rng = Rng::new(0x5eed_f00d_cafe_0001);
     let (mut fused_instrs, mut refused) = (0, 0);
     let n: usize = std::env::var("FH_MODELS")
         .ok()
@@ -531,119 +512,6 @@ fn random_tapes_plan_fused_and_run_as_the_tape() {
 // ---------------------------------------------------------------------------------------------
 // Mutations of real fused plans.
 
-struct Records {
-    header: Header,
-    tensors: Vec<TensorRecord>,
-    instrs: Vec<InstrRecord>,
-    entries: Vec<EntryRecord>,
-    bindings: Vec<BindingRecord>,
-    /// The attribute section's bytes.
-    attrs: Vec<u8>,
-}
-
-fn records(bytes: &[u8]) -> Records {
-    let header = Header::decode(bytes);
-    let mut at = HEADER_BYTES;
-    let mut next = |n: usize| {
-        let s = &bytes[at..at + n];
-        at += n;
-        s
-    };
-    Records {
-        header,
-        tensors: (0..header.n_tensors)
-            .map(|_| TensorRecord::decode(next(TENSOR_RECORD_BYTES)))
-            .collect(),
-        instrs: (0..header.n_instrs)
-            .map(|_| InstrRecord::decode(next(INSTR_RECORD_BYTES)))
-            .collect(),
-        entries: (0..header.n_entries)
-            .map(|_| EntryRecord::decode(next(ENTRY_RECORD_BYTES)))
-            .collect(),
-        bindings: (0..header.n_bindings)
-            .map(|_| BindingRecord::decode(next(BINDING_RECORD_BYTES)))
-            .collect(),
-        attrs: format::Sections::of(&header)
-            .map(|s| bytes[s.attrs_at..s.end_at].to_vec())
-            .unwrap(),
-    }
-}
-
-fn shape(t: &TensorRecord) -> Shape {
-    Shape::from_u32(t.rank as usize, t.dims).unwrap()
-}
-
-/// The spec's meaning of entry `e`: its instructions one after another over `arena` (registers
-/// whole, by tensor index), then the guarded commit. `false` when a guarded entry refuses.
-fn sequential(r: &Records, e: usize, arena: &mut [f32]) -> bool {
-    let rec = r.entries[e];
-    let mut regs: HashMap<u32, Vec<f32>> = HashMap::new();
-    let register = TensorKind::Register as u8;
-    for ins in &r.instrs[rec.first_instr as usize..(rec.first_instr + rec.n_instrs) as usize] {
-        let op = Opcode::from_u8(ins.opcode).unwrap();
-        let mut args = Vec::new();
-        let mut shapes = Vec::new();
-        for &a in &ins.args[..op.arity()] {
-            let t = &r.tensors[a as usize];
-            shapes.push(shape(t));
-            args.push(if t.kind == register {
-                regs[&a].clone()
-            } else {
-                let o = t.offset_elems as usize;
-                arena[o..o + shape(t).elems()].to_vec()
-            });
-        }
-        let t = &r.tensors[ins.out as usize];
-        let mut out = vec![0.0; shape(t).elems()];
-        let refs: Vec<&[f32]> = args.iter().map(Vec::as_slice).collect();
-        eval(
-            op,
-            format::decode_attr(op, ins.attr_word, &r.attrs, shape(t)).unwrap(),
-            tapeplan_core::MathProfile::from_flags(r.header.flags),
-            &refs,
-            &shapes,
-            &mut out,
-        )
-        .unwrap();
-        if t.kind == register {
-            regs.insert(ins.out, out);
-        } else {
-            let o = t.offset_elems as usize;
-            arena[o..o + out.len()].copy_from_slice(&out);
-        }
-    }
-    let mine = |b: &&BindingRecord, k: BindingKind| b.entry == e as u32 && b.kind == k as u8;
-    let guarded = r.bindings.iter().any(|b| {
-        mine(&b, BindingKind::Update)
-            && r.tensors[b.tensor as usize].kind == TensorKind::Scratch as u8
-    });
-    if !guarded {
-        return true;
-    }
-    let range = |t: u32| {
-        let x = &r.tensors[t as usize];
-        x.offset_elems as usize..x.offset_elems as usize + shape(x).elems()
-    };
-    let finite = r
-        .bindings
-        .iter()
-        .filter(|b| mine(b, BindingKind::Update) || mine(b, BindingKind::Output))
-        .all(|b| arena[range(b.tensor)].iter().all(|v| v.is_finite()));
-    if !finite {
-        return false;
-    }
-    for u in r.bindings.iter().filter(|b| mine(b, BindingKind::Update)) {
-        let p = r
-            .bindings
-            .iter()
-            .find(|p| p.kind == BindingKind::Parameter as u8 && p.name == u.name)
-            .unwrap();
-        let to = range(p.tensor).start;
-        arena.copy_within(range(u.tensor), to);
-    }
-    true
-}
-
 /// Parses a mutant; if accepted, runs every entry (the entries in turn over one arena, like a
 /// training loop, from a deterministic start) and checks the runtime against the sequential
 /// meaning, with sentinels past the arena. Answers whether it was accepted.
@@ -655,8 +523,8 @@ fn exercise(bytes: &[u8]) -> bool {
     if n > 1 << 20 {
         return true;
     }
-    let r = records(bytes);
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ n as u64);
+    let r = Builder::decode(bytes);
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15 ^ n as u64);
     let init: Vec<f32> = (0..n).map(|_| rng.f32() * 0.5).collect();
     for decoded in [false, true] {
         let mut want = init.clone();
@@ -665,7 +533,7 @@ fn exercise(bytes: &[u8]) -> bool {
         let entries: Vec<_> = plan.entries().collect();
         let mut s = Session::bind(&plan, &mut arena).unwrap();
         for e in entries {
-            let ok = sequential(&r, e.index(), &mut want);
+            let ok = run_entry(&r, e.index(), &mut want).is_ok();
             let got = if decoded {
                 let mut buf = vec![Decoded::EMPTY; plan.entry_instrs(e).unwrap()];
                 let p = s.decode(e, &mut buf).unwrap();
@@ -744,10 +612,10 @@ fn every_flags_kind_and_offset_bit_flipped_in_fused_plans() {
     ] {
         let bytes = job_bytes(optimizer, guarded);
         assert!(exercise(&bytes));
-        let r = records(&bytes);
+        let r = Builder::decode(&bytes);
         let (t_at, i_at) = (
             HEADER_BYTES,
-            HEADER_BYTES + TENSOR_RECORD_BYTES * r.header.n_tensors as usize,
+            HEADER_BYTES + TENSOR_RECORD_BYTES * r.tensors.len(),
         );
         let mut mutants = Vec::new();
         for i in 0..r.instrs.len() {
@@ -784,8 +652,8 @@ fn every_flags_kind_and_offset_bit_flipped_in_fused_plans() {
 #[test]
 fn flags_flipped_in_pairs() {
     let bytes = job_bytes(ADAM, false);
-    let r = records(&bytes);
-    let i_at = HEADER_BYTES + TENSOR_RECORD_BYTES * r.header.n_tensors as usize;
+    let r = Builder::decode(&bytes);
+    let i_at = HEADER_BYTES + TENSOR_RECORD_BYTES * r.tensors.len();
     let n = r.instrs.len();
     let mut accepted = 0;
     for i in 0..n {
@@ -934,8 +802,8 @@ fn every_bit_of_fused_plans_flipped() {
 fn tensors_moved_into_and_out_of_registers() {
     for guarded in [false, true] {
         let bytes = job_bytes(ADAM, guarded);
-        let r = records(&bytes);
-        let (persistent, arena) = (r.header.persistent_elems, r.header.arena_elems);
+        let r = Builder::decode(&bytes);
+        let (persistent, arena) = (r.persistent_elems, r.arena_elems);
         let mut accepted = 0;
         let mut with = |t: usize, kind: TensorKind, offset: u32| {
             let mut b = bytes.clone();

@@ -1,11 +1,12 @@
 //! Fused chains under attack: hand-built hostile chains (every rule of the spec's "Fused chains"
 //! broken once, and the edge cases it allows run), and thousands of random chained entries over
 //! aliased arena ranges and register slots. Every plan the validator accepts must leave the arena
-//! exactly as running its instructions one after another does (a sequential interpreter below,
+//! exactly as running its instructions one after another does (`tapeplan_tests::sequential`,
 //! whole tensors, registers by tensor index), through both `Session::run` and
 //! `Session::run_program` and as an unfused copy (registers moved to fresh arena ranges), and
 //! never touch an element past `arena_elems`. NaNs compare as one class. Without feature
-//! `fusion` (the firmware's build), chains are `NotBuilt`.
+//! `fusion` (the firmware's build), chains are `NotBuilt`: that test stays with the runtime
+//! (`reject::without_the_feature_chains_are_rejected`), since this crate's runtime has `fusion`.
 #![allow(
     clippy::indexing_slicing,
     clippy::unwrap_used,
@@ -16,97 +17,16 @@
 use std::collections::HashMap;
 
 use tapeplan_core::format::{BindingKind, TensorKind, FUSE_NEXT, MAX_CHAIN_INSTRS};
-use tapeplan_core::ops::eval;
 use tapeplan_core::Opcode;
 use tapeplan_runtime::{
     DecodeError, Decoded, ExecError, FusionRule, ParseError, Plan, Session, ValidateError,
 };
 use tapeplan_tests::builder::*;
+use tapeplan_tests::rng::Rng;
+use tapeplan_tests::sequential::run_entry;
 
 const SENTINEL: f32 = -7.25e-33;
 const PAD: usize = 37;
-
-// ---------------------------------------------------------------------------------------------
-// The sequential reference: the spec's meaning of an entry.
-
-/// Runs entry `e` of `b` one instruction at a time over `arena` (registers beside it, whole, by
-/// tensor index), then the guarded commit. `Err(binding)` when a guarded entry would not commit.
-fn sequential(b: &Builder, e: usize, arena: &mut [f32]) -> Result<(), u32> {
-    let rec = b.entries[e];
-    let mut regs: HashMap<u32, Vec<f32>> = HashMap::new();
-    for ins in &b.instrs[rec.first_instr as usize..(rec.first_instr + rec.n_instrs) as usize] {
-        let op = Opcode::from_u8(ins.opcode).unwrap();
-        let arity = op.arity();
-        let mut args = Vec::new();
-        let mut shapes = Vec::new();
-        for &a in &ins.args[..arity] {
-            let t = &b.tensors[a as usize];
-            let s = shape_of(t);
-            shapes.push(s);
-            args.push(if t.kind == TensorKind::Register as u8 {
-                regs[&a].clone()
-            } else {
-                let o = t.offset_elems as usize;
-                arena[o..o + s.elems()].to_vec()
-            });
-        }
-        let t = &b.tensors[ins.out as usize];
-        let s = shape_of(t);
-        let mut out = vec![0.0; s.elems()];
-        let refs: Vec<&[f32]> = args.iter().map(Vec::as_slice).collect();
-        eval(
-            op,
-            tapeplan_core::format::decode_attr(op, ins.attr_word, &[], s).unwrap(),
-            tapeplan_core::MathProfile::Precise,
-            &refs,
-            &shapes,
-            &mut out,
-        )
-        .unwrap();
-        if t.kind == TensorKind::Register as u8 {
-            regs.insert(ins.out, out);
-        } else {
-            let o = t.offset_elems as usize;
-            arena[o..o + s.elems()].copy_from_slice(&out);
-        }
-    }
-    let mine = |k: BindingKind| {
-        b.bindings
-            .iter()
-            .enumerate()
-            .filter(move |(_, x)| x.kind == k as u8 && x.entry == e as u32)
-    };
-    let guarded = mine(BindingKind::Update)
-        .any(|(_, u)| b.tensors[u.tensor as usize].kind == TensorKind::Scratch as u8);
-    if !guarded {
-        return Ok(());
-    }
-    for (i, x) in b.bindings.iter().enumerate() {
-        if x.entry != e as u32 || !(x.kind == 1 || x.kind == 3) {
-            continue;
-        }
-        let t = &b.tensors[x.tensor as usize];
-        let o = t.offset_elems as usize;
-        if arena[o..o + shape_of(t).elems()]
-            .iter()
-            .any(|v| !v.is_finite())
-        {
-            return Err(i as u32);
-        }
-    }
-    for (_, u) in mine(BindingKind::Update) {
-        let p = b
-            .bindings
-            .iter()
-            .find(|p| p.kind == BindingKind::Parameter as u8 && p.name == u.name)
-            .unwrap();
-        let (tu, tp) = (&b.tensors[u.tensor as usize], &b.tensors[p.tensor as usize]);
-        let n = shape_of(tu).elems();
-        let (ou, op) = (tu.offset_elems as usize, tp.offset_elems as usize);
-        arena.copy_within(ou..ou + n, op);
-    }
-    Ok(())
-}
 
 /// Runs every entry of `b` (which must validate) from `init` three ways — sequentially,
 /// `Session::run`, `Session::run_program` — over an arena with sentinels past `arena_elems`,
@@ -126,7 +46,7 @@ fn agree(b: &Builder, init: &[f32]) {
     };
     for e in plan.entries() {
         let mut want = init.to_vec();
-        let seq = sequential(b, e.index(), &mut want);
+        let seq = run_entry(b, e.index(), &mut want);
         for way in 0..3 {
             let (p, size) = if way == 2 {
                 (&plain_plan, plain_plan.arena_elems())
@@ -678,23 +598,6 @@ fn exact_alias_over_an_input_read_by_a_later_member() {
 // ---------------------------------------------------------------------------------------------
 // Random chained entries.
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-}
-
 const ELEMENTWISE: [Opcode; 22] = [
     Opcode::Add,
     Opcode::Sub,
@@ -860,7 +763,7 @@ fn random_chains_run_as_one_instruction_at_a_time() {
             .and_then(|s| s.parse().ok())
             .unwrap_or(d)
     };
-    let mut rng = Rng(env("FH_SEED", 0x0123_4567_89ab_cdef) | 1);
+    let mut rng = Rng::new(env("FH_SEED", 0x0123_4567_89ab_cdef) | 1);
     let (mut accepted, mut with_chains, mut rejected) = (0, 0, HashMap::new());
     for case in 0..env("FH_CASES", 60_000) {
         let b = random_entry(&mut rng);
