@@ -1,7 +1,7 @@
 //! The runtime's transcendental kernels in WebAssembly (`simd128` with the `simd` catalog, as
 //! the `wasm-simd` step builds it; the scalar catalog otherwise) give the reference kernels'
 //! bits (`libm`) on every edge of the `libm` algorithms and on a strided sweep of all `f32` bit
-//! patterns: the same subset `tapeplan-runtime`'s `tests/transcendentals.rs` runs on the host.
+//! patterns: the same subset `tapeplan-runtime`'s `tests/runtime/transcendentals.rs` runs on the host.
 #![cfg(target_arch = "wasm32")]
 
 #[path = "../../runtime-nostd/tests/sweep/mod.rs"]
