@@ -514,7 +514,8 @@ fn random_tapes_plan_fused_and_run_as_the_tape() {
 
 /// Parses a mutant; if accepted, runs every entry (the entries in turn over one arena, like a
 /// training loop, from a deterministic start) and checks the runtime against the sequential
-/// meaning, with sentinels past the arena. Answers whether it was accepted.
+/// meaning (`tapeplan_tests::sequential::run_entry` over the mutant's records), with sentinels
+/// past the arena. Answers whether it was accepted.
 fn exercise(bytes: &[u8]) -> bool {
     let Ok(plan) = tapeplan_runtime::Plan::parse(bytes) else {
         return false;
