@@ -192,8 +192,8 @@ impl Builder {
     }
 }
 
-/// x [n] input at 0; a chain of `len` members: r_i = neg(prev) in register slot `i % 4`, the
-/// last member writing y [n] at `n_al` (output), every member but the last flagged
+/// x `[n]` input at 0; a chain of `len` members: r_i = neg(prev) in register slot `i % 4`, the
+/// last member writing y `[n]` at `n_al` (output), every member but the last flagged
 /// `FUSE_NEXT`.
 pub fn neg_chain(n: u32, len: usize) -> Builder {
     use TensorKind::{Register as R, Scratch as S};
