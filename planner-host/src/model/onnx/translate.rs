@@ -8,6 +8,12 @@
 //! `Pow`'s exponent, the reductions' axes), the value must be known; where it takes data, a known
 //! value becomes a tape leaf the first time data is asked of it: an input for a graph input, a
 //! parameter for an initializer or a `Constant` (a `fill` when every element is the same).
+//!
+//! Tape values have at most [`MAX_RANK`] = 4 axes (the plan format's). A rank-5 value
+//! `[N, C, D, H, W]` is held as the rank-4 `[N·C, D, H, W]` ([`fold_rank5`]: the same elements
+//! in the same order), its ONNX extents kept beside it; only 3-D pooling reads it
+//! ([`NodeCx::data_rank5`], [`NodeCx::set_output_rank5`]), every other read of it is an
+//! [`OnnxError::Unsupported`] naming the rank.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
