@@ -802,6 +802,38 @@ mod onnx_3d {
         }
     }
 
+    /// 2-D `AveragePool` with `ceil_mode` and `count_include_pad=1` whose last window passes the
+    /// end padding (the same explicit-pad step as 3-D): the divisor counts the explicit padding
+    /// and not the overhang (ONNX's reference, PyTorch). Per axis (extent 4, pads `[1, 0]`,
+    /// kernel 2, stride 2, 3 windows): real taps `[1, 2, 1]`, counted taps `[2, 2, 1]`; over
+    /// ones the output is the outer product of `[1/2, 1, 1]` with itself.
+    #[test]
+    fn ceil_mode_with_count_include_pad_counts_the_explicit_padding_not_the_overhang() {
+        let attrs = vec![
+            attr_ints("kernel_shape", &[2, 2]),
+            attr_ints("strides", &[2, 2]),
+            attr_ints("pads", &[1, 1, 0, 0]),
+            attr_int("ceil_mode", 1),
+            attr_int("count_include_pad", 1),
+        ];
+        let m = model(
+            vec![node("AveragePool", &["y"], attrs)],
+            &[1, 1, 4, 4],
+            &["y"],
+        );
+        let t = translated(&m);
+        assert_eq!(t.outputs[0].dims, [1, 1, 3, 3]);
+        let out = run_forward(&t, &BTreeMap::from([("x".to_owned(), vec![1.0; 16])])).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&out.oracle[0]), bits(&out.runtime[0]));
+        let a = [0.5f32, 1.0, 1.0];
+        let want: Vec<f32> = a
+            .iter()
+            .flat_map(|&r| a.iter().map(move |&c| r * c))
+            .collect();
+        assert_eq!(out.oracle[0], want);
+    }
+
     /// A rank-5 value reaches only the pooling rows: another operator, a 3-D MaxPool's
     /// Indices output and a 3-D Conv are `Unsupported`, naming the rank or the output.
     #[test]
