@@ -834,6 +834,53 @@ mod onnx_3d {
         assert_eq!(out.oracle[0], want);
     }
 
+    /// Hostile 3-D pooling attributes (huge pads, kernels, strides, dilations; with
+    /// `ceil_mode` and `count_include_pad=1`, the explicit-pad step) are errors, never panics.
+    #[test]
+    fn hostile_3d_pool_attributes_are_errors_never_panics() {
+        let big = 1usize << 62;
+        let cases: Vec<Vec<AttributeProto>> = vec![
+            vec![
+                attr_ints("kernel_shape", &[2, 2, 2]),
+                attr_ints("pads", &[big, 0, 0, big, 0, 0]),
+                attr_int("ceil_mode", 1),
+                attr_int("count_include_pad", 1),
+                attr_ints("strides", &[3, 1, 1]),
+            ],
+            vec![
+                attr_ints("kernel_shape", &[2, 2, 2]),
+                attr_ints("pads", &[70_000, 0, 0, 0, 0, 0]),
+                attr_int("ceil_mode", 1),
+                attr_int("count_include_pad", 1),
+            ],
+            vec![
+                attr_ints("kernel_shape", &[2, 2, 2]),
+                attr_ints("pads", &[0, 0, i64::MAX as usize, 0, 0, i64::MAX as usize]),
+                attr_int("ceil_mode", 1),
+                attr_int("count_include_pad", 1),
+                attr_ints("strides", &[1, 1, 2]),
+            ],
+            vec![attr_ints("kernel_shape", &[70_000, 1, 1])],
+            vec![
+                attr_ints("kernel_shape", &[2, 2, 2]),
+                attr_ints("strides", &[big, big, big]),
+                attr_ints("dilations", &[big, 1, 1]),
+            ],
+            vec![attr_ints("kernel_shape", &[2, 2])],
+        ];
+        for attrs in cases {
+            for op in ["AveragePool", "MaxPool"] {
+                let attrs: Vec<AttributeProto> = attrs
+                    .iter()
+                    .filter(|a| op == "AveragePool" || a.name() != "count_include_pad")
+                    .cloned()
+                    .collect();
+                let m = model(vec![node(op, &["y"], attrs)], &[1, 1, 3, 3, 3], &["y"]);
+                assert!(translate(&m, &TranslateOptions::default()).is_err(), "{op}");
+            }
+        }
+    }
+
     /// A rank-5 value reaches only the pooling rows: another operator, a 3-D MaxPool's
     /// Indices output and a 3-D Conv are `Unsupported`, naming the rank or the output.
     #[test]

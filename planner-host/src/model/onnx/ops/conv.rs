@@ -336,6 +336,8 @@ pub(super) fn average_pool(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> {
     let (mut x, dims, input) = pool_input(cx)?;
     let include = cx.attr_int("count_include_pad", 0) != 0;
     let (kernel, mut g, overhang) = pool_geometry(cx, &input)?;
+    // Every pad fits the instruction's u16 (checked here, before the pads are summed below).
+    pool_windows(cx, &kernel, &g)?;
     let mut include_flag = include;
     if include && overhang.iter().any(|&o| o > 0) {
         // `ceil_mode` with `count_include_pad=1` and a window past the end padding: ONNX's
