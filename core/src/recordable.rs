@@ -843,11 +843,28 @@ pub trait Recordable {
     /// Softmax cross-entropy of `logits: [batch, classes]` against integer class indices
     /// `labels: [batch]` (stored as `f32`), PyTorch's `F.cross_entropy` without weights or
     /// label smoothing: `−log_softmax(logits)[label]` per row, then `reduction`. A composition
-    /// over [`Recordable::log_softmax`] (so over the `logsumexp` instruction: a row's
-    /// log-sum-exp is `-inf`, not NaN, when the row is fully masked; its loss is then
-    /// `-inf − (-inf)`, NaN, as PyTorch's). The MLP's own loss
-    /// (`tapeplan_planner::model::softmax_cross_entropy`) keeps its max-shifted form, so the
-    /// plans recorded with it keep their bytes.
+    /// over [`Recordable::log_softmax`] (so over the `logsumexp` instruction).
+    ///
+    /// **A fully masked row** (every logit `-inf`, e.g. a padded sequence position) carries no
+    /// information: its loss is `0` and its gradient `0`, as PyTorch's `ignore_index` rows
+    /// (where the plain formula gives `-inf − (-inf)`, NaN, in the value and in every gradient
+    /// through the batch's reduction). The composition: `masked = (max_to(logits) == -inf)` per
+    /// row; the masked rows' logits are replaced by zeros before `log_softmax`
+    /// (`select(masked, 0, logits)`: nothing infinite reaches its rule, so its gradient there is
+    /// finite) and their loss by `0` after it (`select(masked, 0, loss)`: the cotangent that
+    /// flows back into the row is `0`). `select` copies, so a row with a finite logit has the
+    /// same value and gradient bits as the plain formula; a partially masked row is an ordinary
+    /// row (its `-inf` classes have probability 0; a `-inf` label logit costs `+inf`, as
+    /// PyTorch's).
+    ///
+    /// `Mean` divides by **every** row, masked ones included (`batch`, a plan-time constant):
+    /// the loss stays the mean over the batch the plan was made for, never `0/0` (NaN) when every
+    /// row is masked, and its bits are the plain formula's whenever no row is masked. PyTorch's
+    /// `ignore_index` mean divides by the unmasked rows instead (its value is NaN when there are
+    /// none); a caller who wants that takes `Sum` and divides by its own count.
+    ///
+    /// The MLP's own loss (`tapeplan_planner::model::softmax_cross_entropy`) keeps its
+    /// max-shifted form, so the plans recorded with it keep their bytes.
     ///
     /// # Shapes
     /// `logits: [batch, classes]`, `labels: [batch]`; the result `[]` (`Mean`, `Sum`) or
@@ -862,12 +879,20 @@ pub trait Recordable {
         reduction: Reduction,
     ) -> Result<Self::Value, Self::Error> {
         let s = self.shape_of(logits);
-        let logp = self.log_softmax(logits, 1)?;
+        let rows = keep_axis_at_one(s, 1)?;
+        let row_max = self.max_to(logits, rows)?;
+        let minus_inf = self.fill(f32::NEG_INFINITY, rows)?;
+        let masked = self.equal(&row_max, &minus_inf)?;
+        let masked_logits = self.broadcast(&masked, s)?;
+        let zeros = self.fill(0.0, s)?;
+        let live = self.select(&masked_logits, &zeros, logits)?;
+        let logp = self.log_softmax(&live, 1)?;
         let onehot = self.one_hot(labels, s.dim(1).unwrap_or(0))?;
         let picked = self.mul(&onehot, &logp)?;
-        let rows = keep_axis_at_one(s, 1)?;
         let per_row = self.sum_to(&picked, rows)?;
         let loss = self.neg(&per_row)?;
+        let zero_rows = self.fill(0.0, rows)?;
+        let loss = self.select(&masked, &zero_rows, &loss)?;
         self.reduce(&loss, reduction)
     }
     /// The L1 loss `|pred − target|`, then `reduction` (PyTorch's `F.l1_loss`). A composition:

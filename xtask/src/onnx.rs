@@ -303,12 +303,17 @@ fn run_test_inner(dir: &Path, op: &str) -> Result<Outcome, String> {
                     runtime.get(i)
                 )));
             }
-            let shape = t.tape.shape(o.node).map_err(|e| e.to_string())?;
-            let dims = &shape.dims()[..shape.rank()];
-            if dims != expected.dims.as_slice() {
+            // The ONNX extents (a rank-5 output is held folded on the tape, the same elements
+            // in the same order): they must be the expected ones, and so the element count.
+            let count = t.tape.shape(o.node).map_err(|e| e.to_string())?.elems();
+            if o.dims != expected.dims || count != want.len() || oracle.len() != want.len() {
                 return Ok(Outcome::Fail(format!(
-                    "output {:?}: shape {dims:?}, expected {:?}",
-                    o.onnx_name, expected.dims
+                    "output {:?}: extents {:?} ({count} elements on the tape, {} computed), expected {:?} ({} elements)",
+                    o.onnx_name,
+                    o.dims,
+                    oracle.len(),
+                    expected.dims,
+                    want.len()
                 )));
             }
             let worst = oracle

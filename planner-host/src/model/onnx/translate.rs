@@ -8,6 +8,12 @@
 //! `Pow`'s exponent, the reductions' axes), the value must be known; where it takes data, a known
 //! value becomes a tape leaf the first time data is asked of it: an input for a graph input, a
 //! parameter for an initializer or a `Constant` (a `fill` when every element is the same).
+//!
+//! Tape values have at most [`MAX_RANK`] = 4 axes (the plan format's). A rank-5 value
+//! `[N, C, D, H, W]` is held as the rank-4 `[N·C, D, H, W]` ([`fold_rank5`]: the same elements
+//! in the same order), its ONNX extents kept beside it; only 3-D pooling reads it
+//! ([`NodeCx::data_rank5`], [`NodeCx::set_output_rank5`]), every other read of it is an
+//! [`OnnxError::Unsupported`] naming the rank.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -60,8 +66,11 @@ pub struct BoundInput {
     pub tape_name: String,
     /// The leaf.
     pub node: NodeId,
-    /// Its shape.
+    /// Its shape on the tape (a rank-5 input `[N, C, D, H, W]` folded to `[N·C, D, H, W]`:
+    /// the same elements in the same order, see [`fold_rank5`]).
     pub shape: Shape,
+    /// Its ONNX extents (those of `shape` but for a folded rank-5 input).
+    pub dims: Vec<usize>,
 }
 
 /// An initializer (or a `Constant` node's tensor) that became a tape parameter.
@@ -94,6 +103,9 @@ pub struct BoundOutput {
     pub onnx_name: String,
     /// The node holding it.
     pub node: NodeId,
+    /// Its ONNX extents: the node's shape, but for a rank-5 output (a 3-D pooling's), which
+    /// the tape holds folded (see [`fold_rank5`]): the same elements in the same order.
+    pub dims: Vec<usize>,
     /// Its ONNX element type (`FLOAT`, or `BOOL` for a comparison's mask, `0`/`1` on the tape).
     pub data_type: i32,
 }
@@ -162,6 +174,23 @@ struct Slot {
     /// For an alias (`Identity`) of a value with no tape node yet: the value it names, whose
     /// leaf (under the original name) it shares once data is asked of either.
     source: Option<String>,
+    /// The ONNX extents of a rank-5 value held on the tape folded ([`fold_rank5`]): a declared
+    /// graph input or a pooling's output. `None` for every other value (a known value's
+    /// extents are its data's).
+    onnx_dims: Option<Vec<usize>>,
+}
+
+impl Slot {
+    /// The ONNX extents `[N, C, D, H, W]` of a rank-5 value, which the tape holds folded as
+    /// `[N·C, D, H, W]`; `None` for a value of rank at most 4 (its extents are the tape's).
+    fn rank5_dims(&self) -> Option<Vec<usize>> {
+        self.onnx_dims.clone().or_else(|| {
+            self.known
+                .as_ref()
+                .filter(|k| k.dims.len() == 5)
+                .map(|k| k.dims.clone())
+        })
+    }
 }
 
 /// The translation's state while it walks the nodes.
@@ -311,6 +340,7 @@ impl Translator {
                         .into(),
                 });
             }
+            let rank5 = slot.rank5_dims();
             let mut node = tr.data_of(name, &format!("graph output {k}"))?;
             // A leaf cannot be an entry's output: copy it (bit-exact).
             if matches!(tr.tape.node(node)?.op, Opcode::Input | Opcode::Parameter)
@@ -321,10 +351,15 @@ impl Translator {
                     .tape
                     .push(Opcode::Reshape, Attr::target(shape), &[node])?;
             }
+            let dims = match rank5 {
+                Some(d) => d,
+                None => dims_of(tr.tape.shape(node)?),
+            };
             outputs.push(BoundOutput {
                 index: k,
                 onnx_name: name.to_owned(),
                 node,
+                dims,
                 data_type,
             });
         }
@@ -347,6 +382,7 @@ impl Translator {
                     node: None,
                     declared: None,
                     source: None,
+                    onnx_dims: None,
                 },
             );
         }
@@ -362,6 +398,7 @@ impl Translator {
                         node: None,
                         declared: None,
                         source: None,
+                        onnx_dims: None,
                     },
                 );
                 continue;
@@ -406,12 +443,13 @@ impl Translator {
                     "graph input {name:?} has no shape"
                 )));
             }
-            let shape = shape_of(&dims).map_err(|why| OnnxError::Unsupported {
+            let shape = plan_shape_of(&dims).map_err(|why| OnnxError::Unsupported {
                 node: format!("graph input {name:?}"),
                 op: "input".into(),
                 what: why,
                 supported: shapes_supported(),
             })?;
+            let onnx_dims = (dims.len() == 5).then_some(dims);
             self.slots.insert(
                 name.to_owned(),
                 Slot {
@@ -421,6 +459,7 @@ impl Translator {
                     node: None,
                     declared: Some(shape),
                     source: None,
+                    onnx_dims,
                 },
             );
         }
@@ -465,7 +504,7 @@ impl Translator {
         }
         let (shape, values) = match &slot.known {
             Some(data) => {
-                let shape = shape_of(&data.dims).map_err(|why| OnnxError::Unsupported {
+                let shape = plan_shape_of(&data.dims).map_err(|why| OnnxError::Unsupported {
                     node: user.to_owned(),
                     op: "value".into(),
                     what: format!("{name:?}: {why}"),
@@ -502,6 +541,7 @@ impl Translator {
                     tape_name,
                     node,
                     shape,
+                    dims: slot.rank5_dims().unwrap_or_else(|| dims_of(shape)),
                 });
                 node
             }
@@ -560,10 +600,33 @@ pub fn shape_of(dims: &[usize]) -> Result<Shape, String> {
     Shape::new(dims).map_err(|e| format!("extents {dims:?} ({e})"))
 }
 
+/// A rank-5 tensor `[N, C, D, H, W]` (ONNX's 3-D pooling input) as the rank-4 plan tensor
+/// `[N·C, D, H, W]`: row-major storage makes the two the same elements in the same order, so
+/// inputs and outputs keep their bytes. The plan format's tensors have at most
+/// [`MAX_RANK`] = 4 axes (a record holds four extents); only the pooling rows read such a
+/// value ([`NodeCx::data_rank5`]), every other operator refuses it. `None` for another rank
+/// or when `N·C` overflows.
+pub fn fold_rank5(dims: &[usize]) -> Option<[usize; 4]> {
+    match *dims {
+        [n, c, d, h, w] => Some([n.checked_mul(c)?, d, h, w]),
+        _ => None,
+    }
+}
+
+/// The tape shape of a value with ONNX extents `dims`: [`shape_of`], rank 5 folded
+/// ([`fold_rank5`]).
+fn plan_shape_of(dims: &[usize]) -> Result<Shape, String> {
+    if dims.len() == 5 && !dims.contains(&0) {
+        let folded = fold_rank5(dims).ok_or_else(|| format!("extents {dims:?} overflow"))?;
+        return shape_of(&folded).map_err(|why| format!("{why}, rank 5 {dims:?} folded"));
+    }
+    shape_of(dims)
+}
+
 /// What [`shape_of`] takes, for its errors' `supported` part.
 fn shapes_supported() -> String {
     format!(
-        "ranks up to {MAX_RANK}, extents of at least 1, at most {} elements",
+        "ranks up to {MAX_RANK} (rank 5 for MaxPool and AveragePool), extents of at least 1, at most {} elements",
         tapeplan_core::MAX_TENSOR_ELEMS
     )
 }
@@ -696,8 +759,39 @@ impl NodeCx<'_> {
             ));
         }
         let name = self.input_name(i)?.to_owned();
+        if let Some(dims) = self.tr.slots.get(&name).and_then(Slot::rank5_dims) {
+            return Err(self.unsupported(
+                format!("input {i} of rank 5 (extents {dims:?})"),
+                format!(
+                    "ranks up to {MAX_RANK} (rank 5 only as MaxPool's and AveragePool's input)"
+                ),
+            ));
+        }
         let who = self.who();
         self.tr.data_of(&name, &who)
+    }
+
+    /// Input `i` as `FLOAT` data of any rank up to 5 and its ONNX extents: a rank-5 value
+    /// `[N, C, D, H, W]` is the tape's rank-4 `[N·C, D, H, W]` ([`fold_rank5`]); the pooling
+    /// rows read their input so.
+    ///
+    /// # Errors
+    /// As [`NodeCx::data_of_types`].
+    pub fn data_rank5(&mut self, i: usize) -> Result<(NodeId, Vec<usize>), OnnxError> {
+        let name = self.input_name(i)?.to_owned();
+        let Some(dims) = self.tr.slots.get(&name).and_then(Slot::rank5_dims) else {
+            let x = self.data(i)?;
+            return Ok((x, dims_of(self.shape(x)?)));
+        };
+        let t = self.input_type(i)?;
+        if t != FLOAT {
+            return Err(self.unsupported(
+                format!("input {i} of element type {}", data_type_name(t)),
+                "element types FLOAT",
+            ));
+        }
+        let who = self.who();
+        Ok((self.tr.data_of(&name, &who)?, dims))
     }
 
     /// Input `i` as `FLOAT` data.
@@ -900,6 +994,39 @@ impl NodeCx<'_> {
                 node: Some(node),
                 declared: None,
                 source: None,
+                onnx_dims: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// Sets output `k` to a `FLOAT` tape node holding a rank-5 value of ONNX extents `dims`
+    /// `[N, C, D, H, W]`, folded on the tape as `[N·C, D, H, W]` ([`fold_rank5`]).
+    ///
+    /// # Errors
+    /// [`OnnxError::Node`] when the node has no output `k` or `node`'s shape is not `dims`
+    /// folded.
+    pub fn set_output_rank5(
+        &mut self,
+        k: usize,
+        node: NodeId,
+        dims: Vec<usize>,
+    ) -> Result<(), OnnxError> {
+        let found = dims_of(self.shape(node)?);
+        if fold_rank5(&dims).map(|f| f.to_vec()) != Some(found.clone()) {
+            return Err(self.invalid(format!("a rank-5 output {dims:?} held as {found:?}")));
+        }
+        let name = self.output_name(k)?;
+        self.tr.slots.insert(
+            name,
+            Slot {
+                origin: Origin::Computed,
+                data_type: FLOAT,
+                known: None,
+                node: Some(node),
+                declared: None,
+                source: None,
+                onnx_dims: Some(dims),
             },
         );
         Ok(())
@@ -920,6 +1047,7 @@ impl NodeCx<'_> {
                 node: None,
                 declared: None,
                 source: None,
+                onnx_dims: None,
             },
         );
         Ok(())
@@ -971,6 +1099,7 @@ impl NodeCx<'_> {
                 node: None,
                 declared: None,
                 source: None,
+                onnx_dims: None,
             },
         );
         let who = self.who();
