@@ -45,6 +45,8 @@ use tapeplan_core::{MathProfile, OpSet, Opcode, Ops, Shape, MAX_RANK};
 mod lanes;
 use lanes::UnOp;
 #[cfg(feature = "simd")]
+mod conv_adjoint;
+#[cfg(feature = "simd")]
 mod vecmath;
 
 /// Which catalog this build carries: `"scalar"`, or `"simd-avx512"`, `"simd-avx2"`,
@@ -603,6 +605,54 @@ fn conv(attr: Attr, args: &[&[f32]], shapes: &[Shape], out: &mut [f32]) -> bool 
     }
 }
 
+/// `conv_transpose` or `conv_weight_grad` (`op`) with the `simd` catalog's kernels (see
+/// `conv_adjoint`); `false` (nothing written) without `simd`, for shapes the rule refuses, or for
+/// a kernel wider than `conv_adjoint::MAX_KERNEL` on an axis.
+fn conv_adjoint(
+    op: Opcode,
+    attr: Attr,
+    args: &[&[f32]],
+    shapes: &[Shape],
+    out: &mut [f32],
+) -> bool {
+    let (&[a, b], &[sa, sb]) = (args, shapes) else {
+        return false;
+    };
+    let ca = tapeplan_core::ops::conv::conv_attr(attr);
+    let Ok((g, _)) = tapeplan_core::ops::conv::adjoint_geometry(op, &ca, sa, sb) else {
+        return false;
+    };
+    let (want_a, want_out) = match op {
+        Opcode::ConvTranspose => (g.y_elems(), g.x_elems()),
+        Opcode::ConvWeightGrad => (g.x_elems(), g.w_elems()),
+        _ => return false,
+    };
+    let want_b = if op == Opcode::ConvTranspose {
+        g.w_elems()
+    } else {
+        g.y_elems()
+    };
+    if a.len() != want_a || b.len() != want_b || out.len() != want_out {
+        return false;
+    }
+    #[cfg(feature = "simd")]
+    {
+        if !conv_adjoint::fits(&g) {
+            return false;
+        }
+        if op == Opcode::ConvTranspose {
+            conv_adjoint::conv_transpose(a, b, out, &g);
+        } else {
+            conv_adjoint::conv_weight_grad(a, b, out, &g);
+        }
+        true
+    }
+    #[cfg(not(feature = "simd"))]
+    {
+        false
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The checked entry point.
 
@@ -650,6 +700,11 @@ pub fn eval(
         if conv(attr, args, arg_shapes, out) {
             return Ok(());
         }
+    } else if matches!(op, Opcode::ConvTranspose | Opcode::ConvWeightGrad) && cfg!(feature = "simd")
+    {
+        if conv_adjoint(op, attr, args, arg_shapes, out) {
+            return Ok(());
+        }
     } else {
         let mut dims = [Dims::of(Shape::SCALAR); tapeplan_core::MAX_ARITY];
         for (d, s) in dims.iter_mut().zip(arg_shapes) {
@@ -689,6 +744,22 @@ pub fn has_kernel(op: Opcode, attr: Attr, arg_shapes: &[Shape]) -> bool {
             true
         }
         Opcode::Conv => cfg!(feature = "simd"),
+        #[cfg(feature = "simd")]
+        Opcode::ConvTranspose | Opcode::ConvWeightGrad => {
+            let ca = tapeplan_core::ops::conv::conv_attr(attr);
+            match (
+                arg_shapes,
+                tapeplan_core::ops::conv::adjoint_geometry(
+                    op,
+                    &ca,
+                    arg_shapes.first().copied().unwrap_or(Shape::SCALAR),
+                    arg_shapes.get(1).copied().unwrap_or(Shape::SCALAR),
+                ),
+            ) {
+                ([_, _], Ok((g, _))) => conv_adjoint::fits(&g),
+                _ => false,
+            }
+        }
         _ if op.class() == tapeplan_core::OpClass::Elementwise => {
             let math = [MathProfile::Precise, MathProfile::Fast]
                 .into_iter()
