@@ -65,10 +65,10 @@ pub(crate) fn conv_transpose(gy: &[f32], w: &[f32], z: &mut [f32], geo: &Geometr
                 let ci = group * cin_g + cil;
                 let r = if cin_g - cil >= 4 { 4 } else { 1 };
                 let t = Spread::new(geo, gy, w, n, group, cil);
-                for ih in 0..ah.input {
-                    let rows = t.rows(ih);
-                    for p in 0..s.min(aw.input) {
-                        let cols = t.cols(p);
+                for p in 0..s.min(aw.input) {
+                    let cols = t.cols(p);
+                    for ih in 0..ah.input {
+                        let rows = t.rows(ih);
                         // Columns `iw = p + s·j`, `j < count`.
                         let count = (aw.input - p).div_ceil(s);
                         let (ja, jb) = (cols.lo.min(count), cols.hi.min(count));
@@ -81,7 +81,7 @@ pub(crate) fn conv_transpose(gy: &[f32], w: &[f32], z: &mut [f32], geo: &Geometr
                         let mut one = |j: usize| {
                             for k in 0..r {
                                 if let Some(o) = z.get_mut(row_at(k) + p + s * j) {
-                                    *o = t.one(k, &rows, p + s * j);
+                                    *o = t.one(k, &rows, &cols, j);
                                 }
                             }
                         };
@@ -103,20 +103,21 @@ pub(crate) fn conv_transpose(gy: &[f32], w: &[f32], z: &mut [f32], geo: &Geometr
                                 }
                             }
                         };
+                        // Whole tiles, the last one overlapping the one before it when
+                        // the interior is not a multiple of the tile (recomputing an output
+                        // gives the same bits); single vectors when no whole tile fits.
+                        let full = if r == 4 { 2 * L } else { 4 * L };
                         let mut j = ja;
-                        if r == 4 {
-                            while j + 2 * L <= jb {
-                                store(j, &t.vectors::<4, 2, 8>(&rows, &cols, j));
-                                j += 2 * L;
+                        while jb - ja >= full && j < jb {
+                            let at = j.min(jb - full);
+                            if r == 4 {
+                                store(at, &t.vectors::<4, 2, 8>(&rows, &cols, at));
+                            } else {
+                                store(at, &t.vectors::<1, 4, 4>(&rows, &cols, at));
                             }
-                        } else {
-                            while j + 4 * L <= jb {
-                                store(j, &t.vectors::<1, 4, 4>(&rows, &cols, j));
-                                j += 4 * L;
-                            }
+                            j += full;
                         }
                         while j < jb {
-                            // The last vector may overlap the one before it.
                             let at = j.min(jb - L);
                             if r == 4 {
                                 store(at, &t.vectors::<4, 1, 4>(&rows, &cols, at));
@@ -185,8 +186,16 @@ impl<'a> Spread<'a> {
         let mut oh = [None; MAX_KERNEL];
         for (kh, o) in oh.iter_mut().enumerate().take(ah.kernel) {
             let num = (ih + ah.pad) as isize - (kh * ah.dilation) as isize;
-            if num >= 0 && num as usize % ah.stride == 0 && (num as usize / ah.stride) < ah.output {
-                *o = Some(num as usize / ah.stride);
+            if num < 0 {
+                continue;
+            }
+            let (q, rem) = if ah.stride == 1 {
+                (num as usize, 0)
+            } else {
+                (num as usize / ah.stride, num as usize % ah.stride)
+            };
+            if rem == 0 && q < ah.output {
+                *o = Some(q);
             }
         }
         Rows { oh }
@@ -215,8 +224,9 @@ impl<'a> Spread<'a> {
         }
     }
 
-    /// `z[n, ci + k, ih, iw]` alone, in the reference's order.
-    fn one(&self, k: usize, rows: &Rows, iw: usize) -> f32 {
+    /// `z[n, ci + k, ih, p + s·j]` alone (`rows` of row `ih`, `cols` of class `p`), in the
+    /// reference's order.
+    fn one(&self, k: usize, rows: &Rows, cols: &Cols, j: usize) -> f32 {
         let [ah, aw] = self.geo.axes;
         let (_, hw_out, taps) = self.geo.planes();
         let cin_g = self.geo.c_in_group();
@@ -228,16 +238,14 @@ impl<'a> Spread<'a> {
                     continue;
                 };
                 let grow = col * hw_out + oh * aw.output;
-                for kw in 0..aw.kernel {
-                    let num = (iw + aw.pad) as isize - (kw * aw.dilation) as isize;
-                    if num < 0 || num as usize % aw.stride != 0 {
+                for (kw, off) in cols.off.iter().enumerate().take(aw.kernel) {
+                    let Some(ow) = off.map(|c| j as isize + c) else {
+                        continue;
+                    };
+                    if ow < 0 || ow as usize >= aw.output {
                         continue;
                     }
-                    let ow = num as usize / aw.stride;
-                    if ow >= aw.output {
-                        continue;
-                    }
-                    let gv = self.gy.get(grow + ow).copied().unwrap_or(0.0);
+                    let gv = self.gy.get(grow + ow as usize).copied().unwrap_or(0.0);
                     let wv = self.w.get(wc + kh * aw.kernel + kw).copied().unwrap_or(0.0);
                     acc += gv * wv;
                 }
@@ -275,12 +283,13 @@ impl<'a> Spread<'a> {
                         continue;
                     };
                     let at = (j as isize + off) as usize;
-                    let gv: [V; C] = core::array::from_fn(|c| {
-                        let at = at + c * L;
-                        grow.get(at..at + L)
-                            .and_then(|s| <&[f32; L]>::try_from(s).ok())
-                            .map_or(V::splat(0.0), |s| V::new(*s))
-                    });
+                    // One check for the tile's columns.
+                    let Some(gs) = grow.get(at..at + C * L) else {
+                        continue;
+                    };
+                    let (gc, _) = gs.as_chunks::<L>();
+                    let gv: [V; C] =
+                        core::array::from_fn(|c| gc.get(c).map_or(V::splat(0.0), |s| V::new(*s)));
                     let wt = wc + kh * aw.kernel + kw;
                     let wv: [V; R] = core::array::from_fn(|k| {
                         V::splat(self.w.get(wt + k * taps).copied().unwrap_or(0.0))
