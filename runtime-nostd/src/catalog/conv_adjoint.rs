@@ -331,6 +331,60 @@ const TAPS: usize = 9;
 /// input value is one broadcast when the tile's channels share a group, else gathered per lane
 /// (depthwise).
 pub(crate) fn conv_weight_grad(x: &[f32], gy: &[f32], u: &mut [f32], geo: &Geometry) {
+    let cout_g = geo.c_out_group();
+    if cout_g >= WG_SAME || geo.groups == 1 {
+        weight_grad::<WG_SAME, WgSame>(x, gy, u, geo);
+    } else {
+        weight_grad::<WG_MIXED, WgMixed>(x, gy, u, geo);
+    }
+}
+
+/// A vector of `N` `f32` lanes (`wide`'s IEEE lane-wise sums and products, never fused).
+trait Vector<const N: usize>:
+    Copy + core::ops::Add<Output = Self> + core::ops::Mul<Output = Self>
+{
+    fn splat(x: f32) -> Self;
+    fn from_lanes(a: [f32; N]) -> Self;
+    fn lanes(self) -> [f32; N];
+}
+
+macro_rules! vector {
+    ($t:ty, $n:literal) => {
+        impl Vector<$n> for $t {
+            #[inline(always)]
+            fn splat(x: f32) -> Self {
+                <$t>::splat(x)
+            }
+            #[inline(always)]
+            fn from_lanes(a: [f32; $n]) -> Self {
+                <$t>::new(a)
+            }
+            #[inline(always)]
+            fn lanes(self) -> [f32; $n] {
+                self.to_array()
+            }
+        }
+    };
+}
+vector!(wide::f32x4, 4);
+vector!(wide::f32x8, 8);
+vector!(wide::f32x16, 16);
+
+/// The weight gradient's lanes when a tile's channels share a group (the input value is a
+/// broadcast) and when they do not (gathered per lane), by the build's vector width: gathers
+/// of 16 lanes cost more than they save (`conv_speed`, see the catalog's docs).
+#[cfg(target_feature = "avx512f")]
+const WG_SAME: usize = 8;
+#[cfg(target_feature = "avx512f")]
+type WgSame = wide::f32x8;
+#[cfg(not(target_feature = "avx512f"))]
+const WG_SAME: usize = L;
+#[cfg(not(target_feature = "avx512f"))]
+type WgSame = V;
+const WG_MIXED: usize = 4;
+type WgMixed = wide::f32x4;
+
+fn weight_grad<const N: usize, W: Vector<N>>(x: &[f32], gy: &[f32], u: &mut [f32], geo: &Geometry) {
     let (_, _, taps) = geo.planes();
     let (cin_g, cout_g) = (geo.c_in_group(), geo.c_out_group());
     if cout_g == 0 || cin_g == 0 {
@@ -338,21 +392,21 @@ pub(crate) fn conv_weight_grad(x: &[f32], gy: &[f32], u: &mut [f32], geo: &Geome
     }
     let mut co0 = 0;
     while co0 < geo.c_out {
-        let lanes = L.min(geo.c_out - co0);
-        let co: [usize; L] = core::array::from_fn(|l| co0 + l.min(lanes - 1));
+        let lanes = N.min(geo.c_out - co0);
+        let co: [usize; N] = core::array::from_fn(|l| co0 + l.min(lanes - 1));
         let one_group = co0 / cout_g == (co0 + lanes - 1) / cout_g;
         for cil in 0..cin_g {
             // `x` channel of each lane.
-            let ci: [usize; L] = co.map(|c| (c / cout_g) * cin_g + cil);
+            let ci: [usize; N] = co.map(|c| (c / cout_g) * cin_g + cil);
             let mut t0 = 0;
             while t0 < taps {
                 let acc = if one_group {
-                    gather_taps::<true>(x, gy, geo, &co, &ci, t0)
+                    gather_taps::<N, W, true>(x, gy, geo, &co, &ci, t0)
                 } else {
-                    gather_taps::<false>(x, gy, geo, &co, &ci, t0)
+                    gather_taps::<N, W, false>(x, gy, geo, &co, &ci, t0)
                 };
                 for (t, a) in acc.iter().enumerate().take(taps - t0) {
-                    for (l, &v) in a.as_array().iter().enumerate().take(lanes) {
+                    for (l, v) in a.lanes().into_iter().enumerate().take(lanes) {
                         if let Some(o) = u.get_mut(((co0 + l) * cin_g + cil) * taps + t0 + t) {
                             *o = v;
                         }
@@ -368,17 +422,17 @@ pub(crate) fn conv_weight_grad(x: &[f32], gy: &[f32], u: &mut [f32], geo: &Geome
 /// The sums of taps `t0 ..` (up to [`TAPS`]) for output channels `co` (one per lane) reading
 /// input channels `ci`; `SAME`: every lane reads the same input channel.
 #[inline(always)]
-fn gather_taps<const SAME: bool>(
+fn gather_taps<const N: usize, W: Vector<N>, const SAME: bool>(
     x: &[f32],
     gy: &[f32],
     geo: &Geometry,
-    co: &[usize; L],
-    ci: &[usize; L],
+    co: &[usize; N],
+    ci: &[usize; N],
     t0: usize,
-) -> [V; TAPS] {
+) -> [W; TAPS] {
     let [ah, aw] = geo.axes;
     let (hw_in, hw_out, taps) = geo.planes();
-    let mut acc = [V::splat(0.0); TAPS];
+    let mut acc = [W::splat(0.0); TAPS];
     // Each tap of the tile: `(kh, kw)` and the columns `ow` whose `iw` lies inside the row.
     let mut kh = [0usize; TAPS];
     let mut kw = [0usize; TAPS];
@@ -400,8 +454,8 @@ fn gather_taps<const SAME: bool>(
         .unwrap_or(0)
         .max(inner_lo);
     for n in 0..geo.batch {
-        let g_at: [usize; L] = co.map(|c| (n * geo.c_out + c) * hw_out);
-        let x_at: [usize; L] = ci.map(|c| (n * geo.c_in + c) * hw_in);
+        let g_at: [usize; N] = co.map(|c| (n * geo.c_out + c) * hw_out);
+        let x_at: [usize; N] = ci.map(|c| (n * geo.c_in + c) * hw_in);
         let x_at0 = x_at.first().copied().unwrap_or(0);
         for oh in 0..ah.output {
             // The input row each tap reads (as an offset of `x`'s channel), `None` in the
@@ -420,7 +474,8 @@ fn gather_taps<const SAME: bool>(
             }
             let g_row = oh * aw.output;
             let mut step = |ow: usize, check: bool| {
-                let gv = V::new(g_at.map(|a| gy.get(a + g_row + ow).copied().unwrap_or(0.0)));
+                let gv =
+                    W::from_lanes(g_at.map(|a| gy.get(a + g_row + ow).copied().unwrap_or(0.0)));
                 for t in 0..TAPS {
                     let (Some(Some(base)), Some(&(lo, hi)), Some(a)) =
                         (row.get(t), cols.get(t), acc.get_mut(t))
@@ -432,11 +487,11 @@ fn gather_taps<const SAME: bool>(
                     }
                     let at = (*base + (ow * aw.stride) as isize) as usize;
                     let xv = if SAME {
-                        V::splat(x.get(x_at0 + at).copied().unwrap_or(0.0))
+                        W::splat(x.get(x_at0 + at).copied().unwrap_or(0.0))
                     } else {
-                        V::new(x_at.map(|a| x.get(a + at).copied().unwrap_or(0.0)))
+                        W::from_lanes(x_at.map(|a| x.get(a + at).copied().unwrap_or(0.0)))
                     };
-                    *a += xv * gv;
+                    *a = *a + xv * gv;
                 }
             };
             for ow in 0..inner_lo.min(aw.output) {
