@@ -43,22 +43,28 @@ fn main() {
         .map(|s| s.split(',').map(|v| v.parse().unwrap()).collect())
         .unwrap_or_else(|| vec![1, 2, 4, 8]);
     let (c, hw, k) = (16usize, 32usize, 3usize);
+    let _ = c;
     println!("catalog {}", catalog::CATALOG);
     println!(
         "{:<22} {:>2} {:<17} {:>9} {:>9} {:>7}  bits",
         "layer", "N", "instruction", "ref ns", "cat ns", "speed"
     );
-    for n in batches {
-        for (name, a) in [
-            ("3x3 pad 1", ConvAttr::d2([1, 1], [1, 1], [1, 1], [1, 1], 1)),
-            (
-                "3x3 pad 1 depthwise",
-                ConvAttr::d2([1, 1], [1, 1], [1, 1], [1, 1], 16),
-            ),
-        ] {
+    let dense = ConvAttr::d2([1, 1], [1, 1], [1, 1], [1, 1], 1);
+    let depthwise = ConvAttr::d2([1, 1], [1, 1], [1, 1], [1, 1], 16);
+    let mut layers: Vec<(&str, ConvAttr, usize, [usize; 3])> = Vec::new();
+    for &n in &batches {
+        layers.push(("3x3 pad 1", dense, n, [c, c, hw]));
+        layers.push(("3x3 pad 1 depthwise", depthwise, n, [c, c, hw]));
+    }
+    // The digits CNN's two layers (planner-host/examples/digits_cnn.rs), batch 32.
+    layers.push(("digits conv1 1->16 8x8", dense, 32, [1, 16, 8]));
+    layers.push(("digits conv2 16->32 4x4", dense, 32, [16, 32, 4]));
+    for (name, a, n, [c_in, c_out, hw]) in layers {
+        {
             let g = a.groups as usize;
-            let xs = Shape::new(&[n, c, hw, hw]).unwrap();
-            let ws = Shape::new(&[c, c / g, k, k]).unwrap();
+            let c = c_out;
+            let xs = Shape::new(&[n, c_in, hw, hw]).unwrap();
+            let ws = Shape::new(&[c_out, c_in / g, k, k]).unwrap();
             let e = tapeplan_core::ops::conv::output_extent(&a, xs, ws).unwrap();
             let ys = Shape::new(&[n, c, e[0], e[1]]).unwrap();
             let (x, w, gy) = (
@@ -66,7 +72,7 @@ fn main() {
                 data(ws.elems(), 53, 89),
                 data(ys.elems(), 29, 97),
             );
-            let macs = (n * c * e[0] * e[1] * (c / g) * k * k) as f64;
+            let macs = (n * c * e[0] * e[1] * (c_in / g) * k * k) as f64;
             let cases: [(Opcode, Attr, [&[f32]; 2], [Shape; 2], usize); 3] = [
                 (
                     Opcode::Conv,

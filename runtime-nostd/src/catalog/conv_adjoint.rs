@@ -17,11 +17,13 @@ use tapeplan_core::ops::conv::{Axis, Geometry};
 /// the stack); a larger kernel runs the reference.
 pub(crate) const MAX_KERNEL: usize = 16;
 
-/// True when the kernels here take geometry `g` (else the reference runs).
-pub(crate) fn fits(g: &Geometry) -> bool {
-    g.axes
-        .iter()
-        .all(|a| a.kernel >= 1 && a.kernel <= MAX_KERNEL)
+/// True when the kernels here take geometry `g` (else the reference runs): kernels up to
+/// [`MAX_KERNEL`] per axis, and for `conv_transpose` (`transpose`) at least
+/// [`super::MIN_SIMD_COLUMNS`] columns per residue class of the stride.
+pub(crate) fn fits(g: &Geometry, transpose: bool) -> bool {
+    let [_, aw] = g.axes;
+    g.axes.iter().all(|a| a.kernel >= 1 && a.kernel <= MAX_KERNEL)
+        && (!transpose || aw.input.div_ceil(aw.stride.max(1)) >= super::MIN_SIMD_COLUMNS)
 }
 
 /// `a.source(o, k)` in signed arithmetic: the input position tap `k` of output `o` reads,

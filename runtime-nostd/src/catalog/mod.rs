@@ -581,6 +581,14 @@ fn row_reduce(x: &[f32], out: &mut [f32], cols: usize, init: f32, f: impl Fn(f32
     }
 }
 
+/// The narrowest rows (output columns of `conv`, input-gradient columns per stride class of
+/// `conv_transpose`) the `simd` convolution kernels take; narrower ones run the reference. Their
+/// border columns run one output at a time, which costs more than the vectors save on narrow
+/// rows: `conv_speed`, SSE2, batch 32, 3×3 padding 1: 8 columns (the digits CNN's first layer)
+/// 0.7× the reference's speed for `conv` and 0.5× for `conv_transpose`, 4 columns 0.5× and
+/// 0.4×; 32 columns 2–4× faster (`docs/benchmarks.md`).
+pub(crate) const MIN_SIMD_COLUMNS: usize = 16;
+
 /// `conv` with the `simd` catalog's kernel (lanes across output columns, see `lanes::conv`);
 /// `false` (nothing written) without `simd` or for shapes the rule refuses.
 fn conv(attr: Attr, args: &[&[f32]], shapes: &[Shape], out: &mut [f32]) -> bool {
@@ -594,6 +602,9 @@ fn conv(attr: Attr, args: &[&[f32]], shapes: &[Shape], out: &mut [f32]) -> bool 
     if x.len() != g.x_elems() || w.len() != g.w_elems() || out.len() != g.y_elems() {
         return false;
     }
+    if g.axes[1].output < MIN_SIMD_COLUMNS {
+        return false;
+    }
     #[cfg(feature = "simd")]
     {
         lanes::conv(x, w, out, &g);
@@ -602,6 +613,40 @@ fn conv(attr: Attr, args: &[&[f32]], shapes: &[Shape], out: &mut [f32]) -> bool 
     #[cfg(not(feature = "simd"))]
     {
         false
+    }
+}
+
+/// `conv`, `conv_transpose` or `conv_weight_grad` from the executor (arguments as the
+/// executor decodes them): the `simd` catalog's kernels; `false` (nothing written) without
+/// `simd`, for another opcode, an opcode the selective build leaves out, or shapes the kernels
+/// do not take (the reference then runs).
+pub(crate) fn convolution<O: Ops>(
+    op: Opcode,
+    attr: Attr,
+    args: &[&[f32]],
+    arg_dims: &[Dims],
+    out: &mut [f32],
+) -> bool {
+    let wanted = match op {
+        Opcode::Conv => on!(Conv),
+        Opcode::ConvTranspose => on!(ConvTranspose),
+        Opcode::ConvWeightGrad => on!(ConvWeightGrad),
+        _ => false,
+    };
+    if !wanted || !cfg!(feature = "simd") {
+        return false;
+    }
+    let shape = |d: &Dims| d.dims.get(..d.rank).and_then(|e| Shape::new(e).ok());
+    let [Some(a), Some(b)] = [arg_dims.first(), arg_dims.get(1)].map(|d| d.and_then(shape)) else {
+        return false;
+    };
+    if arg_dims.len() != 2 {
+        return false;
+    }
+    if op == Opcode::Conv {
+        conv(attr, args, &[a, b], out)
+    } else {
+        conv_adjoint(op, attr, args, &[a, b], out)
     }
 }
 
@@ -637,7 +682,7 @@ fn conv_adjoint(
     }
     #[cfg(feature = "simd")]
     {
-        if !conv_adjoint::fits(&g) {
+        if !conv_adjoint::fits(&g, op == Opcode::ConvTranspose) {
             return false;
         }
         if op == Opcode::ConvTranspose {
@@ -743,7 +788,20 @@ pub fn has_kernel(op: Opcode, attr: Attr, arg_shapes: &[Shape]) -> bool {
         Opcode::Fill | Opcode::MatMul | Opcode::Transpose | Opcode::Reshape | Opcode::Select => {
             true
         }
-        Opcode::Conv => cfg!(feature = "simd"),
+        Opcode::Conv => {
+            cfg!(feature = "simd")
+                && match arg_shapes {
+                    [x, w] => tapeplan_core::ops::conv::geometry(
+                        op,
+                        &tapeplan_core::ops::conv::conv_attr(attr),
+                        *x,
+                        *w,
+                        (*x, *w),
+                    )
+                    .is_ok_and(|g| g.axes[1].output >= MIN_SIMD_COLUMNS),
+                    _ => false,
+                }
+        }
         #[cfg(feature = "simd")]
         Opcode::ConvTranspose | Opcode::ConvWeightGrad => {
             let ca = tapeplan_core::ops::conv::conv_attr(attr);
@@ -756,7 +814,7 @@ pub fn has_kernel(op: Opcode, attr: Attr, arg_shapes: &[Shape]) -> bool {
                     arg_shapes.get(1).copied().unwrap_or(Shape::SCALAR),
                 ),
             ) {
-                ([_, _], Ok((g, _))) => conv_adjoint::fits(&g),
+                ([_, _], Ok((g, _))) => conv_adjoint::fits(&g, op == Opcode::ConvTranspose),
                 _ => false,
             }
         }
