@@ -26,6 +26,9 @@ fn data(n: usize, a: usize, b: usize) -> Vec<f32> {
         .collect()
 }
 
+/// One instruction to time: opcode, attribute, arguments, their shapes, output elements.
+type Case<'a> = (Opcode, Attr, [&'a [f32]; 2], [Shape; 2], usize);
+
 /// The best of 30 runs, in seconds.
 fn time(f: &mut dyn FnMut()) -> f64 {
     let mut best = f64::INFINITY;
@@ -43,7 +46,6 @@ fn main() {
         .map(|s| s.split(',').map(|v| v.parse().unwrap()).collect())
         .unwrap_or_else(|| vec![1, 2, 4, 8]);
     let (c, hw, k) = (16usize, 32usize, 3usize);
-    let _ = c;
     println!("catalog {}", catalog::CATALOG);
     println!(
         "{:<22} {:>2} {:<17} {:>9} {:>9} {:>7}  bits",
@@ -73,7 +75,7 @@ fn main() {
                 data(ys.elems(), 29, 97),
             );
             let macs = (n * c * e[0] * e[1] * (c_in / g) * k * k) as f64;
-            let cases: [(Opcode, Attr, [&[f32]; 2], [Shape; 2], usize); 3] = [
+            let cases: [Case<'_>; 3] = [
                 (
                     Opcode::Conv,
                     Attr::Conv(a.with_extent(&e)),

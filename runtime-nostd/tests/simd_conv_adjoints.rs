@@ -42,6 +42,9 @@ fn special() -> impl Strategy<Value = f32> + Clone {
     ]
 }
 
+/// A forward convolution: `x`, `w` and `y` dims and the attribute.
+type Geo = (Vec<usize>, Vec<usize>, Vec<usize>, ConvAttr);
+
 /// One spatial axis: kernel, stride, dilation, padding before and after, extra input length.
 fn axis() -> impl Strategy<Value = (usize, u32, u32, u32, u32, usize)> {
     (
@@ -59,7 +62,7 @@ fn axis() -> impl Strategy<Value = (usize, u32, u32, u32, u32, usize)> {
 /// input and output channel per group, up to 20 groups so that channels fill a vector); widths
 /// up to 77 so that every lane count (4, 8, 16) meets every register tile, partial vectors and
 /// none.
-fn geometry() -> impl Strategy<Value = (Vec<usize>, Vec<usize>, Vec<usize>, ConvAttr)> {
+fn geometry() -> impl Strategy<Value = Geo> {
     let channels = prop_oneof![
         3 => (1usize..=3, 1usize..=6, 1usize..=6),
         1 => (1usize..=20).prop_map(|g| (g, 1, 1)),
@@ -145,14 +148,7 @@ fn check(
 }
 
 /// A geometry and values for `x`, `w` and `gy` drawn by `v`.
-fn case<S: Strategy<Value = f32> + Clone>(
-    v: S,
-) -> impl Strategy<
-    Value = (
-        (Vec<usize>, Vec<usize>, Vec<usize>, ConvAttr),
-        [Vec<f32>; 3],
-    ),
-> {
+fn case<S: Strategy<Value = f32> + Clone>(v: S) -> impl Strategy<Value = (Geo, [Vec<f32>; 3])> {
     geometry().prop_flat_map(move |(x, w, y, a)| {
         let len = |d: &[usize]| d.iter().product::<usize>();
         let vals = [
@@ -164,10 +160,7 @@ fn case<S: Strategy<Value = f32> + Clone>(
     })
 }
 
-fn check_both(
-    (x, w, y, a): (Vec<usize>, Vec<usize>, Vec<usize>, ConvAttr),
-    [xv, wv, gv]: [Vec<f32>; 3],
-) -> Result<(), TestCaseError> {
+fn check_both((x, w, y, a): Geo, [xv, wv, gv]: [Vec<f32>; 3]) -> Result<(), TestCaseError> {
     let [(t_op, t_attr, t_dims), (u_op, u_attr, u_dims)] = adjoints(&x, &w, &y, a);
     check(t_op, t_attr, &[&gv, &wv], &t_dims)?;
     check(u_op, u_attr, &[&xv, &gv], &u_dims)

@@ -22,7 +22,9 @@ pub(crate) const MAX_KERNEL: usize = 16;
 /// [`super::MIN_SIMD_COLUMNS`] columns per residue class of the stride.
 pub(crate) fn fits(g: &Geometry, transpose: bool) -> bool {
     let [_, aw] = g.axes;
-    g.axes.iter().all(|a| a.kernel >= 1 && a.kernel <= MAX_KERNEL)
+    g.axes
+        .iter()
+        .all(|a| a.kernel >= 1 && a.kernel <= MAX_KERNEL)
         && (!transpose || aw.input.div_ceil(aw.stride.max(1)) >= super::MIN_SIMD_COLUMNS)
 }
 

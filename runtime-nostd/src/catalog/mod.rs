@@ -27,8 +27,22 @@
 //! - **`conv`** (with `simd`): each output starts at `+0.0` and accumulates `acc = acc + x * w`
 //!   over its group's input channels in increasing order, then the kernel taps row-major,
 //!   skipping padding, exactly the reference's order; lanes are distinct output columns, and a
-//!   tile of up to four output channels shares each input load. Without `simd` the reference
-//!   kernel runs (it already accumulates whole output rows a tap at a time).
+//!   tile of up to four output channels shares each input load (one channel by four vectors in
+//!   a depthwise convolution). Without `simd` the reference kernel runs (it already accumulates
+//!   whole output rows a tap at a time).
+//! - **`conv_transpose`** (the input gradient, with `simd`): each input-gradient element starts
+//!   at `+0.0` and accumulates over its group's output channels, then the taps row-major,
+//!   skipping taps off the stride or past the edge, the reference's order; lanes are
+//!   input-gradient columns of one residue class modulo the stride (any stride and dilation),
+//!   a tile of up to four input channels shares each cotangent load.
+//! - **`conv_weight_grad`** (the weight gradient, with `simd`): each weight-gradient element
+//!   starts at `+0.0` and accumulates over the batch, then the output positions row-major,
+//!   skipping padding, the reference's order; lanes are output channels (4, 8 under AVX-512),
+//!   a register tile holds up to nine taps, the cotangent gathered once per position and shared
+//!   by them; a tile whose channels span groups (depthwise) gathers the input per lane.
+//! - The convolution kernels take rows of at least `MIN_SIMD_COLUMNS` (16) columns and kernels
+//!   of at most 16 taps per axis (`conv_weight_grad`: any width); the reference runs otherwise.
+//!   The executor reaches all three through `convolution` (kernels in `conv_adjoint.rs`).
 //! - **`transpose`** (a permutation, exact whatever the order) in cache-sized blocks, and
 //!   **`fill`**.
 //!
