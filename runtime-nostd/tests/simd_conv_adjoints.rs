@@ -58,7 +58,8 @@ fn axis() -> impl Strategy<Value = (usize, u32, u32, u32, u32, usize)> {
 }
 
 /// A forward convolution `(x dims, w dims, y dims, attribute)` with a non-empty output: batch
-/// 1 to 3; groups 1 to 3 with 1 to 6 input and output channels per group, or depthwise (1
+/// 1 or 2; groups 1 to 3 with 1 to 6 input and output channels per group, or 9 to 12 output
+/// channels per group (a whole tile of 8 lanes, then one spanning two groups), or depthwise (1
 /// input and output channel per group, up to 20 groups so that channels fill a vector); widths
 /// up to 77 so that every lane count (4, 8, 16) meets every register tile, partial vectors and
 /// none.
@@ -66,11 +67,11 @@ fn geometry() -> impl Strategy<Value = Geo> {
     let channels = prop_oneof![
         3 => (1usize..=3, 1usize..=6, 1usize..=6),
         1 => (1usize..=20).prop_map(|g| (g, 1, 1)),
-        1 => (1usize..=2, 1usize..=2, 12usize..=20),
+        1 => (1usize..=2, 1usize..=2, 9usize..=12),
     ];
     (
         1usize..=2,
-        1usize..=3,
+        1usize..=2,
         channels,
         [axis(), axis()],
         0usize..=72,
@@ -167,7 +168,7 @@ fn check_both((x, w, y, a): Geo, [xv, wv, gv]: [Vec<f32>; 3]) -> Result<(), Test
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
     #[test]
     fn conv_adjoints_match_reference((geo, vals) in case(special())) {
