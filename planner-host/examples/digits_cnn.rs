@@ -95,13 +95,17 @@ fn main() -> Result<()> {
 
     let t0 = Instant::now();
     let (mut steps, mut checked) = (0usize, 0usize);
+    // The runtime's own time per step (the oracle's step and the checks excluded).
+    let mut runtime_secs = 0.0f64;
     for epoch in 0..epochs {
         let set = order.epoch(&train, epoch);
         let mut total = 0.0f64;
         let batches = set.len() / BATCH;
         for b in 0..batches {
             let (x, labels) = support::batch_rows(&set, b * BATCH, BATCH);
+            let t_step = Instant::now();
             let loss_rt = rt.train_step(&x, &labels)?;
+            runtime_secs += t_step.elapsed().as_secs_f64();
             let loss_or = oracle.step(&x, &labels)?;
             steps += 1;
             support::check_step(
@@ -139,6 +143,11 @@ fn main() -> Result<()> {
     let train_acc = accuracy(&train, &mut rt)?;
     let test_acc = accuracy(&test, &mut rt)?;
     println!("bitwise: {checked}/{steps} steps identical (runtime vs oracle: loss, parameters, optimizer state)");
+    println!(
+        "runtime train_step: {:.1} µs per step (catalog {}, mean of {steps})",
+        runtime_secs / steps.max(1) as f64 * 1e6,
+        tapeplan_runtime::catalog::CATALOG
+    );
     println!(
         "train accuracy {:.1} % ({} rows)",
         100.0 * train_acc,

@@ -1,13 +1,18 @@
-//! Time of one forward `conv` for a typical small-CNN layer (N = 1, C_in = C_out = 16, 32 × 32,
-//! 3 × 3, padding 1): the reference kernel (`tapeplan_core::ops::eval`, what the scalar catalog
-//! runs) against this build's catalog (`tapeplan_runtime::catalog::eval`), in ns per
-//! multiply-accumulate (`N · C_out · H_out · W_out · C_in/groups · K_h · K_w`, padding taps
-//! included). Both give the same bits (checked here too).
+//! Time of a typical small-CNN layer (C_in = C_out = 16, 32 × 32, 3 × 3, padding 1, batch
+//! N = 1, 2, 4, 8; dense and depthwise) and of its two adjoints: the forward `conv`,
+//! `conv_transpose` (the input gradient) and `conv_weight_grad` (the weight gradient). The
+//! reference kernel (`tapeplan_core::ops::eval`, what the scalar catalog runs) against this
+//! build's catalog (`tapeplan_runtime::catalog::eval`), in ns per multiply-accumulate
+//! (`N · C_out · H_out · W_out · C_in/groups · K_h · K_w`, padding taps included; the same
+//! count for all three instructions), the best of 30 runs each. Both give the same bits
+//! (checked here too).
 //!
 //! ```sh
 //! cargo run --release -p tapeplan-runtime --features simd --example conv_speed
 //! RUSTFLAGS="-C target-cpu=native" cargo run --release -p tapeplan-runtime --features simd --example conv_speed
 //! ```
+//!
+//! An optional argument restricts the batch sizes (`conv_speed 1,8`).
 
 use std::time::Instant;
 
@@ -15,73 +20,114 @@ use tapeplan_core::ops::Attr;
 use tapeplan_core::{ConvAttr, MathProfile, Opcode, Shape};
 use tapeplan_runtime::catalog;
 
+fn data(n: usize, a: usize, b: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i * a % b) as f32 - (b / 2) as f32) / (b / 2) as f32)
+        .collect()
+}
+
+/// One instruction to time: opcode, attribute, arguments, their shapes, output elements.
+type Case<'a> = (Opcode, Attr, [&'a [f32]; 2], [Shape; 2], usize);
+
+/// The best of 30 runs, in seconds.
+fn time(f: &mut dyn FnMut()) -> f64 {
+    let mut best = f64::INFINITY;
+    for _ in 0..30 {
+        let t = Instant::now();
+        f();
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    best
+}
+
 fn main() {
-    let (n, c, hw, k) = (1usize, 16usize, 32usize, 3usize);
-    for (name, a) in [
-        ("3x3 pad 1", ConvAttr::d2([1, 1], [1, 1], [1, 1], [1, 1], 1)),
-        (
-            "3x3 pad 1 depthwise",
-            ConvAttr::d2([1, 1], [1, 1], [1, 1], [1, 1], 16),
-        ),
-    ] {
-        let g = a.groups as usize;
-        let xs = Shape::new(&[n, c, hw, hw]).unwrap();
-        let ws = Shape::new(&[c, c / g, k, k]).unwrap();
-        let e = tapeplan_core::ops::conv::output_extent(&a, xs, ws).unwrap();
-        let attr = Attr::Conv(a.with_extent(&e));
-        let x: Vec<f32> = (0..xs.elems())
-            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
-            .collect();
-        let w: Vec<f32> = (0..ws.elems())
-            .map(|i| ((i * 53 % 89) as f32 - 44.0) / 44.0)
-            .collect();
-        let macs = (n * c * e[0] * e[1] * (c / g) * k * k) as f64;
-        let (mut want, mut got) = (
-            vec![0.0f32; n * c * e[0] * e[1]],
-            vec![0.0f32; n * c * e[0] * e[1]],
-        );
-        let time = |f: &mut dyn FnMut()| {
-            let mut best = f64::INFINITY;
-            for _ in 0..30 {
-                let t = Instant::now();
-                f();
-                best = best.min(t.elapsed().as_secs_f64());
+    let batches: Vec<usize> = std::env::args()
+        .nth(1)
+        .map(|s| s.split(',').map(|v| v.parse().unwrap()).collect())
+        .unwrap_or_else(|| vec![1, 2, 4, 8]);
+    let (c, hw, k) = (16usize, 32usize, 3usize);
+    println!("catalog {}", catalog::CATALOG);
+    println!(
+        "{:<22} {:>2} {:<17} {:>9} {:>9} {:>7}  bits",
+        "layer", "N", "instruction", "ref ns", "cat ns", "speed"
+    );
+    let dense = ConvAttr::d2([1, 1], [1, 1], [1, 1], [1, 1], 1);
+    let depthwise = ConvAttr::d2([1, 1], [1, 1], [1, 1], [1, 1], 16);
+    let mut layers: Vec<(&str, ConvAttr, usize, [usize; 3])> = Vec::new();
+    for &n in &batches {
+        layers.push(("3x3 pad 1", dense, n, [c, c, hw]));
+        layers.push(("3x3 pad 1 depthwise", depthwise, n, [c, c, hw]));
+    }
+    // The digits CNN's two layers (planner-host/examples/digits_cnn.rs), batch 32.
+    layers.push(("digits conv1 1->16 8x8", dense, 32, [1, 16, 8]));
+    layers.push(("digits conv2 16->32 4x4", dense, 32, [16, 32, 4]));
+    for (name, a, n, [c_in, c_out, hw]) in layers {
+        {
+            let g = a.groups as usize;
+            let c = c_out;
+            let xs = Shape::new(&[n, c_in, hw, hw]).unwrap();
+            let ws = Shape::new(&[c_out, c_in / g, k, k]).unwrap();
+            let e = tapeplan_core::ops::conv::output_extent(&a, xs, ws).unwrap();
+            let ys = Shape::new(&[n, c, e[0], e[1]]).unwrap();
+            let (x, w, gy) = (
+                data(xs.elems(), 37, 101),
+                data(ws.elems(), 53, 89),
+                data(ys.elems(), 29, 97),
+            );
+            let macs = (n * c * e[0] * e[1] * (c_in / g) * k * k) as f64;
+            let cases: [Case<'_>; 3] = [
+                (
+                    Opcode::Conv,
+                    Attr::Conv(a.with_extent(&e)),
+                    [&x, &w],
+                    [xs, ws],
+                    ys.elems(),
+                ),
+                (
+                    Opcode::ConvTranspose,
+                    Attr::Conv(a.with_extent(&[hw, hw])),
+                    [&gy, &w],
+                    [ys, ws],
+                    xs.elems(),
+                ),
+                (
+                    Opcode::ConvWeightGrad,
+                    Attr::Conv(a.with_extent(&[k, k])),
+                    [&x, &gy],
+                    [xs, ys],
+                    ws.elems(),
+                ),
+            ];
+            for (op, attr, args, shapes, out_elems) in cases {
+                let (mut want, mut got) = (vec![0.0f32; out_elems], vec![0.0f32; out_elems]);
+                let reference = time(&mut || {
+                    tapeplan_core::ops::eval(
+                        op,
+                        attr,
+                        MathProfile::Precise,
+                        &args,
+                        &shapes,
+                        &mut want,
+                    )
+                    .unwrap()
+                });
+                let cat = time(&mut || {
+                    catalog::eval(op, attr, MathProfile::Precise, &args, &shapes, &mut got).unwrap()
+                });
+                let same = want
+                    .iter()
+                    .zip(&got)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                println!(
+                    "{name:<22} {n:>2} {:<17} {:>9.3} {:>9.3} {:>6.1}x  {}",
+                    op.name(),
+                    reference / macs * 1e9,
+                    cat / macs * 1e9,
+                    reference / cat,
+                    if same { "equal" } else { "DIFFER" }
+                );
+                assert!(same, "{op} differs from its reference");
             }
-            best
-        };
-        let reference = time(&mut || {
-            tapeplan_core::ops::eval(
-                Opcode::Conv,
-                attr,
-                MathProfile::Precise,
-                &[&x, &w],
-                &[xs, ws],
-                &mut want,
-            )
-            .unwrap()
-        });
-        let cat = time(&mut || {
-            catalog::eval(
-                Opcode::Conv,
-                attr,
-                MathProfile::Precise,
-                &[&x, &w],
-                &[xs, ws],
-                &mut got,
-            )
-            .unwrap()
-        });
-        let same = want
-            .iter()
-            .zip(&got)
-            .all(|(a, b)| a.to_bits() == b.to_bits());
-        println!(
-            "{name}: reference {:.3} ns/MAC, catalog {} {:.3} ns/MAC ({:.1}x), bits equal: {same}",
-            reference / macs * 1e9,
-            catalog::CATALOG,
-            cat / macs * 1e9,
-            reference / cat
-        );
-        assert!(same);
+        }
     }
 }

@@ -291,6 +291,18 @@ fn execute<O: Ops>(plan: &Plan<'_>, arena: &mut [f32], d: &Decoded) -> Result<()
                 *d = a.dims;
             }
         }
+        if cfg!(feature = "simd")
+            && disjoint
+            && catalog::convolution::<O>(
+                op,
+                attr,
+                slices.get(..arity).ok_or(bad)?,
+                dims.get(..arity).ok_or(bad)?,
+                buf,
+            )
+        {
+            return Ok(());
+        }
         if cfg!(feature = "catalog")
             && disjoint
             && catalog::structural::<O>(

@@ -23,6 +23,7 @@ mod firmware;
 mod fuzz;
 mod mathcheck;
 mod onnx;
+mod onnx_simd;
 mod ort;
 mod package;
 mod peers;
@@ -109,7 +110,7 @@ const STEPS: &[Step] = &[
     },
     Step {
         name: "onnx-conformance",
-        about: "ONNX's backend node tests (pinned onnx, generated into a cache) through the translation, the oracle and the no_std runtime: bitwise between the readings, each operator's tolerance against the expected outputs; prints the table",
+        about: "ONNX's backend node tests (pinned onnx, generated into a cache) through the translation, the oracle and the no_std runtime (scalar catalog, then every passing test again on the simd catalog: a second runtime build): bitwise between the readings, each operator's tolerance against the expected outputs; prints the table",
         run: onnx::step_onnx_conformance,
     },
     Step {

@@ -24,7 +24,7 @@ use tapeplan_planner::model::onnx::{
     self, read_model, translate, OnnxError, TensorData, Tolerance, TranslateOptions,
 };
 
-use crate::{run, venv_python, Ctx};
+use crate::{onnx_simd, run, venv_python, Ctx};
 
 /// The pinned `onnx` release: its generators define the tests.
 pub const ONNX_VERSION: &str = "1.23.2";
@@ -208,14 +208,21 @@ fn data_sets(dir: &Path) -> Result<Vec<PathBuf>, String> {
     Ok(sets)
 }
 
-fn run_test(dir: &Path, op: &str) -> Outcome {
-    match run_test_inner(dir, op) {
+/// Runs one node test; when it passes, its forward runs join `jobs` (to repeat on the SIMD
+/// catalog).
+fn run_test(dir: &Path, op: &str, jobs: &mut Vec<onnx_simd::Job>) -> Outcome {
+    let mut mine = Vec::new();
+    let outcome = match run_test_inner(dir, op, &mut mine) {
         Ok(o) => o,
         Err(e) => Outcome::Fail(e),
+    };
+    if matches!(outcome, Outcome::Pass(..)) {
+        jobs.append(&mut mine);
     }
+    outcome
 }
 
-fn run_test_inner(dir: &Path, op: &str) -> Result<Outcome, String> {
+fn run_test_inner(dir: &Path, op: &str, jobs: &mut Vec<onnx_simd::Job>) -> Result<Outcome, String> {
     let (mut max_abs, mut max_rel) = (0.0f64, 0.0f64);
     let bytes = fs::read(dir.join("model.onnx")).map_err(|e| format!("model.onnx: {e}"))?;
     let model = read_model(&bytes).map_err(|e| e.to_string())?;
@@ -281,6 +288,7 @@ fn run_test_inner(dir: &Path, op: &str) -> Result<Outcome, String> {
             continue;
         }
         let out = run_forward(&t, &inputs).map_err(|e| e.to_string())?;
+        jobs.push(onnx_simd::Job::new(test_name, &t, &inputs, &out));
         for (k, o) in t.outputs.iter().enumerate() {
             let expected = match read_tensor(&set.join(format!("output_{}.pb", o.index)))? {
                 Ok(t) => t,
@@ -353,6 +361,8 @@ struct Row {
     skipped: usize,
     max_abs: f64,
     max_rel: f64,
+    /// Passed tests whose every run also equals the oracle on the SIMD catalog.
+    simd_equal: usize,
 }
 
 /// `cargo xtask onnx-conformance`.
@@ -366,6 +376,8 @@ pub fn step_onnx_conformance(ctx: &Ctx) -> Result<()> {
         .collect();
     let mut skipped = Vec::new();
     let mut failed = Vec::new();
+    let mut jobs = Vec::new();
+    let mut key_of = BTreeMap::new();
     for line in manifest.lines() {
         let Some((name, op)) = line.split_once('\t') else {
             continue;
@@ -375,7 +387,7 @@ pub fn step_onnx_conformance(ctx: &Ctx) -> Result<()> {
                 "inputs or outputs that are not plain tensors (sequences, maps, optionals)".into(),
             )
         } else {
-            run_test(&dir.join(name), op)
+            run_test(&dir.join(name), op, &mut jobs)
         };
         let key = if op == "-" {
             "(sequence or optional I/O)".to_owned()
@@ -384,6 +396,7 @@ pub fn step_onnx_conformance(ctx: &Ctx) -> Result<()> {
         } else {
             op.to_owned()
         };
+        key_of.insert(name.to_owned(), key.clone());
         let row = rows.entry(key.clone()).or_default();
         match outcome {
             Outcome::Pass(a, r) => {
@@ -401,9 +414,33 @@ pub fn step_onnx_conformance(ctx: &Ctx) -> Result<()> {
             }
         }
     }
-    println!("\nONNX backend node tests (onnx {ONNX_VERSION}), through the oracle and the no_std runtime:\n");
-    println!("| operator | passed | failed | skipped | max abs diff | max rel diff |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    // Every passing test again on the SIMD catalog (a second runtime build), bitwise.
+    let simd = onnx_simd::check(ctx, &jobs, &ctx.root.join("target").join("onnx-simd"))?;
+    let mut simd_failed: BTreeMap<&str, String> = BTreeMap::new();
+    for (job, r) in jobs.iter().zip(&simd.results) {
+        if let Err(why) = r {
+            simd_failed.entry(&job.test).or_insert_with(|| why.clone());
+        }
+    }
+    let simd_tests: BTreeSet<&str> = jobs.iter().map(|j| j.test.as_str()).collect();
+    for test in &simd_tests {
+        let key = key_of.get(*test).cloned().unwrap_or_default();
+        let row = rows.entry(key.clone()).or_default();
+        match simd_failed.get(test) {
+            None => row.simd_equal += 1,
+            Some(why) => {
+                row.passed -= 1;
+                row.failed += 1;
+                failed.push(format!("{test} [{key}]: {why}"));
+            }
+        }
+    }
+    println!("\nONNX backend node tests (onnx {ONNX_VERSION}), through the oracle and the no_std runtime (scalar catalog; every passing test again on the {} catalog):\n", simd.catalog);
+    println!(
+        "| operator | passed | failed | skipped | max abs diff | max rel diff | {} = oracle |",
+        simd.catalog
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     let mut total = Row::default();
     for (op, r) in &rows {
         let (abs, rel) = if r.passed == 0 {
@@ -412,16 +449,25 @@ pub fn step_onnx_conformance(ctx: &Ctx) -> Result<()> {
             (format!("{:.1e}", r.max_abs), format!("{:.1e}", r.max_rel))
         };
         println!(
-            "| {op} | {} | {} | {} | {abs} | {rel} |",
-            r.passed, r.failed, r.skipped
+            "| {op} | {} | {} | {} | {abs} | {rel} | {} |",
+            r.passed, r.failed, r.skipped, r.simd_equal
         );
         total.passed += r.passed;
         total.failed += r.failed;
         total.skipped += r.skipped;
+        total.simd_equal += r.simd_equal;
     }
     println!(
-        "| **total** | {} | {} | {} | | |",
-        total.passed, total.failed, total.skipped
+        "| **total** | {} | {} | {} | | | {} |",
+        total.passed, total.failed, total.skipped, total.simd_equal
+    );
+    println!(
+        "\n{} of {} passing tests with a runtime run ({} forward runs) bitwise equal to the oracle on the {} catalog too; {} passing tests have every output folded at plan time (no runtime run)",
+        total.simd_equal,
+        simd_tests.len(),
+        jobs.len(),
+        simd.catalog,
+        total.passed - total.simd_equal
     );
     println!("\nskipped ({}):", skipped.len());
     for s in &skipped {

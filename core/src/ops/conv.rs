@@ -380,7 +380,7 @@ pub fn geometry(
 ///
 /// # Errors
 /// [`OpError::Conv`] naming what does not fit.
-pub(crate) fn adjoint_geometry(
+pub fn adjoint_geometry(
     op: Opcode,
     a: &ConvAttr,
     lhs: Shape,

@@ -40,6 +40,9 @@ pub struct ForwardOutputs {
     pub runtime: Vec<Vec<f32>>,
     /// The plan's arena, in `f32` elements.
     pub arena_elems: usize,
+    /// The serialized plan the runtime ran (one entry, [`ENTRY`]; outputs bound as
+    /// [`output_binding`]), for running it again elsewhere (another catalog, another target).
+    pub plan: Vec<u8>,
 }
 
 /// The binding name of output `k`.
@@ -148,5 +151,6 @@ pub fn run_forward(
         oracle,
         runtime,
         arena_elems,
+        plan: bytes,
     })
 }

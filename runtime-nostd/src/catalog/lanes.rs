@@ -562,11 +562,12 @@ fn tile_partial<const R: usize>(
 /// group's input channels in increasing order, then the kernel taps `(kh, kw)` row-major,
 /// skipping taps that read padding. Lanes are distinct output columns `ow`, and a register tile
 /// holds four output channels of one group by two vectors of columns (one channel by four
-/// vectors when the group has fewer than four channels left): never distinct channels or taps
-/// of one output. Columns whose every tap reads inside the input run a tile at a time, the last
-/// vector overlapping the one before it when the interior is not a multiple of the lane count
-/// (recomputing an output gives the same bits); border columns, and interiors narrower than a
-/// vector, run one output at a time in the same order.
+/// vectors when the group has fewer than four channels left, as in a depthwise convolution):
+/// never distinct channels or taps of one output. Columns whose every tap reads inside the
+/// input run a tile at a time, the last tile overlapping the one before it when the interior is
+/// not a multiple of the tile (recomputing an output gives the same bits), single vectors
+/// (the last one overlapping likewise) when the interior is narrower than a tile; border
+/// columns, and interiors narrower than a vector, run one output at a time in the same order.
 #[cfg(feature = "simd")]
 pub(crate) fn conv(x: &[f32], w: &[f32], out: &mut [f32], g: &tapeplan_core::ops::conv::Geometry) {
     let [ah, aw] = g.axes;
@@ -611,17 +612,19 @@ pub(crate) fn conv(x: &[f32], w: &[f32], out: &mut [f32], g: &tapeplan_core::ops
                             }
                         }
                     };
+                    // Whole tiles, the last one overlapping the one before it when the
+                    // interior is not a multiple of the tile; single vectors when no whole
+                    // tile fits.
+                    let full = if r == 4 { 2 * L } else { 4 * L };
                     let mut ow = ow_a;
-                    if r == 4 {
-                        while ow + 2 * L <= ow_b {
-                            store(ow, &t.vectors::<4, 2, 8>(oh, ow));
-                            ow += 2 * L;
+                    while ow_b - ow_a >= full && ow < ow_b {
+                        let at = ow.min(ow_b - full);
+                        if r == 4 {
+                            store(at, &t.vectors::<4, 2, 8>(oh, at));
+                        } else {
+                            store(at, &t.vectors::<1, 4, 4>(oh, at));
                         }
-                    } else {
-                        while ow + 4 * L <= ow_b {
-                            store(ow, &t.vectors::<1, 4, 4>(oh, ow));
-                            ow += 4 * L;
-                        }
+                        ow += full;
                     }
                     while ow < ow_b {
                         // The last vector may overlap the one before it.
@@ -735,12 +738,17 @@ impl<'a> Tile<'a> {
                 let wrow = (cil * ah.kernel + kh) * aw.kernel;
                 for kw in 0..aw.kernel {
                     let at = ow * aw.stride + kw * aw.dilation - aw.pad;
+                    // With stride 1, one check for the tile's columns.
+                    let xs = if aw.stride == 1 {
+                        xrow.get(at..at + C * L).unwrap_or(&[])
+                    } else {
+                        &[]
+                    };
+                    let (xc, _) = xs.as_chunks::<L>();
                     let xv: [V; C] = core::array::from_fn(|c| {
                         let at = at + c * L * aw.stride;
                         if aw.stride == 1 {
-                            xrow.get(at..at + L)
-                                .and_then(|s| <&[f32; L]>::try_from(s).ok())
-                                .map_or(V::splat(0.0), |s| V::new(*s))
+                            xc.get(c).map_or(V::splat(0.0), |s| V::new(*s))
                         } else {
                             V::new(core::array::from_fn(|l| {
                                 xrow.get(at + l * aw.stride).copied().unwrap_or(0.0)

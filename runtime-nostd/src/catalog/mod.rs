@@ -27,8 +27,22 @@
 //! - **`conv`** (with `simd`): each output starts at `+0.0` and accumulates `acc = acc + x * w`
 //!   over its group's input channels in increasing order, then the kernel taps row-major,
 //!   skipping padding, exactly the reference's order; lanes are distinct output columns, and a
-//!   tile of up to four output channels shares each input load. Without `simd` the reference
-//!   kernel runs (it already accumulates whole output rows a tap at a time).
+//!   tile of up to four output channels shares each input load (one channel by four vectors in
+//!   a depthwise convolution). Without `simd` the reference kernel runs (it already accumulates
+//!   whole output rows a tap at a time).
+//! - **`conv_transpose`** (the input gradient, with `simd`): each input-gradient element starts
+//!   at `+0.0` and accumulates over its group's output channels, then the taps row-major,
+//!   skipping taps off the stride or past the edge, the reference's order; lanes are
+//!   input-gradient columns of one residue class modulo the stride (any stride and dilation),
+//!   a tile of up to four input channels shares each cotangent load.
+//! - **`conv_weight_grad`** (the weight gradient, with `simd`): each weight-gradient element
+//!   starts at `+0.0` and accumulates over the batch, then the output positions row-major,
+//!   skipping padding, the reference's order; lanes are output channels (4, 8 under AVX-512),
+//!   a register tile holds up to nine taps, the cotangent gathered once per position and shared
+//!   by them; a tile whose channels span groups (depthwise) gathers the input per lane.
+//! - The convolution kernels take rows of at least `MIN_SIMD_COLUMNS` (16) columns and kernels
+//!   of at most 16 taps per axis (`conv_weight_grad`: any width); the reference runs otherwise.
+//!   The executor reaches all three through `convolution` (kernels in `conv_adjoint.rs`).
 //! - **`transpose`** (a permutation, exact whatever the order) in cache-sized blocks, and
 //!   **`fill`**.
 //!
@@ -44,6 +58,8 @@ use tapeplan_core::{MathProfile, OpSet, Opcode, Ops, Shape, MAX_RANK};
 
 mod lanes;
 use lanes::UnOp;
+#[cfg(feature = "simd")]
+mod conv_adjoint;
 #[cfg(feature = "simd")]
 mod vecmath;
 
@@ -579,6 +595,14 @@ fn row_reduce(x: &[f32], out: &mut [f32], cols: usize, init: f32, f: impl Fn(f32
     }
 }
 
+/// The narrowest rows (output columns of `conv`, input-gradient columns per stride class of
+/// `conv_transpose`) the `simd` convolution kernels take; narrower ones run the reference. Their
+/// border columns run one output at a time, which costs more than the vectors save on narrow
+/// rows: `conv_speed`, SSE2, batch 32, 3×3 padding 1: 8 columns (the digits CNN's first layer)
+/// 0.7× the reference's speed for `conv` and 0.5× for `conv_transpose`, 4 columns 0.5× and
+/// 0.4×; 32 columns 2–4× faster (`docs/benchmarks.md`).
+pub(crate) const MIN_SIMD_COLUMNS: usize = 16;
+
 /// `conv` with the `simd` catalog's kernel (lanes across output columns, see `lanes::conv`);
 /// `false` (nothing written) without `simd` or for shapes the rule refuses.
 fn conv(attr: Attr, args: &[&[f32]], shapes: &[Shape], out: &mut [f32]) -> bool {
@@ -592,9 +616,94 @@ fn conv(attr: Attr, args: &[&[f32]], shapes: &[Shape], out: &mut [f32]) -> bool 
     if x.len() != g.x_elems() || w.len() != g.w_elems() || out.len() != g.y_elems() {
         return false;
     }
+    if g.axes[1].output < MIN_SIMD_COLUMNS {
+        return false;
+    }
     #[cfg(feature = "simd")]
     {
         lanes::conv(x, w, out, &g);
+        true
+    }
+    #[cfg(not(feature = "simd"))]
+    {
+        false
+    }
+}
+
+/// `conv`, `conv_transpose` or `conv_weight_grad` from the executor (arguments as the
+/// executor decodes them): the `simd` catalog's kernels; `false` (nothing written) without
+/// `simd`, for another opcode, an opcode the selective build leaves out, or shapes the kernels
+/// do not take (the reference then runs).
+pub(crate) fn convolution<O: Ops>(
+    op: Opcode,
+    attr: Attr,
+    args: &[&[f32]],
+    arg_dims: &[Dims],
+    out: &mut [f32],
+) -> bool {
+    let wanted = match op {
+        Opcode::Conv => on!(Conv),
+        Opcode::ConvTranspose => on!(ConvTranspose),
+        Opcode::ConvWeightGrad => on!(ConvWeightGrad),
+        _ => false,
+    };
+    if !wanted || !cfg!(feature = "simd") {
+        return false;
+    }
+    let shape = |d: &Dims| d.dims.get(..d.rank).and_then(|e| Shape::new(e).ok());
+    let [Some(a), Some(b)] = [arg_dims.first(), arg_dims.get(1)].map(|d| d.and_then(shape)) else {
+        return false;
+    };
+    if arg_dims.len() != 2 {
+        return false;
+    }
+    if op == Opcode::Conv {
+        conv(attr, args, &[a, b], out)
+    } else {
+        conv_adjoint(op, attr, args, &[a, b], out)
+    }
+}
+
+/// `conv_transpose` or `conv_weight_grad` (`op`) with the `simd` catalog's kernels (see
+/// `conv_adjoint`); `false` (nothing written) without `simd`, for shapes the rule refuses, or for
+/// a kernel wider than `conv_adjoint::MAX_KERNEL` on an axis.
+fn conv_adjoint(
+    op: Opcode,
+    attr: Attr,
+    args: &[&[f32]],
+    shapes: &[Shape],
+    out: &mut [f32],
+) -> bool {
+    let (&[a, b], &[sa, sb]) = (args, shapes) else {
+        return false;
+    };
+    let ca = tapeplan_core::ops::conv::conv_attr(attr);
+    let Ok((g, _)) = tapeplan_core::ops::conv::adjoint_geometry(op, &ca, sa, sb) else {
+        return false;
+    };
+    let (want_a, want_out) = match op {
+        Opcode::ConvTranspose => (g.y_elems(), g.x_elems()),
+        Opcode::ConvWeightGrad => (g.x_elems(), g.w_elems()),
+        _ => return false,
+    };
+    let want_b = if op == Opcode::ConvTranspose {
+        g.w_elems()
+    } else {
+        g.y_elems()
+    };
+    if a.len() != want_a || b.len() != want_b || out.len() != want_out {
+        return false;
+    }
+    #[cfg(feature = "simd")]
+    {
+        if !conv_adjoint::fits(&g, op == Opcode::ConvTranspose) {
+            return false;
+        }
+        if op == Opcode::ConvTranspose {
+            conv_adjoint::conv_transpose(a, b, out, &g);
+        } else {
+            conv_adjoint::conv_weight_grad(a, b, out, &g);
+        }
         true
     }
     #[cfg(not(feature = "simd"))]
@@ -650,6 +759,11 @@ pub fn eval(
         if conv(attr, args, arg_shapes, out) {
             return Ok(());
         }
+    } else if matches!(op, Opcode::ConvTranspose | Opcode::ConvWeightGrad) && cfg!(feature = "simd")
+    {
+        if conv_adjoint(op, attr, args, arg_shapes, out) {
+            return Ok(());
+        }
     } else {
         let mut dims = [Dims::of(Shape::SCALAR); tapeplan_core::MAX_ARITY];
         for (d, s) in dims.iter_mut().zip(arg_shapes) {
@@ -688,7 +802,36 @@ pub fn has_kernel(op: Opcode, attr: Attr, arg_shapes: &[Shape]) -> bool {
         Opcode::Fill | Opcode::MatMul | Opcode::Transpose | Opcode::Reshape | Opcode::Select => {
             true
         }
-        Opcode::Conv => cfg!(feature = "simd"),
+        Opcode::Conv => {
+            cfg!(feature = "simd")
+                && match arg_shapes {
+                    [x, w] => tapeplan_core::ops::conv::geometry(
+                        op,
+                        &tapeplan_core::ops::conv::conv_attr(attr),
+                        *x,
+                        *w,
+                        (*x, *w),
+                    )
+                    .is_ok_and(|g| g.axes[1].output >= MIN_SIMD_COLUMNS),
+                    _ => false,
+                }
+        }
+        #[cfg(feature = "simd")]
+        Opcode::ConvTranspose | Opcode::ConvWeightGrad => {
+            let ca = tapeplan_core::ops::conv::conv_attr(attr);
+            match (
+                arg_shapes,
+                tapeplan_core::ops::conv::adjoint_geometry(
+                    op,
+                    &ca,
+                    arg_shapes.first().copied().unwrap_or(Shape::SCALAR),
+                    arg_shapes.get(1).copied().unwrap_or(Shape::SCALAR),
+                ),
+            ) {
+                ([_, _], Ok((g, _))) => conv_adjoint::fits(&g, op == Opcode::ConvTranspose),
+                _ => false,
+            }
+        }
         _ if op.class() == tapeplan_core::OpClass::Elementwise => {
             let math = [MathProfile::Precise, MathProfile::Fast]
                 .into_iter()

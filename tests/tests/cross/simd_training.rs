@@ -266,3 +266,67 @@ fn fast_profile_odd_widths_tanh_mse() {
         MathProfile::Fast,
     );
 }
+
+/// A CNN whose rows are wide enough for the catalog's convolution kernels (20 columns, at least
+/// `MIN_SIMD_COLUMNS`): a dense 3×3 convolution, a depthwise one, a strided and dilated one, so
+/// a training step runs `conv`, `conv_transpose` (its stride-2 and stride-1 classes) and
+/// `conv_weight_grad` (tiles within a group and across groups) from the catalog. The loss and
+/// every parameter and optimizer state equal the oracle's after every step.
+#[test]
+fn cnn_with_catalog_convolutions() {
+    use tapeplan_planner::model::nn::{Conv2d, Flatten, Linear, ReLU, Sequential};
+    use tapeplan_planner::model::optim::Optimizer;
+    let (batch, steps) = (2usize, 3usize);
+    let model = Sequential::new(&[3, 20, 20])
+        .push(Conv2d::new(3, 8, 3).padding(1))
+        .push(ReLU)
+        .push(Conv2d::new(8, 8, 3).padding(1).groups(8))
+        .push(ReLU)
+        .push(Conv2d::new(8, 4, 3).padding(2).stride(2).dilation(2))
+        .push(Flatten)
+        .push(Linear::new(4 * 10 * 10, 5))
+        .seed(7);
+    let job = TrainingJob::for_model(&model)
+        .loss(Loss::SoftmaxCrossEntropy)
+        .optimizer(Optimizer::adam(1e-2))
+        .batch(batch)
+        .build()
+        .unwrap();
+    let bytes = job.schedule.to_bytes();
+    let mut rt = RuntimeModel::new(&bytes).unwrap();
+    for s in &job.parameters {
+        rt.load_parameter(&s.name, &s.init).unwrap();
+    }
+    let mut oracle = Oracle::with_initial_parameters(&job).unwrap();
+    let names: Vec<String> = job.parameters.iter().map(|s| s.name.clone()).collect();
+    let state: Vec<String> = job.state_specs.iter().map(|s| s.name.clone()).collect();
+    let mut rng = SplitMix64::new(99);
+    for step in 0..steps {
+        let x: Vec<f32> = (0..batch * 3 * 20 * 20)
+            .map(|_| rng.next_f32() * 2.0 - 1.0)
+            .collect();
+        let labels: Vec<f32> = (0..batch).map(|_| rng.below(5) as f32).collect();
+        let l_rt = rt.train_step(&x, &labels).unwrap();
+        let l_or = oracle.step(&x, &labels).unwrap();
+        assert_eq!(
+            l_rt.to_bits(),
+            l_or.to_bits(),
+            "step {step}: loss, catalog {}",
+            catalog::CATALOG
+        );
+        for (name, value) in names
+            .iter()
+            .zip(&oracle.params)
+            .chain(state.iter().zip(&oracle.state))
+        {
+            let got = rt.parameter(name).unwrap();
+            assert!(
+                got.iter()
+                    .zip(&value.data)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "step {step}: {name} differs (catalog {})",
+                catalog::CATALOG
+            );
+        }
+    }
+}
