@@ -9,7 +9,9 @@ use tapeplan_planner::model::job::JobBuilder;
 use tapeplan_planner::model::onnx::OnnxModel;
 use tapeplan_planner::model::optim::Optimizer;
 use tapeplan_planner::model::run::RunOptimizer;
-use tapeplan_planner::model::{Activation, JobOptions, Loss, Mlp, TrainingJob};
+use tapeplan_planner::model::{
+    trainable_subset, Activation, JobOptions, Loss, Mlp, Model, TrainingJob,
+};
 use tapeplan_planner::plan::PlanOptions;
 
 /// `tapeplan train`'s state files and outputs.
@@ -60,6 +62,12 @@ impl From<MathArg> for tapeplan_core::MathProfile {
     }
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FrozenBnArg {
+    Train,
+    Eval,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 pub enum LossArg {
     /// Softmax cross-entropy over integer labels.
@@ -88,6 +96,13 @@ pub struct ModelArgs {
     /// update).
     #[arg(long, value_name = "PATTERN")]
     pub frozen: Vec<String>,
+    /// How an ONNX model's BatchNormalization with a frozen scale and bias trains: `train`
+    /// normalizes with the batch's statistics and updates the running ones (PyTorch's
+    /// `module.train()`, ONNX Runtime's training); `eval` normalizes with its running
+    /// statistics and leaves them unchanged (PyTorch's `backbone.eval()`, the usual way to
+    /// fine-tune a frozen backbone).
+    #[arg(long, value_enum, default_value_t = FrozenBnArg::Train, requires = "onnx")]
+    pub frozen_bn: FrozenBnArg,
     /// Layer widths, input first, output last.
     #[arg(long, value_delimiter = ',', default_value = "64,32,10")]
     pub layers: Vec<usize>,
@@ -147,6 +162,9 @@ impl ModelArgs {
     /// Records and plans the job these options describe.
     pub fn job(&self) -> Result<TrainingJob> {
         self.check_batch_and_lr()?;
+        if self.onnx.is_none() && self.frozen_bn != FrozenBnArg::Train {
+            bail!("--frozen-bn applies to an ONNX model's BatchNormalization (--onnx)");
+        }
         if let Some(model) = self.onnx_model()? {
             return self.onnx_job(&model);
         }
@@ -253,7 +271,17 @@ impl ModelArgs {
             return Ok(None);
         };
         let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-        let model = OnnxModel::from_bytes(&bytes).with_context(|| format!("{}", path.display()))?;
+        let mut model =
+            OnnxModel::from_bytes(&bytes).with_context(|| format!("{}", path.display()))?;
+        if self.frozen_bn == FrozenBnArg::Eval {
+            let flags = trainable_subset(&model.parameters()?, &self.trainable, &self.frozen)?;
+            if model.eval_frozen_batch_norm(&flags)?.is_empty() {
+                bail!(
+                    "--frozen-bn eval: no BatchNormalization of {} has both its scale and bias frozen (freeze them with --frozen or leave them out of --trainable)",
+                    path.display()
+                );
+            }
+        }
         Ok(Some(model))
     }
 

@@ -13,7 +13,7 @@ use tapeplan_planner::exec::training::{
 use tapeplan_planner::io::data;
 use tapeplan_planner::model::glorot_uniform;
 
-use super::args::{ActivationArg, LossArg, MathArg, ModelArgs, OptimizerArg};
+use super::args::{ActivationArg, FrozenBnArg, LossArg, MathArg, ModelArgs, OptimizerArg};
 use super::plan::{print_fusion, print_report, reports};
 
 /// `tapeplan demo [--epochs N] [--seed S] [--math M]`.
@@ -34,6 +34,7 @@ pub fn demo(epochs: usize, seed: u64, math: MathArg) -> Result<ExitCode> {
         onnx: None,
         trainable: Vec::new(),
         frozen: Vec::new(),
+        frozen_bn: FrozenBnArg::Train,
         layers: vec![64, 32, 10],
         activation: ActivationArg::Tanh,
         loss: LossArg::Ce,

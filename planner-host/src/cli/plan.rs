@@ -31,6 +31,15 @@ pub fn plan(model: &ModelArgs, output: &Path) -> Result<ExitCode> {
     let bytes = job.schedule.to_bytes();
     std::fs::write(output, &bytes).with_context(|| format!("writing {}", output.display()))?;
     if let Some(m) = &onnx {
+        let nodes = m.batch_norm_in_eval();
+        if !nodes.is_empty() {
+            println!(
+                "batch normalization with its running statistics in training (--frozen-bn eval): {} node{}: {}",
+                nodes.len(),
+                if nodes.len() == 1 { "" } else { "s" },
+                nodes.join(", ")
+            );
+        }
         let st = m.initial_safetensors()?;
         std::fs::write(&init, &st).with_context(|| format!("writing {}", init.display()))?;
         println!(

@@ -547,6 +547,15 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
         model.plan().math(),
         model.arena_bytes()
     );
+    let left_out = train.len() % batch;
+    if left_out != 0 {
+        println!(
+            "each epoch trains {} full batches of {batch} rows: the last {left_out} row{} of each epoch's shuffle {} left out (a plan's batch is fixed)",
+            train.len() / batch,
+            if left_out == 1 { "" } else { "s" },
+            if left_out == 1 { "is" } else { "are" },
+        );
+    }
     let mut progress = Progress {
         bar: ProgressBar::hidden(),
         curve: &mut curve,

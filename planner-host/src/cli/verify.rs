@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 use tapeplan_planner::exec::transcript::Transcript;
 use tapeplan_planner::exec::verify::verify as verify_run;
@@ -52,6 +52,15 @@ pub fn verify(transcript: &Path, config: Option<&Path>) -> Result<ExitCode> {
 /// An unreadable file.
 pub fn digest(files: &[std::path::PathBuf]) -> Result<ExitCode> {
     for path in files {
+        // A run description names regular files; a FIFO would wait for a writer, a device never end.
+        let meta =
+            std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+        if !meta.is_file() {
+            bail!(
+                "{}: not a regular file (a run description pins regular files only)",
+                path.display()
+            );
+        }
         let bytes = super::read(path)?;
         let kind = FileKind::of(&bytes);
         let id = match kind {

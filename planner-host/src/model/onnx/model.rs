@@ -32,7 +32,7 @@
 //! dimension (`dim_param`, the same name for every input), or a fixed extent that is then the
 //! only batch the model takes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use tapeplan_core::{NodeId, Shape, Tape};
 
@@ -85,6 +85,10 @@ pub struct OnnxModel {
     params: Vec<OnnxParam>,
     inputs: Vec<OnnxInput>,
     output: String,
+    /// [`OnnxModel::eval_frozen_batch_norm`]'s trained initializers (ONNX names).
+    eval_frozen_batch_norm: Option<BTreeSet<String>>,
+    /// The nodes [`OnnxModel::eval_frozen_batch_norm`] applies to.
+    eval_batch_norm_nodes: Vec<String>,
 }
 
 impl OnnxModel {
@@ -234,7 +238,90 @@ impl OnnxModel {
             params,
             inputs: declared,
             output,
+            eval_frozen_batch_norm: None,
+            eval_batch_norm_nodes: Vec::new(),
         })
+    }
+
+    /// Records each `BatchNormalization` of a frozen block as in inference in [`Mode::Train`]
+    /// too: where neither its scale nor its bias is trained (`trainable`, the job's flag per
+    /// persistent tensor in [`Model::parameters`] order, as
+    /// [`crate::model::trainable_subset`] gives it), it normalizes with its running statistics
+    /// and leaves them unchanged, as PyTorch's `backbone.eval()` does when a frozen backbone is
+    /// fine-tuned. Without this (the default) every batch normalization trains on the batch's
+    /// statistics, as ONNX Runtime's training does. Answers the nodes it applies to (their
+    /// names, or `#index` for a node without one); none is not an error here.
+    ///
+    /// # Errors
+    /// [`ModelError::Invalid`] when `trainable` does not have one flag per persistent tensor.
+    pub fn eval_frozen_batch_norm(
+        &mut self,
+        trainable: &[bool],
+    ) -> Result<Vec<String>, ModelError> {
+        if trainable.len() != self.params.len() {
+            return Err(ModelError::Invalid(format!(
+                "{} trainable flags for {} persistent tensors",
+                trainable.len(),
+                self.params.len()
+            )));
+        }
+        let trained: BTreeSet<String> = self
+            .params
+            .iter()
+            .zip(trainable)
+            .filter(|(_, &t)| t)
+            .map(|(p, _)| p.onnx_name.clone())
+            .collect();
+        let graph = self.proto.graph.as_ref();
+        let nodes = graph.map(|g| g.node.as_slice()).unwrap_or(&[]);
+        // `Identity` outputs name their source (as the translation resolves them).
+        let alias: BTreeMap<String, String> = nodes
+            .iter()
+            .filter(|n| n.op_type() == "Identity")
+            .filter_map(|n| Some((n.output.first()?.clone(), n.input.first()?.clone())))
+            .collect();
+        let source = |name: &String| {
+            let mut name = name.clone();
+            for _ in 0..alias.len() {
+                match alias.get(&name) {
+                    Some(s) => name = s.clone(),
+                    None => break,
+                }
+            }
+            name
+        };
+        let frozen = |n: &super::proto::NodeProto, i: usize| {
+            n.input
+                .get(i)
+                .is_some_and(|x| !trained.contains(&source(x)))
+        };
+        let applies: Vec<String> = nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.op_type() == "BatchNormalization")
+            .filter(|(_, n)| {
+                !n.attribute
+                    .iter()
+                    .any(|a| a.name() == "training_mode" && a.i() != 0)
+            })
+            .filter(|(_, n)| frozen(n, 1) && frozen(n, 2))
+            .map(|(k, n)| {
+                if n.name().is_empty() {
+                    format!("#{k}")
+                } else {
+                    n.name().to_owned()
+                }
+            })
+            .collect();
+        self.eval_frozen_batch_norm = Some(trained);
+        self.eval_batch_norm_nodes.clone_from(&applies);
+        Ok(applies)
+    }
+
+    /// The `BatchNormalization` nodes recorded as in inference in [`Mode::Train`]
+    /// ([`OnnxModel::eval_frozen_batch_norm`]); empty by default.
+    pub fn batch_norm_in_eval(&self) -> &[String] {
+        &self.eval_batch_norm_nodes
     }
 
     /// The persistent tensors with their ONNX names, in [`Model::parameters`] order.
@@ -369,6 +456,7 @@ impl Model for OnnxModel {
         let mut options = TranslateOptions {
             bound,
             training: cx.mode == Mode::Train,
+            eval_frozen_batch_norm: self.eval_frozen_batch_norm.clone(),
             ..TranslateOptions::default()
         };
         if let Some(b) = &self.batch_dim {
@@ -408,5 +496,98 @@ impl Model for OnnxModel {
             output: output.node,
             buffer_updates,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+    use tapeplan_core::{Run, Tensor};
+
+    use super::*;
+    use crate::model::trainable_subset;
+
+    /// `tests/data/onnx/cnn2d_bn.onnx` (`scripts/onnx_models.py`): Conv2d → BatchNorm2d →
+    /// ReLU → MaxPool2d → Linear, batch `N`.
+    const CNN2D_BN: &[u8] = include_bytes!("../../../tests/data/onnx/cnn2d_bn.onnx");
+
+    /// The forward's output bits and buffer updates at batch 2 in `mode`, over the model's
+    /// initial values and a fixed input.
+    fn forward(m: &OnnxModel, mode: Mode) -> (Vec<u32>, usize) {
+        let specs = m.parameters().unwrap();
+        let inputs = m.inputs(2).unwrap();
+        let mut tape = Tape::new();
+        let xs: Vec<NodeId> = inputs
+            .iter()
+            .map(|i| tape.input(&i.name, i.shape))
+            .collect();
+        let leaves: Vec<NodeId> = specs
+            .iter()
+            .map(|s| tape.parameter(&s.name, s.shape))
+            .collect();
+        let fwd = m
+            .record(
+                &mut tape,
+                &ForwardCx {
+                    batch: 2,
+                    mode,
+                    inputs: &xs,
+                    params: &leaves,
+                    rng: None,
+                },
+            )
+            .unwrap();
+        let mut run = Run::new(&tape);
+        let n = inputs[0].shape.elems();
+        let x: Vec<f32> = (0..n)
+            .map(|k| ((k * 37 % 101) as f32 - 50.0) / 25.0)
+            .collect();
+        run.set(xs[0], Tensor::new(inputs[0].shape, x).unwrap())
+            .unwrap();
+        for (leaf, spec) in leaves.iter().zip(&specs) {
+            run.set(*leaf, Tensor::new(spec.shape, spec.init.clone()).unwrap())
+                .unwrap();
+        }
+        run.forward().unwrap();
+        let y = run.value(fwd.output).unwrap();
+        let bits = y.data.iter().map(|v| v.to_bits()).collect();
+        (bits, fwd.buffer_updates.len())
+    }
+
+    #[test]
+    fn a_frozen_batch_norm_trains_with_its_running_statistics_when_asked() {
+        let mut m = OnnxModel::from_bytes(CNN2D_BN).unwrap();
+        let (eval, eval_updates) = forward(&m, Mode::Eval);
+        let (train, train_updates) = forward(&m, Mode::Train);
+        assert_eq!(eval_updates, 0);
+        assert_eq!(train_updates, 2, "running mean and variance");
+        assert_ne!(
+            train, eval,
+            "batch statistics differ from the running ones here"
+        );
+
+        let specs = m.parameters().unwrap();
+        // Only the classifier trains: the block's scale and bias are frozen.
+        let head = trainable_subset(&specs, &["fc.*".to_owned()], &[]).unwrap();
+        let nodes = m.eval_frozen_batch_norm(&head).unwrap();
+        assert_eq!(nodes, ["/bn/BatchNormalization"]);
+        assert_eq!(m.batch_norm_in_eval(), nodes.as_slice());
+        let (frozen_train, frozen_updates) = forward(&m, Mode::Train);
+        assert_eq!(
+            frozen_train, eval,
+            "train_step normalizes as inference does"
+        );
+        assert_eq!(frozen_updates, 0, "the running statistics stay as they are");
+
+        // The block's scale trained: it trains on the batch's statistics again.
+        let bn_trained =
+            trainable_subset(&specs, &["fc.*".to_owned(), "bn.weight".to_owned()], &[]).unwrap();
+        assert!(m.eval_frozen_batch_norm(&bn_trained).unwrap().is_empty());
+        assert_eq!(forward(&m, Mode::Train), (train, 2));
+        assert!(
+            m.eval_frozen_batch_norm(&head[1..]).is_err(),
+            "one flag per tensor"
+        );
     }
 }

@@ -15,7 +15,7 @@
 //! ([`NodeCx::data_rank5`], [`NodeCx::set_output_rank5`]), every other read of it is an
 //! [`OnnxError::Unsupported`] naming the rank.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use tapeplan_core::{Attr, NodeId, Opcode, Shape, Tape, TapeError, Trace, MAX_RANK};
 
@@ -54,6 +54,12 @@ pub struct TranslateOptions {
     /// variance). ONNX Runtime's training does the same with such a graph. Off (the default),
     /// the graph is recorded as it says.
     pub training: bool,
+    /// With [`TranslateOptions::training`], the ONNX names of the initializers being trained:
+    /// a `BatchNormalization` whose scale and bias are both outside this set (a frozen block)
+    /// is recorded as in inference, normalizing with its running statistics and leaving them
+    /// unchanged (PyTorch's `backbone.eval()` for fine-tuning a frozen backbone). `None`, the
+    /// default: every batch normalization trains on the batch's statistics.
+    pub eval_frozen_batch_norm: Option<BTreeSet<String>>,
 }
 
 /// A graph input that became a tape input.
@@ -205,6 +211,7 @@ pub struct Translator {
     bound_used: Vec<String>,
     buffers: Vec<String>,
     training: bool,
+    eval_frozen_batch_norm: Option<BTreeSet<String>>,
     buffer_updates: Vec<(NodeId, NodeId)>,
 }
 
@@ -273,6 +280,7 @@ pub fn translate_into(
         bound_used: Vec::new(),
         buffers: Vec::new(),
         training: options.training,
+        eval_frozen_batch_norm: options.eval_frozen_batch_norm.clone(),
         buffer_updates: Vec::new(),
     };
     let r = tr.translate_graph(graph, options);
@@ -1132,6 +1140,21 @@ impl NodeCx<'_> {
     /// True when recording for training ([`TranslateOptions::training`]).
     pub fn training(&self) -> bool {
         self.tr.training
+    }
+
+    /// True when input `i` of this node is an initializer being trained, as
+    /// [`TranslateOptions::eval_frozen_batch_norm`] says (`None` when that option is off).
+    pub fn input_trained(&self, i: usize) -> Option<bool> {
+        let trained = self.tr.eval_frozen_batch_norm.as_ref()?;
+        let mut name = self.node.input.get(i).map(String::as_str).unwrap_or("");
+        // An `Identity` alias names its source's initializer.
+        for _ in 0..self.tr.slots.len() {
+            match self.tr.slots.get(name).and_then(|s| s.source.as_deref()) {
+                Some(source) => name = source,
+                None => break,
+            }
+        }
+        Some(trained.contains(name))
     }
 
     /// Records the new value of a buffer leaf (a running statistic) in training.

@@ -18,7 +18,11 @@ pub(super) fn batch_normalization(cx: &mut NodeCx<'_>) -> Result<(), OnnxError> 
     let eps = cx.attr_float("epsilon", 1e-5);
     let momentum = cx.attr_float("momentum", 0.9);
     let training = cx.attr_int("training_mode", 0) != 0;
-    if !training && cx.training() {
+    // A frozen block of a fine-tuned backbone normalizes as in inference
+    // (`TranslateOptions::eval_frozen_batch_norm`).
+    let frozen_in_eval =
+        !training && cx.input_trained(1) == Some(false) && cx.input_trained(2) == Some(false);
+    if !training && cx.training() && !frozen_in_eval {
         // An inference graph recorded for training (PyTorch's `module.train()`): the batch's
         // statistics, and the running ones' new values as buffer updates (ONNX's convention).
         if cx.num_outputs() > 1 {
