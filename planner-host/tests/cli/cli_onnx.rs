@@ -367,3 +367,133 @@ fn long_onnx_names_plan_train_and_export_with_adam() {
         "{err}"
     );
 }
+
+/// 40 rows of 64 features (an 8×8 image, an LCG in `[-1, 1)`) and a label `0..3`.
+fn image_csv() -> String {
+    let mut csv = String::new();
+    let mut s: u32 = 12345;
+    for _ in 0..40 {
+        let mut row = Vec::new();
+        for _ in 0..64 {
+            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            row.push(format!(
+                "{:.4}",
+                f64::from(s >> 8) / f64::from(1u32 << 23) - 1.0
+            ));
+        }
+        row.push(format!("{}", (s >> 20) % 3));
+        csv += &row.join(",");
+        csv.push('\n');
+    }
+    csv
+}
+
+/// `--frozen-bn eval` with a frozen backbone: the block's running statistics are what the
+/// model came with after training (with `train`, the default, they move), and the option is
+/// refused where it means nothing.
+#[test]
+fn a_frozen_batch_norm_keeps_its_running_statistics_with_frozen_bn_eval() {
+    let dir = scratch_dir("frozen-bn");
+    std::fs::write(dir.join("d.csv"), image_csv()).unwrap();
+    let path = model_path("cnn2d_bn");
+    let running = |mode: &str| -> (Vec<u8>, Vec<u8>) {
+        let plan = format!("{mode}.plan");
+        let stdout = ok(
+            &dir,
+            &[
+                "plan",
+                "--onnx",
+                &path,
+                "--trainable",
+                "fc.*",
+                "--frozen-bn",
+                mode,
+                "--batch",
+                "8",
+                "-o",
+                &plan,
+            ],
+        );
+        assert_eq!(
+            stdout.contains("(--frozen-bn eval): 1 node: /bn/BatchNormalization"),
+            mode == "eval",
+            "{stdout}"
+        );
+        let ckpt = format!("{mode}.ckpt");
+        let stdout = ok(
+            &dir,
+            &[
+                "train",
+                &plan,
+                "--data",
+                "d.csv",
+                "--epochs",
+                "1",
+                "--checkpoint",
+                &ckpt,
+            ],
+        );
+        // 32 training rows in batches of 8: nothing left out, so no note about it.
+        assert!(!stdout.contains("left out"), "{stdout}");
+        let out = format!("{mode}.safetensors");
+        ok(&dir, &["export", &plan, "--checkpoint", &ckpt, "-o", &out]);
+        let bytes = std::fs::read(dir.join(&out)).unwrap();
+        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let get = |k: &str| st.tensor(k).unwrap().data().to_vec();
+        (get("bn.running_mean"), get("bn.running_var"))
+    };
+    let init = std::fs::read(dir.join("eval.plan.init.safetensors"));
+    assert!(init.is_err(), "no plan yet");
+    let eval = running("eval");
+    let init = std::fs::read(dir.join("eval.plan.init.safetensors")).unwrap();
+    let init = safetensors::SafeTensors::deserialize(&init).unwrap();
+    let initial = (
+        init.tensor("bn.running_mean").unwrap().data().to_vec(),
+        init.tensor("bn.running_var").unwrap().data().to_vec(),
+    );
+    assert_eq!(eval, initial, "eval: the running statistics are kept");
+    let train = running("train");
+    assert_ne!(train.0, initial.0, "train: the running mean moves");
+    assert_ne!(train.1, initial.1, "train: the running variance moves");
+
+    // Refused: nothing frozen, and no ONNX model.
+    let out = tapeplan(
+        &dir,
+        &[
+            "plan",
+            "--onnx",
+            &path,
+            "--frozen-bn",
+            "eval",
+            "-o",
+            "all.plan",
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no BatchNormalization"));
+    let out = tapeplan(&dir, &["plan", "--frozen-bn", "eval", "-o", "mlp.plan"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--onnx"));
+}
+
+/// A training split that is not a whole number of batches: `train` says how many rows each
+/// epoch leaves out.
+#[test]
+fn train_says_which_rows_an_epoch_leaves_out() {
+    let dir = scratch_dir("left-out");
+    std::fs::write(dir.join("d.csv"), image_csv()).unwrap();
+    let path = model_path("cnn2d_bn");
+    ok(
+        &dir,
+        &["plan", "--onnx", &path, "--batch", "12", "-o", "m.plan"],
+    );
+    let stdout = ok(
+        &dir,
+        &["train", "m.plan", "--data", "d.csv", "--epochs", "1"],
+    );
+    // 40 rows: 32 train, 8 test; 2 batches of 12 leave 8 out.
+    assert!(
+        stdout.contains("each epoch trains 2 full batches of 12 rows: the last 8 rows of each epoch's shuffle are left out"),
+        "{stdout}"
+    );
+}

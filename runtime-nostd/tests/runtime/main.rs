@@ -23,5 +23,6 @@ mod reject;
 mod run;
 mod selective;
 mod simd_catalog;
+mod simd_conv_adjoints;
 mod transcendentals;
 mod worst_case;

@@ -13,7 +13,7 @@
 //!   with the running statistics and changes nothing. [`Mode::Train`] records it as PyTorch's
 //!   `module.train()` runs the model it came from, and as ONNX Runtime's training runs the same
 //!   graph (its training graph swaps in a training-mode batch normalization; checked by
-//!   `tests/onnx_ort.rs`): batch normalization normalizes with the batch's statistics, and the
+//!   `tests/library/onnx_ort.rs`): batch normalization normalizes with the batch's statistics, and the
 //!   running statistics' new values are [`Forward::buffer_updates`], in ONNX's convention (the
 //!   node's `momentum` weighs the old value; the biased batch variance), which is what the
 //!   node computes with `training_mode=1`.
