@@ -108,7 +108,7 @@ fn truncated_or_flipped_onnx_bytes_are_errors_never_panics() {
 #[test]
 fn hostile_input_extents_are_errors_naming_the_input() {
     for (d, why) in [
-        (0i64, "a zero extent (extents [0, 16]) is not supported (supported: ranks up to 4, extents of at least 1"),
+        (0i64, "a zero extent (extents [0, 16]) is not supported (supported: ranks up to 4 (rank 5 for MaxPool and AveragePool), extents of at least 1"),
         (-3, "extent -3"),
         (1 << 40, "extents [1099511627776, 16] (element count exceeds 268435456) is not supported"),
     ] {
