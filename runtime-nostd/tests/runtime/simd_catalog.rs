@@ -458,21 +458,36 @@ fn conv_case() -> impl Strategy<Value = (Vec<usize>, Vec<usize>, tapeplan_core::
         0usize..=72,
     )
         .prop_map(|(r, (n, groups, cin_g, cout_g), axes, wide)| {
-            let mut x = vec![n, groups * cin_g];
-            let mut w = vec![groups * cout_g, cin_g];
-            let mut a = tapeplan_core::ConvAttr::d1(1, 0, 0, 1, groups as u32);
-            a.spatial = r as u8;
-            for (i, (k, s, d, pb, pe, extra)) in axes.into_iter().take(r).enumerate() {
-                let reach = (k - 1) * d as usize + 1;
-                let pads = (pb + pe) as usize;
-                let extra = if i + 1 == r { extra + wide } else { extra };
-                x.push(reach.saturating_sub(pads) + extra);
-                w.push(k);
-                (a.stride[i], a.dilation[i], a.pad_begin[i], a.pad_end[i]) = (s, d, pb, pe);
-            }
-            let e = tapeplan_core::ops::conv::output_extent(&a, shp(&x), shp(&w)).unwrap();
-            (x, w, a.with_extent(&e[..r]))
+            let (x, w, a, e) = conv_geometry(r, n, (groups, cin_g, cout_g), axes, wide);
+            (x, w, a.with_extent(&e))
         })
+}
+
+/// The `x` and `w` dims, the attribute (extents not set) and the output's spatial extents of a
+/// rank-`r` convolution: batch `n`; `groups` groups of `cin_g` input and `cout_g` output
+/// channels; per axis `(kernel, stride, dilation, pad before, pad after, extra input length)`,
+/// the last axis `wide` longer. The input covers the dilated kernel, so the output is not empty.
+pub(crate) fn conv_geometry(
+    r: usize,
+    n: usize,
+    (groups, cin_g, cout_g): (usize, usize, usize),
+    axes: [(usize, u32, u32, u32, u32, usize); 2],
+    wide: usize,
+) -> (Vec<usize>, Vec<usize>, tapeplan_core::ConvAttr, Vec<usize>) {
+    let mut x = vec![n, groups * cin_g];
+    let mut w = vec![groups * cout_g, cin_g];
+    let mut a = tapeplan_core::ConvAttr::d1(1, 0, 0, 1, groups as u32);
+    a.spatial = r as u8;
+    for (i, (k, s, d, pb, pe, extra)) in axes.into_iter().take(r).enumerate() {
+        let reach = (k - 1) * d as usize + 1;
+        let pads = (pb + pe) as usize;
+        let extra = if i + 1 == r { extra + wide } else { extra };
+        x.push(reach.saturating_sub(pads) + extra);
+        w.push(k);
+        (a.stride[i], a.dilation[i], a.pad_begin[i], a.pad_end[i]) = (s, d, pb, pe);
+    }
+    let e = tapeplan_core::ops::conv::output_extent(&a, shp(&x), shp(&w)).unwrap();
+    (x, w, a, e[..r].to_vec())
 }
 
 proptest! {

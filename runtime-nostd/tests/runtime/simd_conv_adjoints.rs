@@ -14,6 +14,8 @@ use tapeplan_core::ops::{eval as reference, Attr};
 use tapeplan_core::{ConvAttr, MathProfile, Opcode, Shape};
 use tapeplan_runtime::catalog;
 
+use crate::simd_catalog::conv_geometry;
+
 fn shp(d: &[usize]) -> Shape {
     Shape::new(d).unwrap()
 }
@@ -77,21 +79,9 @@ fn geometry() -> impl Strategy<Value = Geo> {
         0usize..=72,
     )
         .prop_map(|(r, n, (groups, cin_g, cout_g), axes, wide)| {
-            let mut x = vec![n, groups * cin_g];
-            let mut w = vec![groups * cout_g, cin_g];
-            let mut a = ConvAttr::d1(1, 0, 0, 1, groups as u32);
-            a.spatial = r as u8;
-            for (i, (k, s, d, pb, pe, extra)) in axes.into_iter().take(r).enumerate() {
-                let reach = (k - 1) * d as usize + 1;
-                let pads = (pb + pe) as usize;
-                let extra = if i + 1 == r { extra + wide } else { extra };
-                x.push(reach.saturating_sub(pads) + extra);
-                w.push(k);
-                (a.stride[i], a.dilation[i], a.pad_begin[i], a.pad_end[i]) = (s, d, pb, pe);
-            }
-            let e = tapeplan_core::ops::conv::output_extent(&a, shp(&x), shp(&w)).unwrap();
+            let (x, w, a, e) = conv_geometry(r, n, (groups, cin_g, cout_g), axes, wide);
             let mut y = vec![n, groups * cout_g];
-            y.extend_from_slice(&e[..r]);
+            y.extend_from_slice(&e);
             (x, w, y, a)
         })
 }
