@@ -114,8 +114,9 @@ pub struct RematReport {
     pub unbudgeted_work: u64,
 }
 
-/// The largest number of planning attempts [`plan_within`] makes: each candidate value is one
-/// attempt, so this bounds the planner's time on a model with very many layers.
+/// The largest number of planning attempts [`plan_within`] makes over all its passes: each
+/// candidate value tried is one attempt, so this bounds the planner's time on a model with very
+/// many layers.
 pub const MAX_ATTEMPTS: usize = 512;
 
 /// Plans `entries` over `tape` as [`plan_with`] does; if the arena is over `budget_bytes`,
@@ -126,8 +127,8 @@ pub const MAX_ATTEMPTS: usize = 512;
 /// with its chain (the forward values between it and what stays live anyway, which must be
 /// recomputed with it: a layer's pre-activation with its activation; [`MAX_CHAIN`] at most). A
 /// candidate is kept if planning with it makes the arena smaller (or, at an equal arena, the
-/// entries' summed liveness lower bound smaller), and the search stops as soon as the arena
-/// fits.
+/// entries' summed liveness lower bound smaller). The candidates are tried in passes until a
+/// pass keeps none, and the search stops as soon as the arena fits.
 ///
 /// # Errors
 /// [`PlanningError::OverBudget`] when no set of copies found brings the arena within the
@@ -152,25 +153,36 @@ pub fn plan_within(
     }
     let mut best = (base, BTreeSet::new());
     let (order, late_read) = candidates(tape, entries, gradient_start);
-    for (attempts, candidate) in order.into_iter().enumerate() {
-        if attempts == MAX_ATTEMPTS {
-            break;
-        }
-        if best.1.contains(&candidate) {
-            continue;
-        }
-        let mut set = best.1.clone();
-        let Some(chain) = recompute_chain(tape, candidate, &set, &late_read) else {
-            continue;
-        };
-        set.extend(chain);
-        let (remat, map, _) = rematerialize(tape, gradient_start, &set)?;
-        let schedule = plan_with(&remat, &remap_entries(entries, &map), options)?;
-        if smaller(&schedule, &best.0) {
-            best = (schedule, set);
-            if best.0.arena_elems * 4 <= budget_bytes {
-                break;
+    let mut attempts = 0;
+    // Passes over the candidates until one keeps nothing: a copy kept late in a pass can make
+    // one refused earlier worth it.
+    'passes: loop {
+        let mut kept_any = false;
+        for &candidate in &order {
+            if best.1.contains(&candidate) {
+                continue;
             }
+            let mut set = best.1.clone();
+            let Some(chain) = recompute_chain(tape, candidate, &set, &late_read) else {
+                continue;
+            };
+            if attempts == MAX_ATTEMPTS {
+                break 'passes;
+            }
+            attempts += 1;
+            set.extend(chain);
+            let (remat, map, _) = rematerialize(tape, gradient_start, &set)?;
+            let schedule = plan_with(&remat, &remap_entries(entries, &map), options)?;
+            if smaller(&schedule, &best.0) {
+                best = (schedule, set);
+                kept_any = true;
+                if best.0.arena_elems * 4 <= budget_bytes {
+                    break 'passes;
+                }
+            }
+        }
+        if !kept_any {
+            break;
         }
     }
     let (schedule, set) = best;
