@@ -24,10 +24,16 @@ struct Row {
     model: Box<dyn Model>,
     batch: usize,
     optimizer: Optimizer,
+    /// Trainable parameters (name patterns); empty: all.
+    trainable: &'static [&'static str],
 }
 
 fn job(row: &Row, budget: Option<usize>) -> Result<TrainingJob, JobError> {
-    TrainingJob::for_model(row.model.as_ref())
+    let mut builder = TrainingJob::for_model(row.model.as_ref());
+    if !row.trainable.is_empty() {
+        builder = builder.trainable(row.trainable.iter().copied());
+    }
+    builder
         .loss(Loss::SoftmaxCrossEntropy)
         .optimizer(row.optimizer)
         .batch(row.batch)
@@ -50,18 +56,37 @@ fn main() -> Result<()> {
             model: Box::new(w1.model(0.0, 42)),
             batch: 32,
             optimizer: Optimizer::sgd(0.1),
+            trainable: &[],
         },
         Row {
             name: "MNIST-1D CNN (the paper's ConvBase), Adam",
             model: Box::new(mnist1d_cnn(42)),
             batch: 100,
             optimizer: Optimizer::adam(1e-2),
+            trainable: &[],
         },
         Row {
             name: "MNIST-1D CNN, SGD",
             model: Box::new(mnist1d_cnn(42)),
             batch: 100,
             optimizer: Optimizer::sgd(1e-2),
+            trainable: &[],
+        },
+        // Sparse update (the Tiny Training Engine's, Lin et al. 2022): every bias, and the
+        // weights of the last convolution and the head only.
+        Row {
+            name: "MNIST-1D CNN, Adam, sparse update (biases, last conv, head)",
+            model: Box::new(mnist1d_cnn(42)),
+            batch: 100,
+            optimizer: Optimizer::adam(1e-2),
+            trainable: &["*.bias", "4.weight", "7.weight"],
+        },
+        Row {
+            name: "MNIST-1D CNN, Adam, head only",
+            model: Box::new(mnist1d_cnn(42)),
+            batch: 100,
+            optimizer: Optimizer::adam(1e-2),
+            trainable: &["7.*"],
         },
     ];
     println!(
