@@ -337,7 +337,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     writeln!(g, "pub const TARGET: &str = {target:?};")?;
     writeln!(g, "/// The board linked for.")?;
     writeln!(g, "pub const BOARD: &str = {:?};", board.name)?;
-    writeln!(g, "/// The transcript's `target` line: the Rust target and the board.")?;
+    writeln!(
+        g,
+        "/// The transcript's `target` line: the Rust target and the board."
+    )?;
     writeln!(
         g,
         "pub const TARGET_LINE: &str = {:?};",

@@ -200,7 +200,7 @@ mod imp {
         RCC_APB1ENR.write(RCC_APB1ENR.read() | (1 << 17)); // USART2
         GPIOA_MODER.write((GPIOA_MODER.read() & !(0b11 << 4)) | (0b10 << 4)); // PA2: AF
         GPIOA_AFRL.write((GPIOA_AFRL.read() & !(0xF << 8)) | (7 << 8)); // AF7: USART2
-        // 16 MHz HSI (the reset clock) / (16 · 115200) = 8.68: mantissa 8, fraction 11/16.
+                                                                        // 16 MHz HSI (the reset clock) / (16 · 115200) = 8.68: mantissa 8, fraction 11/16.
         BRR.write((8 << 4) | 11);
         CR1.write((1 << 13) | (1 << 3));
     }

@@ -299,8 +299,7 @@ where
     let digest = out.digest().map_err(link)?;
     info!(
         "trained {=usize} steps; parameter digest {=u64:#018x}",
-        summary.steps,
-        digest
+        summary.steps, digest
     );
     let _ = digest;
     let steps = summary.steps.max(1) as u64;

@@ -227,15 +227,14 @@ impl TranscriptReader {
                 _ => return Err(bad("expected `data <hex16> <rows>`".into())),
             },
             "bind" => {
-                let expected = "expected `bind plan=<hex8> data=<hex16> init=<hex16> math=<profile>`";
+                let expected =
+                    "expected `bind plan=<hex8> data=<hex16> init=<hex16> math=<profile>`";
                 let values: Option<Vec<&str>> = ["plan=", "data=", "init=", "math="]
                     .iter()
                     .zip(&fields)
                     .map(|(key, f)| f.strip_prefix(key))
                     .collect();
-                let (Some([plan, data, init, math]), 4) =
-                    (values.as_deref(), fields.len())
-                else {
+                let (Some([plan, data, init, math]), 4) = (values.as_deref(), fields.len()) else {
                     return Err(bad(expected.into()));
                 };
                 if t.bind.is_some() {

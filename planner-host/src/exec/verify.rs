@@ -524,7 +524,7 @@ mod tests {
             Err(VerifyError::Mismatch(_))
         ));
         // Relabelled as precise, its plan id no longer matches the host's precise plan.
-        let relabelled = text.replace(" math=fast", "");
+        let relabelled = text.replacen(" math=fast", "", 1);
         let t = Transcript::parse(&relabelled).unwrap();
         assert!(matches!(verify(&t, None), Err(VerifyError::Mismatch(_))));
     }
@@ -547,6 +547,28 @@ mod tests {
             "{shown}"
         );
         assert!(shown.contains("(device agrees)"), "{shown}");
+        assert!(
+            shown.contains("state digests: 8/8 steps identical"),
+            "{shown}"
+        );
+        // A transcript without the optional `bind` and `state` lines (an older device's)
+        // still verifies, on its losses and parameters.
+        let older: String = text
+            .lines()
+            .filter(|l| !l.starts_with("bind ") && !l.starts_with("state "))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let r = verify(&Transcript::parse(&older).unwrap(), Some(&c)).unwrap();
+        assert!(r.passed(), "{r}");
+        assert_eq!(r.states, (0, 0));
+        // `state` lines for some steps only are refused.
+        let some: String = text
+            .lines()
+            .filter(|l| !l.starts_with("state 8 "))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let e = Transcript::parse(&some).unwrap_err();
+        assert!(matches!(e, VerifyError::Incomplete(_)), "{e}");
     }
 
     /// Flips the lowest bit of the `index`-th hex word of the first line starting with `prefix`.
@@ -625,7 +647,7 @@ mod tests {
             Err(VerifyError::Incomplete(_))
         ));
         let e = Transcript::parse(&good.replace("loss 2 ", "loss 9 ")).unwrap_err();
-        assert!(matches!(e, VerifyError::Transcript { line: 7, .. }), "{e}");
+        assert!(matches!(e, VerifyError::Transcript { line: 9, .. }), "{e}");
         let e =
             Transcript::parse(&good.replace("end ok", "end error arena too small")).unwrap_err();
         assert!(matches!(e, VerifyError::DeviceError(ref m) if m == "arena too small"));
@@ -634,7 +656,7 @@ mod tests {
         // Noise before the first line is skipped; noise inside is an error.
         assert!(Transcript::parse(&format!("Timer with period zero, disabling\n{good}")).is_ok());
         let e = Transcript::parse(&good.replace("loss 2 ", "noise\nloss 2 ")).unwrap_err();
-        assert!(matches!(e, VerifyError::Transcript { line: 7, .. }), "{e}");
+        assert!(matches!(e, VerifyError::Transcript { line: 9, .. }), "{e}");
         // A different plan or data set is a mismatch, not a bit difference.
         let other_plan = good
             .lines()
@@ -655,7 +677,11 @@ mod tests {
         // A missing step is incomplete.
         let missing: String = good
             .lines()
-            .filter(|l| !l.starts_with("loss 8 ") && !l.starts_with("epoch 2 "))
+            .filter(|l| {
+                !l.starts_with("loss 8 ")
+                    && !l.starts_with("state 8 ")
+                    && !l.starts_with("epoch 2 ")
+            })
             .map(|l| format!("{l}\n"))
             .collect();
         let e = verify(&Transcript::parse(&missing).unwrap(), None).unwrap_err();
