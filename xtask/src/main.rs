@@ -80,7 +80,7 @@ const STEPS: &[Step] = &[
     },
     Step {
         name: "nostd",
-        about: "cargo build -p tapeplan-runtime for each no_std target",
+        about: "cargo build -p tapeplan-runtime for each no_std target, and -p tapeplan-firmware for thumbv6m, thumbv7m and thumbv7em",
         run: step_nostd,
     },
     Step {
@@ -505,8 +505,20 @@ fn step_nostd(ctx: &Ctx) -> Result<()> {
         run(ctx.cargo(["build", "-p", "tapeplan-runtime", "--target", target]))
             .with_context(|| format!("tapeplan-runtime does not build for {target}"))?;
     }
+    // The firmware library, on the Cortex-M cores a user's firmware targets.
+    for target in FIRMWARE_LIB_TARGETS {
+        run(ctx.cargo(["build", "-p", "tapeplan-firmware", "--target", target]))
+            .with_context(|| format!("tapeplan-firmware does not build for {target}"))?;
+    }
     Ok(())
 }
+
+/// The targets `tapeplan-firmware` (the firmware library) must build for.
+const FIRMWARE_LIB_TARGETS: &[&str] = &[
+    "thumbv6m-none-eabi",
+    "thumbv7m-none-eabi",
+    "thumbv7em-none-eabihf",
+];
 
 /// The `simd` feature: linted, its catalog tested against the reference kernels, fused chains
 /// against the sequential interpreter and a whole training run against the oracle, first at x86_64's baseline (SSE2), then built for this CPU

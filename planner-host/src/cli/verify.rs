@@ -114,7 +114,7 @@ pub fn verify_serial(
         if n == 0 {
             if last_byte.elapsed() >= idle {
                 bail!(
-                    "{}: nothing for {idle_timeout_secs} s after line {line_no} ({} steps checked),                      and no `end` line: the transcript is truncated",
+                    "{}: nothing for {idle_timeout_secs} s after line {line_no} ({} steps checked), and no `end` line: the transcript is truncated",
                     port.display(),
                     verifier.steps_checked()
                 );
