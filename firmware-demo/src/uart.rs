@@ -4,7 +4,14 @@
 //! at the addresses the board's reference manual gives (cited per driver).
 #![allow(unsafe_code)]
 
-use core::convert::Infallible;
+/// Polls of a busy transmitter before a write gives up ([`UartError::Stuck`]): far more than
+/// one byte takes at 115200 baud on any of the boards (about 87 µs).
+const SPIN_LIMIT: u32 = 1_000_000;
+
+/// Waits until `ready` answers true, at most [`SPIN_LIMIT`] polls; answers whether it did.
+fn wait(ready: impl Fn() -> bool) -> bool {
+    (0..SPIN_LIMIT).any(|_| ready())
+}
 
 /// A 32-bit memory-mapped register at `base + offset`.
 #[derive(Clone, Copy)]
@@ -26,21 +33,48 @@ impl Reg {
 /// The UART the board's feature selects.
 pub struct Uart(());
 
+/// The transmitter stayed busy for [`SPIN_LIMIT`] polls (a UART without a clock, a stuck
+/// line): the write gives up instead of hanging.
+#[derive(Debug)]
+pub enum UartError {
+    /// The transmitter never became ready.
+    Stuck,
+}
+
+impl core::fmt::Display for UartError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("the UART's transmitter stayed busy")
+    }
+}
+
+impl core::error::Error for UartError {}
+
+impl embedded_io::Error for UartError {
+    fn kind(&self) -> embedded_io::ErrorKind {
+        embedded_io::ErrorKind::TimedOut
+    }
+}
+
 impl embedded_io::ErrorType for Uart {
-    type Error = Infallible;
+    type Error = UartError;
 }
 
 impl embedded_io::Write for Uart {
-    fn write(&mut self, buf: &[u8]) -> Result<usize, Infallible> {
+    fn write(&mut self, buf: &[u8]) -> Result<usize, UartError> {
         for &b in buf {
-            imp::put(b);
+            if !imp::put(b) {
+                return Err(UartError::Stuck);
+            }
         }
         Ok(buf.len())
     }
 
-    fn flush(&mut self) -> Result<(), Infallible> {
-        imp::flush();
-        Ok(())
+    fn flush(&mut self) -> Result<(), UartError> {
+        if imp::flush() {
+            Ok(())
+        } else {
+            Err(UartError::Stuck)
+        }
     }
 }
 
@@ -71,13 +105,14 @@ mod imp {
         CTRL.write(1);
     }
 
-    pub fn put(b: u8) {
-        while STATE.read() & 1 != 0 {}
+    pub fn put(b: u8) -> bool {
+        let ready = super::wait(|| STATE.read() & 1 == 0);
         DATA.write(u32::from(b));
+        ready
     }
 
-    pub fn flush() {
-        while STATE.read() & 1 != 0 {}
+    pub fn flush() -> bool {
+        super::wait(|| STATE.read() & 1 == 0)
     }
 }
 
@@ -133,13 +168,14 @@ mod imp {
         GPIO0_CTRL.write(2);
     }
 
-    pub fn put(b: u8) {
-        while FR.read() & (1 << 5) != 0 {}
+    pub fn put(b: u8) -> bool {
+        let ready = super::wait(|| FR.read() & (1 << 5) == 0);
         DR.write(u32::from(b));
+        ready
     }
 
-    pub fn flush() {
-        while FR.read() & (1 << 3) != 0 {}
+    pub fn flush() -> bool {
+        super::wait(|| FR.read() & (1 << 3) == 0)
     }
 }
 
@@ -170,13 +206,15 @@ mod imp {
         STARTTX.write(1);
     }
 
-    pub fn put(b: u8) {
+    pub fn put(b: u8) -> bool {
         TXDRDY.write(0);
         TXD.write(u32::from(b));
-        while TXDRDY.read() == 0 {}
+        super::wait(|| TXDRDY.read() != 0)
     }
 
-    pub fn flush() {}
+    pub fn flush() -> bool {
+        true
+    }
 }
 
 /// STM32F411 USART2 at 0x4000_4400 (RM0383 rev 3, section 19.6: SR 0x00 with TXE bit 7 and TC
@@ -205,12 +243,13 @@ mod imp {
         CR1.write((1 << 13) | (1 << 3));
     }
 
-    pub fn put(b: u8) {
-        while SR.read() & (1 << 7) == 0 {}
+    pub fn put(b: u8) -> bool {
+        let ready = super::wait(|| SR.read() & (1 << 7) != 0);
         DR.write(u32::from(b));
+        ready
     }
 
-    pub fn flush() {
-        while SR.read() & (1 << 6) == 0 {}
+    pub fn flush() -> bool {
+        super::wait(|| SR.read() & (1 << 6) != 0)
     }
 }

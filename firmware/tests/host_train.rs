@@ -53,14 +53,18 @@ impl Rows for Digits {
     }
 }
 
-/// The run's plan, initial parameters (little-endian) with their names, and rows.
-fn fixture() -> (
+/// The run, its plan, initial parameters (little-endian), their names and element counts, and
+/// its rows.
+type Fixture = (
     RunConfig,
     Vec<u8>,
     Vec<u8>,
     Vec<(&'static str, usize)>,
     Digits,
-) {
+);
+
+/// The run's plan, initial parameters (little-endian) with their names, and rows.
+fn fixture() -> Fixture {
     let cfg = RunConfig::parse(RUN).unwrap();
     let job = cfg.job().unwrap();
     let plan = job.schedule.to_bytes();
