@@ -4,7 +4,7 @@
 //! and no `unsafe`: the board supplies a link, a clock and a delay; this crate runs the
 //! train-step protocol and writes the transcript `tapeplan verify` checks bit for bit.
 //!
-//! - [`train`]: the train-step protocol. Validate the plan (selective build), bind it to the
+//! - [`train()`]: the train-step protocol. Validate the plan (selective build), bind it to the
 //!   caller's arena, load the initial parameters, run the plan's `init` entry when it has one,
 //!   and run `train_step` over the rows in the run protocol's epoch order
 //!   ([`tapeplan_runtime::protocol::epoch_shuffle`]), one batch of consecutive rows a step.

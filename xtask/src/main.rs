@@ -627,13 +627,19 @@ fn step_wasm_simd(ctx: &Ctx) -> Result<()> {
 
 /// The library crates, in dependency order: `doc` documents each before the crates that link
 /// to it.
-const DOC_ORDER: &[&str] = &["tapeplan-core", "tapeplan-runtime", "tapeplan-planner"];
+const DOC_ORDER: &[&str] = &[
+    "tapeplan-core",
+    "tapeplan-runtime",
+    "tapeplan-firmware",
+    "tapeplan-planner",
+];
 
 /// The crates whose HTML `doc` scans for links rendered as text (the `tapeplan` binary's pages
 /// also carry clap's trait docs, whose links point into clap, which `--no-deps` leaves out).
 const DOC_SCANNED: &[&str] = &[
     "tapeplan_core",
     "tapeplan_runtime",
+    "tapeplan_firmware",
     "tapeplan_planner",
     "tapeplan_wasm",
     "tapeplan_tests",
