@@ -47,6 +47,8 @@ struct Core {
     machine: &'static [&'static str],
     /// The run it trains (under `firmware-demo/models/`).
     run: &'static str,
+    /// The firmware's board feature.
+    board: &'static str,
 }
 
 const CORES: &[Core] = &[
@@ -56,6 +58,7 @@ const CORES: &[Core] = &[
         target: "thumbv7em-none-eabihf",
         machine: &["-machine", "mps2-an386", "-cpu", "cortex-m4"],
         run: "demo.run",
+        board: "qemu-mps2-an386",
     },
     Core {
         name: "m3",
@@ -63,6 +66,7 @@ const CORES: &[Core] = &[
         target: "thumbv7m-none-eabi",
         machine: &["-machine", "lm3s6965evb"],
         run: "demo.run",
+        board: "qemu-lm3s6965evb",
     },
     Core {
         name: "m0",
@@ -70,6 +74,7 @@ const CORES: &[Core] = &[
         target: "thumbv6m-none-eabi",
         machine: &["-machine", "microbit"],
         run: "m0.run",
+        board: "qemu-microbit",
     },
 ];
 
@@ -89,20 +94,23 @@ impl Variant {
         }
     }
 
-    /// The cargo feature arguments selecting the profile, plus `extra` features.
+    /// The cargo feature arguments selecting the profile and the core's board, plus `extra`
+    /// features.
     fn features(&self, extra: &[&str]) -> Vec<String> {
-        let mut features: Vec<String> = extra.iter().map(|f| f.to_string()).collect();
-        let mut args = Vec::new();
-        if self.math != MathProfile::Precise {
-            args.push("--no-default-features".to_string());
-            features.push(format!("math-{}", self.math));
-        }
-        if !features.is_empty() {
-            args.push("--features".to_string());
-            args.push(features.join(","));
-        }
-        args
+        feature_args(self.math, self.core.board, extra)
     }
+}
+
+/// `--no-default-features --features math-<math>,<board>,<extra>…`: the firmware's board is
+/// always named (it is never taken from the target).
+fn feature_args(math: MathProfile, board: &str, extra: &[&str]) -> Vec<String> {
+    let mut features = vec![format!("math-{math}"), board.to_string()];
+    features.extend(extra.iter().map(|f| f.to_string()));
+    vec![
+        "--no-default-features".to_string(),
+        "--features".to_string(),
+        features.join(","),
+    ]
 }
 
 /// The variants CI runs (and `cargo xtask firmware` without `--math`) over `cores`: each core
@@ -130,8 +138,38 @@ fn default_variants(cores: &[&'static Core]) -> Vec<Variant> {
 /// QEMU's `-icount` shift for `--icount`: one instruction per 2^0 ns of virtual time.
 const ICOUNT_SHIFT: u32 = 0;
 
-/// The real board whose memory map CI links for (no board is attached here).
-const BOARD_FEATURE: &str = "board-nrf52840dk";
+/// A real board CI links the firmware for (none is attached here: linked, not run).
+struct RealBoard {
+    /// The firmware's board feature.
+    feature: &'static str,
+    /// The Rust target of its core.
+    target: &'static str,
+    /// Flash and RAM, in bytes (its `memory/<feature>.x`).
+    flash_bytes: u64,
+    ram_bytes: u64,
+}
+
+/// The real boards: nRF52840-DK, Nucleo-F411RE, RP2040 (with its second-stage bootloader).
+const REAL_BOARDS: &[RealBoard] = &[
+    RealBoard {
+        feature: "nrf52840-dk",
+        target: "thumbv7em-none-eabihf",
+        flash_bytes: 1024 << 10,
+        ram_bytes: 256 << 10,
+    },
+    RealBoard {
+        feature: "stm32f411-nucleo",
+        target: "thumbv7em-none-eabihf",
+        flash_bytes: 512 << 10,
+        ram_bytes: 128 << 10,
+    },
+    RealBoard {
+        feature: "rp2040",
+        target: "thumbv6m-none-eabi",
+        flash_bytes: (2048 << 10) - 256,
+        ram_bytes: 256 << 10,
+    },
+];
 
 /// The budget: the runtime's code (runtime, kernels, libm) on the Cortex-M4F.
 ///
@@ -286,7 +324,11 @@ fn firmware(ctx: &Ctx, variants: &[Variant], bless: bool, icount: bool) -> Resul
     for features in [
         &[][..],
         &["--features", "size-baseline"][..],
-        &["--no-default-features", "--features", "math-fast"][..],
+        &[
+            "--no-default-features",
+            "--features",
+            "math-fast,qemu-mps2-an386",
+        ][..],
         &["--features", "cnn"][..],
     ] {
         let mut clippy = Command::new(&ctx.cargo);
@@ -296,6 +338,9 @@ fn firmware(ctx: &Ctx, variants: &[Variant], bless: bool, icount: bool) -> Resul
             .args(["--", "-D", "warnings"])
             .env_remove("CARGO_TARGET_DIR")
             .current_dir(&dir);
+        if let Some(t) = firmware_target_dir() {
+            clippy.env("CARGO_TARGET_DIR", t);
+        }
         run(clippy)?;
     }
 
@@ -324,13 +369,6 @@ fn firmware(ctx: &Ctx, variants: &[Variant], bless: bool, icount: bool) -> Resul
             &v.features(&["size-baseline"]),
             &format!("{name}-baseline"),
         )?;
-        let transcript_path = out.join(format!("{name}.transcript"));
-        let transcript = run_qemu(core, &name, &elf, &transcript_path, &out, icount)?;
-        check_defmt_log(&name, &elf, &out, &transcript)?;
-        if icount {
-            speeds.push((*v, speed(&transcript)?));
-        }
-
         // The run the device was meant to do: the core's run under the variant's profile.
         let mut run_file = dir.join("models").join(core.run);
         if v.math != MathProfile::Precise {
@@ -340,11 +378,12 @@ fn firmware(ctx: &Ctx, variants: &[Variant], bless: bool, icount: bool) -> Resul
             fs::write(&run_file, format!("{text}\nmath={}\n", v.math))
                 .with_context(|| format!("writing {}", run_file.display()))?;
         }
-        let (bitwise, params) = verify(&ctx.root, &tapeplan, &name, &transcript_path, &run_file)?;
-        verdicts.push(format!(
-            "{name:<9} {:<22} {bitwise}; parameters {params} identical",
-            core.target
-        ));
+        let (transcript, _, verdict) =
+            train_and_verify(ctx, core, &name, &elf, &out, &tapeplan, &run_file, icount)?;
+        if icount {
+            speeds.push((*v, speed(&transcript)?));
+        }
+        verdicts.push(verdict);
         all_sizes.insert(name, sizes(&elf, &baseline, &transcript)?);
     }
 
@@ -352,21 +391,32 @@ fn firmware(ctx: &Ctx, variants: &[Variant], bless: bool, icount: bool) -> Resul
         .iter()
         .any(|v| v.core.target == "thumbv7em-none-eabihf" && v.math == MathProfile::Precise)
     {
-        eprintln!("\n--> nrf52840-dk (thumbv7em-none-eabihf): link for a real board's memory map");
-        let elf = build(
-            ctx,
-            &dir,
-            &out,
-            "thumbv7em-none-eabihf",
-            &["--features", BOARD_FEATURE],
-            "nrf52840-dk",
-        )?;
-        let s = sections(&elf)?;
-        eprintln!(
-            "nrf52840-dk: links: flash {} of 1048576 bytes, RAM {} of 262144 bytes (not run: no board here)",
-            s.flash(),
-            s.ram()
-        );
+        for board in REAL_BOARDS {
+            eprintln!(
+                "\n--> {} ({}): link for a real board (memory/{}.x)",
+                board.feature, board.target, board.feature
+            );
+            let elf = build(
+                ctx,
+                &dir,
+                &out,
+                board.target,
+                &feature_args(MathProfile::Precise, board.feature, &[]),
+                board.feature,
+            )?;
+            let s = sections(&elf)?;
+            let line = format!(
+                "{:<16} {:<22} links: flash {} of {} bytes, RAM {} of {} bytes (not run: no board here)",
+                board.feature,
+                board.target,
+                s.flash() + s.get(".boot2"),
+                board.flash_bytes + if board.feature == "rp2040" { 256 } else { 0 },
+                s.ram(),
+                board.ram_bytes
+            );
+            eprintln!("{line}");
+            verdicts.push(line);
+        }
     }
 
     let snapshot_path = ctx.root.join(SNAPSHOT);
@@ -418,36 +468,8 @@ fn firmware(ctx: &Ctx, variants: &[Variant], bless: bool, icount: bool) -> Resul
     Ok(())
 }
 
-/// `tapeplan verify TRANSCRIPT --config RUN`, its output shown: answers its `bitwise:` line and
-/// the parameters' count (`N/N`), or fails when the device's bits differ from the oracle's.
-fn verify(
-    root: &Path,
-    tapeplan: &Path,
-    name: &str,
-    transcript_path: &Path,
-    run_file: &Path,
-) -> Result<(String, String)> {
-    let mut cmd = Command::new(tapeplan);
-    // From the repository's root: the paths in a `plan=` run are relative to it.
-    cmd.arg("verify")
-        .arg(transcript_path)
-        .arg("--config")
-        .arg(run_file)
-        .current_dir(root);
-    let shown = show(&cmd);
-    eprintln!("$ {shown}");
-    let verified = cmd
-        .output()
-        .with_context(|| format!("could not start `{shown}`"))?;
-    let stdout = String::from_utf8_lossy(&verified.stdout);
-    print!("{stdout}");
-    eprint!("{}", String::from_utf8_lossy(&verified.stderr));
-    if !verified.status.success() {
-        bail!(
-            "{name}: the device's bits differ from the host oracle's (transcript: {})",
-            transcript_path.display()
-        );
-    }
+/// The `bitwise:` line and the parameters' count (`N/N`) of `tapeplan verify`'s output.
+fn verdict(stdout: &str) -> Result<(String, String)> {
     let bitwise = stdout
         .lines()
         .find(|l| l.starts_with("bitwise:"))
@@ -482,13 +504,20 @@ fn cnn_run(
         "\n--> {name} ({}): MNIST-1D's CNN, models/{CNN_RUN}, feature cnn (runtime with all-ops)",
         core.target
     );
-    let elf = build(ctx, dir, out, core.target, &["--features", "cnn"], name)?;
+    let elf = build(
+        ctx,
+        dir,
+        out,
+        core.target,
+        &feature_args(MathProfile::Precise, core.board, &["cnn"]),
+        name,
+    )?;
     let baseline = build(
         ctx,
         dir,
         out,
         core.target,
-        &["--features", "cnn,size-baseline"],
+        &feature_args(MathProfile::Precise, core.board, &["cnn", "size-baseline"]),
         &format!("{name}-baseline"),
     )?;
     let run_file = dir.join("models").join(CNN_RUN);
@@ -525,8 +554,10 @@ fn cnn_run(
     Ok(lines)
 }
 
-/// Trains `elf` under QEMU, checks its defmt log and verifies its transcript against
-/// `run_file`: answers the transcript, the QEMU run's wall time in seconds and the verdict line.
+/// Trains `elf` under QEMU with its transcript on the board's UART (`-serial file:`), verified
+/// as it streams by `tapeplan verify --serial` against `run_file` (started before QEMU, it
+/// checks every step as the UART sends it), and checks the defmt log: answers the transcript,
+/// the QEMU run's wall time in seconds and the verdict line.
 #[allow(clippy::too_many_arguments)]
 fn train_and_verify(
     ctx: &Ctx,
@@ -539,13 +570,49 @@ fn train_and_verify(
     icount: bool,
 ) -> Result<(String, f64, String)> {
     let transcript_path = out.join(format!("{name}.transcript"));
+    // The file exists (empty) before the verifier opens it; QEMU then writes it as it runs.
+    fs::write(&transcript_path, b"")
+        .with_context(|| format!("writing {}", transcript_path.display()))?;
+    let mut cmd = Command::new(tapeplan);
+    // From the repository's root: the paths in a `plan=` run are relative to it.
+    cmd.arg("verify")
+        .arg("--serial")
+        .arg(&transcript_path)
+        .arg("--config")
+        .arg(run_file)
+        .args(["--idle-timeout-secs", &QEMU_TIMEOUT_SECS.to_string()])
+        .current_dir(&ctx.root)
+        .stdout(Stdio::piped());
+    let shown = show(&cmd);
+    eprintln!("$ {shown} &");
+    let mut verifier = cmd
+        .spawn()
+        .with_context(|| format!("could not start `{shown}`"))?;
     let start = std::time::Instant::now();
-    let transcript = run_qemu(core, name, elf, &transcript_path, out, icount)?;
+    let qemu = run_qemu(core, name, elf, &transcript_path, out, icount);
     let wall = start.elapsed().as_secs_f64();
+    if qemu.is_err() {
+        let _ = verifier.kill();
+        let _ = verifier.wait();
+    }
+    let transcript = qemu?;
+    let verified = verifier
+        .wait_with_output()
+        .with_context(|| format!("waiting for `{shown}`"))?;
+    let stdout = String::from_utf8_lossy(&verified.stdout);
+    print!("{stdout}");
+    if !verified.status.success() {
+        bail!(
+            "{name}: the device's bits differ from the host oracle's, or its stream broke off \
+             (transcript: {})",
+            transcript_path.display()
+        );
+    }
     check_defmt_log(name, elf, out, &transcript)?;
-    let (bitwise, params) = verify(&ctx.root, tapeplan, name, &transcript_path, run_file)?;
+    let (bitwise, params) = verdict(&stdout)?;
     let verdict = format!(
-        "{name:<9} {:<22} {bitwise}; parameters {params} identical",
+        "{name:<9} {:<22} {bitwise}; parameters {params} identical; verified as it streamed \
+         (verify --serial)",
         core.target
     );
     Ok((transcript, wall, verdict))
@@ -571,7 +638,7 @@ fn plan_run(ctx: &Ctx, dir: &Path, out: &Path, tapeplan: &Path) -> Result<Vec<St
         dir,
         out,
         core.target,
-        &["--features", "cnn"],
+        &feature_args(MathProfile::Precise, core.board, &["cnn"]),
         name,
         Some(&run_file),
     )?;
@@ -720,6 +787,12 @@ fn ensure_tools(ctx: &Ctx) -> Result<()> {
     Ok(())
 }
 
+/// The firmware workspace's target folder when `TAPEPLAN_FIRMWARE_TARGET_DIR` names one (a
+/// checkout sharing a machine keeps its builds apart); `firmware-demo/target` otherwise.
+fn firmware_target_dir() -> Option<PathBuf> {
+    env::var_os("TAPEPLAN_FIRMWARE_TARGET_DIR").map(PathBuf::from)
+}
+
 /// Builds the firmware (release) for `target` with `extra` cargo arguments, and copies the ELF
 /// to `out/<name>.elf`.
 fn build(
@@ -761,9 +834,12 @@ fn build_with_run(
         .args(["--config", &remap])
         .env_remove("CARGO_TARGET_DIR")
         .current_dir(dir);
+    if let Some(t) = firmware_target_dir() {
+        cmd.env("CARGO_TARGET_DIR", t);
+    }
     run(cmd).with_context(|| format!("building the firmware for {name}"))?;
-    let built = dir
-        .join("target")
+    let built = firmware_target_dir()
+        .unwrap_or_else(|| dir.join("target"))
         .join(target)
         .join("release")
         .join("tapeplan-firmware-demo");
@@ -774,8 +850,8 @@ fn build_with_run(
 }
 
 /// Runs the firmware under QEMU (time-limited; with `icount`, `-icount shift=0`): the
-/// transcript (semihosting stderr) is saved to `transcript_path` and answered, the defmt frames
-/// (semihosting stdout) to `<name>.defmt`.
+/// transcript leaves through the board's UART into `transcript_path` (`-serial file:`) and is
+/// answered; the defmt frames (semihosting stdout) go to `<name>.defmt`.
 fn run_qemu(
     core: &Core,
     name: &str,
@@ -792,18 +868,13 @@ fn run_qemu(
     if icount {
         cmd.args(["-icount", &format!("shift={ICOUNT_SHIFT}")]);
     }
-    cmd.args([
-        "-nographic",
-        "-monitor",
-        "none",
-        "-serial",
-        "none",
-        "-semihosting-config",
-        "enable=on,target=native",
-        "-kernel",
-    ])
-    .arg(elf)
-    .stdin(Stdio::null());
+    let mut serial = std::ffi::OsString::from("file:");
+    serial.push(transcript_path);
+    cmd.args(["-nographic", "-monitor", "none", "-serial"])
+        .arg(serial)
+        .args(["-semihosting-config", "enable=on,target=native", "-kernel"])
+        .arg(elf)
+        .stdin(Stdio::null());
     let shown = show(&cmd);
     eprintln!("$ {shown}");
     let start = std::time::Instant::now();
@@ -811,8 +882,9 @@ fn run_qemu(
         .output()
         .with_context(|| format!("could not start `{shown}`"))?;
     fs::write(&frames, &result.stdout)?;
-    fs::write(transcript_path, &result.stderr)?;
-    let transcript = String::from_utf8_lossy(&result.stderr).into_owned();
+    eprint!("{}", String::from_utf8_lossy(&result.stderr));
+    let transcript = fs::read_to_string(transcript_path)
+        .with_context(|| format!("reading {}", transcript_path.display()))?;
     if !result.status.success() {
         let tail: Vec<&str> = transcript.lines().rev().take(5).collect();
         bail!(
