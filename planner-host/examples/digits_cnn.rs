@@ -28,8 +28,9 @@ use tapeplan_planner::exec::oracle::Oracle;
 use tapeplan_planner::exec::runtime::RuntimeModel;
 use tapeplan_planner::exec::training::EpochOrder;
 use tapeplan_planner::io::data::{self, Dataset};
-use tapeplan_planner::model::nn::{Conv2d, Flatten, Linear, MaxPool2d, ReLU, Sequential};
+use tapeplan_planner::model::nn::Sequential;
 use tapeplan_planner::model::optim::Optimizer;
+use tapeplan_planner::model::run::{digits_cnn, DIGITS_CNN_CHANNELS};
 use tapeplan_planner::model::{Loss, TrainingJob};
 use tapeplan_planner::protocol::digest_f32;
 
@@ -42,18 +43,10 @@ const EPOCHS: usize = 30;
 /// Adam's learning rate.
 const LR: f32 = 3e-3;
 
-/// The CNN, in the layer API: input `[1, 8, 8]`, 6 090 parameters.
+/// The CNN, in the layer API: input `[1, 8, 8]`, 6 090 parameters (the library's, which
+/// `model=digits_cnn` runs name).
 fn cnn() -> Sequential {
-    Sequential::new(&[1, 8, 8])
-        .push(Conv2d::new(1, 16, 3).padding(1))
-        .push(ReLU)
-        .push(MaxPool2d::new(2))
-        .push(Conv2d::new(16, 32, 3).padding(1))
-        .push(ReLU)
-        .push(MaxPool2d::new(2))
-        .push(Flatten)
-        .push(Linear::new(128, 10))
-        .seed(SEED)
+    digits_cnn(DIGITS_CNN_CHANNELS, SEED)
 }
 
 fn main() -> Result<()> {
