@@ -4,8 +4,8 @@ padding 1, ReLU, Linear(125, 10); cross-entropy; Adam lr 1e-2 with PyTorch's bet
 weight decay 0; batch 100 taken in order from the 4000 training rows; 8001 steps, as the
 paper repository's notebooks/train.py runs them: `total_steps: 8000` and
 `for step in range(total_steps+1)`), written in JAX with PyTorch's default initialization
-drawn from numpy, for a list of seeds. It prints each seed's test accuracy after the last step (no selection on the test split), to show the
-spread that one fixed seed is drawn from.
+drawn from numpy, for a list of seeds. It prints each seed's test accuracy after the last step
+(no selection on the test split), to show the spread that one fixed seed is drawn from.
 
 Usage (a venv with jax[cpu] and numpy):
     python scripts/mnist1d_jax.py [SEED ...]
