@@ -8,7 +8,8 @@
 //!   update), serialized to `$OUT_DIR/train.plan`, and its arena size as a constant; or, for a
 //!   `plan=PATH` run, that plan file as it is (checked against its `plan_digest`);
 //! - the data: the run's training rows as raw `u8` pixel counts and labels (the digits), or
-//!   with feature `cnn` (a `data=mnist1d` run, or a `plan=` run on its CSV) as little-endian
+//!   with feature `cnn` (a `data=mnist1d` run, a `model=digits_cnn` run on the digits, or a
+//!   `plan=` run on its CSV) as little-endian
 //!   `f32` features and labels;
 //! - the initial parameters: seeded Glorot-uniform (or the model's own), as little-endian
 //!   `f32`s; for a `plan=` run, its model tensors from `init=PATH` or `PLAN.init.safetensors`;
@@ -240,14 +241,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     write(&out.join("train.plan"), &plan_bytes)?;
     let plan_ops = op_set_item(&plan);
 
-    // The data: `f32` features for MNIST-1D and any plan file's run (its CSV), the digits'
-    // pixel counts otherwise.
+    // The data: `f32` features for MNIST-1D, the digits' CNN and any plan file's run (its
+    // CSV), the digits' pixel counts otherwise.
     let mnist1d = cfg.data == tapeplan_planner::model::run::RunData::Mnist1d;
-    let f32_rows = mnist1d || plan_file.is_some();
+    let digits_cnn = matches!(
+        cfg.model,
+        tapeplan_planner::model::run::RunModel::DigitsCnn(_)
+    );
+    let f32_rows = mnist1d || digits_cnn || plan_file.is_some();
     if f32_rows != cnn {
         return Err(format!(
-            "{}: a data=mnist1d or plan= run needs the firmware's feature `cnn` (its `f32` rows, \
-             all opcodes and the plan's init entry), and the feature trains only those runs",
+            "{}: a data=mnist1d, model=digits_cnn or plan= run needs the firmware's feature \
+             `cnn` (its `f32` rows, all opcodes and the plan's init entry), and the feature \
+             trains only those runs",
             run_path.display()
         )
         .into());
@@ -271,7 +277,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .into());
     }
     let train = cfg.training_set()?;
-    // The digits as pixel counts; MNIST-1D's rows as their `f32` features.
+    // The digits as pixel counts; `f32` rows as their features.
     let data_bytes: Vec<u8> = if f32_rows {
         train
             .features

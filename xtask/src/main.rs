@@ -228,8 +228,8 @@ const VERBS: &[Verb] = &[
     },
     Verb {
         name: "firmware",
-        usage: "firmware [--core m4f|m3|m0|all] [--math precise|fast|both] [--icount] [--bless]",
-        about: "build the Cortex-M firmware, train it under QEMU, verify it bitwise against the oracle, check its sizes (default: every core precise, the M4F fast too; --math: precise, fast or both; --icount: count instructions per train step, fast vs precise; --bless: rewrite the size snapshot)",
+        usage: "firmware [--core m4f|m3|m0|all] [--math precise|fast|both] [--icount] [--bless] | firmware --full [--transcript PATH --wall-secs S]",
+        about: "build the Cortex-M firmware, train it under QEMU, verify it bitwise against the oracle, check its sizes (default: every core precise, the M4F fast too; --math: precise, fast or both; --icount: count instructions per train step, fast vs precise; --bless: rewrite the size snapshot; --full: MNIST-1D's whole schedule on the M4F once, hours, its result into firmware-demo/full-run.txt; not in CI)",
         run: firmware::verb_firmware,
     },
     Verb {
