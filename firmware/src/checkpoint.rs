@@ -133,6 +133,24 @@ impl<E: fmt::Debug> fmt::Display for StoreError<E> {
     }
 }
 
+impl<E> StoreError<E> {
+    /// What went wrong, without the details (for [`crate::train::Failure::Checkpoint`]).
+    pub fn what(&self) -> &'static str {
+        match self {
+            StoreError::Config(_) => "flash range unusable",
+            StoreError::WorkTooSmall { .. } => "work buffer too small",
+            StoreError::Flash(_) => "flash driver error",
+            StoreError::Full => "flash range cannot hold two checkpoints",
+            StoreError::Corrupted => "flash corrupted beyond repair",
+            StoreError::Rejected(CheckpointError::WrongPlan { .. }) => {
+                "the flash holds a checkpoint of another plan"
+            }
+            StoreError::Rejected(_) => "the flash holds a damaged checkpoint",
+            StoreError::Storage(what) => what,
+        }
+    }
+}
+
 impl<E> From<sequential_storage::Error<E>> for StoreError<E> {
     fn from(e: sequential_storage::Error<E>) -> Self {
         use sequential_storage::Error as S;
@@ -529,5 +547,31 @@ impl<'w, F: NorFlash> CheckpointStore<'w, F> {
             })),
             None => Err(StoreError::Corrupted),
         }
+    }
+}
+
+/// The store as [`train_resumable`](crate::train::train_resumable)'s checkpoints: one save
+/// after every epoch, so a store that starts empty for the run holds `sequence` = epochs
+/// completed, which is what `resume` answers.
+impl<F: NorFlash> crate::train::Checkpoints for CheckpointStore<'_, F> {
+    fn resume<O: Ops>(
+        &mut self,
+        session: &mut Session<'_, '_, O>,
+    ) -> Result<Option<u32>, &'static str> {
+        self.load(session).map_err(|e| e.what())
+    }
+
+    fn save<O: Ops>(
+        &mut self,
+        session: &Session<'_, '_, O>,
+        epochs_done: u32,
+    ) -> Result<(), &'static str> {
+        let sequence = CheckpointStore::save(self, session).map_err(|e| e.what())?;
+        if sequence != epochs_done {
+            return Err(
+                "the store's sequence is not the epochs completed (not empty at the start)",
+            );
+        }
+        Ok(())
     }
 }

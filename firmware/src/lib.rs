@@ -55,4 +55,4 @@ pub mod train;
 pub use board::{Clock, ClockDelay};
 pub use checkpoint::{CheckpointStore, StoreError};
 pub use link::{LineLink, Transcript};
-pub use train::{train, Failure, Rows, Run, Summary};
+pub use train::{train, train_resumable, Checkpoints, Failure, NoCheckpoints, Rows, Run, Summary};

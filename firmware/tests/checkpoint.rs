@@ -4,119 +4,19 @@
 //! Also: empty flash, a checkpoint of another plan, damaged flash.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
-use embedded_storage::nor_flash::{
-    ErrorType, NorFlash, NorFlashError, NorFlashErrorKind, ReadNorFlash,
-};
+mod common;
+
+use common::{PowerCut, RamFlash, PAGE_BYTES};
 use tapeplan_firmware::checkpoint::{CheckpointStore, StoreError};
 use tapeplan_planner::model::RunConfig;
 use tapeplan_runtime::{save_checkpoint, CheckpointError, Plan, Session};
 
-const WORD_BYTES: usize = 4;
 /// The big plan's flash: 20 pages of 4 KiB.
-const PAGE_BYTES: usize = 4096;
 const FLASH_BYTES: usize = PAGE_BYTES * 20;
 /// The power-cut test's flash: 12 pages of 1 KiB, for a small plan (4 chunks a checkpoint), so
 /// the map collects pages from the third save on and a debug build cuts every position fast.
 const SMALL_PAGE_BYTES: usize = 1024;
 const SMALL_FLASH_BYTES: usize = SMALL_PAGE_BYTES * 12;
-
-/// The power failed: this operation and every later one did not happen (or half happened).
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct PowerCut;
-
-impl NorFlashError for PowerCut {
-    fn kind(&self) -> NorFlashErrorKind {
-        NorFlashErrorKind::Other
-    }
-}
-
-/// A RAM NOR flash: writes only clear bits (a word is programmed once between erases, checked),
-/// and after `budget` operations (one word programmed, or one page erased) the power is cut:
-/// a write stops after the words the budget allowed; an interrupted erase leaves the first
-/// half of its page erased and the rest as it was.
-struct RamFlash<const PAGE: usize = PAGE_BYTES> {
-    bytes: Vec<u8>,
-    budget: Option<usize>,
-    ops: usize,
-    /// Pages erased (completely).
-    erases: usize,
-}
-
-impl<const PAGE: usize> RamFlash<PAGE> {
-    fn new(bytes: Vec<u8>, budget: Option<usize>) -> Self {
-        RamFlash {
-            bytes,
-            budget,
-            ops: 0,
-            erases: 0,
-        }
-    }
-
-    /// Takes one operation from the budget; `false` when the power is gone.
-    fn tick(&mut self) -> bool {
-        if self.budget.is_some_and(|b| self.ops >= b) {
-            return false;
-        }
-        self.ops += 1;
-        true
-    }
-}
-
-impl<const PAGE: usize> ErrorType for RamFlash<PAGE> {
-    type Error = PowerCut;
-}
-
-impl<const PAGE: usize> ReadNorFlash for RamFlash<PAGE> {
-    const READ_SIZE: usize = 1;
-
-    fn read(&mut self, offset: u32, bytes: &mut [u8]) -> Result<(), PowerCut> {
-        if self.budget.is_some_and(|b| self.ops >= b) {
-            return Err(PowerCut);
-        }
-        let at = offset as usize;
-        bytes.copy_from_slice(&self.bytes[at..at + bytes.len()]);
-        Ok(())
-    }
-
-    fn capacity(&self) -> usize {
-        self.bytes.len()
-    }
-}
-
-impl<const PAGE: usize> NorFlash for RamFlash<PAGE> {
-    const WRITE_SIZE: usize = WORD_BYTES;
-    const ERASE_SIZE: usize = PAGE;
-
-    fn erase(&mut self, from: u32, to: u32) -> Result<(), PowerCut> {
-        for page in (from as usize..to as usize).step_by(PAGE) {
-            if !self.tick() {
-                self.bytes[page..page + PAGE / 2].fill(0xff);
-                return Err(PowerCut);
-            }
-            self.bytes[page..page + PAGE].fill(0xff);
-            self.erases += 1;
-        }
-        Ok(())
-    }
-
-    fn write(&mut self, offset: u32, bytes: &[u8]) -> Result<(), PowerCut> {
-        let at = offset as usize;
-        assert_eq!(at % WORD_BYTES, 0, "unaligned write at {at}");
-        for (i, w) in bytes.chunks(WORD_BYTES).enumerate() {
-            if !self.tick() {
-                return Err(PowerCut);
-            }
-            let dst = &mut self.bytes[at + i * WORD_BYTES..at + i * WORD_BYTES + w.len()];
-            assert!(
-                dst.iter().all(|&b| b == 0xff),
-                "word at {} programmed twice",
-                at + i * WORD_BYTES
-            );
-            dst.copy_from_slice(w);
-        }
-        Ok(())
-    }
-}
 
 /// An Adam plan of the digits MLP: parameters, two moments each and a step counter in the
 /// persistent region (about 29 KiB: 8 chunks of a 4 KiB page).
