@@ -32,8 +32,8 @@
 //! between the arena and the flash, never copied whole.
 //!
 //! sequential-storage is async-only; its futures complete without ever waiting on a blocking
-//! flash, so this module drives them with [`embassy_futures::block_on`] over an adapter that
-//! presents any blocking [`embedded_storage::nor_flash::NorFlash`] as its async counterpart.
+//! flash, so this module drives them with `embassy_futures::block_on` over an adapter that
+//! presents any blocking `embedded_storage::nor_flash::NorFlash` as its async counterpart.
 
 use core::fmt;
 use core::ops::Range;
