@@ -22,6 +22,8 @@ use defmt_semihosting as _;
 #[cfg(feature = "size-baseline")]
 pub mod baseline;
 pub mod board;
+#[cfg(feature = "checkpoint")]
+pub mod ckpt;
 pub mod rows;
 pub mod rt;
 pub mod uart;
@@ -85,7 +87,41 @@ fn run() -> ! {
         gen::RUN
     );
     let mut order = [0u16; gen::SAMPLES];
-    #[cfg(not(feature = "size-baseline"))]
+    #[cfg(all(feature = "checkpoint", not(feature = "size-baseline")))]
+    let result = {
+        let Some(noinit) = rt::take_noinit() else {
+            let _ = out.end_error("checkpoint flash already taken");
+            exit(EXIT_FAILED)
+        };
+        let (flash, resumed) = ckpt::RamFlash::new(noinit);
+        defmt::info!("checkpoint flash: resumed after reset {=bool}", resumed);
+        let mut work = [0u8; ckpt::PAGE_BYTES];
+        match tapeplan_firmware::CheckpointStore::new(flash, 0..ckpt::FLASH_BYTES as u32, &mut work)
+        {
+            Ok(mut store) => tapeplan_firmware::train_resumable::<
+                gen::PlanOps,
+                { gen::PLAN_TENSORS },
+                _,
+                _,
+                _,
+                _,
+                _,
+                _,
+            >(
+                &mut out,
+                &RUN,
+                &rows::ROWS,
+                &mut order,
+                &clock,
+                &mut delay,
+                arena,
+                PAUSE_MS,
+                &mut ckpt::Counted(&mut store),
+            ),
+            Err(e) => Err(tapeplan_firmware::Failure::Checkpoint(e.what())),
+        }
+    };
+    #[cfg(all(not(feature = "checkpoint"), not(feature = "size-baseline")))]
     let result = tapeplan_firmware::train::<gen::PlanOps, { gen::PLAN_TENSORS }, _, _, _, _, _>(
         &mut out,
         &RUN,

@@ -34,6 +34,38 @@ pub fn take_arena() -> Option<&'static mut [f32; ARENA_ELEMS]> {
     first.then(|| unsafe { &mut *ARENA.0.get() })
 }
 
+/// Feature `checkpoint`: RAM the reset handler leaves alone (`.uninit`, after `.bss`, below
+/// the stack paint), holding the marker word and the RAM flash of [`crate::ckpt`].
+#[cfg(feature = "checkpoint")]
+struct Noinit(UnsafeCell<core::mem::MaybeUninit<[u8; crate::ckpt::NOINIT_BYTES]>>);
+
+// SAFETY: the only access is through `take_noinit`, which hands out the one `&mut` at most
+// once.
+#[cfg(feature = "checkpoint")]
+unsafe impl Sync for Noinit {}
+
+#[cfg(feature = "checkpoint")]
+#[link_section = ".uninit.tapeplan_checkpoint"]
+static NOINIT: Noinit = Noinit(UnsafeCell::new(core::mem::MaybeUninit::uninit()));
+#[cfg(feature = "checkpoint")]
+static NOINIT_TAKEN: AtomicBool = AtomicBool::new(false);
+
+/// Feature `checkpoint`: the `.uninit` region, the first time; `None` after. On a cold boot
+/// its first word is not [`crate::ckpt::MARK_FRESH`] or the reset marker, and the caller
+/// erases it; after a reset it holds what the previous boot wrote.
+#[cfg(feature = "checkpoint")]
+pub fn take_noinit() -> Option<&'static mut [u8; crate::ckpt::NOINIT_BYTES]> {
+    let first = cortex_m::interrupt::free(|_| {
+        let taken = NOINIT_TAKEN.load(Ordering::Relaxed);
+        NOINIT_TAKEN.store(true, Ordering::Relaxed);
+        !taken
+    });
+    // SAFETY: `first` is true exactly once, so this is the only reference ever made. The
+    // bytes are RAM that always holds some value (the previous boot's, or power-on content
+    // that the caller overwrites before trusting it); `u8` has no invalid values.
+    first.then(|| unsafe { (*NOINIT.0.get()).assume_init_mut() })
+}
+
 /// The stack paint's word.
 const PAINT: u32 = 0xA5A5_A5A5;
 /// Bytes left unpainted below the stack pointer at painting time.

@@ -16,6 +16,9 @@
 //!   (`tapeplan verify --serial`).
 //! - [`board`]: the board boundary: [`board::Clock`] (a free-running tick counter) and
 //!   [`board::ClockDelay`] (an [`embedded_hal::delay::DelayNs`] on it).
+//! - [`checkpoint`]: [`CheckpointStore`], the training state in NOR flash in two slots over
+//!   `sequential-storage`'s power-fail-safe map, in the host's checkpoint format: a power cut
+//!   at any point of a save leaves the previous checkpoint or the new one, never a mix.
 //!
 //! `firmware-demo/` in the repository is a complete user: its boards (QEMU's and real ones),
 //! their UARTs, the static arena and the entry point; `docs/porting-a-board.md` lists what a
@@ -45,9 +48,11 @@ macro_rules! info {
 }
 
 pub mod board;
+pub mod checkpoint;
 pub mod link;
 pub mod train;
 
 pub use board::{Clock, ClockDelay};
+pub use checkpoint::{CheckpointStore, StoreError};
 pub use link::{LineLink, Transcript};
-pub use train::{train, Failure, Rows, Run, Summary};
+pub use train::{train, train_resumable, Checkpoints, Failure, NoCheckpoints, Rows, Run, Summary};

@@ -86,6 +86,8 @@ pub enum Failure<E> {
     OrderTooShort(usize, usize),
     /// The link failed.
     Link(E),
+    /// Restoring or saving a checkpoint failed: what failed.
+    Checkpoint(&'static str),
 }
 
 impl<E> From<ParseError> for Failure<E> {
@@ -112,7 +114,45 @@ impl<E: fmt::Debug> fmt::Display for Failure<E> {
                 "the order buffer holds {found} row indices, the data has {needed} rows"
             ),
             Failure::Link(e) => write!(f, "link: {e:?}"),
+            Failure::Checkpoint(what) => write!(f, "checkpoint: {what}"),
         }
+    }
+}
+
+/// Where [`train_resumable`] keeps its training state between epochs: it restores the newest
+/// checkpoint once the parameters are initialized, and saves one after every epoch.
+pub trait Checkpoints {
+    /// Restores the newest checkpoint into the session's persistent region; answers the
+    /// number of epochs it completed, `None` when there is none (the run starts fresh).
+    ///
+    /// # Errors
+    /// What failed, for [`Failure::Checkpoint`].
+    fn resume<O: Ops>(
+        &mut self,
+        session: &mut Session<'_, '_, O>,
+    ) -> Result<Option<u32>, &'static str>;
+
+    /// Saves the session's persistent region after epoch `epochs_done` (1-based).
+    ///
+    /// # Errors
+    /// What failed, for [`Failure::Checkpoint`].
+    fn save<O: Ops>(
+        &mut self,
+        session: &Session<'_, '_, O>,
+        epochs_done: u32,
+    ) -> Result<(), &'static str>;
+}
+
+/// No checkpoints: [`train`] starts fresh and saves nothing.
+pub struct NoCheckpoints;
+
+impl Checkpoints for NoCheckpoints {
+    fn resume<O: Ops>(&mut self, _: &mut Session<'_, '_, O>) -> Result<Option<u32>, &'static str> {
+        Ok(None)
+    }
+
+    fn save<O: Ops>(&mut self, _: &Session<'_, '_, O>, _: u32) -> Result<(), &'static str> {
+        Ok(())
     }
 }
 
@@ -167,6 +207,51 @@ where
     R: Rows,
     C: Clock,
     D: DelayNs,
+{
+    train_resumable::<O, TENSORS, LINE, W, R, C, D, NoCheckpoints>(
+        out,
+        run,
+        rows,
+        order,
+        clock,
+        delay,
+        arena,
+        pause_ms,
+        &mut NoCheckpoints,
+    )
+}
+
+/// [`train`] that survives a reset: once the initial parameters and the `init` entry are in
+/// place, `checkpoints` restores the newest checkpoint (which says how many epochs it
+/// completed, `k`), training runs epochs `k + 1 ..= epochs` (the epoch order depends only on
+/// the seed and the epoch, so the resumed run computes the uninterrupted run's bits), and a
+/// checkpoint is saved after every epoch. A resumed run's transcript has an `info resumed
+/// epochs k` line and the steps after the checkpoint only; its `digest` line is the
+/// uninterrupted run's.
+///
+/// # Shapes
+/// As [`train`].
+///
+/// # Errors
+/// As [`train`], and [`Failure::Checkpoint`] when restoring or saving fails.
+#[allow(clippy::too_many_arguments)]
+pub fn train_resumable<O: Ops, const TENSORS: usize, const LINE: usize, W, R, C, D, K>(
+    out: &mut Transcript<'_, W, LINE>,
+    run: &Run<'_>,
+    rows: &R,
+    order: &mut [u16],
+    clock: &C,
+    delay: &mut D,
+    arena: &mut [f32],
+    pause_ms: u32,
+    checkpoints: &mut K,
+) -> Result<Summary, Failure<W::Error>>
+where
+    W: Write,
+    R: Rows,
+    C: Clock,
+    D: DelayNs,
+    K: Checkpoints,
 {
     let link = Failure::Link;
     out.header().map_err(link)?;
@@ -227,14 +312,22 @@ where
 
     let batch = run.batch.max(1);
     let steps_per_epoch = samples / batch;
+    let resumed = checkpoints
+        .resume(&mut s)
+        .map_err(Failure::Checkpoint)?
+        .map_or(0, |k| k as usize);
+    if resumed > 0 {
+        out.info(format_args!("resumed epochs {resumed}"))
+            .map_err(link)?;
+    }
     let mut summary = Summary {
-        steps: 0,
+        steps: resumed * steps_per_epoch,
         step_ticks_total: 0,
         step_ticks_min: u64::MAX,
         step_ticks_max: 0,
         last_mean_loss: f32::NAN,
     };
-    for epoch in 0..run.epochs {
+    for epoch in resumed..run.epochs {
         for (i, o) in order.iter_mut().enumerate() {
             *o = i as u16; // a run of more than 65535 rows is refused at build time
         }
@@ -289,6 +382,9 @@ where
             steps_per_epoch
         ))
         .map_err(link)?;
+        checkpoints
+            .save(&s, (epoch + 1) as u32)
+            .map_err(Failure::Checkpoint)?;
         delay.delay_ms(pause_ms);
     }
 
@@ -302,7 +398,8 @@ where
         summary.steps, digest
     );
     let _ = digest;
-    let steps = summary.steps.max(1) as u64;
+    // Timed steps: the ones this run ran (not a checkpoint's).
+    let steps = (summary.steps - resumed * steps_per_epoch).max(1) as u64;
     out.info(format_args!(
         "steps {} step_ticks mean {} min {} max {} at {} Hz math {}",
         summary.steps,

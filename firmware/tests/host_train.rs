@@ -5,7 +5,14 @@
 
 use core::cell::Cell;
 
-use tapeplan_firmware::{train, Clock, ClockDelay, Failure, LineLink, Rows, Run, Transcript};
+mod common;
+
+use common::RamFlash;
+use tapeplan_firmware::checkpoint::CheckpointStore;
+
+use tapeplan_firmware::{
+    train, train_resumable, Clock, ClockDelay, Failure, LineLink, Rows, Run, Transcript,
+};
 use tapeplan_planner::exec::transcript::Transcript as Parsed;
 use tapeplan_planner::exec::verify::verify;
 use tapeplan_planner::model::RunConfig;
@@ -89,21 +96,32 @@ fn fixture() -> Fixture {
     (cfg, plan, init, params, rows)
 }
 
-#[test]
-fn a_run_trained_by_the_library_verifies_bit_for_bit_with_a_state_digest_per_step() {
-    let (cfg, plan, init, params, rows) = fixture();
-    let line = cfg.to_line();
-    let run = Run {
-        plan: &plan,
-        config: &line,
+/// The run of `cfg` on the host.
+fn run_of<'a>(
+    cfg: &RunConfig,
+    line: &'a str,
+    plan: &'a [u8],
+    init: &'a [u8],
+    params: &'a [(&'static str, usize)],
+) -> Run<'a> {
+    Run {
+        plan,
+        config: line,
         target: "x86_64 host test",
-        init: &init,
-        params: &params,
+        init,
+        params,
         batch: cfg.batch,
         epochs: cfg.epochs,
         seed: cfg.seed,
         limits: Limits::DEFAULT,
-    };
+    }
+}
+
+#[test]
+fn a_run_trained_by_the_library_verifies_bit_for_bit_with_a_state_digest_per_step() {
+    let (cfg, plan, init, params, rows) = fixture();
+    let line = cfg.to_line();
+    let run = run_of(&cfg, &line, &plan, &init, &params);
     let mut arena = vec![0.0f32; 1 << 16];
     let mut order = vec![0u16; rows.len()];
     let clock = Ticks(Cell::new(0));
@@ -136,17 +154,7 @@ fn a_run_trained_by_the_library_verifies_bit_for_bit_with_a_state_digest_per_ste
 fn failures_are_values_that_name_what_was_found() {
     let (cfg, plan, init, params, rows) = fixture();
     let line = cfg.to_line();
-    let run = Run {
-        plan: &plan,
-        config: &line,
-        target: "x86_64 host test",
-        init: &init,
-        params: &params,
-        batch: cfg.batch,
-        epochs: cfg.epochs,
-        seed: cfg.seed,
-        limits: Limits::DEFAULT,
-    };
+    let run = run_of(&cfg, &line, &plan, &init, &params);
     let clock = Ticks(Cell::new(0));
     let mut arena = vec![0.0f32; 1 << 16];
     let mut link: Vec<u8> = Vec::new();
@@ -204,4 +212,97 @@ fn failures_are_values_that_name_what_was_found() {
     )
     .unwrap_err();
     assert!(matches!(e, Failure::Plan(_)), "{e}");
+}
+
+/// The `digest` line of a transcript.
+fn digest_line(link: &[u8]) -> String {
+    let text = std::str::from_utf8(link).unwrap();
+    text.lines()
+        .find(|l| l.starts_with("digest "))
+        .unwrap_or_else(|| panic!("no digest line in {text}"))
+        .to_string()
+}
+
+#[test]
+fn a_run_reset_in_the_middle_of_a_checkpoint_write_resumes_to_the_uninterrupted_bits() {
+    let (cfg, plan, init, params, rows) = fixture();
+    let line = cfg.to_line();
+    let run = Run {
+        epochs: 3,
+        ..run_of(&cfg, &line, &plan, &init, &params)
+    };
+    let clock = Ticks(Cell::new(0));
+    let train_on = |flash: Option<RamFlash>, link: &mut Vec<u8>| {
+        let mut arena = vec![0.0f32; 1 << 16];
+        let mut out: Transcript<'_, _, 256> = Transcript::new(LineLink::new(link));
+        let mut order = vec![0u16; rows.len()];
+        let Some(flash) = flash else {
+            let r = train::<BuildOps, 4096, 256, _, _, _, _>(
+                &mut out,
+                &run,
+                &rows,
+                &mut order,
+                &clock,
+                &mut ClockDelay(&clock),
+                &mut arena,
+                0,
+            );
+            return (r.map(|s| s.steps), None);
+        };
+        let mut work = [0u8; 4096];
+        let mut store = CheckpointStore::new(flash, 0..8 * 4096, &mut work).unwrap();
+        let r = train_resumable::<BuildOps, 4096, 256, _, _, _, _, _>(
+            &mut out,
+            &run,
+            &rows,
+            &mut order,
+            &clock,
+            &mut ClockDelay(&clock),
+            &mut arena,
+            0,
+            &mut store,
+        );
+        (r.map(|s| s.steps), Some(store.into_flash()))
+    };
+    let mut plain = Vec::new();
+    let (steps, _) = train_on(None, &mut plain);
+    assert_eq!(steps.unwrap(), 12);
+    let expected = digest_line(&plain);
+
+    // Saves after epochs 1, 2 and 3; the power fails at word `n` of the whole run's flash
+    // writes, for cuts in each of the three saves.
+    let mut full = Vec::new();
+    let (_, flash) = train_on(Some(RamFlash::new(vec![0xff; 8 * 4096], None)), &mut full);
+    let words_total = flash.unwrap().ops;
+    assert_eq!(digest_line(&full), expected);
+    let mut seen = Vec::new();
+    for n in [1, words_total / 2, words_total - 1] {
+        let mut first = Vec::new();
+        let (r, flash) = train_on(
+            Some(RamFlash::new(vec![0xff; 8 * 4096], Some(n))),
+            &mut first,
+        );
+        let e = r.unwrap_err();
+        assert!(
+            matches!(e, Failure::Checkpoint("flash driver error")),
+            "{e}"
+        );
+        let mut link = Vec::new();
+        let (steps, _) = train_on(Some(RamFlash::new(flash.unwrap().bytes, None)), &mut link);
+        assert_eq!(steps.unwrap(), 12, "cut at word {n} of {words_total}");
+        let text = String::from_utf8(link.clone()).unwrap();
+        let resumed: usize = text
+            .lines()
+            .find_map(|l| l.strip_prefix("info resumed epochs "))
+            .map_or(0, |k| k.parse().unwrap());
+        // A cut in save k resumes after epoch k - 1; the final bits are the same.
+        seen.push(resumed);
+        assert_eq!(
+            digest_line(&link),
+            expected,
+            "cut at word {n}: resumed at {resumed}"
+        );
+    }
+    // The cuts fell in the first, second and third save.
+    assert_eq!(seen, [0, 1, 2]);
 }

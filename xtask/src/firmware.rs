@@ -385,6 +385,7 @@ fn firmware(ctx: &Ctx, variants: &[Variant], bless: bool, icount: bool) -> Resul
             "math-fast,qemu-mps2-an386",
         ][..],
         &["--features", "cnn"][..],
+        &["--features", "checkpoint"][..],
     ] {
         let mut clippy = Command::new(&ctx.cargo);
         clippy
@@ -511,6 +512,7 @@ fn firmware(ctx: &Ctx, variants: &[Variant], bless: bool, icount: bool) -> Resul
     {
         verdicts.extend(cnn_run(ctx, &dir, &out, &tapeplan, icount)?);
         verdicts.extend(plan_run(ctx, &dir, &out, &tapeplan)?);
+        verdicts.push(checkpoint_run(ctx, &dir, &out)?);
     }
     for &(core, name, run_file) in CNN_RUNS {
         if variants
@@ -654,6 +656,80 @@ fn cnn_run(
         ));
     }
     Ok(lines)
+}
+
+/// The Cortex-M4F's run with feature `checkpoint`: a checkpoint in RAM-backed flash after
+/// every epoch, the core reset (`SYSRESETREQ`) in the middle of one checkpoint write, and the
+/// run resumed from the last complete checkpoint on the next boot. Its final `digest` line
+/// must be the uninterrupted `m4f` run's (already verified against the oracle). Answers the
+/// verdict line.
+fn checkpoint_run(ctx: &Ctx, dir: &Path, out: &Path) -> Result<String> {
+    let core = CORES
+        .iter()
+        .find(|c| c.name == BUDGET_CORE)
+        .ok_or_else(|| anyhow!("no {BUDGET_CORE} core"))?;
+    let name = "m4f-ckpt";
+    eprintln!(
+        "\n--> {name} ({}): feature checkpoint, a reset in the middle of a checkpoint write",
+        core.target
+    );
+    let elf = build(
+        ctx,
+        dir,
+        out,
+        core.target,
+        &feature_args(MathProfile::Precise, core.board, &["checkpoint"]),
+        name,
+    )?;
+    let transcript_path = out.join(format!("{name}.transcript"));
+    fs::write(&transcript_path, b"")
+        .with_context(|| format!("writing {}", transcript_path.display()))?;
+    let transcript = run_qemu(core, name, &elf, &transcript_path, out, false)?;
+    let log = decode_defmt(name, &elf, out)?;
+    let reset = log
+        .lines()
+        .find_map(|l| {
+            l.split_once("reset injected in ")
+                .map(|(_, r)| r.trim().to_owned())
+        })
+        .ok_or_else(|| anyhow!("{name}: no reset was injected (defmt log {name}.log)"))?;
+    let boots = transcript.matches("tapeplan-transcript 1").count();
+    let resumed = transcript
+        .lines()
+        .find_map(|l| l.strip_prefix("info resumed epochs "))
+        .ok_or_else(|| {
+            anyhow!(
+                "{name}: the boot after the reset did not resume from a checkpoint ({boots} boots)"
+            )
+        })?
+        .to_owned();
+    let digest = |t: &str| {
+        t.lines()
+            .rfind(|l| l.starts_with("digest "))
+            .map(str::to_owned)
+    };
+    let expected_path = out.join(format!("{BUDGET_CORE}.transcript"));
+    let expected = fs::read_to_string(&expected_path)
+        .with_context(|| format!("reading {}", expected_path.display()))?;
+    let (Some(got), Some(want)) = (digest(&transcript), digest(&expected)) else {
+        bail!(
+            "{name}: no digest line in {} or {}",
+            transcript_path.display(),
+            expected_path.display()
+        );
+    };
+    if boots != 2 || got != want || !transcript.trim_end().ends_with("end ok") {
+        bail!(
+            "{name}: {boots} boots, final `{got}` where the uninterrupted run has `{want}` \
+             (transcript {})",
+            transcript_path.display()
+        );
+    }
+    Ok(format!(
+        "{name:<9} {:<22} reset in {reset}, resumed after epoch {resumed}: final {got} identical \
+         to the uninterrupted run",
+        core.target
+    ))
 }
 
 /// Trains `elf` under QEMU with its transcript on the board's UART (`-serial file:`), verified
@@ -1174,8 +1250,8 @@ fn run_qemu(
     Ok(transcript)
 }
 
-/// Decodes the defmt frames and checks one `epoch` line per epoch of the run.
-fn check_defmt_log(name: &str, elf: &Path, out: &Path, transcript: &str) -> Result<()> {
+/// Decodes the defmt frames QEMU wrote to `{name}.defmt` into `{name}.log`; answers the log.
+fn decode_defmt(name: &str, elf: &Path, out: &Path) -> Result<String> {
     let frames = out.join(format!("{name}.defmt"));
     let mut cmd = Command::new("defmt-print");
     cmd.arg("-e")
@@ -1183,6 +1259,12 @@ fn check_defmt_log(name: &str, elf: &Path, out: &Path, transcript: &str) -> Resu
         .stdin(fs::File::open(&frames).with_context(|| format!("opening {}", frames.display()))?);
     let log = output(cmd).context("decoding the defmt frames")?;
     fs::write(out.join(format!("{name}.log")), &log)?;
+    Ok(log)
+}
+
+/// Decodes the defmt frames and checks one `epoch` line per epoch of the run.
+fn check_defmt_log(name: &str, elf: &Path, out: &Path, transcript: &str) -> Result<()> {
+    let log = decode_defmt(name, elf, out)?;
     let epochs: usize = transcript
         .lines()
         .find_map(|l| l.strip_prefix("config "))
