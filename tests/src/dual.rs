@@ -138,7 +138,7 @@ impl Element for Dual {
     fn fused_mul_add(self, b: Dual, c: Dual) -> Dual {
         // The value rounded once (`fmaf`); the tangent is the product rule plus `c`'s.
         Dual::new(
-            libm::fmaf(self.v, b.v, c.v),
+            Element::fused_mul_add(self.v, b.v, c.v),
             self.t * b.v + self.v * b.t + c.t,
         )
     }
