@@ -16,6 +16,7 @@ mod common;
 mod sweep;
 
 mod checkpoint;
+mod fma;
 mod hostile;
 mod limits;
 mod model;
