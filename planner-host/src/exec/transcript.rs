@@ -86,6 +86,7 @@ impl Transcript {
                 epochs: 0,
                 fusion: false,
                 math: MathProfile::Precise,
+                arith: tapeplan_core::ArithProfile::Separate,
                 optimizer: RunOptimizer::Sgd,
                 data: RunData::Digits,
                 init: RunInit::Glorot,
