@@ -86,7 +86,15 @@ fn compute_apply<E: Element>(
     let n = args.len();
     let shape = ops::infer(op, attr, &shapes[..n])?;
     let mut out = TensorOf::zeros(shape);
-    ops::eval_arith(op, attr, math, arith, &bufs[..n], &shapes[..n], &mut out.data)?;
+    ops::eval_arith(
+        op,
+        attr,
+        math,
+        arith,
+        &bufs[..n],
+        &shapes[..n],
+        &mut out.data,
+    )?;
     Ok(out)
 }
 
@@ -277,9 +285,11 @@ impl<'t, E: Element> RunAs<'t, E> {
                         .ok_or(TapeError::MissingValue { index: a as usize })?,
                 );
             }
-            let v = node
-                .op
-                .express(&mut ComputeAs::<E>::with_profiles(self.math, self.arith), node.attr, &args)?;
+            let v = node.op.express(
+                &mut ComputeAs::<E>::with_profiles(self.math, self.arith),
+                node.attr,
+                &args,
+            )?;
             self.values[i] = Some(v);
         }
         Ok(())

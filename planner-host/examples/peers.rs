@@ -29,12 +29,12 @@ use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+use tapeplan_core::ArithProfile;
 use tapeplan_planner::io::data;
 use tapeplan_planner::model::optim::{Optimizer, Sgd};
 use tapeplan_planner::model::{Activation, JobOptions, Loss, Mlp, TrainingJob};
-use tapeplan_planner::PlanOptions;
-use tapeplan_core::ArithProfile;
 use tapeplan_planner::protocol::SplitMix64;
+use tapeplan_planner::PlanOptions;
 use tapeplan_runtime::catalog::CATALOG;
 use tapeplan_runtime::{Decoded, Plan, Session};
 

@@ -8,7 +8,9 @@ use tapeplan_core::format::{
     Sections, TensorKind, TensorRecord, ALL_ENTRIES, BINDING_RECORD_BYTES, ENTRY_RECORD_BYTES,
     HEADER_BYTES, INSTR_RECORD_BYTES, NAME_BYTES, TENSOR_RECORD_BYTES,
 };
-use tapeplan_core::{ops, ArithProfile, BuildOps, MathProfile, OpSet, Opcode, Ops, Shape, MAX_ARITY, MAX_RANK};
+use tapeplan_core::{
+    ops, ArithProfile, BuildOps, MathProfile, OpSet, Opcode, Ops, Shape, MAX_ARITY, MAX_RANK,
+};
 
 use crate::error::{DecodeError, ParseError, ValidateError};
 use crate::validate::{self, Scratch};

@@ -31,7 +31,9 @@ pub fn parse_plan<'b>(
 /// `--math fast`, `--arith fma` or `--no-fusion` beside a plan file: the plan already records how it was
 /// planned, so the options would be silently ignored.
 pub fn planning_options_need_no_plan(model: &ModelArgs, plan: &std::path::Path) -> Result<()> {
-    if matches!(model.math, MathArg::Fast) || matches!(model.arith, ArithArg::Fma) || model.no_fusion
+    if matches!(model.math, MathArg::Fast)
+        || matches!(model.arith, ArithArg::Fma)
+        || model.no_fusion
     {
         bail!(
             "{} records its own math and arithmetic profiles and fusion; --math, --arith and \

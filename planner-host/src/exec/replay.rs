@@ -266,16 +266,8 @@ impl PlanReplay {
                     })
                 })?
             };
-            ops::eval_arith(
-                i.op,
-                i.attr,
-                self.math,
-                self.arith,
-                &arg_refs,
-                &shapes,
-                dst,
-            )
-            .map_err(kernel)?;
+            ops::eval_arith(i.op, i.attr, self.math, self.arith, &arg_refs, &shapes, dst)
+                .map_err(kernel)?;
             if is_register {
                 registers.insert(i.out, register);
             }

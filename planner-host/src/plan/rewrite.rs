@@ -91,7 +91,8 @@ pub fn rewrite(
                     && args.iter().all(|a| constant.contains_key(&a.index()))
                 {
                     let vals: Vec<&Tensor> = args.iter().map(|a| &constant[&a.index()]).collect();
-                    let v = op.express(&mut Compute::with_profiles(math, arith), node.attr, &vals)?;
+                    let v =
+                        op.express(&mut Compute::with_profiles(math, arith), node.attr, &vals)?;
                     let first = v.data.first().map(|x| x.to_bits());
                     match first {
                         Some(bits) if v.data.iter().all(|x| x.to_bits() == bits) => {
@@ -197,12 +198,26 @@ mod tests {
             let b = t.mul(&x, &kb).unwrap(); // merges with a
             (a, b)
         };
-        let (out, map, stats) = rewrite(&tape, Passes::ALL, MathProfile::Precise, ArithProfile::Separate, &[]).unwrap();
+        let (out, map, stats) = rewrite(
+            &tape,
+            Passes::ALL,
+            MathProfile::Precise,
+            ArithProfile::Separate,
+            &[],
+        )
+        .unwrap();
         assert_eq!(map[a.index()], map[b.index()]);
         assert_eq!(stats.merged, 1);
         assert_eq!(stats.folded, 2);
         assert!(out.len() < tape.len());
-        let (_, _, none) = rewrite(&tape, Passes::NONE, MathProfile::Precise, ArithProfile::Separate, &[]).unwrap();
+        let (_, _, none) = rewrite(
+            &tape,
+            Passes::NONE,
+            MathProfile::Precise,
+            ArithProfile::Separate,
+            &[],
+        )
+        .unwrap();
         assert_eq!(none, RewriteStats::default());
     }
 }

@@ -145,7 +145,9 @@ fn arith_profile_is_recorded_and_said() {
     let dir = scratch_dir("words-arith");
     let said = ok(
         &dir,
-        &["plan", "--layers", "4,3,2", "--arith", "fma", "-o", "fma.plan"],
+        &[
+            "plan", "--layers", "4,3,2", "--arith", "fma", "-o", "fma.plan",
+        ],
     );
     assert!(said.contains("math precise, arith fma)"), "{said}");
     let said = ok(&dir, &["plan", "--layers", "4,3,2", "-o", "separate.plan"]);
@@ -153,11 +155,16 @@ fn arith_profile_is_recorded_and_said() {
     let fma = ok(&dir, &["describe", "fma.plan"]);
     assert!(fma.contains("math precise, arith fma,"), "{fma}");
     let separate = ok(&dir, &["describe", "separate.plan"]);
-    assert!(separate.contains("math precise, arith separate,"), "{separate}");
+    assert!(
+        separate.contains("math precise, arith separate,"),
+        "{separate}"
+    );
     std::fs::write(dir.join("d.csv"), b"0.5,1,0\n0.25,-1,1\n").unwrap();
     let out = tapeplan(
         &dir,
-        &["train", "fma.plan", "--arith", "fma", "--data", "d.csv", "--epochs", "1"],
+        &[
+            "train", "fma.plan", "--arith", "fma", "--data", "d.csv", "--epochs", "1",
+        ],
     );
     assert!(!out.status.success());
     assert!(stderr(&out).contains("--arith"), "{}", stderr(&out));

@@ -445,7 +445,8 @@ impl Step for Fused {
     #[inline(always)]
     fn v(acc: V, x: V, y: V) -> V {
         #[cfg(all(target_arch = "x86_64", target_feature = "fma"))]
-        #[allow(clippy::disallowed_methods)] // the one caller: fused here, under the feature
+        #[allow(clippy::disallowed_methods)]
+        // the one caller: fused here, under the feature
         {
             x.mul_add(y, acc)
         }

@@ -748,7 +748,15 @@ pub fn eval(
     arg_shapes: &[Shape],
     out: &mut [f32],
 ) -> Result<(), OpError> {
-    eval_arith(op, attr, math, ArithProfile::Separate, args, arg_shapes, out)
+    eval_arith(
+        op,
+        attr,
+        math,
+        ArithProfile::Separate,
+        args,
+        arg_shapes,
+        out,
+    )
 }
 
 /// [`eval`] under the arithmetic profile `arith` as well: the same contract and bits as
@@ -808,14 +816,15 @@ pub fn eval_arith(
         let n = arg_shapes.len().min(dims.len());
         if arith.in_build()
             && structural::<tapeplan_core::BuildOps>(
-            op,
-            attr.scalar(),
-            arith,
-            args,
-            dims.get(..n).unwrap_or(&[]),
-            &Dims::of(out_shape),
-            out,
-        ) {
+                op,
+                attr.scalar(),
+                arith,
+                args,
+                dims.get(..n).unwrap_or(&[]),
+                &Dims::of(out_shape),
+                out,
+            )
+        {
             return Ok(());
         }
     }

@@ -61,12 +61,36 @@ fn class(x: f32) -> u32 {
     }
 }
 
+/// The pinned `fma` product (`tests/fma_case`): this build's catalog and the reference kernel
+/// give the digest every target must give (the wasm tests assert the same constant), and the
+/// `separate` product differs.
+#[test]
+fn pinned_fma_product() {
+    use crate::fma_case::{digest, products, FMA_DIGEST};
+    use tapeplan_core::ArithProfile;
+    let (catalog, reference) = products(ArithProfile::Fma);
+    assert_eq!(
+        digest(&catalog),
+        digest(&reference),
+        "catalog {}",
+        tapeplan_runtime::catalog::CATALOG
+    );
+    assert_eq!(
+        digest(&reference),
+        FMA_DIGEST,
+        "{:#018x}",
+        digest(&reference)
+    );
+    let (separate, _) = products(ArithProfile::Separate);
+    assert_ne!(digest(&separate), FMA_DIGEST);
+}
+
 /// Literal values of the cases that tell a fused multiply-add from a separate one: these hold
 /// for `libm::fmaf` in every build.
 #[test]
 fn software_fmaf_rounds_once() {
     let x = 1.0 + f32::EPSILON * 2048.0; // 1 + 2^-12
-    // x·x − 1 = 2^-11 + 2^-24 exactly (separately: 2^-11).
+                                         // x·x − 1 = 2^-11 + 2^-24 exactly (separately: 2^-11).
     assert_eq!(software(x, x, -1.0), 2f32.powi(-11) + 2f32.powi(-24));
     // MAX·2 − MAX = MAX exactly; the separate product overflows to +inf first.
     assert_eq!(software(f32::MAX, 2.0, -f32::MAX), f32::MAX);

@@ -12,6 +12,8 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../fma_case/mod.rs"]
+mod fma_case;
 #[path = "../sweep/mod.rs"]
 mod sweep;
 

@@ -67,7 +67,11 @@ fn check(op: Opcode, attr: Attr, args: &[&[f32]], shapes: &[Shape]) -> Result<()
     let out_shape = tapeplan_core::ops::infer(op, attr, shapes).unwrap();
     let n = out_shape.elems();
     // `matmul` under both arithmetic profiles (the math profile does not reach it: `fma` once).
-    let (p, s, f) = (MathProfile::Precise, ArithProfile::Separate, ArithProfile::Fma);
+    let (p, s, f) = (
+        MathProfile::Precise,
+        ArithProfile::Separate,
+        ArithProfile::Fma,
+    );
     let mut profiles = vec![(p, s), (MathProfile::Fast, s)];
     if op == Opcode::MatMul {
         profiles.push((p, f));

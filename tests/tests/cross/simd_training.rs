@@ -284,7 +284,15 @@ fn fma_profile_w2_like_and_odd_widths() {
     let (p, f) = (MathProfile::Precise, ArithProfile::Fma);
     let (relu, ce) = (Activation::Relu, Loss::SoftmaxCrossEntropy);
     run_profiles(&[196, 64, 10], relu, ce, 16, 4, p, f);
-    run_profiles(&[5, 13, 3], Activation::Tanh, Loss::MeanSquaredError, 7, 12, p, f);
+    run_profiles(
+        &[5, 13, 3],
+        Activation::Tanh,
+        Loss::MeanSquaredError,
+        7,
+        12,
+        p,
+        f,
+    );
     run_profiles(&[37, 70, 11], relu, ce, 9, 3, MathProfile::Fast, f);
 }
 

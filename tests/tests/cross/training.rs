@@ -144,7 +144,11 @@ fn fma_profile_runtime_equals_oracle() {
     };
     let sgd = || Sgd { lr: 0.05 }.into();
     let loss = Loss::SoftmaxCrossEntropy;
-    let (p, s, f) = (MathProfile::Precise, ArithProfile::Separate, ArithProfile::Fma);
+    let (p, s, f) = (
+        MathProfile::Precise,
+        ArithProfile::Separate,
+        ArithProfile::Fma,
+    );
     let fused = run_case_profiles(mlp.clone(), loss, sgd(), 5, 30, p, f);
     let separate = run_case_profiles(mlp.clone(), loss, sgd(), 5, 30, p, s);
     assert_ne!(
