@@ -7,7 +7,7 @@
 //! last two axes: batch by batch at rank 3).
 
 use super::{want, Contributions, Kernel, OpError, VjpArgs};
-use crate::{ArithProfile, Attr, Element, Opcode, Recordable, Shape};
+use crate::{Attr, Element, Opcode, Recordable, Shape};
 
 /// The shape rule: `[m, k] x [k, n] -> [m, n]`; `[b, m, k] x [b, k, n] -> [b, m, n]`.
 ///
@@ -78,7 +78,7 @@ pub fn kernel<E: Element>(a: &[E], b: &[E], out: &mut [E], m: usize, k: usize, n
     }
 }
 
-/// The `fma` arithmetic profile's reference kernel ([`ArithProfile::Fma`]). Row-major
+/// The `fma` arithmetic profile's reference kernel ([`crate::ArithProfile::Fma`]). Row-major
 /// `a: [m, k]`, `b: [k, n]`, `out: [m, n]`.
 ///
 /// # Arithmetic order (the definition of the bits)
@@ -122,7 +122,7 @@ pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
         ) {
             match k.arith {
                 #[cfg(feature = "arith-fma")]
-                ArithProfile::Fma => kernel_fma(a, b, out, m, kk, n),
+                crate::ArithProfile::Fma => kernel_fma(a, b, out, m, kk, n),
                 _ => kernel(a, b, out, m, kk, n),
             }
         }
