@@ -1,14 +1,15 @@
 //! Generates everything the firmware embeds, at build time, from a run description
 //! (`models/*.run`): nothing opaque is checked in.
 //!
-//! - the board: from the target (`thumbv7em-none-eabihf` → QEMU `mps2-an386`,
-//!   `thumbv7m-none-eabi` → QEMU `lm3s6965evb`, `thumbv6m-none-eabi` → QEMU `microbit`) or the
-//!   `board-nrf52840dk` feature; it picks the linker's `memory.x` and the default run;
+//! - the board: exactly one board feature ([`BOARDS`]; never guessed from the target, which
+//!   must be the board's core); it picks the linker's `memory.x`, the core clock and the
+//!   default run;
 //! - the plan: recorded and planned by `tapeplan-planner` (forward + recorded gradient + SGD
 //!   update), serialized to `$OUT_DIR/train.plan`, and its arena size as a constant; or, for a
 //!   `plan=PATH` run, that plan file as it is (checked against its `plan_digest`);
 //! - the data: the run's training rows as raw `u8` pixel counts and labels (the digits), or
-//!   with feature `cnn` (a `data=mnist1d` run, or a `plan=` run on its CSV) as little-endian
+//!   with feature `cnn` (a `data=mnist1d` run, a `model=digits_cnn` run on the digits, or a
+//!   `plan=` run on its CSV) as little-endian
 //!   `f32` features and labels;
 //! - the initial parameters: seeded Glorot-uniform (or the model's own), as little-endian
 //!   `f32`s; for a `plan=` run, its model tensors from `init=PATH` or `PLAN.init.safetensors`;
@@ -34,46 +35,103 @@ use tapeplan_runtime::MathProfile;
 
 /// A board the firmware links for.
 struct Board {
-    /// Its name, as the transcript's `target` line gives it.
+    /// Its cargo feature, and its name in the transcript's `target` line.
     name: &'static str,
-    /// The linker memory map, under `memory/`.
-    memory: &'static str,
+    /// The Rust target of its core.
+    target: &'static str,
     /// The run it trains by default, under `models/`.
     run: &'static str,
-    /// The core clock SysTick counts, in Hz.
+    /// The core clock SysTick counts at reset, in Hz.
     core_hz: u32,
     /// RAM, in bytes (for the build-time fit check; the linker has the last word).
     ram_bytes: usize,
 }
 
-const MPS2_AN386: Board = Board {
-    name: "mps2-an386",
-    memory: "mps2-an386.x",
-    run: "demo.run",
-    core_hz: 25_000_000,
-    ram_bytes: 4 << 20,
-};
-const LM3S6965EVB: Board = Board {
-    name: "lm3s6965evb",
-    memory: "lm3s6965evb.x",
-    run: "demo.run",
-    core_hz: 12_000_000,
-    ram_bytes: 64 << 10,
-};
-const MICROBIT: Board = Board {
-    name: "microbit",
-    memory: "microbit.x",
-    run: "m0.run",
-    core_hz: 16_000_000,
-    ram_bytes: 16 << 10,
-};
-const NRF52840_DK: Board = Board {
-    name: "nrf52840-dk",
-    memory: "nrf52840-dk.x",
-    run: "demo.run",
-    core_hz: 64_000_000,
-    ram_bytes: 256 << 10,
-};
+/// Every board; the linker memory map of each is `memory/<name>.x`.
+const BOARDS: &[Board] = &[
+    Board {
+        name: "qemu-mps2-an386",
+        target: "thumbv7em-none-eabihf",
+        run: "demo.run",
+        core_hz: 25_000_000,
+        ram_bytes: 4 << 20,
+    },
+    Board {
+        name: "qemu-lm3s6965evb",
+        target: "thumbv7m-none-eabi",
+        run: "demo.run",
+        core_hz: 12_000_000,
+        ram_bytes: 64 << 10,
+    },
+    Board {
+        name: "qemu-microbit",
+        target: "thumbv6m-none-eabi",
+        run: "m0.run",
+        core_hz: 16_000_000,
+        ram_bytes: 16 << 10,
+    },
+    Board {
+        name: "nrf52840-dk",
+        target: "thumbv7em-none-eabihf",
+        run: "demo.run",
+        core_hz: 64_000_000,
+        ram_bytes: 256 << 10,
+    },
+    Board {
+        name: "stm32f411-nucleo",
+        target: "thumbv7em-none-eabihf",
+        run: "demo.run",
+        core_hz: 16_000_000,
+        ram_bytes: 128 << 10,
+    },
+    Board {
+        name: "rp2040",
+        target: "thumbv6m-none-eabi",
+        run: "demo.run",
+        core_hz: 6_500_000,
+        ram_bytes: 256 << 10,
+    },
+];
+
+/// The board of the one board feature enabled; an error naming the choices otherwise, or when
+/// `target` is not the board's core.
+fn board(target: &str) -> Result<&'static Board, String> {
+    let feature = |b: &Board| format!("CARGO_FEATURE_{}", b.name.to_uppercase().replace('-', "_"));
+    let chosen: Vec<&Board> = BOARDS
+        .iter()
+        .filter(|b| env::var_os(feature(b)).is_some())
+        .collect();
+    let choices: Vec<String> = BOARDS
+        .iter()
+        .map(|b| format!("{} ({})", b.name, b.target))
+        .collect();
+    let board = match chosen[..] {
+        [one] => one,
+        [] => {
+            return Err(format!(
+                "no board feature: enable exactly one of {} (`--no-default-features --features \
+                 math-precise,BOARD`); the board is not guessed from the target",
+                choices.join(", ")
+            ))
+        }
+        _ => {
+            let names: Vec<&str> = chosen.iter().map(|b| b.name).collect();
+            return Err(format!(
+                "several board features ({}): enable exactly one of {} (the default feature \
+                 set has qemu-mps2-an386: add --no-default-features)",
+                names.join(", "),
+                choices.join(", ")
+            ));
+        }
+    };
+    if board.target != target {
+        return Err(format!(
+            "board {} is a {} core: build it with --target {}, not {target}",
+            board.name, board.target, board.target
+        ));
+    }
+    Ok(board)
+}
 
 /// RAM kept for the stack and the other statics when checking that the arena fits.
 const RAM_RESERVE_BYTES: usize = 4 << 10;
@@ -82,31 +140,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?);
     let out = PathBuf::from(env::var("OUT_DIR")?);
     let target = env::var("TARGET")?;
-    let board = if env::var_os("CARGO_FEATURE_BOARD_NRF52840DK").is_some() {
-        if target != "thumbv7em-none-eabihf" {
-            return Err(format!(
-                "board-nrf52840dk is a Cortex-M4F: build it with --target thumbv7em-none-eabihf, not {target}"
-            )
-            .into());
-        }
-        &NRF52840_DK
-    } else {
-        match target.as_str() {
-            "thumbv7em-none-eabihf" => &MPS2_AN386,
-            "thumbv7m-none-eabi" => &LM3S6965EVB,
-            "thumbv6m-none-eabi" => &MICROBIT,
-            other => {
-                return Err(format!(
-                    "tapeplan-firmware-demo builds for thumbv7em-none-eabihf, thumbv7m-none-eabi \
-                     or thumbv6m-none-eabi, not {other}"
-                )
-                .into())
-            }
-        }
-    };
+    let board = board(&target)?;
 
     // The memory map.
-    let memory = manifest.join("memory").join(board.memory);
+    let memory = manifest.join("memory").join(format!("{}.x", board.name));
     fs::copy(&memory, out.join("memory.x"))?;
     println!("cargo:rerun-if-changed={}", memory.display());
     println!("cargo:rustc-link-search={}", out.display());
@@ -204,14 +241,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     write(&out.join("train.plan"), &plan_bytes)?;
     let plan_ops = op_set_item(&plan);
 
-    // The data: `f32` features for MNIST-1D and any plan file's run (its CSV), the digits'
-    // pixel counts otherwise.
+    // The data: `f32` features for MNIST-1D, the digits' CNN and any plan file's run (its
+    // CSV), the digits' pixel counts otherwise.
     let mnist1d = cfg.data == tapeplan_planner::model::run::RunData::Mnist1d;
-    let f32_rows = mnist1d || plan_file.is_some();
+    let digits_cnn = matches!(
+        cfg.model,
+        tapeplan_planner::model::run::RunModel::DigitsCnn(_)
+    );
+    let f32_rows = mnist1d || digits_cnn || plan_file.is_some();
     if f32_rows != cnn {
         return Err(format!(
-            "{}: a data=mnist1d or plan= run needs the firmware's feature `cnn` (its `f32` rows, \
-             all opcodes and the plan's init entry), and the feature trains only those runs",
+            "{}: a data=mnist1d, model=digits_cnn or plan= run needs the firmware's feature \
+             `cnn` (its `f32` rows, all opcodes and the plan's init entry), and the feature \
+             trains only those runs",
             run_path.display()
         )
         .into());
@@ -235,7 +277,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .into());
     }
     let train = cfg.training_set()?;
-    // The digits as pixel counts; MNIST-1D's rows as their `f32` features.
+    // The digits as pixel counts; `f32` rows as their features.
     let data_bytes: Vec<u8> = if f32_rows {
         train
             .features
@@ -301,6 +343,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     writeln!(g, "pub const TARGET: &str = {target:?};")?;
     writeln!(g, "/// The board linked for.")?;
     writeln!(g, "pub const BOARD: &str = {:?};", board.name)?;
+    writeln!(
+        g,
+        "/// The transcript's `target` line: the Rust target and the board."
+    )?;
+    writeln!(
+        g,
+        "pub const TARGET_LINE: &str = {:?};",
+        format!("{target} {}", board.name)
+    )?;
     writeln!(g, "/// The core clock SysTick counts, in Hz.")?;
     writeln!(g, "pub const CORE_HZ: u32 = {};", board.core_hz)?;
     writeln!(

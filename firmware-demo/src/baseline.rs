@@ -1,4 +1,4 @@
-//! A stand-in for [`crate::trainer::train`] built only with the `size-baseline` feature, to
+//! A stand-in for [`tapeplan_firmware::train`] built only with the `size-baseline` feature, to
 //! measure what the runtime costs in flash: it does everything the trainer does (the same
 //! transcript lines, defmt logs, shuffles, input filling, digests, and keeps the plan, data
 //! and initial parameters linked) except decoding, validating and running the plan. `cargo
@@ -6,35 +6,42 @@
 //! Its transcript is not a valid run (its "losses" are not computed).
 
 use embedded_hal::delay::DelayNs;
-use embedded_io::Write;
-use tapeplan_runtime::protocol::{data_digest, epoch_shuffle, Fnv1a64};
+use tapeplan_firmware::{Clock, Failure, Rows, Summary};
+use tapeplan_runtime::protocol::{epoch_shuffle, Fnv1a64};
 
-use crate::board::Clock;
 use crate::gen;
 use crate::rows;
-use crate::trainer::{Failure, Summary, Transcript};
+use crate::uart::Uart;
+use crate::Transcript;
 
-/// As [`crate::trainer::train`], without the runtime.
+/// As [`tapeplan_firmware::train`], without the runtime.
 ///
 /// # Errors
 /// Link errors.
-pub fn train<W: Write, C: Clock, D: DelayNs>(
-    out: &mut Transcript<'_, W>,
+pub fn train<C: Clock, D: DelayNs>(
+    out: &mut Transcript<'_>,
     clock: &C,
     delay: &mut D,
     arena: &mut [f32],
+    order: &mut [u16; gen::SAMPLES],
     pause_ms: u32,
-) -> Result<Summary, Failure<W::Error>> {
+) -> Result<Summary, Failure<<Uart as embedded_io::ErrorType>::Error>> {
     let link = Failure::Link;
     out.header().map_err(link)?;
     out.config(gen::RUN).map_err(link)?;
-    out.target(format_args!("{} {} size-baseline", gen::TARGET, gen::BOARD))
+    out.target(format_args!("{} size-baseline", gen::TARGET_LINE))
         .map_err(link)?;
     let mut plan = Fnv1a64::new();
     plan.bytes(gen::PLAN);
     out.plan(plan.finish() as u32, arena.len()).map_err(link)?;
-    let data = data_digest(rows::BYTES, gen::LABELS);
+    let data = rows::ROWS.digest();
     out.data(data, gen::SAMPLES).map_err(link)?;
+    let mut init = Fnv1a64::new();
+    for b in gen::INIT.chunks_exact(4) {
+        init.f32s(&[f32::from_le_bytes([b[0], b[1], b[2], b[3]])]);
+    }
+    out.bind(plan.finish() as u32, data, init.finish(), gen::MATH)
+        .map_err(link)?;
     defmt::info!(
         "plan {=u32:#010x}: arena {=usize} B, {=usize} instructions; {=usize} rows, data digest {=u64:#018x} (host {=u64:#018x})",
         gen::PLAN_ID,
@@ -48,7 +55,6 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
         *d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
     }
     let (x, rest) = arena.split_at_mut(gen::BATCH * gen::D_IN);
-    let mut order = [0u16; gen::SAMPLES];
     let mut summary = Summary {
         steps: 0,
         step_ticks_total: 0,
@@ -60,14 +66,14 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
         for (i, o) in order.iter_mut().enumerate() {
             *o = i as u16;
         }
-        epoch_shuffle(gen::SEED, epoch, &mut order);
+        epoch_shuffle(gen::SEED, epoch, order);
         let mut sum = 0.0f32;
         for batch in order.chunks_exact(gen::BATCH) {
             for (dst, &row) in x.chunks_exact_mut(gen::D_IN).zip(batch) {
-                rows::load(dst, usize::from(row));
+                rows::ROWS.load(usize::from(row), dst);
             }
             for (d, &row) in rest.iter_mut().zip(batch) {
-                *d = f32::from(gen::LABELS[usize::from(row)]);
+                *d = rows::ROWS.label(usize::from(row));
             }
             let t0 = clock.now_ticks();
             let loss = x[0] + rest[0];
@@ -78,6 +84,9 @@ pub fn train<W: Write, C: Clock, D: DelayNs>(
             summary.step_ticks_min = summary.step_ticks_min.min(ticks);
             summary.step_ticks_max = summary.step_ticks_max.max(ticks);
             out.loss(summary.steps, loss).map_err(link)?;
+            let mut state = Fnv1a64::new();
+            state.f32s(rest);
+            out.state(summary.steps, state.finish()).map_err(link)?;
         }
         let mean = sum / (gen::SAMPLES / gen::BATCH) as f32;
         summary.last_mean_loss = mean;

@@ -1,28 +1,12 @@
-//! The board boundary. The trainer ([`crate::trainer`]) needs three things from a board, all
-//! behind traits, so porting the firmware means supplying them, not touching the training:
-//!
-//! - a link for the transcript: any [`embedded_io::Write`] (a UART from the board's HAL;
-//!   here semihosting's standard error);
-//! - a [`Clock`] to time each step (here SysTick; on a HAL, its monotonic timer);
-//! - an [`embedded_hal::delay::DelayNs`] the trainer pauses with between epochs (here built
-//!   on the clock; on a HAL, its delay).
-//!
-//! The QEMU implementations live here; the entry point ([`crate::rt`]) wires them up.
+//! The board's side of the library's boundary ([`tapeplan_firmware::board`]): a
+//! [`Clock`] from SysTick, and how the firmware stops. The transcript's link is the board's
+//! UART ([`crate::uart`]).
 
 use core::sync::atomic::{AtomicU32, Ordering};
 
 use cortex_m::peripheral::syst::SystClkSource;
 use cortex_m::peripheral::SYST;
-use embedded_hal::delay::DelayNs;
-use semihosting::io::Write as _;
-
-/// A free-running tick counter.
-pub trait Clock {
-    /// Ticks since the clock started.
-    fn now_ticks(&self) -> u64;
-    /// Ticks per second.
-    fn ticks_per_second(&self) -> u32;
-}
+use tapeplan_firmware::Clock;
 
 /// SysTick wraps counted by its exception (one writer: the handler).
 static SYSTICK_WRAPS: AtomicU32 = AtomicU32::new(0);
@@ -77,57 +61,22 @@ impl Clock for SysTickClock {
     }
 }
 
-/// [`DelayNs`] by busy-waiting on a [`Clock`].
-pub struct ClockDelay<'c, C: Clock>(pub &'c C);
+/// The status of a finished run.
+pub const EXIT_OK: i32 = 0;
+/// The status of a failed run.
+pub const EXIT_FAILED: i32 = 1;
 
-impl<C: Clock> DelayNs for ClockDelay<'_, C> {
-    fn delay_ns(&mut self, ns: u32) {
-        let ticks = u64::from(ns) * u64::from(self.0.ticks_per_second()) / 1_000_000_000;
-        let start = self.0.now_ticks();
-        while self.0.now_ticks().wrapping_sub(start) < ticks {}
-    }
-}
-
-/// The transcript link under QEMU: semihosting's standard error (QEMU's own stderr), apart
-/// from standard output, which carries defmt's binary frames.
-pub struct SemihostingLink(semihosting::io::Stderr);
-
-impl SemihostingLink {
-    /// Opens semihosting's standard error; `None` when the debugger refuses.
-    pub fn stderr() -> Option<SemihostingLink> {
-        semihosting::io::stderr().ok().map(SemihostingLink)
-    }
-}
-
-/// The semihosting call failed.
-#[derive(Debug)]
-pub struct LinkError;
-
-impl core::fmt::Display for LinkError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str("semihosting write failed")
-    }
-}
-
-impl core::error::Error for LinkError {}
-
-impl embedded_io::Error for LinkError {
-    fn kind(&self) -> embedded_io::ErrorKind {
-        embedded_io::ErrorKind::Other
-    }
-}
-
-impl embedded_io::ErrorType for SemihostingLink {
-    type Error = LinkError;
-}
-
-impl embedded_io::Write for SemihostingLink {
-    fn write(&mut self, buf: &[u8]) -> Result<usize, LinkError> {
-        self.0.write_all(buf).map_err(|_| LinkError)?;
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> Result<(), LinkError> {
-        Ok(())
+/// Stops the firmware. Under QEMU: semihosting's `SYS_EXIT` (QEMU exits with `status`). On a
+/// real board: sleeps for good (semihosting would halt a board with no debugger attached); the
+/// transcript's `end` line has already said how the run ended.
+pub fn exit(status: i32) -> ! {
+    #[cfg(feature = "qemu")]
+    semihosting::process::exit(status);
+    #[cfg(not(feature = "qemu"))]
+    {
+        let _ = status;
+        loop {
+            cortex_m::asm::wfi();
+        }
     }
 }

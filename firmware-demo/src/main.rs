@@ -1,16 +1,22 @@
 //! # tapeplan-firmware-demo
 //!
-//! Trains the digits MLP on a Cortex-M from a static plan, with no allocator, and sends the
-//! bits `tapeplan verify` checks against the host oracle. See README.md.
+//! Trains a model on a Cortex-M from a static plan, with no allocator, and sends the
+//! transcript `tapeplan verify` checks against the host oracle through the board's UART. A user
+//! of the library `tapeplan-firmware` (the train-step protocol, the transcript writer, the board
+//! traits); what is here is the board. See README.md.
 //!
-//! - [`trainer`]: the training run, independent of the board;
-//! - [`board`]: the board boundary (traits) and its QEMU implementations;
-//! - [`rt`]: the entry point, exceptions and the static arena (the only `unsafe`).
+//! - [`board`]: the clock (SysTick) and how the firmware stops;
+//! - [`uart`]: the board's UART, the transcript's link;
+//! - [`rows`]: the embedded rows, as the library's [`tapeplan_firmware::Rows`];
+//! - [`rt`]: the entry point, exceptions and the static arena.
 #![no_std]
 #![no_main]
 
-// Links the critical-section implementation defmt-semihosting needs.
+// Links the critical-section implementation the defmt transport needs.
 use cortex_m as _;
+#[cfg(feature = "rtt")]
+use defmt_rtt as _;
+#[cfg(feature = "qemu")]
 use defmt_semihosting as _;
 
 #[cfg(feature = "size-baseline")]
@@ -18,41 +24,59 @@ pub mod baseline;
 pub mod board;
 pub mod rows;
 pub mod rt;
-pub mod trainer;
+pub mod uart;
 
-/// What build.rs generated from the run description: the plan, data, initial parameters and
-/// their sizes.
+/// What build.rs generated from the run description and the board: the plan, data, initial
+/// parameters and their sizes.
 #[allow(missing_docs, clippy::all)]
 pub mod gen {
     include!(concat!(env!("OUT_DIR"), "/generated.rs"));
 }
 
-use board::{ClockDelay, SemihostingLink, SysTickClock};
-use trainer::{LineLink, Transcript};
+use board::{exit, SysTickClock, EXIT_FAILED, EXIT_OK};
+use tapeplan_firmware::{ClockDelay, LineLink, Run};
+use tapeplan_runtime::Limits;
+use uart::Uart;
 
 /// Epoch pause under QEMU: none.
 const PAUSE_MS: u32 = 0;
 
-/// Exit statuses (semihosting `SYS_EXIT`; QEMU exits with them).
-const EXIT_OK: i32 = 0;
-const EXIT_FAILED: i32 = 1;
+/// The transcript over the board's UART, in lines of at most `gen::LINE_BYTES`.
+pub type Transcript<'w> = tapeplan_firmware::Transcript<'w, Uart, { gen::LINE_BYTES }>;
 
-/// The firmware: set up the board, train, report, exit.
+/// The run build.rs embedded.
+pub const RUN: Run<'static> = Run {
+    plan: gen::PLAN,
+    config: gen::RUN,
+    target: gen::TARGET_LINE,
+    init: gen::INIT,
+    params: gen::INIT_PARAMS,
+    batch: gen::BATCH,
+    epochs: gen::EPOCHS,
+    seed: gen::SEED,
+    // The plan is compiled into this firmware, so it is trusted: no work cap (the derived cap
+    // and its error's `u64` formatting cost about 800 bytes of flash). A firmware that takes
+    // plans from outside keeps `Limits::DEFAULT` (docs/threat-model.md).
+    limits: Limits {
+        max_work_per_entry: Some(u64::MAX),
+        ..Limits::DEFAULT
+    },
+};
+
+/// The firmware: set up the board, train, report, stop.
 fn run() -> ! {
     rt::paint_stack();
-    let Some(mut link) = SemihostingLink::stderr() else {
-        semihosting::process::exit(EXIT_FAILED)
-    };
-    let mut out = Transcript::new(LineLink::new(&mut link));
+    let mut uart = Uart::take();
+    let mut out = Transcript::new(LineLink::new(&mut uart));
     let Some(peripherals) = cortex_m::Peripherals::take() else {
         let _ = out.end_error("core peripherals already taken");
-        semihosting::process::exit(EXIT_FAILED)
+        exit(EXIT_FAILED)
     };
     let clock = SysTickClock::start(peripherals.SYST, gen::CORE_HZ);
     let mut delay = ClockDelay(&clock);
     let Some(arena) = rt::take_arena() else {
         let _ = out.end_error("arena already taken");
-        semihosting::process::exit(EXIT_FAILED)
+        exit(EXIT_FAILED)
     };
     defmt::info!(
         "tapeplan firmware on {=str} ({=str}): {=str}",
@@ -60,10 +84,20 @@ fn run() -> ! {
         gen::TARGET,
         gen::RUN
     );
+    let mut order = [0u16; gen::SAMPLES];
     #[cfg(not(feature = "size-baseline"))]
-    let result = trainer::train(&mut out, &clock, &mut delay, arena, PAUSE_MS);
+    let result = tapeplan_firmware::train::<gen::PlanOps, { gen::PLAN_TENSORS }, _, _, _, _, _>(
+        &mut out,
+        &RUN,
+        &rows::ROWS,
+        &mut order,
+        &clock,
+        &mut delay,
+        arena,
+        PAUSE_MS,
+    );
     #[cfg(feature = "size-baseline")]
-    let result = baseline::train(&mut out, &clock, &mut delay, arena, PAUSE_MS);
+    let result = baseline::train(&mut out, &clock, &mut delay, arena, &mut order, PAUSE_MS);
     match result {
         Ok(summary) => {
             let stack = rt::stack_high_water_bytes();
@@ -77,35 +111,39 @@ fn run() -> ! {
                 stack
             );
             let _ = out.info(format_args!(
+                "flash plan_bytes {} data_bytes {} init_bytes {}",
+                gen::PLAN.len(),
+                rows::BYTES.len() + gen::LABELS.len(),
+                gen::INIT.len()
+            ));
+            let _ = out.info(format_args!(
                 "ram arena_bytes {} statics_bytes {} stack_bytes {}",
                 gen::ARENA_ELEMS * 4,
                 statics,
                 stack
             ));
             let _ = out.end_ok();
-            semihosting::process::exit(EXIT_OK)
+            exit(EXIT_OK)
         }
         Err(e) => {
             defmt::error!("training failed");
             let _ = out.end_error(e);
-            semihosting::process::exit(EXIT_FAILED)
+            exit(EXIT_FAILED)
         }
     }
 }
 
-/// Reports a hard fault (e.g. a stack overflow into the statics) and exits.
+/// Reports a hard fault (e.g. a stack overflow into the statics) and stops.
 fn fail_hard(pc: u32) -> ! {
-    if let Some(mut link) = SemihostingLink::stderr() {
-        let _ = Transcript::new(LineLink::new(&mut link))
-            .end_error(format_args!("hard fault at pc {pc:#010x}"));
-    }
-    semihosting::process::exit(EXIT_FAILED)
+    let mut uart = Uart::take();
+    let _ = Transcript::new(LineLink::new(&mut uart))
+        .end_error(format_args!("hard fault at pc {pc:#010x}"));
+    exit(EXIT_FAILED)
 }
 
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
-    if let Some(mut link) = SemihostingLink::stderr() {
-        let _ = Transcript::new(LineLink::new(&mut link)).end_error(format_args!("panic: {info}"));
-    }
-    semihosting::process::exit(EXIT_FAILED)
+    let mut uart = Uart::take();
+    let _ = Transcript::new(LineLink::new(&mut uart)).end_error(format_args!("panic: {info}"));
+    exit(EXIT_FAILED)
 }

@@ -107,3 +107,12 @@ fn SysTick() {
 unsafe fn HardFault(frame: &ExceptionFrame) -> ! {
     crate::fail_hard(frame.pc())
 }
+
+/// The RP2040's second-stage bootloader: the boot ROM copies these 256 bytes from the start
+/// of flash to RAM and runs them to set up execute-in-place from the QSPI flash
+/// (`rp2040-boot2`'s build for the W25Q080 and compatible chips, as on the Pico); the linker
+/// places `.boot2` first (`memory/rp2040.x`).
+#[cfg(feature = "rp2040")]
+#[link_section = ".boot2"]
+#[used]
+pub static BOOT2: [u8; 256] = rp2040_boot2::BOOT_LOADER_W25Q080;

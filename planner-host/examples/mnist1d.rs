@@ -3,7 +3,7 @@
 //! an oracle, then evaluated on the test split.
 //!
 //! ```sh
-//! cargo run --release -p tapeplan-planner --example mnist1d            # 6000 steps
+//! cargo run --release -p tapeplan-planner --example mnist1d            # 8001 steps
 //! cargo run --release -p tapeplan-planner --example mnist1d -- 300     # a prefix of the schedule
 //! ```
 //!
@@ -11,14 +11,24 @@
 //! with 25 channels (kernel 5 then 3, 3; stride 2, padding 1), ReLU after each, a linear head on
 //! the flattened 25 × 5 features; cross-entropy; Adam with learning rate 1e-2, PyTorch's betas
 //! and epsilon, weight decay 0; batch 100; batch `k` is rows `(100 k) mod 4000` to `+ 100` of
-//! the training split, in order; 6000 steps. Initialization is PyTorch's default, from the
+//! the training split, in order; 8001 steps. Initialization is PyTorch's default, from the
 //! layer API's seeded stream with seed [`SEED`], fixed before any run. The test accuracy is
 //! measured once, after the last step: no selection on the test split.
 //!
-//! Measured (2026-12-02): 6000/6000 steps bit-identical, test accuracy 92.2 % (train 100 %),
-//! final digest `36bb420b83282ea0`. The paper's 94 % is a typical seed, not every seed:
-//! `scripts/mnist1d_jax.py`, the same protocol written independently in JAX, gives 94.5, 95.0,
-//! 91.7, 94.9, 92.8, 93.8, 93.8 and 94.3 % for seeds 0 to 7 (mean 93.85 %).
+//! The steps are the paper repository's: its `notebooks/train.py` (`get_model_args`) sets
+//! `total_steps: 8000` and trains `for step in range(total_steps+1)`, 8001 steps, evaluating
+//! at the end (greydanus/mnist1d at 9e531f7; the `mnist1d` package on PyPI ships the data
+//! code only). This example ran 6000 steps until 2026-12-02.
+//!
+//! Measured (2026-12-02, `cargo run --release -p tapeplan-planner --example mnist1d`):
+//! 8001/8001 steps bit-identical, test accuracy **91.7 %** (train 100 %, batch loss 0.0000 at
+//! four decimals from step 6000 on), final digest `17fd6060b4d4b12e`; 1558 s wall on a loaded
+//! 2-core machine. That is below the paper's 94 % for this one seed, fixed beforehand and not
+//! changed after: the paper's figure is a typical seed, not every seed. `scripts/mnist1d_jax.py`, the same
+//! protocol written independently in JAX, gives at 8001 steps 94.3, 94.6, 93.4, 93.6, 92.8,
+//! 94.2, 93.8 and 93.3 % for seeds 0 to 7 (mean 93.75 %, three of eight at 94 % or more); at
+//! 6000 steps it gave 94.5, 95.0, 91.7, 94.9, 92.8, 93.8, 93.8 and 94.3 % (mean 93.85 %), and
+//! this example 92.2 % (digest `36bb420b83282ea0`).
 //!
 //! The model becomes a [`TrainingJob`] (the general job over any [`tapeplan_planner::model::Model`]); the
 //! [`Oracle`] trains the same job without its schedule (core's tape interpreter for the loss,
@@ -44,8 +54,9 @@ use tapeplan_planner::protocol::digest_f32;
 const SEED: u64 = 42;
 /// The paper's batch size.
 const BATCH: usize = 100;
-/// The paper's number of steps.
-const STEPS: usize = 6000;
+/// The paper repository's number of steps: its `notebooks/train.py` sets `total_steps: 8000`
+/// and steps `for step in range(total_steps+1)`, 8001 steps.
+const STEPS: usize = 8001;
 /// The paper's learning rate.
 const LR: f32 = 1e-2;
 /// Samples per signal.

@@ -131,13 +131,30 @@ enum Command {
     /// Check a device's training transcript bit for bit against the host oracle (format:
     /// `tapeplan_planner::exec::transcript`), or for a `plan=` run against the plan replayed
     /// with the reference kernels; exits non-zero on any difference.
+    ///
+    /// With `--serial PORT|FILE` (and `--config`), the transcript is read as it streams, from a
+    /// serial port (a tty, at `--baud`) or a file another program is writing (QEMU's `-serial
+    /// file:PATH`, a FIFO): the header is checked as it arrives, and every step's loss and
+    /// state digest, stopping at the first difference with its step; `end ok` ends with the same
+    /// summary as a whole transcript's.
     Verify {
         /// The transcript the device sent (`-` for standard input).
-        transcript: PathBuf,
+        #[arg(required_unless_present = "serial", conflicts_with = "serial")]
+        transcript: Option<PathBuf>,
         /// The run the device was meant to do (a run description file, e.g.
         /// firmware-demo/models/demo.run); without it, the transcript's own `config` is used.
+        /// Required with `--serial`.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Read the transcript as it streams from this serial port or growing file.
+        #[arg(long, value_name = "PORT|FILE")]
+        serial: Option<PathBuf>,
+        /// The serial port's baud rate (a tty only).
+        #[arg(long, default_value_t = 115_200, requires = "serial")]
+        baud: u32,
+        /// Give up when the stream sends nothing for this many seconds.
+        #[arg(long, default_value_t = 60, requires = "serial")]
+        idle_timeout_secs: u64,
     },
 }
 
@@ -250,9 +267,22 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             cli::demo::demo(epochs, seed, math)
         }
-        Command::Verify { transcript, config } => {
-            cli::verify::verify(&transcript, config.as_deref())
-        }
+        Command::Verify {
+            transcript,
+            config,
+            serial,
+            baud,
+            idle_timeout_secs,
+        } => match (serial, transcript) {
+            (Some(port), _) => {
+                let Some(config) = config else {
+                    bail!("--serial needs --config RUN: the run the device was meant to do");
+                };
+                cli::verify::verify_serial(&port, &config, baud, idle_timeout_secs)
+            }
+            (None, Some(transcript)) => cli::verify::verify(&transcript, config.as_deref()),
+            (None, None) => bail!("give a TRANSCRIPT or --serial PORT|FILE"),
+        },
         Command::Emit { plan, output } => cli::emit::emit(&plan, &output),
         Command::Digest { files } => cli::verify::digest(&files),
     }

@@ -309,6 +309,12 @@ impl<'a> Plan<'a> {
         self.header.plan_id
     }
 
+    /// The plan's checksum: its header's `crc32` (bytes 12..16, CRC-32/ISO-HDLC over every other
+    /// byte; `docs/plan-format.md`). A transcript's `bind` line carries it.
+    pub fn crc32(&self) -> u32 {
+        self.header.crc32
+    }
+
     /// Whether `other` is this plan: the same identity (`plan_id`, CRC-32, size) and the same
     /// bytes (compared only when the two are not the same borrowed buffer; while both plans
     /// borrow it, a buffer cannot change). A copy of a plan's bytes elsewhere is the same plan.

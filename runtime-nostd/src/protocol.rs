@@ -39,7 +39,9 @@
 //! | `target <text>` | what ran it (free text, e.g. `thumbv7em-none-eabihf mps2-an386`) |
 //! | `plan <hex8> <arena_elems>` | the plan's id (its header's `plan_id`, the CRC-32 of its records) and arena size |
 //! | `data <hex16> <rows>` | [`data_digest`] of the embedded pixel counts then labels, and the row count |
+//! | `bind plan=<hex8> data=<hex16> init=<hex16> math=<profile>` | optional, once, before `loss`: the header's binding of the run to its inputs: the plan's checksum (its header's `crc32`), the [`data_digest`], the [`digest_f32`] of the initial model tensors (in the order of the `param` lines) and the math profile (`precise`, `fast`); a streaming verifier checks it before the first step |
 //! | `loss <step> <hex8>` | the loss of step `step` (1-based), in step order, every step once |
+//! | `state <step> <hex16>` | optional, after `loss <step>`: [`digest_f32`] of the model tensors (in the order of the `param` lines) after step `step`; either every step has one or none does |
 //! | `epoch <epoch> <hex8>` | optional: epoch `epoch`'s (1-based) mean loss as the device computed it: `f32` sum of its steps' losses in order, divided by its step count as `f32` |
 //! | `param <name> <start> <hex8> …` | final values of parameter `name`, elements `start, start+1, …` (any number per line, in order, every element once; the writer puts [`PARAMS_PER_LINE`] on a line) |
 //! | `digest <hex16>` | [`digest_f32`] of every parameter, concatenated in the order the `param` lines give them |
@@ -400,6 +402,32 @@ impl<S: LineSink> TranscriptWriter<S> {
         self.line(format_args!("data {digest:016x} {rows}"))
     }
 
+    /// `bind plan=<hex8> data=<hex16> init=<hex16> math=<profile>`: what the run is bound to
+    /// (the plan's checksum, the data digest, the initial model tensors' digest, the math
+    /// profile's name).
+    ///
+    /// # Errors
+    /// The sink's.
+    pub fn bind(
+        &mut self,
+        plan_crc32: u32,
+        data_digest: u64,
+        init_digest: u64,
+        math: &str,
+    ) -> Result<(), S::Error> {
+        self.line(format_args!(
+            "bind plan={plan_crc32:08x} data={data_digest:016x} init={init_digest:016x} math={math}"
+        ))
+    }
+
+    /// `state <step> <hex16>`: the digest of the model tensors after step `step` (1-based).
+    ///
+    /// # Errors
+    /// The sink's.
+    pub fn state(&mut self, step: usize, digest: u64) -> Result<(), S::Error> {
+        self.line(format_args!("state {step} {digest:016x}"))
+    }
+
     /// `loss <step> <hex8>`: step `step`'s (1-based) loss bits.
     ///
     /// # Errors
@@ -709,6 +737,22 @@ end ok\n";
         t.info(format_args!("steps {}", 3)).unwrap();
         t.end_ok().unwrap();
         assert_eq!(t.into_inner().as_str(), expected);
+    }
+
+    #[test]
+    fn bind_and_state_lines_have_fixed_width_fields() {
+        let mut t = TranscriptWriter::new(Text {
+            buf: [0; 1024],
+            len: 0,
+        });
+        t.bind(0x0012_abcd, 0xd5a4_bd89_2552_1604, 0x42, "fast")
+            .unwrap();
+        t.state(7, digest_f32(&[1.0, -0.0])).unwrap();
+        assert_eq!(
+            t.into_inner().as_str(),
+            "bind plan=0012abcd data=d5a4bd8925521604 init=0000000000000042 math=fast\n\
+             state 7 0979a9ee2da1bb98\n"
+        );
     }
 
     #[test]

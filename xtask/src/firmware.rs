@@ -14,7 +14,17 @@
 //! runtime with `all-ops`), verified at every step like the others, its flash, arena and plan
 //! printed on its own line (not in the size snapshot: the budget is the MLP build's); and then
 //! a plan file made elsewhere (`models/onnx_cnn1d.run`: an ONNX CNN with a frozen backbone under
-//! Adam, on a CSV), built with `TAPEPLAN_RUN` and feature `cnn`, verified likewise.
+//! Adam, on a CSV), built with `TAPEPLAN_RUN` and feature `cnn`, verified likewise. Each core
+//! whose precise variant runs then trains its CNN runs (feature `cnn`; [`CNN_RUNS`]: the
+//! digits' 2-D CNN, `model=digits_cnn`, on every core, the M3 and the M0 with fewer channels
+//! at a smaller batch; MNIST-1D's CNN on the M3 under SGD), verified at every step, with the
+//! held-out accuracy of the parameters the device sent back.
+//!
+//! `--full` (not a CI step) trains MNIST-1D's CNN over its whole schedule on the M4F once
+//! (`models/mnist1d-full.run`: 8000 steps over the 4000 training rows, hours under QEMU),
+//! verifies it, computes the test accuracy of the device's final parameters on the host and
+//! writes the result to `firmware-demo/full-run.txt`; `--full --transcript PATH --wall-secs S`
+//! checks a transcript of that run made beforehand (e.g. started in the background).
 //!
 //! `--icount` runs QEMU with `-icount shift=0` (one instruction per virtual nanosecond), so the
 //! firmware's SysTick step timings count instructions: it reports instructions per
@@ -47,6 +57,8 @@ struct Core {
     machine: &'static [&'static str],
     /// The run it trains (under `firmware-demo/models/`).
     run: &'static str,
+    /// The firmware's board feature.
+    board: &'static str,
 }
 
 const CORES: &[Core] = &[
@@ -56,6 +68,7 @@ const CORES: &[Core] = &[
         target: "thumbv7em-none-eabihf",
         machine: &["-machine", "mps2-an386", "-cpu", "cortex-m4"],
         run: "demo.run",
+        board: "qemu-mps2-an386",
     },
     Core {
         name: "m3",
@@ -63,6 +76,7 @@ const CORES: &[Core] = &[
         target: "thumbv7m-none-eabi",
         machine: &["-machine", "lm3s6965evb"],
         run: "demo.run",
+        board: "qemu-lm3s6965evb",
     },
     Core {
         name: "m0",
@@ -70,6 +84,7 @@ const CORES: &[Core] = &[
         target: "thumbv6m-none-eabi",
         machine: &["-machine", "microbit"],
         run: "m0.run",
+        board: "qemu-microbit",
     },
 ];
 
@@ -89,20 +104,23 @@ impl Variant {
         }
     }
 
-    /// The cargo feature arguments selecting the profile, plus `extra` features.
+    /// The cargo feature arguments selecting the profile and the core's board, plus `extra`
+    /// features.
     fn features(&self, extra: &[&str]) -> Vec<String> {
-        let mut features: Vec<String> = extra.iter().map(|f| f.to_string()).collect();
-        let mut args = Vec::new();
-        if self.math != MathProfile::Precise {
-            args.push("--no-default-features".to_string());
-            features.push(format!("math-{}", self.math));
-        }
-        if !features.is_empty() {
-            args.push("--features".to_string());
-            args.push(features.join(","));
-        }
-        args
+        feature_args(self.math, self.core.board, extra)
     }
+}
+
+/// `--no-default-features --features math-<math>,<board>,<extra>…`: the firmware's board is
+/// always named (it is never taken from the target).
+fn feature_args(math: MathProfile, board: &str, extra: &[&str]) -> Vec<String> {
+    let mut features = vec![format!("math-{math}"), board.to_string()];
+    features.extend(extra.iter().map(|f| f.to_string()));
+    vec![
+        "--no-default-features".to_string(),
+        "--features".to_string(),
+        features.join(","),
+    ]
 }
 
 /// The variants CI runs (and `cargo xtask firmware` without `--math`) over `cores`: each core
@@ -130,8 +148,38 @@ fn default_variants(cores: &[&'static Core]) -> Vec<Variant> {
 /// QEMU's `-icount` shift for `--icount`: one instruction per 2^0 ns of virtual time.
 const ICOUNT_SHIFT: u32 = 0;
 
-/// The real board whose memory map CI links for (no board is attached here).
-const BOARD_FEATURE: &str = "board-nrf52840dk";
+/// A real board CI links the firmware for (none is attached here: linked, not run).
+struct RealBoard {
+    /// The firmware's board feature.
+    feature: &'static str,
+    /// The Rust target of its core.
+    target: &'static str,
+    /// Flash and RAM, in bytes (its `memory/<feature>.x`).
+    flash_bytes: u64,
+    ram_bytes: u64,
+}
+
+/// The real boards: nRF52840-DK, Nucleo-F411RE, RP2040 (with its second-stage bootloader).
+const REAL_BOARDS: &[RealBoard] = &[
+    RealBoard {
+        feature: "nrf52840-dk",
+        target: "thumbv7em-none-eabihf",
+        flash_bytes: 1024 << 10,
+        ram_bytes: 256 << 10,
+    },
+    RealBoard {
+        feature: "stm32f411-nucleo",
+        target: "thumbv7em-none-eabihf",
+        flash_bytes: 512 << 10,
+        ram_bytes: 128 << 10,
+    },
+    RealBoard {
+        feature: "rp2040",
+        target: "thumbv6m-none-eabi",
+        flash_bytes: (2048 << 10) - 256,
+        ram_bytes: 256 << 10,
+    },
+];
 
 /// The budget: the runtime's code (runtime, kernels, libm) on the Cortex-M4F.
 ///
@@ -181,6 +229,24 @@ const CNN_RUN: &str = "mnist1d.run";
 /// The `plan=` run the Cortex-M4F trains after the CNN (under `firmware-demo/models/`; built
 /// with `TAPEPLAN_RUN` and the feature `cnn`).
 const PLAN_RUN: &str = "onnx_cnn1d.run";
+/// The CNN runs of each core on the bundled data (the firmware's feature `cnn`), after that
+/// core's precise MLP run: `(core, variant name, run under firmware-demo/models/)`. The digits'
+/// 2-D CNN (`model=digits_cnn`) on every core: the M4F a prefix of the `digits_cnn` example's
+/// run, the M3 (64 KiB of RAM) and the M0 (16 KiB) fewer channels at a smaller batch; and
+/// MNIST-1D's CNN on the M3 under SGD at batch 2 (each run file says why).
+const CNN_RUNS: &[(&str, &str, &str)] = &[
+    ("m4f", "m4f-digits", "digits_cnn.run"),
+    ("m3", "m3-digits", "digits_cnn_m3.run"),
+    ("m3", "m3-cnn", "mnist1d_m3.run"),
+    ("m0", "m0-digits", "digits_cnn_m0.run"),
+];
+/// MNIST-1D's whole schedule (`cargo xtask firmware --full`, not a CI step), under
+/// `firmware-demo/models/`.
+const FULL_RUN: &str = "mnist1d-full.run";
+/// Where `--full` keeps its result, relative to the workspace root.
+const FULL_RESULT: &str = "firmware-demo/full-run.txt";
+/// `--full`'s QEMU run ends well within this (measured: see [`FULL_RESULT`]).
+const FULL_TIMEOUT_SECS: u32 = 6 * 3600;
 /// A run under QEMU ends well within this.
 const QEMU_TIMEOUT_SECS: u32 = 300;
 /// `defmt-print`, installed when missing (`cargo install --locked`).
@@ -208,8 +274,7 @@ const KEYS: &[(&str, &str)] = &[
     ("ram_stack", "    stack high-water mark"),
 ];
 
-const USAGE: &str =
-    "usage: cargo xtask firmware [--core m4f|m3|m0|all] [--math precise|fast|both] [--icount] [--bless]";
+const USAGE: &str = "usage: cargo xtask firmware [--core m4f|m3|m0|all] [--math precise|fast|both] [--icount] [--bless]\n       cargo xtask firmware --full [--transcript PATH --wall-secs S]";
 
 /// `cargo xtask firmware`.
 pub fn verb_firmware(ctx: &Ctx, args: &[String]) -> Result<()> {
@@ -217,9 +282,28 @@ pub fn verb_firmware(ctx: &Ctx, args: &[String]) -> Result<()> {
     let mut math = None;
     let mut bless = false;
     let mut icount = false;
+    let mut full = false;
+    let mut transcript = None;
+    let mut wall_secs = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
+            "--full" => full = true,
+            "--transcript" => {
+                transcript = Some(PathBuf::from(
+                    it.next()
+                        .ok_or_else(|| anyhow!("--transcript needs a path"))?,
+                ));
+            }
+            "--wall-secs" => {
+                let w = it
+                    .next()
+                    .ok_or_else(|| anyhow!("--wall-secs needs a number of seconds"))?;
+                wall_secs = Some(
+                    w.parse::<f64>()
+                        .with_context(|| format!("--wall-secs {w}: not a number"))?,
+                );
+            }
             "--core" => {
                 which = it
                     .next()
@@ -240,6 +324,15 @@ pub fn verb_firmware(ctx: &Ctx, args: &[String]) -> Result<()> {
             "--icount" => icount = true,
             _ => bail!("{USAGE}"),
         }
+    }
+    if full {
+        if which != "all" || math.is_some() || bless || icount {
+            bail!("--full runs MNIST-1D's whole schedule on the M4F: it takes no other option\n{USAGE}");
+        }
+        return full_run(ctx, transcript.as_deref(), wall_secs);
+    }
+    if transcript.is_some() || wall_secs.is_some() {
+        bail!("--transcript and --wall-secs go with --full\n{USAGE}");
     }
     let cores: Vec<&'static Core> = match which.as_str() {
         "all" => CORES.iter().collect(),
@@ -286,7 +379,11 @@ fn firmware(ctx: &Ctx, variants: &[Variant], bless: bool, icount: bool) -> Resul
     for features in [
         &[][..],
         &["--features", "size-baseline"][..],
-        &["--no-default-features", "--features", "math-fast"][..],
+        &[
+            "--no-default-features",
+            "--features",
+            "math-fast,qemu-mps2-an386",
+        ][..],
         &["--features", "cnn"][..],
     ] {
         let mut clippy = Command::new(&ctx.cargo);
@@ -296,6 +393,9 @@ fn firmware(ctx: &Ctx, variants: &[Variant], bless: bool, icount: bool) -> Resul
             .args(["--", "-D", "warnings"])
             .env_remove("CARGO_TARGET_DIR")
             .current_dir(&dir);
+        if let Some(t) = firmware_target_dir() {
+            clippy.env("CARGO_TARGET_DIR", t);
+        }
         run(clippy)?;
     }
 
@@ -324,13 +424,6 @@ fn firmware(ctx: &Ctx, variants: &[Variant], bless: bool, icount: bool) -> Resul
             &v.features(&["size-baseline"]),
             &format!("{name}-baseline"),
         )?;
-        let transcript_path = out.join(format!("{name}.transcript"));
-        let transcript = run_qemu(core, &name, &elf, &transcript_path, &out, icount)?;
-        check_defmt_log(&name, &elf, &out, &transcript)?;
-        if icount {
-            speeds.push((*v, speed(&transcript)?));
-        }
-
         // The run the device was meant to do: the core's run under the variant's profile.
         let mut run_file = dir.join("models").join(core.run);
         if v.math != MathProfile::Precise {
@@ -340,11 +433,12 @@ fn firmware(ctx: &Ctx, variants: &[Variant], bless: bool, icount: bool) -> Resul
             fs::write(&run_file, format!("{text}\nmath={}\n", v.math))
                 .with_context(|| format!("writing {}", run_file.display()))?;
         }
-        let (bitwise, params) = verify(&ctx.root, &tapeplan, &name, &transcript_path, &run_file)?;
-        verdicts.push(format!(
-            "{name:<9} {:<22} {bitwise}; parameters {params} identical",
-            core.target
-        ));
+        let (transcript, _, verdict) =
+            train_and_verify(ctx, core, &name, &elf, &out, &tapeplan, &run_file, icount)?;
+        if icount {
+            speeds.push((*v, speed(&transcript)?));
+        }
+        verdicts.push(verdict);
         all_sizes.insert(name, sizes(&elf, &baseline, &transcript)?);
     }
 
@@ -352,21 +446,32 @@ fn firmware(ctx: &Ctx, variants: &[Variant], bless: bool, icount: bool) -> Resul
         .iter()
         .any(|v| v.core.target == "thumbv7em-none-eabihf" && v.math == MathProfile::Precise)
     {
-        eprintln!("\n--> nrf52840-dk (thumbv7em-none-eabihf): link for a real board's memory map");
-        let elf = build(
-            ctx,
-            &dir,
-            &out,
-            "thumbv7em-none-eabihf",
-            &["--features", BOARD_FEATURE],
-            "nrf52840-dk",
-        )?;
-        let s = sections(&elf)?;
-        eprintln!(
-            "nrf52840-dk: links: flash {} of 1048576 bytes, RAM {} of 262144 bytes (not run: no board here)",
-            s.flash(),
-            s.ram()
-        );
+        for board in REAL_BOARDS {
+            eprintln!(
+                "\n--> {} ({}): link for a real board (memory/{}.x)",
+                board.feature, board.target, board.feature
+            );
+            let elf = build(
+                ctx,
+                &dir,
+                &out,
+                board.target,
+                &feature_args(MathProfile::Precise, board.feature, &[]),
+                board.feature,
+            )?;
+            let s = sections(&elf)?;
+            let line = format!(
+                "{:<16} {:<22} links: flash {} of {} bytes, RAM {} of {} bytes (not run: no board here)",
+                board.feature,
+                board.target,
+                s.flash() + s.get(".boot2"),
+                board.flash_bytes + if board.feature == "rp2040" { 256 } else { 0 },
+                s.ram(),
+                board.ram_bytes
+            );
+            eprintln!("{line}");
+            verdicts.push(line);
+        }
     }
 
     let snapshot_path = ctx.root.join(SNAPSHOT);
@@ -407,6 +512,20 @@ fn firmware(ctx: &Ctx, variants: &[Variant], bless: bool, icount: bool) -> Resul
         verdicts.extend(cnn_run(ctx, &dir, &out, &tapeplan, icount)?);
         verdicts.extend(plan_run(ctx, &dir, &out, &tapeplan)?);
     }
+    for &(core, name, run_file) in CNN_RUNS {
+        if variants
+            .iter()
+            .any(|v| v.core.name == core && v.math == MathProfile::Precise)
+        {
+            verdicts.extend(core_cnn_run(
+                ctx,
+                (&dir, &out, &tapeplan),
+                core,
+                name,
+                run_file,
+            )?);
+        }
+    }
 
     println!();
     for v in &verdicts {
@@ -418,8 +537,8 @@ fn firmware(ctx: &Ctx, variants: &[Variant], bless: bool, icount: bool) -> Resul
     Ok(())
 }
 
-/// `tapeplan verify TRANSCRIPT --config RUN`, its output shown: answers its `bitwise:` line and
-/// the parameters' count (`N/N`), or fails when the device's bits differ from the oracle's.
+/// Runs `tapeplan verify` on a whole transcript file (`--full`, after the run) against
+/// `run_file`; answers [`verdict`]'s lines.
 fn verify(
     root: &Path,
     tapeplan: &Path,
@@ -448,6 +567,11 @@ fn verify(
             transcript_path.display()
         );
     }
+    verdict(&stdout)
+}
+
+/// The `bitwise:` line and the parameters' count (`N/N`) of `tapeplan verify`'s output.
+fn verdict(stdout: &str) -> Result<(String, String)> {
     let bitwise = stdout
         .lines()
         .find(|l| l.starts_with("bitwise:"))
@@ -482,13 +606,20 @@ fn cnn_run(
         "\n--> {name} ({}): MNIST-1D's CNN, models/{CNN_RUN}, feature cnn (runtime with all-ops)",
         core.target
     );
-    let elf = build(ctx, dir, out, core.target, &["--features", "cnn"], name)?;
+    let elf = build(
+        ctx,
+        dir,
+        out,
+        core.target,
+        &feature_args(MathProfile::Precise, core.board, &["cnn"]),
+        name,
+    )?;
     let baseline = build(
         ctx,
         dir,
         out,
         core.target,
-        &["--features", "cnn,size-baseline"],
+        &feature_args(MathProfile::Precise, core.board, &["cnn", "size-baseline"]),
         &format!("{name}-baseline"),
     )?;
     let run_file = dir.join("models").join(CNN_RUN);
@@ -525,8 +656,10 @@ fn cnn_run(
     Ok(lines)
 }
 
-/// Trains `elf` under QEMU, checks its defmt log and verifies its transcript against
-/// `run_file`: answers the transcript, the QEMU run's wall time in seconds and the verdict line.
+/// Trains `elf` under QEMU with its transcript on the board's UART (`-serial file:`), verified
+/// as it streams by `tapeplan verify --serial` against `run_file` (started before QEMU, it
+/// checks every step as the UART sends it), and checks the defmt log: answers the transcript,
+/// the QEMU run's wall time in seconds and the verdict line.
 #[allow(clippy::too_many_arguments)]
 fn train_and_verify(
     ctx: &Ctx,
@@ -539,13 +672,57 @@ fn train_and_verify(
     icount: bool,
 ) -> Result<(String, f64, String)> {
     let transcript_path = out.join(format!("{name}.transcript"));
+    // The file exists (empty) before the verifier opens it; QEMU then writes it as it runs.
+    fs::write(&transcript_path, b"")
+        .with_context(|| format!("writing {}", transcript_path.display()))?;
+    let mut cmd = Command::new(tapeplan);
+    // From the repository's root: the paths in a `plan=` run are relative to it.
+    cmd.arg("verify")
+        .arg("--serial")
+        .arg(&transcript_path)
+        .arg("--config")
+        .arg(run_file)
+        .args(["--idle-timeout-secs", &QEMU_TIMEOUT_SECS.to_string()])
+        .current_dir(&ctx.root)
+        .stdout(Stdio::piped());
+    let shown = show(&cmd);
+    eprintln!("$ {shown} &");
+    let mut verifier = cmd
+        .spawn()
+        .with_context(|| format!("could not start `{shown}`"))?;
     let start = std::time::Instant::now();
-    let transcript = run_qemu(core, name, elf, &transcript_path, out, icount)?;
+    let qemu = run_qemu(
+        core,
+        name,
+        elf,
+        &transcript_path,
+        out,
+        icount,
+        QEMU_TIMEOUT_SECS,
+    );
     let wall = start.elapsed().as_secs_f64();
+    if qemu.is_err() {
+        let _ = verifier.kill();
+        let _ = verifier.wait();
+    }
+    let transcript = qemu?;
+    let verified = verifier
+        .wait_with_output()
+        .with_context(|| format!("waiting for `{shown}`"))?;
+    let stdout = String::from_utf8_lossy(&verified.stdout);
+    print!("{stdout}");
+    if !verified.status.success() {
+        bail!(
+            "{name}: the device's bits differ from the host oracle's, or its stream broke off \
+             (transcript: {})",
+            transcript_path.display()
+        );
+    }
     check_defmt_log(name, elf, out, &transcript)?;
-    let (bitwise, params) = verify(&ctx.root, tapeplan, name, &transcript_path, run_file)?;
+    let (bitwise, params) = verdict(&stdout)?;
     let verdict = format!(
-        "{name:<9} {:<22} {bitwise}; parameters {params} identical",
+        "{name:<9} {:<22} {bitwise}; parameters {params} identical; verified as it streamed \
+         (verify --serial)",
         core.target
     );
     Ok((transcript, wall, verdict))
@@ -556,39 +733,195 @@ fn train_and_verify(
 /// feature `cnn` (`TAPEPLAN_RUN`), trained under QEMU, verified at every step against the
 /// plan's replay with the reference kernels. Answers its verdict and figures lines.
 fn plan_run(ctx: &Ctx, dir: &Path, out: &Path, tapeplan: &Path) -> Result<Vec<String>> {
+    let run_file = dir.join("models").join(PLAN_RUN);
+    let what = format!("a plan file, models/{PLAN_RUN}, feature cnn");
+    let (_, verdict, figures) = feature_cnn_run(
+        ctx,
+        (dir, out, tapeplan),
+        BUDGET_CORE,
+        "m4f-plan",
+        &run_file,
+        &what,
+    )?;
+    Ok(vec![verdict, figures])
+}
+
+/// A CNN run of [`CNN_RUNS`] on `core` (the firmware's feature `cnn`, the run built with
+/// `TAPEPLAN_RUN`): trained under QEMU, verified at every step against the host oracle, and
+/// the held-out accuracy of the parameters the device sent back. Answers its verdict,
+/// accuracy and figures lines.
+fn core_cnn_run(
+    ctx: &Ctx,
+    paths: (&Path, &Path, &Path),
+    core: &str,
+    name: &str,
+    run: &str,
+) -> Result<Vec<String>> {
+    let run_file = paths.0.join("models").join(run);
+    let what = format!("a CNN, models/{run}, feature cnn");
+    let (transcript, verdict, figures) = feature_cnn_run(ctx, paths, core, name, &run_file, &what)?;
+    let (accuracy, rows) = device_accuracy(&run_file, &transcript)?;
+    Ok(vec![
+        verdict,
+        format!(
+            "{name:<9} held-out accuracy of the device's parameters {:.1} % ({rows} rows)",
+            100.0 * accuracy
+        ),
+        figures,
+    ])
+}
+
+/// Builds the firmware with feature `cnn` for `run_file` (`TAPEPLAN_RUN`) on the core named
+/// `core`, trains it under QEMU and verifies it; `paths` are the firmware's folder, the output
+/// folder and the `tapeplan` binary. Answers the transcript, the verdict line and a figures
+/// line (flash, its plan, data and initial parameters, RAM, arena, stack, QEMU wall time).
+fn feature_cnn_run(
+    ctx: &Ctx,
+    (dir, out, tapeplan): (&Path, &Path, &Path),
+    core: &str,
+    name: &str,
+    run_file: &Path,
+    what: &str,
+) -> Result<(String, String, String)> {
     let core = CORES
         .iter()
-        .find(|c| c.name == BUDGET_CORE)
-        .ok_or_else(|| anyhow!("no {BUDGET_CORE} core"))?;
-    let name = "m4f-plan";
-    let run_file = dir.join("models").join(PLAN_RUN);
-    eprintln!(
-        "\n--> {name} ({}): a plan file, models/{PLAN_RUN}, feature cnn",
-        core.target
-    );
+        .find(|c| c.name == core)
+        .ok_or_else(|| anyhow!("no {core} core"))?;
+    eprintln!("\n--> {name} ({}): {what}", core.target);
     let elf = build_with_run(
         ctx,
         dir,
         out,
         core.target,
-        &["--features", "cnn"],
+        &feature_args(MathProfile::Precise, core.board, &["cnn"]),
         name,
-        Some(&run_file),
+        Some(run_file),
     )?;
     let (transcript, wall, verdict) =
-        train_and_verify(ctx, core, name, &elf, out, tapeplan, &run_file, false)?;
+        train_and_verify(ctx, core, name, &elf, out, tapeplan, run_file, false)?;
     let s = sections(&elf)?;
-    Ok(vec![
-        verdict,
-        format!(
-            "{name:<9} flash {} B (plan {} B, data {} B, initial parameters {} B), RAM {} B; QEMU run {wall:.1} s",
-            s.flash(),
-            info(&transcript, "plan_bytes")?,
-            info(&transcript, "data_bytes")?,
-            info(&transcript, "init_bytes")?,
-            s.ram(),
-        ),
-    ])
+    let figures = format!(
+        "{name:<9} flash {} B (plan {} B, data {} B, initial parameters {} B), RAM {} B (arena {} B), stack {} B; QEMU run {wall:.1} s",
+        s.flash(),
+        info(&transcript, "plan_bytes")?,
+        info(&transcript, "data_bytes")?,
+        info(&transcript, "init_bytes")?,
+        s.ram(),
+        info(&transcript, "arena_bytes")?,
+        info(&transcript, "stack_bytes")?,
+    );
+    Ok((transcript, verdict, figures))
+}
+
+/// The held-out accuracy ([`RunConfig::test_accuracy`]) of the parameters a device sent back
+/// in `transcript` for the run of `run_file`, and the held-out rows it is over.
+///
+/// [`RunConfig::test_accuracy`]: tapeplan_planner::model::RunConfig::test_accuracy
+fn device_accuracy(run_file: &Path, transcript: &str) -> Result<(f32, usize)> {
+    use tapeplan_planner::exec::transcript::Transcript;
+    use tapeplan_planner::model::RunConfig;
+    let text =
+        fs::read_to_string(run_file).with_context(|| format!("reading {}", run_file.display()))?;
+    let cfg = RunConfig::parse(&text).with_context(|| format!("{}", run_file.display()))?;
+    let t = Transcript::parse(transcript).context("reading the device's transcript")?;
+    let params: Vec<(String, Vec<f32>)> = t
+        .params
+        .iter()
+        .map(|(n, bits)| (n.clone(), bits.iter().map(|&b| f32::from_bits(b)).collect()))
+        .collect();
+    let accuracy = cfg
+        .test_accuracy(&params)
+        .context("the held-out accuracy of the device's parameters")?;
+    Ok((accuracy, cfg.test_set()?.len()))
+}
+
+/// `cargo xtask firmware --full`: MNIST-1D's whole schedule ([`FULL_RUN`]) on the Cortex-M4F
+/// under QEMU, once: the device's transcript verified at every step against the host oracle,
+/// the test accuracy of the parameters it sent back computed on the host, and the result
+/// written to [`FULL_RESULT`]. With `transcript`, a transcript of that run made beforehand (by
+/// this command's build, e.g. started in the background) is checked instead, its QEMU wall
+/// time given as `wall_secs`.
+fn full_run(ctx: &Ctx, transcript: Option<&Path>, wall_secs: Option<f64>) -> Result<()> {
+    crate::step_setup(ctx)?;
+    ensure_tools(ctx)?;
+    let dir = ctx.root.join("firmware-demo");
+    let out = dir.join("target").join("xtask");
+    fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    run(ctx.cargo(["build", "--release", "-p", "tapeplan-planner"]))?;
+    let target_dir = env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| ctx.root.join("target"));
+    let tapeplan = target_dir.join("release").join("tapeplan");
+    let core = CORES
+        .iter()
+        .find(|c| c.name == BUDGET_CORE)
+        .ok_or_else(|| anyhow!("no {BUDGET_CORE} core"))?;
+    let name = "m4f-full";
+    let run_file = dir.join("models").join(FULL_RUN);
+    let (transcript_path, wall) = match transcript {
+        Some(path) => (path.to_path_buf(), wall_secs),
+        None => {
+            eprintln!(
+                "\n--> {name} ({}): MNIST-1D's whole schedule, models/{FULL_RUN}, feature cnn (hours under QEMU)",
+                core.target
+            );
+            let elf = build_with_run(
+                ctx,
+                &dir,
+                &out,
+                core.target,
+                &["--features", "cnn"],
+                name,
+                Some(&run_file),
+            )?;
+            let path = out.join(format!("{name}.transcript"));
+            let start = std::time::Instant::now();
+            run_qemu(core, name, &elf, &path, &out, false, FULL_TIMEOUT_SECS)?;
+            (path, Some(start.elapsed().as_secs_f64()))
+        }
+    };
+    let text = fs::read_to_string(&transcript_path)
+        .with_context(|| format!("reading {}", transcript_path.display()))?;
+    let (bitwise, params) = verify(&ctx.root, &tapeplan, name, &transcript_path, &run_file)?;
+    let (accuracy, rows) = device_accuracy(&run_file, &text)?;
+    let t = tapeplan_planner::exec::transcript::Transcript::parse(&text)?;
+    let digest = t
+        .digest
+        .ok_or_else(|| anyhow!("the transcript has no digest line"))?;
+    let commit = output(ctx.tool("git", ["rev-parse", "--short", "HEAD"]))
+        .map(|c| c.trim().to_string())
+        .unwrap_or_else(|_| "?".into());
+    let wall = match wall {
+        Some(w) => format!("{w:.0} s ({:.1} min)", w / 60.0),
+        None => "not measured (a transcript given without --wall-secs)".into(),
+    };
+    let result = format!(
+        "# `cargo xtask firmware --full`: MNIST-1D's CNN trained on the Cortex-M4F (QEMU mps2-an386)\n\
+         # over its whole schedule, firmware-demo/models/{FULL_RUN}; every step checked against the\n\
+         # host oracle by `tapeplan verify`, the test accuracy computed on the host from the\n\
+         # parameters the device sent back. Not a CI step.\n\
+         run {}\n\
+         target {}\n\
+         steps {}\n\
+         {bitwise}\n\
+         parameters {params} identical\n\
+         final digest {digest:016x}\n\
+         test accuracy {:.1} % ({rows} rows, rows 4000..5000 of data/mnist1d.csv.gz)\n\
+         final loss {:.4} (step {})\n\
+         QEMU wall time {wall}\n\
+         commit {commit}\n",
+        t.config,
+        t.target.as_deref().unwrap_or("?"),
+        t.losses.len(),
+        100.0 * accuracy,
+        t.losses.last().map_or(f32::NAN, |&b| f32::from_bits(b)),
+        t.losses.len(),
+    );
+    let path = ctx.root.join(FULL_RESULT);
+    fs::write(&path, &result).with_context(|| format!("writing {}", path.display()))?;
+    print!("{result}");
+    eprintln!("wrote {}", path.display());
+    Ok(())
 }
 
 /// Instructions per `train_step` under `-icount` (see [`speed`]).
@@ -720,6 +1053,12 @@ fn ensure_tools(ctx: &Ctx) -> Result<()> {
     Ok(())
 }
 
+/// The firmware workspace's target folder when `TAPEPLAN_FIRMWARE_TARGET_DIR` names one (a
+/// checkout sharing a machine keeps its builds apart); `firmware-demo/target` otherwise.
+fn firmware_target_dir() -> Option<PathBuf> {
+    env::var_os("TAPEPLAN_FIRMWARE_TARGET_DIR").map(PathBuf::from)
+}
+
 /// Builds the firmware (release) for `target` with `extra` cargo arguments, and copies the ELF
 /// to `out/<name>.elf`.
 fn build(
@@ -761,9 +1100,12 @@ fn build_with_run(
         .args(["--config", &remap])
         .env_remove("CARGO_TARGET_DIR")
         .current_dir(dir);
+    if let Some(t) = firmware_target_dir() {
+        cmd.env("CARGO_TARGET_DIR", t);
+    }
     run(cmd).with_context(|| format!("building the firmware for {name}"))?;
-    let built = dir
-        .join("target")
+    let built = firmware_target_dir()
+        .unwrap_or_else(|| dir.join("target"))
         .join(target)
         .join("release")
         .join("tapeplan-firmware-demo");
@@ -774,8 +1116,8 @@ fn build_with_run(
 }
 
 /// Runs the firmware under QEMU (time-limited; with `icount`, `-icount shift=0`): the
-/// transcript (semihosting stderr) is saved to `transcript_path` and answered, the defmt frames
-/// (semihosting stdout) to `<name>.defmt`.
+/// transcript leaves through the board's UART into `transcript_path` (`-serial file:`) and is
+/// answered; the defmt frames (semihosting stdout) go to `<name>.defmt`.
 fn run_qemu(
     core: &Core,
     name: &str,
@@ -783,27 +1125,23 @@ fn run_qemu(
     transcript_path: &Path,
     out: &Path,
     icount: bool,
+    timeout_secs: u32,
 ) -> Result<String> {
     let frames = out.join(format!("{name}.defmt"));
     let mut cmd = Command::new("timeout");
-    cmd.arg(QEMU_TIMEOUT_SECS.to_string())
+    cmd.arg(timeout_secs.to_string())
         .arg("qemu-system-arm")
         .args(core.machine);
     if icount {
         cmd.args(["-icount", &format!("shift={ICOUNT_SHIFT}")]);
     }
-    cmd.args([
-        "-nographic",
-        "-monitor",
-        "none",
-        "-serial",
-        "none",
-        "-semihosting-config",
-        "enable=on,target=native",
-        "-kernel",
-    ])
-    .arg(elf)
-    .stdin(Stdio::null());
+    let mut serial = std::ffi::OsString::from("file:");
+    serial.push(transcript_path);
+    cmd.args(["-nographic", "-monitor", "none", "-serial"])
+        .arg(serial)
+        .args(["-semihosting-config", "enable=on,target=native", "-kernel"])
+        .arg(elf)
+        .stdin(Stdio::null());
     let shown = show(&cmd);
     eprintln!("$ {shown}");
     let start = std::time::Instant::now();
@@ -811,8 +1149,9 @@ fn run_qemu(
         .output()
         .with_context(|| format!("could not start `{shown}`"))?;
     fs::write(&frames, &result.stdout)?;
-    fs::write(transcript_path, &result.stderr)?;
-    let transcript = String::from_utf8_lossy(&result.stderr).into_owned();
+    eprint!("{}", String::from_utf8_lossy(&result.stderr));
+    let transcript = fs::read_to_string(transcript_path)
+        .with_context(|| format!("reading {}", transcript_path.display()))?;
     if !result.status.success() {
         let tail: Vec<&str> = transcript.lines().rev().take(5).collect();
         bail!(

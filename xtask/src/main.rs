@@ -80,7 +80,7 @@ const STEPS: &[Step] = &[
     },
     Step {
         name: "nostd",
-        about: "cargo build -p tapeplan-runtime for each no_std target",
+        about: "cargo build -p tapeplan-runtime for each no_std target, and -p tapeplan-firmware for thumbv6m, thumbv7m and thumbv7em",
         run: step_nostd,
     },
     Step {
@@ -228,8 +228,8 @@ const VERBS: &[Verb] = &[
     },
     Verb {
         name: "firmware",
-        usage: "firmware [--core m4f|m3|m0|all] [--math precise|fast|both] [--icount] [--bless]",
-        about: "build the Cortex-M firmware, train it under QEMU, verify it bitwise against the oracle, check its sizes (default: every core precise, the M4F fast too; --math: precise, fast or both; --icount: count instructions per train step, fast vs precise; --bless: rewrite the size snapshot)",
+        usage: "firmware [--core m4f|m3|m0|all] [--math precise|fast|both] [--icount] [--bless] | firmware --full [--transcript PATH --wall-secs S]",
+        about: "build the Cortex-M firmware, train it under QEMU, verify it bitwise against the oracle, check its sizes (default: every core precise, the M4F fast too; --math: precise, fast or both; --icount: count instructions per train step, fast vs precise; --bless: rewrite the size snapshot; --full: MNIST-1D's whole schedule on the M4F once, hours, its result into firmware-demo/full-run.txt; not in CI)",
         run: firmware::verb_firmware,
     },
     Verb {
@@ -505,8 +505,20 @@ fn step_nostd(ctx: &Ctx) -> Result<()> {
         run(ctx.cargo(["build", "-p", "tapeplan-runtime", "--target", target]))
             .with_context(|| format!("tapeplan-runtime does not build for {target}"))?;
     }
+    // The firmware library, on the Cortex-M cores a user's firmware targets.
+    for target in FIRMWARE_LIB_TARGETS {
+        run(ctx.cargo(["build", "-p", "tapeplan-firmware", "--target", target]))
+            .with_context(|| format!("tapeplan-firmware does not build for {target}"))?;
+    }
     Ok(())
 }
+
+/// The targets `tapeplan-firmware` (the firmware library) must build for.
+const FIRMWARE_LIB_TARGETS: &[&str] = &[
+    "thumbv6m-none-eabi",
+    "thumbv7m-none-eabi",
+    "thumbv7em-none-eabihf",
+];
 
 /// The `simd` feature: linted, its catalog tested against the reference kernels, fused chains
 /// against the sequential interpreter and a whole training run against the oracle, first at x86_64's baseline (SSE2), then built for this CPU
@@ -615,13 +627,19 @@ fn step_wasm_simd(ctx: &Ctx) -> Result<()> {
 
 /// The library crates, in dependency order: `doc` documents each before the crates that link
 /// to it.
-const DOC_ORDER: &[&str] = &["tapeplan-core", "tapeplan-runtime", "tapeplan-planner"];
+const DOC_ORDER: &[&str] = &[
+    "tapeplan-core",
+    "tapeplan-runtime",
+    "tapeplan-firmware",
+    "tapeplan-planner",
+];
 
 /// The crates whose HTML `doc` scans for links rendered as text (the `tapeplan` binary's pages
 /// also carry clap's trait docs, whose links point into clap, which `--no-deps` leaves out).
 const DOC_SCANNED: &[&str] = &[
     "tapeplan_core",
     "tapeplan_runtime",
+    "tapeplan_firmware",
     "tapeplan_planner",
     "tapeplan_wasm",
     "tapeplan_tests",

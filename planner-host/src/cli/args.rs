@@ -160,6 +160,11 @@ pub struct ModelArgs {
     /// Plan without fusing elementwise chains (every value in the arena; same bits).
     #[arg(long)]
     pub no_fusion: bool,
+    /// Keep the arena within BYTES by recomputing forward values in the backward pass
+    /// (rematerialization; the same bits, more work: `plan` prints how much). Refused, with the
+    /// smallest arena found, when no recomputation brings it there.
+    #[arg(long, value_name = "BYTES")]
+    pub arena_budget: Option<usize>,
     /// Math profile of the transcendental kernels (exp, log, tanh, sigmoid, softplus, pow),
     /// recorded in the plan and followed by the oracle and every runtime: `precise` (libm) or
     /// `fast` (micromath's approximations). sqrt stays correctly rounded in both.
@@ -282,6 +287,7 @@ impl ModelArgs {
                 arith: self.arith.into(),
                 ..PlanOptions::default()
             },
+            arena_budget_bytes: self.arena_budget,
             ..Default::default()
         }
     }

@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 
 use tapeplan_planner::io::exchange;
 use tapeplan_planner::model::TrainingJob;
+use tapeplan_planner::plan::remat::RematReport;
 use tapeplan_planner::MemoryReport;
 
 use super::args::ModelArgs;
@@ -98,6 +99,9 @@ pub fn plan(model: &ModelArgs, output: &Path) -> Result<ExitCode> {
     println!("memory report:");
     print_report(&reports(&job));
     print_update_order(&reports(&job));
+    if let Some(r) = &job.remat {
+        print_remat(r);
+    }
     if let Some(line) = job.subset_report() {
         println!("{line}");
     }
@@ -153,6 +157,30 @@ pub fn print_update_order(entries: &[(String, MemoryReport)]) {
             );
         }
     }
+}
+
+/// The rematerialization line of `tapeplan plan --arena-budget`: the arena against the
+/// unbudgeted plan's, and the work it costs.
+pub fn print_remat(r: &RematReport) {
+    if r.recomputed_values == 0 {
+        println!(
+            "remat: none needed (the arena, {} B, is within the budget)",
+            r.arena_bytes
+        );
+        return;
+    }
+    println!(
+        "remat: arena {} B, without rematerialization {} B (-{} B, {:+.2}%); {} forward values recomputed in the backward pass: +{} instructions, +{} element operations (+{:.2}% of the plan's work)",
+        r.arena_bytes,
+        r.unbudgeted_arena_bytes,
+        r.unbudgeted_arena_bytes - r.arena_bytes,
+        (r.arena_bytes as f64 - r.unbudgeted_arena_bytes as f64) * 100.0
+            / r.unbudgeted_arena_bytes.max(1) as f64,
+        r.recomputed_values,
+        r.extra_instrs,
+        r.extra_work,
+        r.extra_work as f64 * 100.0 / r.unbudgeted_work.max(1) as f64
+    );
 }
 
 /// The fusion line of `tapeplan plan`: chains, registers, and the arena against the same model

@@ -1,5 +1,6 @@
 //! `tapeplan verify TRANSCRIPT [--config RUN]`: a device's training transcript against the host
-//! oracle, bit for bit; and `tapeplan digest FILE…`, the digests a run description pins its
+//! oracle, bit for bit; `tapeplan verify --serial PORT|FILE --config RUN`: the same as the
+//! transcript streams, step by step; and `tapeplan digest FILE…`, the digests a run description pins its
 //! files with.
 
 use std::path::Path;
@@ -7,8 +8,9 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 
+use tapeplan_planner::exec::report::Report;
 use tapeplan_planner::exec::transcript::Transcript;
-use tapeplan_planner::exec::verify::verify as verify_run;
+use tapeplan_planner::exec::verify::{verify as verify_run, StreamVerifier};
 use tapeplan_planner::model::run::{file_digest, FileKind};
 use tapeplan_planner::model::RunConfig;
 
@@ -30,6 +32,11 @@ pub fn verify(transcript: &Path, config: Option<&Path>) -> Result<ExitCode> {
     let expected = config.map(read).transpose()?;
     let expected = expected.as_deref().map(RunConfig::parse).transpose()?;
     let report = verify_run(&t, expected.as_ref())?;
+    Ok(show(&report))
+}
+
+/// Prints a report as `tapeplan verify` does; answers the exit code.
+fn show(report: &Report) -> ExitCode {
     println!(
         "verify: {} ({} steps) from {}",
         report.config,
@@ -37,11 +44,99 @@ pub fn verify(transcript: &Path, config: Option<&Path>) -> Result<ExitCode> {
         report.target.as_deref().unwrap_or("an unnamed target")
     );
     println!("{report}");
-    Ok(if report.passed() {
+    if report.passed() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
-    })
+    }
+}
+
+/// How long to wait for more bytes before reading again.
+const POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// `tapeplan verify --serial PORT|FILE --config RUN`: retrains the run on the host, then reads
+/// the transcript line by line as it arrives, from a serial port (a character device, opened
+/// with the `serialport` crate at `baud`, 8N1) or a file or FIFO another program writes (read
+/// past its end as it grows). Checks every line as it comes ([`StreamVerifier`]) and stops at
+/// the first difference; answers the report after `end ok`.
+///
+/// # Errors
+/// An unreadable port or file, a stream idle for `idle_timeout_secs` before its `end` line (a
+/// truncated transcript), and every error of [`StreamVerifier::line`] (the first differing step
+/// among them).
+pub fn verify_serial(
+    port: &Path,
+    config: &Path,
+    baud: u32,
+    idle_timeout_secs: u64,
+) -> Result<ExitCode> {
+    use std::io::Read;
+    use std::os::unix::fs::FileTypeExt;
+
+    let text = std::fs::read_to_string(config)
+        .with_context(|| format!("cannot read {}", config.display()))?;
+    let expected = RunConfig::parse(&text)?;
+    let mut verifier = StreamVerifier::new(&expected)?;
+    eprintln!(
+        "verify --serial: the host retrained `{expected}` ({} steps); reading {}",
+        expected.total_steps(),
+        port.display()
+    );
+    let is_tty = std::fs::metadata(port)
+        .with_context(|| format!("cannot open {}", port.display()))?
+        .file_type()
+        .is_char_device();
+    let mut source: Box<dyn Read> = if is_tty {
+        let name = port.to_str().context("the port's path is not UTF-8")?;
+        Box::new(
+            serialport::new(name, baud)
+                .timeout(POLL)
+                .open()
+                .with_context(|| format!("cannot open serial port {name} at {baud} baud"))?,
+        )
+    } else {
+        Box::new(
+            std::fs::File::open(port).with_context(|| format!("cannot open {}", port.display()))?,
+        )
+    };
+    let idle = std::time::Duration::from_secs(idle_timeout_secs);
+    let mut last_byte = std::time::Instant::now();
+    let mut pending: Vec<u8> = Vec::new();
+    let mut buf = [0u8; 4096];
+    let mut line_no = 0usize;
+    loop {
+        let n = match source.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => 0,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => 0,
+            Err(e) => return Err(e).with_context(|| format!("reading {}", port.display())),
+        };
+        if n == 0 {
+            if last_byte.elapsed() >= idle {
+                bail!(
+                    "{}: nothing for {idle_timeout_secs} s after line {line_no} ({} steps checked), and no `end` line: the transcript is truncated",
+                    port.display(),
+                    verifier.steps_checked()
+                );
+            }
+            std::thread::sleep(POLL);
+            continue;
+        }
+        last_byte = std::time::Instant::now();
+        pending.extend_from_slice(&buf[..n]);
+        while let Some(end) = pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=end).collect();
+            line_no += 1;
+            let text = String::from_utf8_lossy(&line[..end]);
+            match verifier.line(line_no, &text) {
+                Ok(None) => {}
+                Ok(Some(report)) => return Ok(show(&report)),
+                Err(e) => {
+                    return Err(e).with_context(|| format!("{} line {line_no}", port.display()))
+                }
+            }
+        }
+    }
 }
 
 /// `tapeplan digest FILE…`: one line per file, `KEY=PATH KEY_digest=HEX` with the key its

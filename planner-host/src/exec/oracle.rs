@@ -634,6 +634,10 @@ pub struct OracleRun<'j> {
     /// Every epoch's mean loss as a device computes it: the `f32` sum of its steps' losses in
     /// order, divided by its step count as `f32`.
     pub epoch_means: Vec<f32>,
+    /// Every step's state digest, index `i` after step `i + 1`: the
+    /// [`digest_f32`](crate::protocol::digest_f32) of the parameters, concatenated in the job's
+    /// order (a transcript's `state` lines).
+    pub states: Vec<u64>,
     /// The oracle after the last step (its parameters are the run's final parameters).
     pub oracle: Oracle<'j>,
 }
@@ -651,10 +655,20 @@ pub fn oracle_run<'j>(
     init: &[Vec<f32>],
 ) -> Result<OracleRun<'j>, TapeError> {
     let mut oracle = Oracle::new(job, init)?;
-    let (losses, epoch_means) = cfg.each_step(train, |x, labels| oracle.step(x, labels))?;
+    let mut states = Vec::with_capacity(cfg.total_steps());
+    let (losses, epoch_means) = cfg.each_step(train, |x, labels| {
+        let loss = oracle.step(x, labels)?;
+        let mut h = crate::protocol::Fnv1a64::new();
+        for p in &oracle.params {
+            h.f32s(&p.data);
+        }
+        states.push(h.finish());
+        Ok::<f32, TapeError>(loss)
+    })?;
     Ok(OracleRun {
         losses,
         epoch_means,
+        states,
         oracle,
     })
 }

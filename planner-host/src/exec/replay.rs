@@ -347,6 +347,10 @@ pub struct ReplayRun {
     pub losses: Vec<f32>,
     /// Mean loss of epoch `i + 1` at index `i`.
     pub epoch_means: Vec<f32>,
+    /// State digest after step `i + 1` at index `i`: the
+    /// [`digest_f32`](crate::protocol::digest_f32) of the model tensors
+    /// ([`plan_model_tensors`](crate::model::run::plan_model_tensors), in that order).
+    pub states: Vec<u64>,
     /// The plan after the last step (its parameters are the run's result).
     pub replay: PlanReplay,
 }
@@ -379,12 +383,28 @@ pub fn replay_run(
     } else {
         INPUT_Y
     };
+    let names: Vec<String> = tapeplan_runtime::Plan::parse_alloc(bytes)
+        .map(|plan| {
+            crate::model::run::plan_model_tensors(&plan)
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut states = Vec::with_capacity(cfg.total_steps());
     let (losses, epoch_means) = cfg.each_step(train, |x, t| {
-        replay.train_step_named(&[(INPUT_X, x), (target, t)])
+        let loss = replay.train_step_named(&[(INPUT_X, x), (target, t)])?;
+        let mut h = crate::protocol::Fnv1a64::new();
+        for n in &names {
+            h.f32s(replay.parameter(n)?);
+        }
+        states.push(h.finish());
+        Ok(loss)
     })?;
     Ok(ReplayRun {
         losses,
         epoch_means,
+        states,
         replay,
     })
 }

@@ -35,6 +35,10 @@ pub struct Report {
     pub epoch_means: (usize, usize),
     /// The first differing epoch mean: (epoch, device bits, oracle bits).
     pub first_epoch_diff: Option<(usize, u32, u32)>,
+    /// State digests (`state` lines) the device sent, and how many equal the host's.
+    pub states: (usize, usize),
+    /// The first step whose state digest differs: (step, device digest, host digest).
+    pub first_state_diff: Option<(usize, u64, u64)>,
     /// Parameter elements compared, and how many are identical.
     pub param_elems: (usize, usize),
     /// The first differing parameter element (left: device, right: oracle).
@@ -48,6 +52,7 @@ impl Report {
     pub fn passed(&self) -> bool {
         self.first_step_diff.is_none()
             && self.first_epoch_diff.is_none()
+            && self.first_state_diff.is_none()
             && self.first_param_diff.is_none()
             && self.digest.1 != Some(false)
     }
@@ -87,6 +92,19 @@ impl fmt::Display for Report {
                 "first difference: epoch {e} mean loss: device {d:#010x} ({}) vs oracle {o:#010x} ({})",
                 f32::from_bits(d),
                 f32::from_bits(o)
+            )?;
+        }
+        if self.states.0 > 0 {
+            writeln!(
+                f,
+                "state digests: {}/{} steps identical",
+                self.states.1, self.states.0
+            )?;
+        }
+        if let Some((step, d, h)) = self.first_state_diff {
+            writeln!(
+                f,
+                "first difference: parameter digest after step {step}: device {d:016x} vs oracle {h:016x}"
             )?;
         }
         let (n, same) = self.param_elems;

@@ -13,7 +13,7 @@ use crate::model::run::plan_model_tensors;
 use crate::model::run::{RunData, RunInit, RunModel, RunOptimizer};
 use crate::model::{Activation, Loss, RunConfig};
 use crate::protocol::{
-    TranscriptWriter, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, INPUT_Y, TRANSCRIPT_MAGIC,
+    Fnv1a64, TranscriptWriter, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, INPUT_Y, TRANSCRIPT_MAGIC,
 };
 
 /// A parsed transcript; see the [module docs](self) for its format.
@@ -27,8 +27,12 @@ pub struct Transcript {
     pub plan: Option<(u32, usize)>,
     /// The data digest and row count the device reported.
     pub data: Option<(u64, usize)>,
+    /// The header's `bind` line, if sent.
+    pub bind: Option<Bind>,
     /// Loss bits, index `i` for step `i + 1`.
     pub losses: Vec<u32>,
+    /// State digests (`state` lines), index `i` after step `i + 1`; empty when not sent.
+    pub states: Vec<u64>,
     /// Epoch mean-loss bits, index `i` for epoch `i + 1`.
     pub epoch_means: Vec<u32>,
     /// Final parameter bits by name, in the order first seen.
@@ -37,6 +41,19 @@ pub struct Transcript {
     pub digest: Option<u64>,
     /// `info` lines, verbatim (without `info `).
     pub info: Vec<String>,
+}
+
+/// A transcript's `bind` line: what the device's run is bound to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bind {
+    /// The plan's checksum (its header's `crc32`).
+    pub plan_crc32: u32,
+    /// The data digest.
+    pub data: u64,
+    /// The digest of the initial model tensors.
+    pub init: u64,
+    /// The math profile.
+    pub math: MathProfile,
 }
 
 fn hex32(s: &str) -> Option<u32> {
@@ -51,6 +68,312 @@ fn hex64(s: &str) -> Option<u64> {
         .flatten()
 }
 
+/// What a transcript line was, as [`TranscriptReader::line`] read it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Record {
+    /// Blank, a comment, or noise before the first line.
+    Skipped,
+    /// The first line (`tapeplan-transcript 1`).
+    Start,
+    /// The `config` line.
+    Config,
+    /// The `bind` line.
+    Bind,
+    /// `loss <step>`.
+    Loss(usize),
+    /// `state <step>`.
+    State(usize),
+    /// `epoch <epoch>`.
+    Epoch(usize),
+    /// `end ok`.
+    End,
+    /// Any other record (`target`, `plan`, `data`, `param`, `digest`, `info`).
+    Other,
+}
+
+/// Reads a transcript a line at a time, as it arrives (a serial port, a growing file): each
+/// line is checked and added; [`TranscriptReader::finish`] answers the whole transcript.
+/// [`Transcript::parse`] is this over a whole text.
+#[derive(Clone, Debug)]
+pub struct TranscriptReader {
+    started: bool,
+    ended: bool,
+    config: Option<RunConfig>,
+    t: Transcript,
+}
+
+impl Default for TranscriptReader {
+    fn default() -> Self {
+        TranscriptReader::new()
+    }
+}
+
+impl TranscriptReader {
+    /// A reader before the first line.
+    pub fn new() -> TranscriptReader {
+        TranscriptReader {
+            started: false,
+            ended: false,
+            config: None,
+            t: Transcript {
+                config: RunConfig {
+                    model: RunModel::Mlp,
+                    layers: Vec::new(),
+                    activation: Activation::Tanh,
+                    loss: Loss::SoftmaxCrossEntropy,
+                    batch: 0,
+                    lr: 0.0,
+                    seed: 0,
+                    split_seed: 0,
+                    samples: 0,
+                    epochs: 0,
+                    fusion: false,
+                    math: MathProfile::Precise,
+                    arith: tapeplan_core::ArithProfile::Separate,
+                    optimizer: RunOptimizer::Sgd,
+                    data: RunData::Digits,
+                    init: RunInit::Glorot,
+                },
+                target: None,
+                plan: None,
+                data: None,
+                bind: None,
+                losses: Vec::new(),
+                states: Vec::new(),
+                epoch_means: Vec::new(),
+                params: Vec::new(),
+                digest: None,
+                info: Vec::new(),
+            },
+        }
+    }
+
+    /// The transcript read so far (its `config` is a placeholder until
+    /// [`TranscriptReader::config`] has one).
+    pub fn so_far(&self) -> &Transcript {
+        &self.t
+    }
+
+    /// The `config` line's run, once read.
+    pub fn config(&self) -> Option<&RunConfig> {
+        self.config.as_ref()
+    }
+
+    /// Whether the `end ok` line has been read.
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// Reads line `line` (1-based, for messages) of the transcript, without its line end (a
+    /// `\r` before it is ignored).
+    ///
+    /// # Errors
+    /// [`VerifyError::Transcript`] for a malformed line (naming it), a line after `end`, steps
+    /// out of order; [`VerifyError::DeviceError`] for `end error …`.
+    pub fn line(&mut self, line: usize, text: &str) -> Result<Record, VerifyError> {
+        let text = text.strip_suffix('\r').unwrap_or(text);
+        if text.trim().is_empty() || text.starts_with('#') {
+            return Ok(Record::Skipped);
+        }
+        // Whatever comes before the first line (a UART's boot noise, an emulator's warnings)
+        // is not part of the transcript.
+        if !self.started {
+            if text.trim() == TRANSCRIPT_MAGIC {
+                self.started = true;
+                return Ok(Record::Start);
+            }
+            return Ok(Record::Skipped);
+        }
+        let bad = |message: String| VerifyError::Transcript { line, message };
+        if self.ended {
+            return Err(bad("a line after `end`".into()));
+        }
+        let t = &mut self.t;
+        let (kind, rest) = text.split_once(' ').unwrap_or((text, ""));
+        let fields: Vec<&str> = rest.split(' ').filter(|f| !f.is_empty()).collect();
+        let record = match kind {
+            "config" => {
+                if self.config.is_some() {
+                    return Err(bad("a second `config` line".into()));
+                }
+                self.config = Some(RunConfig::parse(rest).map_err(|e| bad(e.to_string()))?);
+                Record::Config
+            }
+            "target" => {
+                t.target = Some(rest.to_string());
+                Record::Other
+            }
+            "info" => {
+                t.info.push(rest.to_string());
+                Record::Other
+            }
+            "plan" => match fields[..] {
+                [id, arena] => {
+                    let id = hex32(id).ok_or_else(|| bad(format!("plan id {id:?}")))?;
+                    let arena = arena
+                        .parse()
+                        .map_err(|_| bad(format!("arena elems {arena:?}")))?;
+                    t.plan = Some((id, arena));
+                    Record::Other
+                }
+                _ => return Err(bad("expected `plan <hex8> <arena_elems>`".into())),
+            },
+            "data" => match fields[..] {
+                [d, rows] => {
+                    let d = hex64(d).ok_or_else(|| bad(format!("data digest {d:?}")))?;
+                    let rows = rows.parse().map_err(|_| bad(format!("rows {rows:?}")))?;
+                    t.data = Some((d, rows));
+                    Record::Other
+                }
+                _ => return Err(bad("expected `data <hex16> <rows>`".into())),
+            },
+            "bind" => {
+                let expected =
+                    "expected `bind plan=<hex8> data=<hex16> init=<hex16> math=<profile>`";
+                let values: Option<Vec<&str>> = ["plan=", "data=", "init=", "math="]
+                    .iter()
+                    .zip(&fields)
+                    .map(|(key, f)| f.strip_prefix(key))
+                    .collect();
+                let (Some([plan, data, init, math]), 4) = (values.as_deref(), fields.len()) else {
+                    return Err(bad(expected.into()));
+                };
+                if t.bind.is_some() {
+                    return Err(bad("a second `bind` line".into()));
+                }
+                if !t.losses.is_empty() {
+                    return Err(bad("`bind` after the first `loss`".into()));
+                }
+                t.bind = Some(Bind {
+                    plan_crc32: hex32(plan).ok_or_else(|| bad(format!("plan {plan:?}")))?,
+                    data: hex64(data).ok_or_else(|| bad(format!("data {data:?}")))?,
+                    init: hex64(init).ok_or_else(|| bad(format!("init {init:?}")))?,
+                    math: MathProfile::from_name(math)
+                        .ok_or_else(|| bad(format!("math {math:?}: precise or fast")))?,
+                });
+                Record::Bind
+            }
+            "loss" | "epoch" => {
+                let [n, bits] = fields[..] else {
+                    return Err(bad(format!("expected `{kind} <n> <hex8>`")));
+                };
+                let list = if kind == "loss" {
+                    &mut t.losses
+                } else {
+                    &mut t.epoch_means
+                };
+                let n: usize = n.parse().map_err(|_| bad(format!("{kind} number {n:?}")))?;
+                if n != list.len() + 1 {
+                    return Err(bad(format!(
+                        "{kind} {n} out of order: expected {}",
+                        list.len() + 1
+                    )));
+                }
+                if self.config.is_none() {
+                    return Err(bad(format!("`{kind}` before `config`")));
+                }
+                list.push(hex32(bits).ok_or_else(|| bad(format!("bits {bits:?}")))?);
+                if kind == "loss" {
+                    Record::Loss(n)
+                } else {
+                    Record::Epoch(n)
+                }
+            }
+            "state" => {
+                let [n, digest] = fields[..] else {
+                    return Err(bad("expected `state <step> <hex16>`".into()));
+                };
+                let n: usize = n.parse().map_err(|_| bad(format!("state step {n:?}")))?;
+                if n != t.states.len() + 1 || n != t.losses.len() {
+                    return Err(bad(format!(
+                        "state {n} out of order: expected {} (after `loss {}`)",
+                        t.states.len() + 1,
+                        t.states.len() + 1
+                    )));
+                }
+                t.states
+                    .push(hex64(digest).ok_or_else(|| bad(format!("state digest {digest:?}")))?);
+                Record::State(n)
+            }
+            "param" => {
+                let [name, start, values @ ..] = &fields[..] else {
+                    return Err(bad("expected `param <name> <start> <hex8>…`".into()));
+                };
+                let start: usize = start.parse().map_err(|_| bad(format!("start {start:?}")))?;
+                let i = match t.params.iter().position(|(n, _)| n == name) {
+                    Some(i) => i,
+                    None => {
+                        t.params.push((name.to_string(), Vec::new()));
+                        t.params.len() - 1
+                    }
+                };
+                let v = &mut t.params[i].1;
+                if start != v.len() {
+                    return Err(bad(format!(
+                        "param {name} starts at {start}, expected {}",
+                        v.len()
+                    )));
+                }
+                for b in values {
+                    v.push(hex32(b).ok_or_else(|| bad(format!("bits {b:?}")))?);
+                }
+                Record::Other
+            }
+            "digest" => match fields[..] {
+                [d] => {
+                    t.digest = Some(hex64(d).ok_or_else(|| bad(format!("digest {d:?}")))?);
+                    Record::Other
+                }
+                _ => return Err(bad("expected `digest <hex16>`".into())),
+            },
+            "end" => match fields.first().copied() {
+                Some("ok") if fields.len() == 1 => {
+                    self.ended = true;
+                    Record::End
+                }
+                Some("error") => {
+                    return Err(VerifyError::DeviceError(
+                        rest.strip_prefix("error").unwrap_or("").trim().to_string(),
+                    ))
+                }
+                _ => return Err(bad("expected `end ok` or `end error <text>`".into())),
+            },
+            other => return Err(bad(format!("unknown record {other:?}"))),
+        };
+        Ok(record)
+    }
+
+    /// The whole transcript.
+    ///
+    /// # Errors
+    /// [`VerifyError::Incomplete`] for a missing first, `config` or `end` line, or `state`
+    /// lines for some steps only.
+    pub fn finish(self) -> Result<Transcript, VerifyError> {
+        if !self.started {
+            return Err(VerifyError::Incomplete(format!(
+                "no {TRANSCRIPT_MAGIC:?} line: not a transcript"
+            )));
+        }
+        if !self.ended {
+            return Err(VerifyError::Incomplete(
+                "no `end ok` line: the transcript is truncated".into(),
+            ));
+        }
+        let mut t = self.t;
+        if !t.states.is_empty() && t.states.len() != t.losses.len() {
+            return Err(VerifyError::Incomplete(format!(
+                "{} `state` lines for {} steps: either every step has one or none does",
+                t.states.len(),
+                t.losses.len()
+            )));
+        }
+        t.config = self
+            .config
+            .ok_or_else(|| VerifyError::Incomplete("no `config` line".into()))?;
+        Ok(t)
+    }
+}
+
 impl Transcript {
     /// Parses a transcript.
     ///
@@ -59,150 +382,11 @@ impl Transcript {
     /// for a missing header, `config` or `end` line, [`VerifyError::DeviceError`] for
     /// `end error …`.
     pub fn parse(text: &str) -> Result<Transcript, VerifyError> {
-        let mut lines = text
-            .lines()
-            .enumerate()
-            .map(|(i, l)| (i + 1, l.strip_suffix('\r').unwrap_or(l)))
-            .filter(|(_, l)| !l.trim().is_empty() && !l.starts_with('#'));
-        // Whatever comes before the first line (a UART's boot noise, an emulator's warnings)
-        // is not part of the transcript.
-        if !lines.any(|(_, l)| l.trim() == TRANSCRIPT_MAGIC) {
-            return Err(VerifyError::Incomplete(format!(
-                "no {TRANSCRIPT_MAGIC:?} line: not a transcript"
-            )));
+        let mut reader = TranscriptReader::new();
+        for (i, line) in text.lines().enumerate() {
+            reader.line(i + 1, line)?;
         }
-        let mut config = None;
-        let mut t = Transcript {
-            config: RunConfig {
-                model: RunModel::Mlp,
-                layers: Vec::new(),
-                activation: Activation::Tanh,
-                loss: Loss::SoftmaxCrossEntropy,
-                batch: 0,
-                lr: 0.0,
-                seed: 0,
-                split_seed: 0,
-                samples: 0,
-                epochs: 0,
-                fusion: false,
-                math: MathProfile::Precise,
-                arith: tapeplan_core::ArithProfile::Separate,
-                optimizer: RunOptimizer::Sgd,
-                data: RunData::Digits,
-                init: RunInit::Glorot,
-            },
-            target: None,
-            plan: None,
-            data: None,
-            losses: Vec::new(),
-            epoch_means: Vec::new(),
-            params: Vec::new(),
-            digest: None,
-            info: Vec::new(),
-        };
-        let mut ended = false;
-        for (line, text) in lines {
-            let bad = |message: String| VerifyError::Transcript { line, message };
-            if ended {
-                return Err(bad("a line after `end`".into()));
-            }
-            let (kind, rest) = text.split_once(' ').unwrap_or((text, ""));
-            let fields: Vec<&str> = rest.split(' ').filter(|f| !f.is_empty()).collect();
-            match kind {
-                "config" => {
-                    if config.is_some() {
-                        return Err(bad("a second `config` line".into()));
-                    }
-                    config = Some(RunConfig::parse(rest).map_err(|e| bad(e.to_string()))?);
-                }
-                "target" => t.target = Some(rest.to_string()),
-                "info" => t.info.push(rest.to_string()),
-                "plan" => match fields[..] {
-                    [id, arena] => {
-                        let id = hex32(id).ok_or_else(|| bad(format!("plan id {id:?}")))?;
-                        let arena = arena
-                            .parse()
-                            .map_err(|_| bad(format!("arena elems {arena:?}")))?;
-                        t.plan = Some((id, arena));
-                    }
-                    _ => return Err(bad("expected `plan <hex8> <arena_elems>`".into())),
-                },
-                "data" => match fields[..] {
-                    [d, rows] => {
-                        let d = hex64(d).ok_or_else(|| bad(format!("data digest {d:?}")))?;
-                        let rows = rows.parse().map_err(|_| bad(format!("rows {rows:?}")))?;
-                        t.data = Some((d, rows));
-                    }
-                    _ => return Err(bad("expected `data <hex16> <rows>`".into())),
-                },
-                "loss" | "epoch" => {
-                    let [n, bits] = fields[..] else {
-                        return Err(bad(format!("expected `{kind} <n> <hex8>`")));
-                    };
-                    let list = if kind == "loss" {
-                        &mut t.losses
-                    } else {
-                        &mut t.epoch_means
-                    };
-                    let n: usize = n.parse().map_err(|_| bad(format!("{kind} number {n:?}")))?;
-                    if n != list.len() + 1 {
-                        return Err(bad(format!(
-                            "{kind} {n} out of order: expected {}",
-                            list.len() + 1
-                        )));
-                    }
-                    if config.is_none() {
-                        return Err(bad(format!("`{kind}` before `config`")));
-                    }
-                    list.push(hex32(bits).ok_or_else(|| bad(format!("bits {bits:?}")))?);
-                }
-                "param" => {
-                    let [name, start, values @ ..] = &fields[..] else {
-                        return Err(bad("expected `param <name> <start> <hex8>…`".into()));
-                    };
-                    let start: usize =
-                        start.parse().map_err(|_| bad(format!("start {start:?}")))?;
-                    let i = match t.params.iter().position(|(n, _)| n == name) {
-                        Some(i) => i,
-                        None => {
-                            t.params.push((name.to_string(), Vec::new()));
-                            t.params.len() - 1
-                        }
-                    };
-                    let v = &mut t.params[i].1;
-                    if start != v.len() {
-                        return Err(bad(format!(
-                            "param {name} starts at {start}, expected {}",
-                            v.len()
-                        )));
-                    }
-                    for b in values {
-                        v.push(hex32(b).ok_or_else(|| bad(format!("bits {b:?}")))?);
-                    }
-                }
-                "digest" => match fields[..] {
-                    [d] => t.digest = Some(hex64(d).ok_or_else(|| bad(format!("digest {d:?}")))?),
-                    _ => return Err(bad("expected `digest <hex16>`".into())),
-                },
-                "end" => match fields.first().copied() {
-                    Some("ok") if fields.len() == 1 => ended = true,
-                    Some("error") => {
-                        return Err(VerifyError::DeviceError(
-                            rest.strip_prefix("error").unwrap_or("").trim().to_string(),
-                        ))
-                    }
-                    _ => return Err(bad("expected `end ok` or `end error <text>`".into())),
-                },
-                other => return Err(bad(format!("unknown record {other:?}"))),
-            }
-        }
-        if !ended {
-            return Err(VerifyError::Incomplete(
-                "no `end ok` line: the transcript is truncated".into(),
-            ));
-        }
-        t.config = config.ok_or_else(|| VerifyError::Incomplete("no `config` line".into()))?;
-        Ok(t)
+        reader.finish()
     }
 }
 
@@ -223,9 +407,16 @@ pub fn oracle_transcript(cfg: &RunConfig) -> Result<String, VerifyError> {
     let _ = out.config(&cfg.to_line());
     let _ = out.target("host oracle");
     let _ = out.plan(plan.plan_id(), plan.arena_elems());
-    let _ = out.data(cfg.data_digest(&train), train.len());
-    let run = oracle_run(cfg, &job, &train, &cfg.initial_parameters(&job)?)?;
-    write_steps(&mut out, cfg, &run.losses, &run.epoch_means);
+    let data = cfg.data_digest(&train);
+    let _ = out.data(data, train.len());
+    let init = cfg.initial_parameters(&job)?;
+    let mut init_digest = Fnv1a64::new();
+    for p in &init {
+        init_digest.f32s(p);
+    }
+    let _ = out.bind(plan.crc32(), data, init_digest.finish(), plan.math().name());
+    let run = oracle_run(cfg, &job, &train, &init)?;
+    write_steps(&mut out, cfg, &run.losses, &run.states, &run.epoch_means);
     for ((name, _), p) in job.parameter_shapes().iter().zip(&run.oracle.params) {
         let _ = out.param(name, &p.data);
     }
@@ -234,11 +425,12 @@ pub fn oracle_transcript(cfg: &RunConfig) -> Result<String, VerifyError> {
     Ok(out.into_inner())
 }
 
-/// The `loss` and `epoch` lines of a run, each epoch's losses before its mean.
+/// The `loss`, `state` and `epoch` lines of a run, each epoch's steps before its mean.
 fn write_steps(
     out: &mut TranscriptWriter<String>,
     cfg: &RunConfig,
     losses: &[f32],
+    states: &[u64],
     epoch_means: &[f32],
 ) {
     // Writing into a `String` cannot fail.
@@ -246,7 +438,11 @@ fn write_steps(
     for (epoch, (losses, mean)) in steps.zip(epoch_means).enumerate() {
         let first = epoch * cfg.steps_per_epoch();
         for (k, loss) in losses.iter().enumerate() {
-            let _ = out.loss(first + k + 1, *loss);
+            let step = first + k + 1;
+            let _ = out.loss(step, *loss);
+            if let Some(&state) = states.get(step - 1) {
+                let _ = out.state(step, state);
+            }
         }
         let _ = out.epoch(epoch + 1, *mean);
     }
@@ -291,14 +487,28 @@ pub fn runtime_transcript(cfg: &RunConfig, target: &str) -> Result<String, Verif
     let _ = out.config(&cfg.to_line());
     let _ = out.target(target);
     let _ = out.plan(plan.plan_id(), plan.arena_elems());
-    let _ = out.data(cfg.data_digest(&train), train.len());
+    let data = cfg.data_digest(&train);
+    let _ = out.data(data, train.len());
+    let tensors = plan_model_tensors(&plan);
+    let mut init = Fnv1a64::new();
+    for (name, _) in &tensors {
+        init.f32s(&model.parameter(name).map_err(device)?);
+    }
+    let _ = out.bind(plan.crc32(), data, init.finish(), plan.math().name());
+    let mut states = Vec::with_capacity(cfg.total_steps());
     let (losses, epoch_means) = cfg
         .each_step(&train, |x, t| {
-            model.train_step_named(&[(INPUT_X, x), (target_name, t)])
+            let loss = model.train_step_named(&[(INPUT_X, x), (target_name, t)])?;
+            let mut h = Fnv1a64::new();
+            for (name, _) in &tensors {
+                h.f32s(&model.parameter(name)?);
+            }
+            states.push(h.finish());
+            Ok(loss)
         })
         .map_err(device)?;
-    write_steps(&mut out, cfg, &losses, &epoch_means);
-    for (name, _) in plan_model_tensors(&plan) {
+    write_steps(&mut out, cfg, &losses, &states, &epoch_means);
+    for (name, _) in tensors {
         let _ = out.param(&name, &model.parameter(&name).map_err(device)?);
     }
     let _ = out.digest();

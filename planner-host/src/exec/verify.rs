@@ -20,11 +20,10 @@ use tapeplan_core::Shape;
 use crate::exec::oracle::{first_difference, oracle_run, same_bits};
 use crate::exec::replay::{replay_run, ReplayError};
 use crate::exec::report::{Report, StepDiff};
-use crate::exec::transcript::Transcript;
-use crate::io::data::Dataset;
+use crate::exec::transcript::{Record, Transcript, TranscriptReader};
 use crate::model::run::plan_model_tensors;
 use crate::model::{RunConfig, RunConfigError};
-use crate::protocol::digest_f32;
+use crate::protocol::{digest_f32, Fnv1a64};
 
 /// Why a run description, a transcript or a verification failed before any bit was compared.
 #[derive(Debug, thiserror::Error)]
@@ -56,56 +55,171 @@ pub enum VerifyError {
     /// The replay of a `plan=` run failed.
     #[error("replay: {0}")]
     Replay(#[from] ReplayError),
+    /// A streamed step differs from the host's (the first one).
+    #[error("step {step} differs: {what}")]
+    StepDiffers {
+        /// The step, 1-based.
+        step: usize,
+        /// What differs, with the device's and the oracle's bits.
+        what: String,
+    },
 }
 
-/// The host's side of a run: its plan, losses and final model tensors.
-struct HostRun {
+/// The host's side of a run: what the device's transcript is compared with. Made once from
+/// the run description ([`HostRun::new`]); [`verify_against`] and [`StreamVerifier`] compare
+/// with it.
+#[derive(Clone, Debug)]
+pub struct HostRun {
+    config: RunConfig,
     plan_id: u32,
+    plan_crc32: u32,
     arena_elems: usize,
+    data_digest: u64,
+    rows: usize,
+    init_digest: u64,
     losses: Vec<f32>,
     epoch_means: Vec<f32>,
+    /// The model tensors' digest after each step.
+    states: Vec<u64>,
     /// The model tensors the transcript carries, in order.
     shapes: Vec<(String, Shape)>,
     /// Their final values.
     params: Vec<Vec<f32>>,
 }
 
-/// Retrains `cfg` on the host: a `plan=` run replays its plan file with the reference kernels
-/// ([`replay_run`]); any other run records its job and retrains it with the oracle
-/// ([`oracle_run`]).
-fn host_run(cfg: &RunConfig, train: &Dataset) -> Result<HostRun, VerifyError> {
-    if let Some(bytes) = cfg.plan_bytes()? {
+impl HostRun {
+    /// Retrains `cfg` on the host: a `plan=` run replays its plan file with the reference
+    /// kernels ([`replay_run`]); any other run records its job and retrains it with the oracle
+    /// ([`oracle_run`]).
+    ///
+    /// # Errors
+    /// Planning, data, oracle and replay errors.
+    pub fn new(cfg: &RunConfig) -> Result<HostRun, VerifyError> {
+        let train = cfg.training_set()?;
+        let data_digest = cfg.data_digest(&train);
+        let rows = train.len();
+        if let Some(bytes) = cfg.plan_bytes()? {
+            let plan = tapeplan_runtime::Plan::parse_alloc(&bytes)
+                .map_err(|e| VerifyError::Mismatch(format!("the run's plan is rejected: {e}")))?;
+            let persistent = cfg.plan_initial_persistent(&bytes)?;
+            let shapes = plan_model_tensors(&plan);
+            let mut init = Fnv1a64::new();
+            for (n, _) in &shapes {
+                if let Some(b) = plan.parameter(n) {
+                    init.f32s(persistent.get(b.range()).unwrap_or(&[]));
+                }
+            }
+            let run = replay_run(cfg, &bytes, &train, &persistent)?;
+            let params = shapes
+                .iter()
+                .map(|(n, _)| run.replay.parameter(n).map(<[f32]>::to_vec))
+                .collect::<Result<_, _>>()?;
+            return Ok(HostRun {
+                config: cfg.clone(),
+                plan_id: plan.plan_id(),
+                plan_crc32: plan.crc32(),
+                arena_elems: plan.arena_elems(),
+                data_digest,
+                rows,
+                init_digest: init.finish(),
+                losses: run.losses,
+                epoch_means: run.epoch_means,
+                states: run.states,
+                shapes,
+                params,
+            });
+        }
+        let job = cfg.job()?;
+        let bytes = job.schedule.to_bytes();
         let plan = tapeplan_runtime::Plan::parse_alloc(&bytes)
-            .map_err(|e| VerifyError::Mismatch(format!("the run's plan is rejected: {e}")))?;
-        let persistent = cfg.plan_initial_persistent(&bytes)?;
-        let run = replay_run(cfg, &bytes, train, &persistent)?;
-        let shapes = plan_model_tensors(&plan);
-        let params = shapes
-            .iter()
-            .map(|(n, _)| run.replay.parameter(n).map(<[f32]>::to_vec))
-            .collect::<Result<_, _>>()?;
-        return Ok(HostRun {
+            .map_err(|e| VerifyError::Mismatch(format!("the host's own plan is rejected: {e}")))?;
+        let init = cfg.initial_parameters(&job)?;
+        let mut init_digest = Fnv1a64::new();
+        for p in &init {
+            init_digest.f32s(p);
+        }
+        let run = oracle_run(cfg, &job, &train, &init)?;
+        Ok(HostRun {
+            config: cfg.clone(),
             plan_id: plan.plan_id(),
+            plan_crc32: plan.crc32(),
             arena_elems: plan.arena_elems(),
+            data_digest,
+            rows,
+            init_digest: init_digest.finish(),
             losses: run.losses,
             epoch_means: run.epoch_means,
-            shapes,
-            params,
-        });
+            states: run.states,
+            shapes: job.parameter_shapes(),
+            params: run.oracle.params.iter().map(|p| p.data.clone()).collect(),
+        })
     }
-    let job = cfg.job()?;
-    let bytes = job.schedule.to_bytes();
-    let plan = tapeplan_runtime::Plan::parse_alloc(&bytes)
-        .map_err(|e| VerifyError::Mismatch(format!("the host's own plan is rejected: {e}")))?;
-    let run = oracle_run(cfg, &job, train, &cfg.initial_parameters(&job)?)?;
-    Ok(HostRun {
-        plan_id: plan.plan_id(),
-        arena_elems: plan.arena_elems(),
-        losses: run.losses,
-        epoch_means: run.epoch_means,
-        shapes: job.parameter_shapes(),
-        params: run.oracle.params.iter().map(|p| p.data.clone()).collect(),
-    })
+
+    /// The run it retrained.
+    pub fn config(&self) -> &RunConfig {
+        &self.config
+    }
+
+    /// Checks what the transcript has said so far of its plan, data, initial parameters and
+    /// math profile (its `plan`, `data` and `bind` lines, those it has).
+    ///
+    /// # Errors
+    /// [`VerifyError::Mismatch`] naming the field, the device's value and the host's.
+    pub fn check_header(&self, t: &Transcript) -> Result<(), VerifyError> {
+        if let Some((id, arena)) = t.plan {
+            if (id, arena) != (self.plan_id, self.arena_elems) {
+                return Err(VerifyError::Mismatch(format!(
+                    "the device ran plan {id:#010x} (arena {arena} elems), the host plans {:#010x} (arena {} elems) from the run description: do its model, math= and fusion= match the device's build?",
+                    self.plan_id,
+                    self.arena_elems
+                )));
+            }
+        }
+        if let Some((digest, rows)) = t.data {
+            if (digest, rows) != (self.data_digest, self.rows) {
+                return Err(VerifyError::Mismatch(format!(
+                    "the device's data digest is {digest:#018x} over {rows} rows, the host's {:#018x} over {}",
+                    self.data_digest, self.rows
+                )));
+            }
+        }
+        if let Some(b) = &t.bind {
+            let mismatch = |field: &str, device: String, host: String| {
+                Err(VerifyError::Mismatch(format!(
+                    "bind {field}: the device's is {device}, the host's {host}"
+                )))
+            };
+            if b.plan_crc32 != self.plan_crc32 {
+                return mismatch(
+                    "plan (the plan's checksum)",
+                    format!("{:08x}", b.plan_crc32),
+                    format!("{:08x}", self.plan_crc32),
+                );
+            }
+            if b.data != self.data_digest {
+                return mismatch(
+                    "data (the data digest)",
+                    format!("{:016x}", b.data),
+                    format!("{:016x}", self.data_digest),
+                );
+            }
+            if b.init != self.init_digest {
+                return mismatch(
+                    "init (the initial parameters' digest)",
+                    format!("{:016x}", b.init),
+                    format!("{:016x}", self.init_digest),
+                );
+            }
+            if b.math != self.config.math {
+                return mismatch(
+                    "math (the math profile)",
+                    b.math.to_string(),
+                    self.config.math.to_string(),
+                );
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Rebuilds the transcript's run on the host, retrains it with the oracle ([`oracle_run`]) and
@@ -115,39 +229,36 @@ fn host_run(cfg: &RunConfig, train: &Dataset) -> Result<HostRun, VerifyError> {
 /// another run is a [`VerifyError::Mismatch`].
 ///
 /// # Errors
-/// [`VerifyError::Mismatch`] when the device ran another run, plan (id or arena size) or data
-/// (digest or rows); [`VerifyError::Incomplete`] for missing or extra steps or parameters;
-/// planning, data and oracle errors. Bit differences are not errors: they are in the
-/// [`Report`] (see [`Report::passed`]).
+/// [`VerifyError::Mismatch`] when the device ran another run, plan (id, checksum or arena
+/// size), data (digest or rows), initial parameters or math profile;
+/// [`VerifyError::Incomplete`] for missing or extra steps or parameters; planning, data and
+/// oracle errors. Bit differences are not errors: they are in the [`Report`] (see
+/// [`Report::passed`]).
 pub fn verify(t: &Transcript, expected: Option<&RunConfig>) -> Result<Report, VerifyError> {
-    let cfg = &t.config;
     if let Some(e) = expected {
-        if e != cfg {
+        if e != &t.config {
             return Err(VerifyError::Mismatch(format!(
-                "the device ran `{cfg}`, expected `{e}`"
+                "the device ran `{}`, expected `{e}`",
+                t.config
             )));
         }
     }
-    let train = cfg.training_set()?;
-    let host = host_run(cfg, &train)?;
-    if let Some((id, arena)) = t.plan {
-        if (id, arena) != (host.plan_id, host.arena_elems) {
-            return Err(VerifyError::Mismatch(format!(
-                "the device ran plan {id:#010x} (arena {arena} elems), the host plans {:#010x} (arena {} elems) from the run description: do its model, math= and fusion= match the device's build?",
-                host.plan_id,
-                host.arena_elems
-            )));
-        }
+    verify_against(t, &HostRun::new(&t.config)?)
+}
+
+/// [`verify`] against a host run made before (its run must be the transcript's).
+///
+/// # Errors
+/// As [`verify`].
+pub fn verify_against(t: &Transcript, host: &HostRun) -> Result<Report, VerifyError> {
+    let cfg = &t.config;
+    if cfg != &host.config {
+        return Err(VerifyError::Mismatch(format!(
+            "the device ran `{cfg}`, expected `{}`",
+            host.config
+        )));
     }
-    if let Some((digest, rows)) = t.data {
-        let host = cfg.data_digest(&train);
-        if (digest, rows) != (host, train.len()) {
-            return Err(VerifyError::Mismatch(format!(
-                "the device's data digest is {digest:#018x} over {rows} rows, the host's {host:#018x} over {}",
-                train.len()
-            )));
-        }
-    }
+    host.check_header(t)?;
     let steps = cfg.total_steps();
     if t.losses.len() != steps {
         return Err(VerifyError::Incomplete(format!(
@@ -163,7 +274,7 @@ pub fn verify(t: &Transcript, expected: Option<&RunConfig>) -> Result<Report, Ve
         )));
     }
 
-    let run = &host;
+    let run = host;
     let mut identical = 0;
     let mut first_step_diff = None;
     for (step, (&device, &loss)) in t.losses.iter().zip(&run.losses).enumerate() {
@@ -187,6 +298,18 @@ pub fn verify(t: &Transcript, expected: Option<&RunConfig>) -> Result<Report, Ve
             first_epoch_diff = Some((epoch + 1, device, mean.to_bits()));
         }
     }
+    let states_same = t
+        .states
+        .iter()
+        .zip(&run.states)
+        .filter(|(d, h)| d == h)
+        .count();
+    let first_state_diff = t
+        .states
+        .iter()
+        .zip(&run.states)
+        .position(|(d, h)| d != h)
+        .map(|i| (i + 1, t.states[i], run.states[i]));
 
     // Final parameters, in the host's order.
     let shapes = &host.shapes;
@@ -245,10 +368,114 @@ pub fn verify(t: &Transcript, expected: Option<&RunConfig>) -> Result<Report, Ve
         first_step_diff,
         epoch_means: (t.epoch_means.len(), epochs_same),
         first_epoch_diff,
+        states: (t.states.len(), states_same),
+        first_state_diff,
         param_elems: (elems, same_elems),
         first_param_diff,
         digest: (host_digest, t.digest.map(|d| d == host_digest)),
     })
+}
+
+/// Verifies a transcript as it arrives, a line at a time (`tapeplan verify --serial`): the run
+/// is retrained on the host first ([`HostRun::new`]); then the `config` line is checked against
+/// it as soon as it arrives, the `plan`, `data` and `bind` lines before the first step, and each
+/// step's `loss` and `state` as it arrives, so the first difference stops the run at its step.
+/// The `end ok` line answers the same [`Report`] as [`verify`].
+#[derive(Debug)]
+pub struct StreamVerifier {
+    host: HostRun,
+    reader: TranscriptReader,
+    steps_checked: usize,
+}
+
+impl StreamVerifier {
+    /// A verifier of a device's run of `expected`.
+    ///
+    /// # Errors
+    /// As [`HostRun::new`].
+    pub fn new(expected: &RunConfig) -> Result<StreamVerifier, VerifyError> {
+        Ok(StreamVerifier {
+            host: HostRun::new(expected)?,
+            reader: TranscriptReader::new(),
+            steps_checked: 0,
+        })
+    }
+
+    /// Steps whose loss has been checked identical so far (the state digest of the last one
+    /// may be still to come).
+    pub fn steps_checked(&self) -> usize {
+        self.steps_checked
+    }
+
+    /// Reads and checks line `line` (1-based); answers the report after `end ok`.
+    ///
+    /// # Errors
+    /// Every error of [`TranscriptReader::line`]; [`VerifyError::Mismatch`] for another run,
+    /// plan, data, initial parameters or math profile; [`VerifyError::StepDiffers`] for the
+    /// first step whose loss or state digest differs from the host's; at `end ok`, every error
+    /// of [`verify_against`].
+    pub fn line(&mut self, line: usize, text: &str) -> Result<Option<Report>, VerifyError> {
+        let record = self.reader.line(line, text)?;
+        let host = &self.host;
+        match record {
+            Record::Config => {
+                if let Some(cfg) = self.reader.config() {
+                    if cfg != &host.config {
+                        return Err(VerifyError::Mismatch(format!(
+                            "the device runs `{cfg}`, expected `{}`",
+                            host.config
+                        )));
+                    }
+                }
+            }
+            Record::Bind => host.check_header(self.reader.so_far())?,
+            Record::Loss(step) => {
+                let t = self.reader.so_far();
+                if step == 1 {
+                    host.check_header(t)?;
+                }
+                let device = t.losses.get(step - 1).copied().unwrap_or(0);
+                let oracle = host.losses.get(step - 1).copied().ok_or_else(|| {
+                    VerifyError::Incomplete(format!(
+                        "loss {step} for a run of {} steps",
+                        host.losses.len()
+                    ))
+                })?;
+                if !same_bits(f32::from_bits(device), oracle) {
+                    return Err(VerifyError::StepDiffers {
+                        step,
+                        what: format!(
+                            "loss: device {device:#010x} ({}) vs oracle {:#010x} ({oracle})",
+                            f32::from_bits(device),
+                            oracle.to_bits()
+                        ),
+                    });
+                }
+                self.steps_checked = step;
+            }
+            Record::State(step) => {
+                let t = self.reader.so_far();
+                let device = t.states.get(step - 1).copied().unwrap_or(0);
+                let host_state = host.states.get(step - 1).copied().unwrap_or(0);
+                if device != host_state {
+                    return Err(VerifyError::StepDiffers {
+                        step,
+                        what: format!(
+                            "parameter digest after the step: device {device:016x} vs oracle {host_state:016x}"
+                        ),
+                    });
+                }
+                self.steps_checked = step;
+            }
+            Record::End => {
+                let reader = std::mem::take(&mut self.reader);
+                let t = reader.finish()?;
+                return verify_against(&t, &self.host).map(Some);
+            }
+            Record::Skipped | Record::Start | Record::Epoch(_) | Record::Other => {}
+        }
+        Ok(None)
+    }
 }
 
 #[cfg(test)]
@@ -337,7 +564,7 @@ mod tests {
             Err(VerifyError::Mismatch(_))
         ));
         // Relabelled as precise, its plan id no longer matches the host's precise plan.
-        let relabelled = text.replace(" math=fast", "");
+        let relabelled = text.replacen(" math=fast", "", 1);
         let t = Transcript::parse(&relabelled).unwrap();
         assert!(matches!(verify(&t, None), Err(VerifyError::Mismatch(_))));
     }
@@ -360,6 +587,28 @@ mod tests {
             "{shown}"
         );
         assert!(shown.contains("(device agrees)"), "{shown}");
+        assert!(
+            shown.contains("state digests: 8/8 steps identical"),
+            "{shown}"
+        );
+        // A transcript without the optional `bind` and `state` lines (an older device's)
+        // still verifies, on its losses and parameters.
+        let older: String = text
+            .lines()
+            .filter(|l| !l.starts_with("bind ") && !l.starts_with("state "))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let r = verify(&Transcript::parse(&older).unwrap(), Some(&c)).unwrap();
+        assert!(r.passed(), "{r}");
+        assert_eq!(r.states, (0, 0));
+        // `state` lines for some steps only are refused.
+        let some: String = text
+            .lines()
+            .filter(|l| !l.starts_with("state 8 "))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let e = Transcript::parse(&some).unwrap_err();
+        assert!(matches!(e, VerifyError::Incomplete(_)), "{e}");
     }
 
     /// Flips the lowest bit of the `index`-th hex word of the first line starting with `prefix`.
@@ -438,7 +687,7 @@ mod tests {
             Err(VerifyError::Incomplete(_))
         ));
         let e = Transcript::parse(&good.replace("loss 2 ", "loss 9 ")).unwrap_err();
-        assert!(matches!(e, VerifyError::Transcript { line: 7, .. }), "{e}");
+        assert!(matches!(e, VerifyError::Transcript { line: 9, .. }), "{e}");
         let e =
             Transcript::parse(&good.replace("end ok", "end error arena too small")).unwrap_err();
         assert!(matches!(e, VerifyError::DeviceError(ref m) if m == "arena too small"));
@@ -447,7 +696,7 @@ mod tests {
         // Noise before the first line is skipped; noise inside is an error.
         assert!(Transcript::parse(&format!("Timer with period zero, disabling\n{good}")).is_ok());
         let e = Transcript::parse(&good.replace("loss 2 ", "noise\nloss 2 ")).unwrap_err();
-        assert!(matches!(e, VerifyError::Transcript { line: 7, .. }), "{e}");
+        assert!(matches!(e, VerifyError::Transcript { line: 9, .. }), "{e}");
         // A different plan or data set is a mismatch, not a bit difference.
         let other_plan = good
             .lines()
@@ -468,7 +717,11 @@ mod tests {
         // A missing step is incomplete.
         let missing: String = good
             .lines()
-            .filter(|l| !l.starts_with("loss 8 ") && !l.starts_with("epoch 2 "))
+            .filter(|l| {
+                !l.starts_with("loss 8 ")
+                    && !l.starts_with("state 8 ")
+                    && !l.starts_with("epoch 2 ")
+            })
             .map(|l| format!("{l}\n"))
             .collect();
         let e = verify(&Transcript::parse(&missing).unwrap(), None).unwrap_err();

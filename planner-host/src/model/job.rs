@@ -202,6 +202,9 @@ pub struct TrainingJob {
     /// The arena of the same job with every parameter trainable, in bytes, when the trainable
     /// subset is partial (`None` for a full update).
     pub full_update_arena_bytes: Option<usize>,
+    /// What rematerialization did, when the job was planned under an arena budget
+    /// ([`JobOptions::arena_budget_bytes`]).
+    pub remat: Option<crate::plan::remat::RematReport>,
     /// The planner's schedule of the entries, over the rewritten tape; its bytes
     /// ([`Schedule::to_bytes`]) are the plan a runtime runs.
     pub schedule: Schedule,
@@ -230,6 +233,10 @@ pub struct JobOptions {
     /// [`TrainingJob::for_model`], no for [`TrainingJob::build`] / [`TrainingJob::build_with`]
     /// (the `--layers` MLP, whose plan bytes the firmware and the browser pin).
     pub eval_entries: Option<bool>,
+    /// An arena budget, in bytes: when the plan's arena is larger, forward values are recomputed
+    /// in the backward pass until it fits ([`crate::plan::remat::plan_within`]; the bits do not
+    /// change). `None` (the default): no rematerialization.
+    pub arena_budget_bytes: Option<usize>,
 }
 
 /// The loss a [`JobBuilder`] records.
@@ -716,11 +723,30 @@ fn record_and_plan(b: &JobBuilder<'_>) -> Result<TrainingJob, JobError> {
         arith,
         &passes::update_values(&entries),
     )?;
-    let schedule = planner::plan_with(
-        &rewritten,
-        &passes::remap_entries(&entries, &map),
-        options.planning,
-    )?;
+    let rewritten_entries = passes::remap_entries(&entries, &map);
+    let (schedule, remat) = match options.arena_budget_bytes {
+        None => (
+            planner::plan_with(&rewritten, &rewritten_entries, options.planning)?,
+            None,
+        ),
+        Some(budget_bytes) => {
+            // The rewritten tape's first gradient node: every node replayed from the forward
+            // pass has a smaller index (a rewrite only merges or folds, in order).
+            let rewritten_gradient_start = map[..gradient_start]
+                .iter()
+                .map(|n| n.index() + 1)
+                .max()
+                .unwrap_or(0);
+            let (s, r) = crate::plan::remat::plan_within(
+                &rewritten,
+                &rewritten_entries,
+                options.planning,
+                rewritten_gradient_start,
+                budget_bytes,
+            )?;
+            (s, Some(r))
+        }
+    };
     Ok(TrainingJob {
         parameters,
         input_specs,
@@ -751,6 +777,7 @@ fn record_and_plan(b: &JobBuilder<'_>) -> Result<TrainingJob, JobError> {
         gradient_start,
         update_start,
         full_update_arena_bytes: None,
+        remat,
         schedule,
     })
 }

@@ -34,7 +34,14 @@
 //! `0..4000` of the file in order (the paper's split, as `examples/mnist1d.rs` takes it), so
 //! `split_seed` must be 0; the run's training set is the first `samples` rows of that split, visited
 //! in the epoch order below like every run. A device stores the features as `f32`; the data
-//! digest is the CSV one (FNV-1a 64 of the features, little-endian, then the labels). The plan's id depends on
+//! digest is the CSV one (FNV-1a 64 of the features, little-endian, then the labels).
+//!
+//! `model=digits_cnn` names the digits' 2-D CNN ([`digits_cnn`], a LeNet-like stack of two
+//! 3 × 3 convolutions with 2 × 2 max pooling and a linear head, 16 and 32 channels, the
+//! `digits_cnn` example's model); `model=digits_cnn:C1,C2` the same with `C1` and `C2`
+//! channels (smaller devices). It needs `activation=relu`, `loss=ce` and the bundled digits
+//! (no `data=`), and is initialized as PyTorch does from the run's `seed`. Its device stores the
+//! features as `f32` (the firmware's feature `cnn`), so its data digest is the `f32` one. The plan's id depends on
 //! the profile, so a device that ran the other profile's plan is a mismatch. Both sides derive
 //! the rest from it the same way:
 //!
@@ -68,7 +75,7 @@ use crate::io::exchange::{self, Param};
 use crate::io::table::{self, TableSpec, Task};
 use crate::model::job::{JobOptions, TrainingJob};
 use crate::model::mlp::{glorot_uniform, Activation, Loss, Mlp};
-use crate::model::nn::{Conv1d, Flatten, Linear, ReLU, Sequential};
+use crate::model::nn::{Conv1d, Conv2d, Flatten, Linear, MaxPool2d, ReLU, Sequential};
 use crate::model::optim::Optimizer;
 use crate::plan::{PlanOptions, PlanningError};
 use crate::protocol::{data_digest, epoch_shuffle, Fnv1a64};
@@ -130,6 +137,32 @@ pub fn mnist1d_cnn(seed: u64) -> Sequential {
         .seed(seed)
 }
 
+/// The channels of [`digits_cnn`]'s two convolutions in `model=digits_cnn` (the
+/// `digits_cnn` example's model); `model=digits_cnn:C1,C2` names others.
+pub const DIGITS_CNN_CHANNELS: [usize; 2] = [16, 32];
+
+/// A LeNet-like 2-D CNN for the bundled 8 × 8 digits (the shape of LeCun et al., 1998, at this
+/// size): `Conv2d(1, c1, 3, padding 1) → ReLU → MaxPool2d(2) → Conv2d(c1, c2, 3, padding 1) →
+/// ReLU → MaxPool2d(2) → Flatten → Linear(4 · c2, 10)` with `[c1, c2] = channels`, PyTorch's
+/// default initialization drawn from the layer API's stream seeded with `seed`.
+/// [`DIGITS_CNN_CHANNELS`] (16, 32: 6 090 parameters) is the `digits_cnn` example's model.
+///
+/// # Shapes
+/// Input `x` `[batch, 1, 8, 8]` (a row's 64 features, row-major); output logits `[batch, 10]`.
+pub fn digits_cnn(channels: [usize; 2], seed: u64) -> Sequential {
+    let [c1, c2] = channels;
+    Sequential::new(&[1, 8, 8])
+        .push(Conv2d::new(1, c1, 3).padding(1))
+        .push(ReLU)
+        .push(MaxPool2d::new(2))
+        .push(Conv2d::new(c1, c2, 3).padding(1))
+        .push(ReLU)
+        .push(MaxPool2d::new(2))
+        .push(Flatten)
+        .push(Linear::new(4 * c2, data::DIGITS_CLASSES))
+        .seed(seed)
+}
+
 /// A plan file a run trains (`plan=PATH plan_digest=HEX`), with what its bindings say.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunPlan {
@@ -147,6 +180,9 @@ pub enum RunModel {
     /// MNIST-1D's CNN, [`mnist1d_cnn`] (`model=mnist1d_cnn`; [`RunConfig::layers`] is then
     /// `[40, 10]`, its input length and classes).
     Mnist1dCnn,
+    /// The digits' 2-D CNN, [`digits_cnn`] with these channels (`model=digits_cnn`, or
+    /// `model=digits_cnn:C1,C2`; [`RunConfig::layers`] is then `[64, 10]`).
+    DigitsCnn([usize; 2]),
     /// A plan file (`plan=PATH plan_digest=HEX`): its batch, loss, optimizer, learning rate
     /// and math profile are the plan's own ([`RunConfig::parse`] reads them from its bindings).
     Plan(RunPlan),
@@ -459,10 +495,33 @@ fn config_err(message: impl Into<String>) -> RunConfigError {
     RunConfigError::Invalid(message.into())
 }
 
+/// The channels of `model=digits_cnn` ([`DIGITS_CNN_CHANNELS`]) or `model=digits_cnn:C1,C2`.
+fn digits_cnn_channels(model: &str) -> Result<[usize; 2], RunConfigError> {
+    let bad = || {
+        config_err(format!(
+            "model={model}: digits_cnn, or digits_cnn:C1,C2 with two non-zero channel counts"
+        ))
+    };
+    match model.strip_prefix("digits_cnn") {
+        Some("") => Ok(DIGITS_CNN_CHANNELS),
+        Some(rest) => {
+            let (c1, c2) = rest
+                .strip_prefix(':')
+                .and_then(|r| r.split_once(','))
+                .ok_or_else(bad)?;
+            match (c1.parse::<usize>(), c2.parse::<usize>()) {
+                (Ok(c1), Ok(c2)) if c1 > 0 && c2 > 0 => Ok([c1, c2]),
+                _ => Err(bad()),
+            }
+        }
+        None => Err(bad()),
+    }
+}
+
 /// Everything a training run depends on; see the [module docs](self).
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunConfig {
-    /// The model (`model=WIDTHS` or `model=mnist1d_cnn`).
+    /// The model (`model=WIDTHS`, `model=mnist1d_cnn` or `model=digits_cnn[:C1,C2]`).
     pub model: RunModel,
     /// Layer widths, input first (`64` for digits), output last (`10`); for the CNN, its input
     /// length and classes; for a `plan=` run, `[d_in, d_out]` of its bindings ([`PlanIo`]).
@@ -584,6 +643,10 @@ impl RunConfig {
         };
         let (model, layers) = match get("model")? {
             "mnist1d_cnn" => (RunModel::Mnist1dCnn, vec![MNIST1D_LENGTH, MNIST1D_CLASSES]),
+            m if m.starts_with("digits_cnn") => (
+                RunModel::DigitsCnn(digits_cnn_channels(m)?),
+                vec![data::DIGITS_FEATURES, data::DIGITS_CLASSES],
+            ),
             widths => (
                 RunModel::Mlp,
                 widths
@@ -850,6 +913,13 @@ impl RunConfig {
                     ));
                 }
             }
+            RunModel::DigitsCnn(_) => {
+                if self.data != RunData::Digits || self.activation != Activation::Relu {
+                    return Err(config_err(
+                        "model=digits_cnn trains on the bundled digits (no data=) with its activation=relu",
+                    ));
+                }
+            }
             RunModel::Plan(_) => {}
             RunModel::Mlp => Mlp {
                 sizes: self.layers.clone(),
@@ -936,6 +1006,8 @@ impl RunConfig {
         let model: Vec<String> = match &self.model {
             RunModel::Mlp => self.layers.iter().map(usize::to_string).collect(),
             RunModel::Mnist1dCnn => vec!["mnist1d_cnn".to_owned()],
+            RunModel::DigitsCnn(c) if *c == DIGITS_CNN_CHANNELS => vec!["digits_cnn".to_owned()],
+            RunModel::DigitsCnn([c1, c2]) => vec![format!("digits_cnn:{c1},{c2}")],
             RunModel::Plan(p) => return self.plan_line(p),
         };
         let math = match (self.math, self.arith) {
@@ -1006,12 +1078,13 @@ impl RunConfig {
     /// digits, [`data_digest`] of the raw pixel counts and labels; for a CSV, FNV-1a 64 of the
     /// features (`f32`, little-endian), then the labels (bytes) or the targets (`f32`).
     ///
-    /// A `plan=` run's device stores its rows as `f32` features whatever the data (the
-    /// firmware's feature `cnn`), so its digest is the `f32` one, the digits included.
+    /// A `plan=` or `model=digits_cnn` run's device stores its rows as `f32` features whatever
+    /// the data (the firmware's feature `cnn`), so its digest is the `f32` one, the digits
+    /// included.
     pub fn data_digest(&self, train: &Dataset) -> u64 {
-        let plan_run = matches!(self.model, RunModel::Plan(_));
+        let f32_rows = matches!(self.model, RunModel::Plan(_) | RunModel::DigitsCnn(_));
         match self.data {
-            RunData::Digits if !plan_run => data_digest(&train.pixels, &train.labels),
+            RunData::Digits if !f32_rows => data_digest(&train.pixels, &train.labels),
             RunData::Digits | RunData::Csv { .. } | RunData::Mnist1d => {
                 let mut h = Fnv1a64::new();
                 h.f32s(&train.features);
@@ -1049,10 +1122,14 @@ impl RunConfig {
                 p.path
             )));
         }
-        if self.model == RunModel::Mnist1dCnn {
+        let cnn = match self.model {
+            RunModel::Mnist1dCnn => Some(("mnist1d_cnn", mnist1d_cnn(self.seed))),
+            RunModel::DigitsCnn(c) => Some(("digits_cnn", digits_cnn(c, self.seed))),
+            _ => None,
+        };
+        if let Some((name, model)) = cnn {
             // The general job; a device runs `init` (the optimizer's state) and `train_step`
             // only, so the evaluation entries are left out.
-            let model = mnist1d_cnn(self.seed);
             return TrainingJob::for_model(&model)
                 .loss(self.loss)
                 .optimizer(self.optimizer())
@@ -1063,7 +1140,7 @@ impl RunConfig {
                     ..JobOptions::default()
                 })
                 .build()
-                .map_err(|e| config_err(format!("model=mnist1d_cnn: {e}")));
+                .map_err(|e| config_err(format!("model={name}: {e}")));
         }
         Ok(TrainingJob::build_with(
             Mlp {
@@ -1141,6 +1218,76 @@ impl RunConfig {
         Ok(train.subset(&idx))
     }
 
+    /// The run's held-out rows, which no step trains on: the digits' test half of
+    /// [`Dataset::split_seeded`]`(split_seed, DIGITS_TRAIN_ROWS)` (the split `tapeplan train`
+    /// and `tapeplan demo` hold out), or MNIST-1D's test split (rows `4000..5000` of the file,
+    /// the paper's).
+    ///
+    /// # Errors
+    /// [`RunConfigError::Data`] if the bundled set is corrupt; [`RunConfigError::Invalid`] for
+    /// a `data=PATH` or `plan=` run (their held-out rows are not defined here).
+    pub fn test_set(&self) -> Result<Dataset, RunConfigError> {
+        if matches!(self.model, RunModel::Plan(_)) {
+            return Err(config_err(
+                "a plan= run's held-out rows are not defined here",
+            ));
+        }
+        match &self.data {
+            RunData::Digits => {
+                let all = data::digits()?;
+                Ok(all.split_seeded(self.split_seed, data::DIGITS_TRAIN_ROWS).1)
+            }
+            RunData::Mnist1d => {
+                let all = data::mnist1d()?;
+                let idx: Vec<usize> = (MNIST1D_TRAIN_ROWS..all.len()).collect();
+                Ok(all.subset(&idx))
+            }
+            RunData::Csv { path, .. } => Err(config_err(format!(
+                "data={path}: the held-out rows of a CSV run are not defined here"
+            ))),
+        }
+    }
+
+    /// The classification accuracy on [`RunConfig::test_set`] of the run's model with the
+    /// parameters `params` (by name, e.g. a device's final parameters read back from its
+    /// transcript), computed once through the runtime's `forward` entry of the run's plan,
+    /// in batches of `batch` (the last one padded); a fraction in `[0, 1]`.
+    ///
+    /// # Shapes
+    /// Each of `params` has the element count of the job's parameter of that name.
+    ///
+    /// # Errors
+    /// [`RunConfigError::Invalid`] for a parameter the job does not have, a job parameter
+    /// missing from `params`, or a runtime error; as [`RunConfig::job`] and
+    /// [`RunConfig::test_set`].
+    pub fn test_accuracy(&self, params: &[(String, Vec<f32>)]) -> Result<f32, RunConfigError> {
+        let job = self.job()?;
+        let test = self.test_set()?;
+        let bytes = job.schedule.to_bytes();
+        let err = |e: crate::exec::runtime::TrainError| config_err(format!("runtime: {e}"));
+        let mut rt = crate::exec::runtime::RuntimeModel::new(&bytes).map_err(err)?;
+        for (name, values) in params {
+            if !job.parameters.iter().any(|p| &p.name == name) {
+                return Err(config_err(format!(
+                    "the run's model has no parameter {name:?}"
+                )));
+            }
+            rt.load_parameter(name, values).map_err(err)?;
+        }
+        if let Some(p) = job
+            .parameters
+            .iter()
+            .find(|p| !params.iter().any(|(n, _)| n == &p.name))
+        {
+            return Err(config_err(format!(
+                "no values for the parameter {:?}",
+                p.name
+            )));
+        }
+        rt.accuracy(&test.features, &test.labels, self.layers[0], self.batch)
+            .map_err(err)
+    }
+
     /// The initial parameters, in the job's parameter order: the Glorot draw of the run's seed,
     /// or the `init=PATH` file's values.
     ///
@@ -1150,7 +1297,11 @@ impl RunConfig {
     pub fn initial_parameters(&self, job: &TrainingJob) -> Result<Vec<Vec<f32>>, RunConfigError> {
         let shapes = job.parameter_shapes();
         match &self.init {
-            RunInit::Glorot if self.model == RunModel::Mnist1dCnn => Ok(job.initial_parameters()),
+            RunInit::Glorot
+                if matches!(self.model, RunModel::Mnist1dCnn | RunModel::DigitsCnn(_)) =>
+            {
+                Ok(job.initial_parameters())
+            }
             RunInit::Glorot => Ok(glorot_uniform(&shapes, self.seed)),
             RunInit::Safetensors { path, digest } => {
                 let bytes = checked_file(path, *digest, "init_digest")?;
@@ -1274,6 +1425,97 @@ pub(crate) mod tests {
                 ),
                 "40 features",
             ),
+        ] {
+            let e = RunConfig::parse(&bad).unwrap_err().to_string();
+            assert!(e.contains(what), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_digits_cnn_run_parses_plans_and_refuses_what_cannot_work() {
+        let line = "model=digits_cnn activation=relu loss=ce batch=8 lr=0.003 seed=42 \
+                    split_seed=0 samples=32 epochs=1 optimizer=adam";
+        let c = RunConfig::parse(line).unwrap();
+        assert_eq!(c.model, RunModel::DigitsCnn(DIGITS_CNN_CHANNELS));
+        assert_eq!(c.layers, [64, 10]);
+        assert_eq!(c.to_line(), line);
+        let small = line.replace("digits_cnn", "digits_cnn:4,8");
+        let s = RunConfig::parse(&small).unwrap();
+        assert_eq!(s.model, RunModel::DigitsCnn([4, 8]));
+        assert_eq!(s.to_line(), small);
+        // The job is the layer API's CNN: conv 1→4 (36 + 4), conv 4→8 (288 + 8), linear 32→10.
+        let job = s.job().unwrap();
+        let init = s.initial_parameters(&job).unwrap();
+        assert_eq!(
+            init.iter().map(Vec::len).collect::<Vec<_>>(),
+            [36, 4, 288, 8, 320, 10]
+        );
+        // PyTorch's Conv2d default: U(±1/sqrt(fan_in)), fan_in 1·3·3 for the first.
+        assert!(init[0].iter().all(|v| v.abs() <= 1.0 / 3.0));
+        let six: usize = c
+            .initial_parameters(&c.job().unwrap())
+            .unwrap()
+            .iter()
+            .map(Vec::len)
+            .sum();
+        assert_eq!(six, 6090);
+        // The device stores `f32` features: the digest is the `f32` one, not the pixel one.
+        let train = c.training_set().unwrap();
+        let mlp = RunConfig::parse(
+            "model=64,8,10 activation=tanh loss=ce batch=8 lr=0.1 seed=42 split_seed=0 \
+             samples=32 epochs=1",
+        )
+        .unwrap();
+        assert_ne!(c.data_digest(&train), mlp.data_digest(&train));
+        // The held-out rows are the split's other 360, disjoint from the training rows.
+        let test = c.test_set().unwrap();
+        assert_eq!(test.len(), data::DIGITS_TEST_ROWS);
+        assert!((0..test.len()).all(|i| (0..train.len()).all(|j| test.row(i) != train.row(j))));
+        // The accuracy of the initial parameters equals a count over the forward entry's
+        // logits row by row (one row a batch of 8, the rest zeros); a missing tensor is refused.
+        let names: Vec<(String, Vec<f32>)> = job
+            .parameter_shapes()
+            .into_iter()
+            .map(|(n, _)| n)
+            .zip(init.clone())
+            .collect();
+        let acc = s.test_accuracy(&names).unwrap();
+        let bytes = job.schedule.to_bytes();
+        let mut rt = crate::exec::runtime::RuntimeModel::new(&bytes).unwrap();
+        for (n, v) in &names {
+            rt.load_parameter(n, v).unwrap();
+        }
+        let mut correct = 0;
+        for i in 0..test.len() {
+            let mut x = test.row(i).0.to_vec();
+            x.resize(8 * 64, 0.0);
+            let logits = rt.logits(&x).unwrap();
+            let row = &logits[..10];
+            let best = (0..10).fold(0, |b, k| if row[k] > row[b] { k } else { b });
+            correct += usize::from(best == usize::from(test.row(i).1));
+        }
+        assert_eq!(acc, correct as f32 / test.len() as f32);
+        let e = s.test_accuracy(&names[1..]).unwrap_err().to_string();
+        assert!(e.contains("0.weight"), "{e}");
+        for (bad, what) in [
+            (
+                line.replace("activation=relu", "activation=tanh"),
+                "activation=relu",
+            ),
+            (
+                format!("{line} data=mnist1d"),
+                "model=digits_cnn trains on the bundled digits",
+            ),
+            (
+                line.replace("digits_cnn", "digits_cnn:4"),
+                "digits_cnn:C1,C2",
+            ),
+            (line.replace("digits_cnn", "digits_cnn:0,8"), "non-zero"),
+            (
+                line.replace("digits_cnn", "digits_cnnx"),
+                "digits_cnn:C1,C2",
+            ),
+            (line.replace("samples=32", "samples=1438"), "1437 rows"),
         ] {
             let e = RunConfig::parse(&bad).unwrap_err().to_string();
             assert!(e.contains(what), "{bad}: {e}");

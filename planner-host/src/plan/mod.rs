@@ -18,6 +18,9 @@
 //! 9. [`offsets`]: each buffer's place in the scratch region;
 //! 10. [`emit`]: tensors and instructions; and [`memory`], the entry's memory report.
 //!
+//! [`remat`] (optional, around all of it): under an arena budget, forward values recomputed in
+//! the backward pass until the plan fits.
+//!
 //! [`writer`] turns a schedule into plan bytes (`docs/plan-format.md`).
 
 pub mod emit;
@@ -29,6 +32,7 @@ pub mod offsets;
 pub mod order;
 pub mod persistent;
 pub mod prune;
+pub mod remat;
 pub mod rewrite;
 pub mod roots;
 pub mod writer;
@@ -106,6 +110,24 @@ pub enum PlanningError {
     /// The arena would exceed the format's `u32` element offsets.
     #[error("the arena would exceed 2^32 elements")]
     TooLarge,
+    /// No rematerialization found brings the arena within the budget ([`remat::plan_within`]).
+    #[error(
+        "the arena cannot be brought within the budget of {budget_bytes} B: {unbudgeted_bytes} B \
+         without rematerialization, {smallest_bytes} B at the smallest found (recomputing \
+         {recomputed} forward values in the backward pass); the rest is parameters, optimizer \
+         state and values the backward pass cannot recompute: raise the budget, use a smaller \
+         batch, or freeze layers (--frozen)"
+    )]
+    OverBudget {
+        /// The budget asked for, in bytes.
+        budget_bytes: usize,
+        /// The arena without rematerialization, in bytes.
+        unbudgeted_bytes: usize,
+        /// The smallest arena found, in bytes.
+        smallest_bytes: usize,
+        /// The forward values recomputed in that plan.
+        recomputed: usize,
+    },
     /// The runtime's validator refuses the planned bytes: a model over the format's caps
     /// (`tapeplan_runtime::Limits::DEFAULT`: 16 384 tensors, 16 384 instructions, 4096
     /// bindings), or a planner bug.

@@ -750,13 +750,13 @@ fn a_hand_recorded_plan_trains_from_init_and_exchanges_its_names_as_they_are() {
     );
 }
 
-#[test]
-fn verify_checks_an_mnist1d_cnn_run_trained_by_the_runtime() {
-    // The firmware's CNN run (`model=mnist1d_cnn data=mnist1d`, Adam), shortened: the
-    // runtime's transcript against the oracle through `tapeplan verify --config`.
-    let dir = scratch_dir("cnn-verify");
-    let run = "model=mnist1d_cnn activation=relu loss=ce batch=10 lr=0.01 seed=42 split_seed=0\n\
-               samples=40 epochs=2 optimizer=adam data=mnist1d\n";
+/// A CNN run of the firmware's feature `cnn` (its rows stored as `f32` features), shortened:
+/// the runtime's transcript must verify against the oracle through `tapeplan verify --config`
+/// with `steps` steps and the parameter count `params`, carry the data line of the rows
+/// computed here (FNV-1a 64 of the features, little-endian, then the labels), and fail
+/// against the run `other` (another initialization or model).
+fn verify_feature_cnn_run(scratch: &str, run: &str, steps: usize, params: usize, other: &str) {
+    let dir = scratch_dir(scratch);
     std::fs::write(dir.join("cnn.run"), run).unwrap();
     let cfg = tapeplan_planner::model::RunConfig::parse(run).unwrap();
     let transcript = runtime_transcript(&cfg);
@@ -765,28 +765,48 @@ fn verify_checks_an_mnist1d_cnn_run_trained_by_the_runtime() {
         &dir,
         &["verify", "device.transcript", "--config", "cnn.run"],
     );
-    assert!(out.contains("bitwise: 8/8 steps identical"), "{out}");
-    // 25·1·5 + 25, twice 25·25·3 + 25, 125·10 + 10.
     assert!(
-        out.contains("parameters: 5210/5210 elements bitwise identical"),
+        out.contains(&format!("bitwise: {steps}/{steps} steps identical")),
         "{out}"
     );
-    // The data line: FNV-1a 64 of the first 40 rows' features (f32, little-endian) then
-    // their labels, computed here from the rows.
+    assert!(
+        out.contains(&format!(
+            "parameters: {params}/{params} elements bitwise identical"
+        )),
+        "{out}"
+    );
     let train = cfg.training_set().unwrap();
     let mut bytes: Vec<u8> = Vec::new();
     for i in 0..train.len() {
         bytes.extend(train.row(i).0.iter().flat_map(|v| v.to_le_bytes()));
     }
     bytes.extend((0..train.len()).map(|i| train.row(i).1));
-    let data_line = format!("data {:016x} 40", fnv1a64(&bytes));
+    let data_line = format!("data {:016x} {}", fnv1a64(&bytes), train.len());
     assert!(transcript.contains(&data_line), "{data_line}\n{transcript}");
-    // Another seed is another initialization: the device would be a mismatch.
-    let other = run.replace("seed=42", "seed=7");
     std::fs::write(dir.join("other.run"), other).unwrap();
     let e = fails(
         &dir,
         &["verify", "device.transcript", "--config", "other.run"],
     );
     assert!(e.contains("expected"), "{e}");
+}
+
+#[test]
+fn verify_checks_a_digits_cnn_run_trained_by_the_runtime() {
+    // The firmware's digits CNN runs (`model=digits_cnn[:C1,C2]`, Adam); 4·1·9 + 4,
+    // 8·4·9 + 8, 32·10 + 10 parameters. Other channels are another model.
+    let run = "model=digits_cnn:4,8 activation=relu loss=ce batch=4 lr=0.003 seed=42 \
+               split_seed=0\nsamples=16 epochs=2 optimizer=adam\n";
+    let other = run.replace("4,8", "4,6");
+    verify_feature_cnn_run("digits-cnn-verify", run, 8, 666, &other);
+}
+
+#[test]
+fn verify_checks_an_mnist1d_cnn_run_trained_by_the_runtime() {
+    // The firmware's CNN run (`model=mnist1d_cnn data=mnist1d`, Adam); 25·1·5 + 25, twice
+    // 25·25·3 + 25, 125·10 + 10 parameters. Another seed is another initialization.
+    let run = "model=mnist1d_cnn activation=relu loss=ce batch=10 lr=0.01 seed=42 split_seed=0\n\
+               samples=40 epochs=2 optimizer=adam data=mnist1d\n";
+    let other = run.replace("seed=42", "seed=7");
+    verify_feature_cnn_run("cnn-verify", run, 8, 5210, &other);
 }

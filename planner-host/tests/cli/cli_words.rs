@@ -170,3 +170,67 @@ fn arith_profile_is_recorded_and_said() {
     assert!(stderr(&out).contains("--arith"), "{}", stderr(&out));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn arena_budget_reports_the_recomputation_and_refuses_what_it_cannot_reach() {
+    let dir = scratch_dir("words-arena-budget");
+    let deep = ["--layers", "64,128,128,128,128,128,10", "--batch", "256"];
+    let plain = ok(
+        &dir,
+        &[&["plan"][..], &deep, &["-o", "plain.plan"]].concat(),
+    );
+    assert!(!plain.contains("remat:"), "{plain}");
+    let arena: usize = plain
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("train_step  arena"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("the train_step line");
+    let budget = (arena - 1).to_string();
+    let fit = ok(
+        &dir,
+        &[
+            &["plan"][..],
+            &deep,
+            &["--arena-budget", &budget, "-o", "fit.plan"],
+        ]
+        .concat(),
+    );
+    let line = fit
+        .lines()
+        .find(|l| l.starts_with("remat: arena"))
+        .expect(&fit);
+    assert!(
+        line.contains(&format!("without rematerialization {arena} B")),
+        "{line}"
+    );
+    assert!(
+        line.contains("forward values recomputed in the backward pass"),
+        "{line}"
+    );
+    // The budgeted plan is another plan, with more instructions.
+    assert_ne!(
+        std::fs::read(dir.join("plain.plan")).unwrap(),
+        std::fs::read(dir.join("fit.plan")).unwrap()
+    );
+    let out = tapeplan(
+        &dir,
+        &[
+            &["plan"][..],
+            &deep,
+            &["--arena-budget", "1000", "-o", "no.plan"],
+        ]
+        .concat(),
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot be brought within the budget of 1000 B")
+            && err.contains(&format!("{arena} B without rematerialization")),
+        "{err}"
+    );
+    assert!(
+        !dir.join("no.plan").exists(),
+        "a refused plan writes nothing"
+    );
+}

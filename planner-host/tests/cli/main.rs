@@ -15,3 +15,4 @@ mod cli_robustness;
 mod cli_words;
 mod exchange;
 mod verify_any_plan;
+mod verify_serial;

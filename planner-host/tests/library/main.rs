@@ -16,3 +16,4 @@ mod mlp_plan_bytes;
 mod nn_job;
 mod onnx;
 mod onnx_ort;
+mod remat;

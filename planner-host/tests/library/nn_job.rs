@@ -214,3 +214,73 @@ fn work_on_frozen_parameters_is_computed_just_in_time() {
     }
     train_bitwise_model(&model, Optimizer::adam(0.01), &["fc.*"]);
 }
+
+/// A frozen backbone whose batch norms stay in evaluation mode (`eval_mode(true)`, PyTorch's
+/// `backbone.eval()`): the head trains bit for bit against the oracle, the running statistics
+/// and counts never move, and the plan is smaller than with batch statistics.
+#[test]
+fn a_frozen_backbone_in_eval_mode_keeps_its_running_statistics() {
+    let model = |eval_mode: bool| {
+        Sequential::new(&[1, LENGTH])
+            .push(Conv1d::new(1, 4, 3).padding(1))
+            .push(BatchNorm1d::new(4).eval_mode(eval_mode))
+            .push(ReLU)
+            .push(Flatten)
+            .push_named("fc", Linear::new(4 * LENGTH, CLASSES))
+            .seed(5)
+    };
+    let job_of = |m: &Sequential| {
+        TrainingJob::for_model(m)
+            .loss(Loss::SoftmaxCrossEntropy)
+            .optimizer(Optimizer::adam(0.01))
+            .batch(BATCH)
+            .trainable(["fc.*"])
+            .build()
+            .unwrap()
+    };
+    let (eval_model, train_model) = (model(true), model(false));
+    let job = job_of(&eval_model);
+    let batch_stats = job_of(&train_model);
+    assert!(
+        job.schedule.arena_elems < batch_stats.schedule.arena_elems,
+        "{} vs {} elements",
+        job.schedule.arena_elems,
+        batch_stats.schedule.arena_elems
+    );
+    let bytes = job.schedule.to_bytes();
+    let mut rt = RuntimeModel::new(&bytes).unwrap();
+    for p in job
+        .parameters
+        .iter()
+        .filter(|p| p.name != "1.num_batches_tracked")
+    {
+        rt.load_parameter(&p.name, &p.init).unwrap();
+    }
+    let mut oracle = Oracle::with_initial_parameters(&job).unwrap();
+    let mut rng = SplitMix64::new(3);
+    for step in 0..5 {
+        let (x, labels) = batch(&mut rng);
+        let a = rt.train_step(&x, &labels).unwrap();
+        let b = oracle.step(&x, &labels).unwrap();
+        assert_eq!(a.to_bits(), b.to_bits(), "step {step}: loss");
+        assert_eq!(
+            bits(&rt.parameter("fc.weight").unwrap()),
+            bits(
+                &oracle.params[job
+                    .parameters
+                    .iter()
+                    .position(|p| p.name == "fc.weight")
+                    .unwrap()]
+                .data
+            ),
+            "step {step}: fc.weight"
+        );
+    }
+    // The running statistics are in the plan (the normalization reads them) and unchanged;
+    // `num_batches_tracked` is read by nothing, so it is not even planned.
+    for name in ["1.running_mean", "1.running_var"] {
+        let init = &job.parameters.iter().find(|p| p.name == name).unwrap().init;
+        assert_eq!(bits(&rt.parameter(name).unwrap()), bits(init), "{name}");
+    }
+    assert!(rt.parameter("1.num_batches_tracked").is_err());
+}

@@ -15,6 +15,8 @@ struct BatchNorm {
     eps: f32,
     momentum: f32,
     affine: bool,
+    /// Normalize with the running statistics in training too, never updating them.
+    eval_mode: bool,
 }
 
 impl BatchNorm {
@@ -24,6 +26,7 @@ impl BatchNorm {
             eps: 1e-5,
             momentum: 0.1,
             affine: true,
+            eval_mode: false,
         }
     }
 
@@ -76,7 +79,8 @@ impl BatchNorm {
         let rm = leaf(params, k, kind)?;
         let rv = leaf(params, k + 1, kind)?;
         let count = leaf(params, k + 2, kind)?;
-        match cx.mode {
+        let mode = if self.eval_mode { Mode::Eval } else { cx.mode };
+        match mode {
             Mode::Eval => Ok(LayerOutput::of(t.batch_norm_eval(
                 &x,
                 w.as_ref(),
@@ -136,6 +140,17 @@ macro_rules! batch_norm_layer {
             /// With or without the learnable `weight` and `bias` (default with).
             pub fn affine(mut self, affine: bool) -> Self {
                 self.0.affine = affine;
+                self
+            }
+
+            /// Keeps the layer in evaluation mode in training too (PyTorch's `module.eval()`
+            /// on it, as when fine-tuning on a frozen backbone): `train_step` normalizes with
+            /// the running statistics, as `forward` does, and leaves them and
+            /// `num_batches_tracked` unchanged. `weight` and `bias` still train unless frozen.
+            /// Default off (training normalizes with the batch's statistics and updates the
+            /// running ones). The ONNX import's counterpart is `--frozen-bn eval`.
+            pub fn eval_mode(mut self, eval_mode: bool) -> Self {
+                self.0.eval_mode = eval_mode;
                 self
             }
         }

@@ -569,6 +569,33 @@ fn batch_norm_trains_with_batch_statistics_and_updates_running_stats_as_pytorch(
 }
 
 #[test]
+fn batch_norm_in_eval_mode_trains_with_running_statistics_and_leaves_them() {
+    let (n, c, l) = (4, 3, 5);
+    let x = values(n * c * l, 9);
+    let params = vec![
+        vec![1.5f32, -0.5, 2.0],
+        vec![0.25f32, 0.0, -1.0],
+        vec![0.1f32, -0.2, 0.3],
+        vec![1.0f32, 2.0, 0.5],
+        vec![7.0],
+    ];
+    let frozen = Sequential::new(&[c, l]).push(BatchNorm1d::new(c).eval_mode(true));
+    let plain = Sequential::new(&[c, l]).push(BatchNorm1d::new(c));
+    let train = run_model(&frozen, &x, n, Mode::Train, Some(&params), None).unwrap();
+    let eval = run_model(&plain, &x, n, Mode::Eval, Some(&params), None).unwrap();
+    assert!(train.updates.is_empty(), "no running statistic is updated");
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(
+        bits(&train.y),
+        bits(&eval.y),
+        "training output = evaluation output"
+    );
+    // Without the switch, training normalizes with the batch's statistics: other values.
+    let batch = run_model(&plain, &x, n, Mode::Train, Some(&params), None).unwrap();
+    assert_ne!(bits(&batch.y), bits(&eval.y));
+}
+
+#[test]
 fn batch_norm2d_normalizes_over_batch_and_both_spatial_axes() {
     let (n, c, h, w) = (2, 2, 3, 2);
     let m = Sequential::new(&[c, h, w]).push(BatchNorm2d::new(c).affine(false));
