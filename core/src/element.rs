@@ -57,6 +57,10 @@ pub trait Element:
     fn powf(self, p: Self) -> Self;
     /// `|x|` (clears the sign, NaN included).
     fn abs(self) -> Self;
+    /// `self · b + c` rounded once: IEEE-754's `fusedMultiplyAdd` (`libm`'s `fmaf`/`fma` for
+    /// the floats, exact in software on every target). The `fma` arithmetic profile's step
+    /// ([`crate::ArithProfile`]).
+    fn fused_mul_add(self, b: Self, c: Self) -> Self;
     /// The value with its derivative cut (`detach`'s forward): the identity for a plain number;
     /// a number that carries a derivative (a dual number) drops it, so forward mode through a
     /// stop-gradient agrees with its reverse rule, which contributes nothing.
@@ -121,6 +125,9 @@ impl Element for f32 {
     fn abs(self) -> f32 {
         f32::from_bits(self.to_bits() & 0x7fff_ffff)
     }
+    fn fused_mul_add(self, b: f32, c: f32) -> f32 {
+        libm::fmaf(self, b, c)
+    }
     #[cfg(feature = "math-fast")]
     fn exp_fast(self) -> f32 {
         crate::math::fast::exp(self)
@@ -178,5 +185,8 @@ impl Element for f64 {
     }
     fn abs(self) -> f64 {
         f64::from_bits(self.to_bits() & 0x7fff_ffff_ffff_ffff)
+    }
+    fn fused_mul_add(self, b: f64, c: f64) -> f64 {
+        libm::fma(self, b, c)
     }
 }

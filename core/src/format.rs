@@ -21,8 +21,11 @@ pub const HEADER_BYTES: usize = 52;
 /// Header flag bit 0: the plan runs under the `fast` math profile ([`crate::MathProfile`]);
 /// clear: `precise`.
 pub const FLAG_MATH_FAST: u32 = 1;
+/// Header flag bit 1: the plan's matrix products use one fused multiply-add per step, the
+/// `fma` arithmetic profile ([`crate::ArithProfile`]); clear: `separate`.
+pub const FLAG_ARITH_FMA: u32 = 2;
 /// Every header flag bit this version defines; a reader rejects a plan with any other bit set.
-pub const KNOWN_FLAGS: u32 = FLAG_MATH_FAST;
+pub const KNOWN_FLAGS: u32 = FLAG_MATH_FAST | FLAG_ARITH_FMA;
 /// One tensor record's size in bytes.
 pub const TENSOR_RECORD_BYTES: usize = 24;
 /// One instruction record's size in bytes.
@@ -113,8 +116,8 @@ pub struct Header {
     pub n_entries: u32,
     /// Bytes 36..40: the number of binding records.
     pub n_bindings: u32,
-    /// Bytes 40..44: flags. Bit 0 ([`FLAG_MATH_FAST`]) records the math profile; every other
-    /// bit must be 0 ([`KNOWN_FLAGS`]).
+    /// Bytes 40..44: flags. Bit 0 ([`FLAG_MATH_FAST`]) records the math profile, bit 1
+    /// ([`FLAG_ARITH_FMA`]) the arithmetic profile; every other bit must be 0 ([`KNOWN_FLAGS`]).
     pub flags: u32,
     /// Bytes 44..48: the plan's identity: a hash the planner derives from the model and its
     /// hyperparameters, so that state saved from one plan is not loaded into another.

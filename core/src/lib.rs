@@ -37,6 +37,7 @@
 #[cfg(feature = "alloc")]
 extern crate alloc;
 
+pub mod arith;
 mod attr;
 mod element;
 pub mod format;
@@ -56,6 +57,7 @@ mod run;
 #[cfg(feature = "alloc")]
 mod tape;
 
+pub use arith::ArithProfile;
 pub use attr::{Attr, AttrKind, ConvAttr, PoolWindow};
 pub use element::Element;
 pub use math::MathProfile;

@@ -8,7 +8,7 @@ use crate::ops::{self, Attr};
 use crate::tape::{NodeId, Tape, TapeError};
 use core::marker::PhantomData;
 
-use crate::{Adjoints, Element, MathProfile, Opcode, Recordable, Shape, MAX_ARITY};
+use crate::{Adjoints, ArithProfile, Element, MathProfile, Opcode, Recordable, Shape, MAX_ARITY};
 
 /// A dense row-major tensor of elements `E`.
 #[derive(Clone, Debug, PartialEq)]
@@ -67,6 +67,7 @@ fn compute_apply<E: Element>(
     op: Opcode,
     attr: Attr,
     math: MathProfile,
+    arith: ArithProfile,
     args: &[&TensorOf<E>],
 ) -> Result<TensorOf<E>, TapeError> {
     if args.len() > MAX_ARITY {
@@ -85,7 +86,15 @@ fn compute_apply<E: Element>(
     let n = args.len();
     let shape = ops::infer(op, attr, &shapes[..n])?;
     let mut out = TensorOf::zeros(shape);
-    ops::eval(op, attr, math, &bufs[..n], &shapes[..n], &mut out.data)?;
+    ops::eval_arith(
+        op,
+        attr,
+        math,
+        arith,
+        &bufs[..n],
+        &shapes[..n],
+        &mut out.data,
+    )?;
     Ok(out)
 }
 
@@ -94,6 +103,7 @@ fn compute_apply<E: Element>(
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ComputeAs<E> {
     math: MathProfile,
+    arith: ArithProfile,
     element: PhantomData<E>,
 }
 
@@ -107,6 +117,16 @@ impl<E: Element> ComputeAs<E> {
     pub fn with_math(math: MathProfile) -> ComputeAs<E> {
         ComputeAs {
             math,
+            arith: ArithProfile::Separate,
+            element: PhantomData,
+        }
+    }
+
+    /// The payload under the math profile `math` and the arithmetic profile `arith`.
+    pub fn with_profiles(math: MathProfile, arith: ArithProfile) -> ComputeAs<E> {
+        ComputeAs {
+            math,
+            arith,
             element: PhantomData,
         }
     }
@@ -126,22 +146,32 @@ impl<E: Element> Recordable for ComputeAs<E> {
         attr: Attr,
         args: &[&TensorOf<E>],
     ) -> Result<TensorOf<E>, TapeError> {
-        compute_apply(op, attr, self.math, args)
+        compute_apply(op, attr, self.math, self.arith, args)
     }
 }
 
 /// The compute payload: every operation runs its reference kernel now, under the math profile
-/// `math` (`Compute::default()`: `precise`).
+/// `math` and the arithmetic profile `arith` (`Compute::default()`: `precise`, `separate`).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Compute {
     /// The math profile the transcendental kernels follow.
     pub math: MathProfile,
+    /// The arithmetic profile the matrix product follows.
+    pub arith: ArithProfile,
 }
 
 impl Compute {
-    /// The payload under the math profile `math`.
+    /// The payload under the math profile `math` (and the `separate` arithmetic profile).
     pub fn with_math(math: MathProfile) -> Compute {
-        Compute { math }
+        Compute {
+            math,
+            arith: ArithProfile::Separate,
+        }
+    }
+
+    /// The payload under the math profile `math` and the arithmetic profile `arith`.
+    pub fn with_profiles(math: MathProfile, arith: ArithProfile) -> Compute {
+        Compute { math, arith }
     }
 }
 
@@ -154,7 +184,7 @@ impl Recordable for Compute {
     }
 
     fn apply(&mut self, op: Opcode, attr: Attr, args: &[&Tensor]) -> Result<Tensor, TapeError> {
-        compute_apply(op, attr, self.math, args)
+        compute_apply(op, attr, self.math, self.arith, args)
     }
 }
 
@@ -164,6 +194,7 @@ pub struct RunAs<'t, E> {
     tape: &'t Tape,
     values: Vec<Option<TensorOf<E>>>,
     math: MathProfile,
+    arith: ArithProfile,
 }
 
 /// The forward interpreter in `f32`, the element of plans: the oracle.
@@ -182,12 +213,25 @@ impl<'t, E: Element> RunAs<'t, E> {
             tape,
             values: vec![None; tape.len()],
             math,
+            arith: ArithProfile::Separate,
         }
+    }
+
+    /// The same run with its kernels (forward and reverse) under the arithmetic profile
+    /// `arith` (the matrix product's multiply-accumulate step).
+    pub fn with_arith(mut self, arith: ArithProfile) -> RunAs<'t, E> {
+        self.arith = arith;
+        self
     }
 
     /// The math profile its kernels follow.
     pub fn math(&self) -> MathProfile {
         self.math
+    }
+
+    /// The arithmetic profile its kernels follow.
+    pub fn arith(&self) -> ArithProfile {
+        self.arith
     }
 
     /// Sets a node's value (inputs and parameters must be set before they are needed; setting
@@ -241,9 +285,11 @@ impl<'t, E: Element> RunAs<'t, E> {
                         .ok_or(TapeError::MissingValue { index: a as usize })?,
                 );
             }
-            let v = node
-                .op
-                .express(&mut ComputeAs::<E>::with_math(self.math), node.attr, &args)?;
+            let v = node.op.express(
+                &mut ComputeAs::<E>::with_profiles(self.math, self.arith),
+                node.attr,
+                &args,
+            )?;
             self.values[i] = Some(v);
         }
         Ok(())
@@ -288,7 +334,7 @@ impl<'t, E: Element> RunAs<'t, E> {
         crate::autodiff::reverse_scan(
             &self.tape.nodes()[..=root_i],
             &self.values[..=root_i],
-            &mut ComputeAs::<E>::with_math(self.math),
+            &mut ComputeAs::<E>::with_profiles(self.math, self.arith),
             root_i,
             seed,
             &wrt_i,

@@ -7,7 +7,10 @@
 //!   with the longest elementwise chains).
 //!
 //! Plans are fused (the default); `W<n>-unfused` is W<n> planned without fusion, to measure
-//! what fused chains cost or save in time (their bits are the same).
+//! what fused chains cost or save in time (their bits are the same). `W<n>-fma` is W<n>
+//! planned under the `fma` arithmetic profile (one fused multiply-add per matrix-product step:
+//! the hardware instruction where the build has the `fma` target feature, `libm::fmaf`
+//! otherwise; other bits than W<n>'s).
 //!
 //! Each is a criterion benchmark `train_step/W<n>/<catalog>`, the catalog being the runtime's
 //! (`scalar`, or `simd-avx512` / `simd-avx2` / `simd-sse2` with `--features simd`). One iteration
@@ -25,7 +28,7 @@
 use std::io::Write;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use tapeplan_core::Opcode;
+use tapeplan_core::{ArithProfile, Opcode};
 use tapeplan_planner::model::optim::{Optimizer, Sgd};
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
 use tapeplan_planner::model::{JobOptions, TrainingJob};
@@ -69,6 +72,11 @@ fn workload(
     batch: usize,
 ) {
     let fuse = !id.ends_with("-unfused");
+    let arith = if id.ends_with("-fma") {
+        ArithProfile::Fma
+    } else {
+        ArithProfile::Separate
+    };
     let optimizer = if id.starts_with("W4") {
         Optimizer::Adam {
             lr: 0.001,
@@ -91,6 +99,7 @@ fn workload(
         JobOptions {
             planning: PlanOptions {
                 fuse,
+                arith,
                 ..PlanOptions::default()
             },
             ..Default::default()
@@ -174,7 +183,7 @@ fn benches(c: &mut Criterion) {
             32,
         );
     }
-    for id in ["W2", "W2-unfused"] {
+    for id in ["W2", "W2-unfused", "W2-fma"] {
         workload(
             c,
             id,

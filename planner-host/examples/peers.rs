@@ -9,11 +9,13 @@
 //! workload's definition in the file's `__metadata__`. Every system reads these files, so
 //! all start from the same data, weights and batch order.
 //!
-//! `peers serve DIR` is the benchmark's tapeplan worker: it plans each workload (fused, the
-//! default), binds its arena, decodes `train_step` once (`Session::decode`) and warms up; then,
-//! for each line `run W<n>` read on standard input, it trains from the initial parameters over
+//! `peers serve DIR` is the benchmark's tapeplan worker: it plans each workload twice (fused,
+//! the default; once under the default `separate` arithmetic profile, system `tapeplan`, once
+//! under `fma`, system `tapeplan-fma`: one fused multiply-add per matrix-product step, other
+//! bits, its own check figures), binds its arena, decodes `train_step` once (`Session::decode`) and warms up; then,
+//! for each line `run W<n> <system>` read on standard input, it trains from the initial parameters over
 //! every step of the file (`write_binding` of `x` and `y`, `run_program`, the loss read back)
-//! and answers one line: `result W<n> tapeplan ns_per_step=… loss_last_epoch=…
+//! and answers one line: `result W<n> <system> ns_per_step=… loss_last_epoch=…
 //! loss_final=… param_abs_sum=… accuracy=…` (the time covers the steps only, not the reset).
 //! The Python worker (`scripts/peers_bench.py`) answers the same lines for JAX.
 //!
@@ -27,10 +29,12 @@ use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+use tapeplan_core::ArithProfile;
 use tapeplan_planner::io::data;
 use tapeplan_planner::model::optim::{Optimizer, Sgd};
 use tapeplan_planner::model::{Activation, JobOptions, Loss, Mlp, TrainingJob};
 use tapeplan_planner::protocol::SplitMix64;
+use tapeplan_planner::PlanOptions;
 use tapeplan_runtime::catalog::CATALOG;
 use tapeplan_runtime::{Decoded, Plan, Session};
 
@@ -352,6 +356,8 @@ struct Figures {
 /// A workload planned and bound, ready to train from its initial parameters.
 struct Runner<'p> {
     w: &'p Loaded,
+    /// `tapeplan` (the `separate` arithmetic profile) or `tapeplan-fma`.
+    system: &'static str,
     plan: &'p Plan<'p>,
     arena: Vec<f32>,
     decoded: Vec<Decoded>,
@@ -459,29 +465,44 @@ fn serve(dir: &Path) -> Result<()> {
         .iter()
         .map(|id| load(dir, id))
         .collect::<Result<_>>()?;
+    let systems = [
+        ("tapeplan", ArithProfile::Separate),
+        ("tapeplan-fma", ArithProfile::Fma),
+    ];
     let mut plans = Vec::new();
+    let mut which = Vec::new();
     for w in &loaded {
-        let job = TrainingJob::build_with(
-            Mlp {
-                sizes: w.spec.sizes.clone(),
-                activation: w.spec.activation,
-            },
-            w.spec.loss,
-            w.spec.optimizer()?,
-            w.spec.batch,
-            JobOptions::default(),
-        )?;
-        plans.push(job.schedule.to_bytes());
+        for (system, arith) in systems {
+            let job = TrainingJob::build_with(
+                Mlp {
+                    sizes: w.spec.sizes.clone(),
+                    activation: w.spec.activation,
+                },
+                w.spec.loss,
+                w.spec.optimizer()?,
+                w.spec.batch,
+                JobOptions {
+                    planning: PlanOptions {
+                        arith,
+                        ..PlanOptions::default()
+                    },
+                    ..JobOptions::default()
+                },
+            )?;
+            plans.push(job.schedule.to_bytes());
+            which.push((w, system));
+        }
     }
     let parsed: Vec<Plan<'_>> = plans
         .iter()
         .map(|b| Plan::parse(b))
         .collect::<Result<_, _>>()?;
-    let mut runners: Vec<Runner<'_>> = loaded
+    let mut runners: Vec<Runner<'_>> = which
         .iter()
         .zip(&parsed)
-        .map(|(w, plan)| Runner {
+        .map(|(&(w, system), plan)| Runner {
             w,
+            system,
             plan,
             arena: vec![0.0; plan.arena_elems()],
             decoded: vec![Decoded::EMPTY; plan.n_instrs()],
@@ -498,15 +519,15 @@ fn serve(dir: &Path) -> Result<()> {
         let line = line?;
         let words: Vec<&str> = line.split_whitespace().collect();
         match words[..] {
-            ["run", id, "tapeplan"] => {
+            ["run", id, system] => {
                 let r = runners
                     .iter_mut()
-                    .find(|r| r.w.id == id)
-                    .ok_or_else(|| anyhow!("unknown workload {id:?}"))?;
+                    .find(|r| r.w.id == id && r.system == system)
+                    .ok_or_else(|| anyhow!("unknown workload or system {id:?} {system:?}"))?;
                 let f = r.train()?;
                 writeln!(
                     out,
-                    "result {id} tapeplan ns_per_step={:.1} loss_last_epoch={:.7} loss_final={:.7} param_abs_sum={:.5} accuracy={}",
+                    "result {id} {system} ns_per_step={:.1} loss_last_epoch={:.7} loss_final={:.7} param_abs_sum={:.5} accuracy={}",
                     f.ns_per_step,
                     f.loss_last_epoch,
                     f.loss_final,
@@ -516,7 +537,7 @@ fn serve(dir: &Path) -> Result<()> {
                 out.flush()?;
             }
             ["quit"] | [] => break,
-            _ => bail!("unknown command {line:?} (run W<n> tapeplan, quit)"),
+            _ => bail!("unknown command {line:?} (run W<n> tapeplan|tapeplan-fma, quit)"),
         }
     }
     Ok(())

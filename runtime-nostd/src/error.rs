@@ -8,7 +8,7 @@
 use core::fmt;
 
 use tapeplan_core::format::{AttrError, BindingKind, TensorKind};
-use tapeplan_core::{MathProfile, OpError, Opcode, Shape};
+use tapeplan_core::{ArithProfile, MathProfile, OpError, Opcode, Shape};
 
 /// A section of the plan: which array of records an index refers to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -418,6 +418,13 @@ pub enum ValidateError {
         #[cfg_attr(feature = "defmt", defmt(Display2Format))]
         found: MathProfile,
     },
+    /// The plan records an arithmetic profile this build leaves out (`fma` in a build without
+    /// the feature `arith-fma`).
+    ArithProfile {
+        /// The profile the plan records.
+        #[cfg_attr(feature = "defmt", defmt(Display2Format))]
+        found: ArithProfile,
+    },
     /// The plan has no entry.
     NoEntries,
     /// `persistent_elems` is not a multiple of 4 or exceeds `arena_elems`.
@@ -636,6 +643,11 @@ impl fmt::Display for ValidateError {
                 f,
                 "the plan runs under the {found} math profile, which this build leaves out \
                  (feature `math-{found}`)"
+            ),
+            E::ArithProfile { found } => write!(
+                f,
+                "the plan's matrix products run under the {found} arithmetic profile, which this \
+                 build leaves out (feature `arith-{found}`)"
             ),
             E::NoEntries => f.write_str("the plan has no entry"),
             E::BadPersistentRegion {

@@ -6,7 +6,7 @@
 
 use tapeplan_core::format::{decode_attr_in, BindingKind, TensorKind, FUSE_NEXT};
 use tapeplan_core::ops::elementwise::{binary_in_place, unary_in_place, InPlace};
-use tapeplan_core::ops::{binary_fn_in, eval_in, unary_fn_in, Attr};
+use tapeplan_core::ops::{binary_fn_in, eval_in, eval_in_arith, unary_fn_in, Attr};
 use tapeplan_core::{MathProfile, OpClass, Opcode, Ops, Shape, MAX_ARITY};
 
 use crate::catalog::{self, Src};
@@ -308,6 +308,7 @@ fn execute<O: Ops>(plan: &Plan<'_>, arena: &mut [f32], d: &Decoded) -> Result<()
             && catalog::structural::<O>(
                 op,
                 attr.scalar(),
+                plan.arith(),
                 slices.get(..arity).ok_or(bad)?,
                 dims.get(..arity).ok_or(bad)?,
                 &out.dims,
@@ -411,7 +412,7 @@ fn step_reference<O: Ops>(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Resul
         *slot = pick(left, right, out.end, v).ok_or(bad)?;
     }
     let args = args.get(..arity).ok_or(bad)?;
-    eval_in::<f32, O>(op, attr, math, args, shapes, buf)
+    eval_in_arith::<f32, O>(op, attr, math, plan.arith(), args, shapes, buf)
         .map_err(|error| ExecError::Kernel { instr, error })
 }
 

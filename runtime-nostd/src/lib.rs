@@ -38,4 +38,6 @@ pub use session::Session;
 pub use validate::{Scratch, DEFAULT_SCRATCH_TENSORS, MAX_SCRATCH_TENSORS};
 
 pub use tapeplan_core::format::{BindingKind, TensorKind};
-pub use tapeplan_core::{op_set, BuildOps, MathProfile, OpError, OpSet, Opcode, Ops, Shape};
+pub use tapeplan_core::{
+    op_set, ArithProfile, BuildOps, MathProfile, OpError, OpSet, Opcode, Ops, Shape,
+};

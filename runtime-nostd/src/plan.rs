@@ -8,7 +8,9 @@ use tapeplan_core::format::{
     Sections, TensorKind, TensorRecord, ALL_ENTRIES, BINDING_RECORD_BYTES, ENTRY_RECORD_BYTES,
     HEADER_BYTES, INSTR_RECORD_BYTES, NAME_BYTES, TENSOR_RECORD_BYTES,
 };
-use tapeplan_core::{ops, BuildOps, MathProfile, OpSet, Opcode, Ops, Shape, MAX_ARITY, MAX_RANK};
+use tapeplan_core::{
+    ops, ArithProfile, BuildOps, MathProfile, OpSet, Opcode, Ops, Shape, MAX_ARITY, MAX_RANK,
+};
 
 use crate::error::{DecodeError, ParseError, ValidateError};
 use crate::validate::{self, Scratch};
@@ -294,6 +296,12 @@ impl<'a> Plan<'a> {
     /// under it, so the results match the oracle's under the same profile.
     pub fn math(&self) -> MathProfile {
         MathProfile::from_flags(self.header.flags)
+    }
+
+    /// The arithmetic profile the plan records (header flag bit 1): every matrix product runs
+    /// under it, so the results match the oracle's under the same profile.
+    pub fn arith(&self) -> ArithProfile {
+        ArithProfile::from_flags(self.header.flags)
     }
 
     /// The plan's identity (a hash of the model and hyperparameters), for checkpoints.

@@ -16,7 +16,7 @@ use tapeplan_core::format::{
     KNOWN_FLAGS, MAGIC, MAX_CHAIN_INSTRS, MAX_REGISTERS, NO_ARG, TENSOR_RECORD_BYTES, VERSION,
 };
 use tapeplan_core::ops::infer_in;
-use tapeplan_core::{MathProfile, OpClass, Opcode, Ops, Shape, MAX_ARITY};
+use tapeplan_core::{ArithProfile, MathProfile, OpClass, Opcode, Ops, Shape, MAX_ARITY};
 
 use crate::error::{DecodeError, FusionRule, Operand, ParseError, Section, ValidateError};
 use crate::plan::{name_in, us, Layout, Plan, TensorView};
@@ -143,6 +143,10 @@ fn check_header(bytes: &[u8], limits: &Limits, cap_tensors: usize) -> Result<Hea
     let math = MathProfile::from_flags(h.flags);
     if !math.in_build() {
         return Err(ValidateError::MathProfile { found: math }.into());
+    }
+    let arith = ArithProfile::from_flags(h.flags);
+    if !arith.in_build() {
+        return Err(ValidateError::ArithProfile { found: arith }.into());
     }
     let d = Limits::DEFAULT;
     let cap_t = limits.max_tensors.min(d.max_tensors);

@@ -135,6 +135,13 @@ impl Element for Dual {
         }
         Dual::new(y, self.t * (p.v * Element::powf(self.v, p.v - 1.0)))
     }
+    fn fused_mul_add(self, b: Dual, c: Dual) -> Dual {
+        // The value rounded once (`fmaf`); the tangent is the product rule plus `c`'s.
+        Dual::new(
+            Element::fused_mul_add(self.v, b.v, c.v),
+            self.t * b.v + self.v * b.t + c.t,
+        )
+    }
     fn abs(self) -> Dual {
         // The slope is `sign(x)`: 1, -1, 0 at ±0, NaN at NaN.
         let s = if self.v > 0.0 {

@@ -23,6 +23,7 @@ const WORKLOADS: &[(&str, &str)] = &[
     ("W1-unfused", "W1 planned without fusion"),
     ("W2", "MLP 784-128-10 relu, softmax CE, SGD, batch 64"),
     ("W2-unfused", "W2 planned without fusion"),
+    ("W2-fma", "W2 planned with --arith fma"),
     ("W3", "MLP 2-16-16-1 tanh, MSE, SGD, batch 1"),
     ("W3-unfused", "W3 planned without fusion"),
     ("W3-run", "W3 through Session::run: records read every step"),

@@ -41,8 +41,10 @@ const ORT_VERSION: &str = "1.19.2";
 /// The workloads, in table order.
 const WORKLOADS: [&str; 3] = ["W1", "W2", "W3"];
 
-/// The systems: tapeplan first (the numerator of every ratio), then the peers.
-const SYSTEMS: [&str; 4] = ["tapeplan", "jax-scan", "jax-jit", "ort"];
+/// The systems: tapeplan first (the numerator of every ratio), then tapeplan under the `fma`
+/// arithmetic profile (its own plan, other bits, the same data and initial weights: its figures
+/// are checked against the peers' tolerances like theirs), then the peers.
+const SYSTEMS: [&str; 5] = ["tapeplan", "tapeplan-fma", "jax-scan", "jax-jit", "ort"];
 
 /// Rounds when `--rounds` is not given.
 const DEFAULT_ROUNDS: usize = 13;
@@ -130,7 +132,7 @@ pub(crate) fn verb_peers(ctx: &Ctx, args: &[String]) -> Result<()> {
         for w in WORKLOADS {
             for k in 0..SYSTEMS.len() {
                 let system = SYSTEMS[(k + round) % SYSTEMS.len()];
-                let worker = if system == "tapeplan" {
+                let worker = if system.starts_with("tapeplan") {
                     &mut tapeplan
                 } else {
                     &mut python
@@ -365,24 +367,47 @@ fn report(
         |w: &'static str, s: &'static str| results.get(&(w, s)).map_or(&[][..], Vec::as_slice);
     let mut s = format!(
         "Machine: {machine}; one core (taskset), one thread; {rounds} rounds; {peers}; \
-         load average before {load_before}, after {load_after}.\n\n\
-         | workload | tapeplan simd (`run_program`) ÷ JAX `lax.scan` | ÷ JAX one `jit` call per step | ÷ ONNX Runtime training, one call per step | tapeplan per step | JAX `lax.scan` per step | JAX `jit` per step | ONNX Runtime per step |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|\n"
+         load average before {load_before}, after {load_after}.\n\n"
     );
-    for w in WORKLOADS {
-        let t = get(w, "tapeplan");
-        let med =
-            |sys: &'static str| time(median(get(w, sys).iter().map(|f| f.ns_per_step).collect()));
-        s.push_str(&format!(
-            "| {w} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} |\n",
-            ratio(t, get(w, "jax-scan")),
-            ratio(t, get(w, "jax-jit")),
-            ratio(t, get(w, "ort")),
-            med("tapeplan"),
-            med("jax-scan"),
-            med("jax-jit"),
-            med("ort"),
-        ));
+    // The table twice: tapeplan under the default `separate` arithmetic profile, then under
+    // `fma`; and the fma run against the separate one, round by round.
+    for fma in [false, true] {
+        s.push_str(if fma {
+            "\n`--arith fma` (one fused multiply-add per matrix-product step):\n\n\
+             | workload | tapeplan fma ÷ JAX `lax.scan` | ÷ JAX one `jit` call per step | ÷ ONNX Runtime training, one call per step | fma ÷ separate | tapeplan fma per step | JAX `lax.scan` per step | JAX `jit` per step | ONNX Runtime per step |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+        } else {
+            "| workload | tapeplan simd (`run_program`) ÷ JAX `lax.scan` | ÷ JAX one `jit` call per step | ÷ ONNX Runtime training, one call per step | tapeplan per step | JAX `lax.scan` per step | JAX `jit` per step | ONNX Runtime per step |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|\n"
+        });
+        for w in WORKLOADS {
+            let t = if fma {
+                get(w, "tapeplan-fma")
+            } else {
+                get(w, "tapeplan")
+            };
+            let med = |sys: &'static str| {
+                time(median(get(w, sys).iter().map(|f| f.ns_per_step).collect()))
+            };
+            let own = if fma {
+                format!(
+                    " {:.2} | {} |",
+                    ratio(t, get(w, "tapeplan")),
+                    med("tapeplan-fma")
+                )
+            } else {
+                format!(" {} |", med("tapeplan"))
+            };
+            s.push_str(&format!(
+                "| {w} | {:.2} | {:.2} | {:.2} |{own} {} | {} | {} |\n",
+                ratio(t, get(w, "jax-scan")),
+                ratio(t, get(w, "jax-jit")),
+                ratio(t, get(w, "ort")),
+                med("jax-scan"),
+                med("jax-jit"),
+                med("ort"),
+            ));
+        }
     }
     s.push_str(
         "\n| workload | system | mean loss, last epoch | loss, last step | Σ\\|parameters\\| | test accuracy |\n\
@@ -523,6 +548,7 @@ mod tests {
         let mut r = BTreeMap::new();
         for w in WORKLOADS {
             r.insert((w, "tapeplan"), vec![fig(1.0, 0.5)]);
+            r.insert((w, "tapeplan-fma"), vec![fig(0.5, 0.5001)]);
             r.insert((w, "jax-scan"), vec![fig(2.0, 0.5002)]);
             r.insert((w, "jax-jit"), vec![fig(3.0, 0.4999)]);
             r.insert((w, "ort"), vec![fig(4.0, 0.5)]);
@@ -533,5 +559,7 @@ mod tests {
         assert!(e.contains("W2 jax-jit: mean loss of the last epoch"), "{e}");
         let t = report(&r, 1, "cpu", "0", "0", "jax-0");
         assert!(t.contains("| W1 | 0.50 | 0.33 | 0.25 |"), "{t}");
+        // The fma table: fma ÷ each peer, then fma ÷ separate.
+        assert!(t.contains("| W1 | 0.25 | 0.17 | 0.12 | 0.50 |"), "{t}");
     }
 }

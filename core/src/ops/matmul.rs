@@ -53,7 +53,8 @@ pub(crate) fn batched(s: Shape) -> [usize; 3] {
 /// # Arithmetic order (the definition of the bits)
 /// Each output element is accumulated on its own, starting from `+0.0`, over `p = 0, 1, …, k-1`
 /// in increasing order: `acc = acc + a[i, p] * b[p, j]`, a rounded product then a rounded sum
-/// (never a fused multiply-add). A vectorized kernel vectorizes across `j` (independent outputs)
+/// (never a fused multiply-add: this is the `separate` arithmetic profile's kernel; [`kernel_fma`]
+/// is the `fma` profile's). A vectorized kernel vectorizes across `j` (independent outputs)
 /// and keeps this order for each output.
 ///
 /// Stops early (writes nothing further) if a buffer is shorter than its shape needs; the
@@ -77,7 +78,37 @@ pub fn kernel<E: Element>(a: &[E], b: &[E], out: &mut [E], m: usize, k: usize, n
     }
 }
 
-/// Through [`kernel`], once per batch index (a matrix is one batch).
+/// The `fma` arithmetic profile's reference kernel ([`crate::ArithProfile::Fma`]). Row-major
+/// `a: [m, k]`, `b: [k, n]`, `out: [m, n]`.
+///
+/// # Arithmetic order (the definition of the bits)
+/// As [`kernel`], with each step one fused multiply-add: each output element starts from `+0.0`
+/// and, over `p = 0, 1, …, k-1` in increasing order, becomes `acc = fma(a[i, p], b[p, j], acc)`,
+/// the exact `a[i, p] · b[p, j] + acc` rounded once to nearest-even (IEEE-754
+/// `fusedMultiplyAdd`; [`Element::fused_mul_add`], `libm::fmaf` for `f32`). A vectorized kernel
+/// may use a hardware fused multiply-add, which gives the same bits.
+///
+/// Stops early (writes nothing further) if a buffer is shorter than its shape needs.
+pub fn kernel_fma<E: Element>(a: &[E], b: &[E], out: &mut [E], m: usize, k: usize, n: usize) {
+    if a.len() < m * k || b.len() < k * n || out.len() < m * n {
+        return;
+    }
+    for i in 0..m {
+        let row = &mut out[i * n..(i + 1) * n];
+        for o in row.iter_mut() {
+            *o = E::ZERO;
+        }
+        for p in 0..k {
+            let x = a[i * k + p];
+            let brow = &b[p * n..(p + 1) * n];
+            for (o, &y) in row.iter_mut().zip(brow) {
+                *o = x.fused_mul_add(y, *o);
+            }
+        }
+    }
+}
+
+/// Through [`kernel`] (or [`kernel_fma`] under the `fma` arithmetic profile), once per batch index (a matrix is one batch).
 pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
     let [batch, m, kk] = batched(k.shape(0));
     let n = batched(k.shape(1))[2];
@@ -89,7 +120,11 @@ pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
             b.get(i * rb..(i + 1) * rb),
             k.out.get_mut(i * ro..(i + 1) * ro),
         ) {
-            kernel(a, b, out, m, kk, n);
+            match k.arith {
+                #[cfg(feature = "arith-fma")]
+                crate::ArithProfile::Fma => kernel_fma(a, b, out, m, kk, n),
+                _ => kernel(a, b, out, m, kk, n),
+            }
         }
     }
     Ok(())
@@ -129,6 +164,27 @@ mod tests {
         // 1e8 + 1 - 1e8 in f32, left to right: (0 + 1e8) + 1 = 1e8, then - 1e8 = 0.
         let mut out = [9.0f32];
         kernel(&[1e8, 1.0, -1e8], &[1.0, 1.0, 1.0], &mut out, 1, 3, 1);
+        assert_eq!(out, [0.0]);
+    }
+
+    #[test]
+    fn fma_rounds_once() {
+        // (1 + 2^-12)^2 = 1 + 2^-11 + 2^-24: separately, the product rounds to 1 + 2^-11 (a
+        // tie, to even) and the sum with -1 gives 2^-11; fused, the exact 2^-11 + 2^-24.
+        let x = 1.0 + f32::EPSILON * 2048.0; // 1 + 2^-12
+        let (a, b) = ([-1.0f32, x], [1.0f32, x]);
+        let (mut sep, mut fused) = ([0.0f32], [0.0f32]);
+        kernel(&a, &b, &mut sep, 1, 2, 1);
+        kernel_fma(&a, &b, &mut fused, 1, 2, 1);
+        assert_eq!(sep[0], 2.0f32.powi(-11));
+        assert_eq!(fused[0], 2.0f32.powi(-11) + 2.0f32.powi(-24));
+    }
+
+    #[test]
+    fn fma_order_is_increasing_k_from_zero() {
+        // fma(1e8, 1, 0) = 1e8; fma(1, 1, 1e8) = 1e8; fma(-1e8, 1, 1e8) = 0.
+        let mut out = [9.0f32];
+        kernel_fma(&[1e8, 1.0, -1e8], &[1.0, 1.0, 1.0], &mut out, 1, 3, 1);
         assert_eq!(out, [0.0]);
     }
 

@@ -9,7 +9,7 @@ use core::fmt;
 
 use crate::recordable::Recordable;
 use crate::shape::ShapeError;
-use crate::{BuildOps, Element, MathProfile, OpSet, Opcode, Ops, Shape, MAX_ARITY};
+use crate::{ArithProfile, BuildOps, Element, MathProfile, OpSet, Opcode, Ops, Shape, MAX_ARITY};
 
 pub mod abs;
 pub mod add;
@@ -175,6 +175,11 @@ pub enum OpError {
         /// The profile asked for.
         math: MathProfile,
     },
+    /// An arithmetic profile this build leaves out (feature `arith-fma`).
+    ArithProfile {
+        /// The profile asked for.
+        arith: ArithProfile,
+    },
     /// A convolution whose attribute does not fit its arguments (see [`conv::ConvError`]).
     Conv {
         /// The instruction.
@@ -247,6 +252,12 @@ impl fmt::Display for OpError {
                 write!(
                     f,
                     "the {math} math profile is not in this build (feature `math-{math}`)"
+                )
+            }
+            OpError::ArithProfile { arith } => {
+                write!(
+                    f,
+                    "the {arith} arithmetic profile is not in this build (feature `arith-{arith}`)"
                 )
             }
             // A build without `all-ops` never makes this error (its shape rule refuses the
@@ -410,6 +421,7 @@ pub(crate) struct Kernel<'a, E> {
     pub(crate) op: Opcode,
     pub(crate) attr: Attr,
     pub(crate) math: MathProfile,
+    pub(crate) arith: ArithProfile,
     pub(crate) args: &'a [&'a [E]],
     pub(crate) shapes: &'a [Shape],
     pub(crate) out: &'a mut [E],
@@ -641,6 +653,26 @@ pub fn eval<E: Element>(
     eval_in::<E, BuildOps>(op, attr, math, args, arg_shapes, out)
 }
 
+/// [`eval`] under the arithmetic profile `arith` as well (only `matmul` depends on it; see
+/// [`crate::ArithProfile`]).
+///
+/// # Shapes
+/// As [`eval`].
+///
+/// # Errors
+/// As [`eval`]; [`OpError::ArithProfile`] for a profile this build leaves out.
+pub fn eval_arith<E: Element>(
+    op: Opcode,
+    attr: Attr,
+    math: MathProfile,
+    arith: ArithProfile,
+    args: &[&[E]],
+    arg_shapes: &[Shape],
+    out: &mut [E],
+) -> Result<(), OpError> {
+    eval_in_arith::<E, BuildOps>(op, attr, math, arith, args, arg_shapes, out)
+}
+
 /// [`eval`] in the selective build over the op set `O` (see [`crate::Ops`]): only `O`'s
 /// kernels are linked.
 ///
@@ -657,6 +689,33 @@ pub fn eval_in<E: Element, O: Ops>(
     arg_shapes: &[Shape],
     out: &mut [E],
 ) -> Result<(), OpError> {
+    eval_in_arith::<E, O>(
+        op,
+        attr,
+        math,
+        ArithProfile::Separate,
+        args,
+        arg_shapes,
+        out,
+    )
+}
+
+/// [`eval_in`] under the arithmetic profile `arith` as well.
+///
+/// # Shapes
+/// As [`eval`].
+///
+/// # Errors
+/// As [`eval_in`]; [`OpError::ArithProfile`] for a profile this build leaves out.
+pub fn eval_in_arith<E: Element, O: Ops>(
+    op: Opcode,
+    attr: Attr,
+    math: MathProfile,
+    arith: ArithProfile,
+    args: &[&[E]],
+    arg_shapes: &[Shape],
+    out: &mut [E],
+) -> Result<(), OpError> {
     if args.len() != arg_shapes.len() {
         return Err(OpError::Arity {
             op,
@@ -667,6 +726,9 @@ pub fn eval_in<E: Element, O: Ops>(
     let out_shape = infer_in::<O>(op, attr, arg_shapes)?;
     if !math.in_build() {
         return Err(OpError::MathProfile { math });
+    }
+    if !arith.in_build() {
+        return Err(OpError::ArithProfile { arith });
     }
     for (a, s) in args.iter().zip(arg_shapes) {
         check_len(op, a, *s)?;
@@ -684,6 +746,7 @@ pub fn eval_in<E: Element, O: Ops>(
         op,
         attr,
         math,
+        arith,
         args,
         shapes: arg_shapes,
         out,

@@ -53,6 +53,24 @@ pub enum MathArg {
     Fast,
 }
 
+/// The arithmetic profile (`tapeplan_core::ArithProfile`).
+#[derive(Clone, Copy, ValueEnum)]
+pub enum ArithArg {
+    /// A rounded product then a rounded sum per multiply-accumulate step: the default.
+    Separate,
+    /// One fused multiply-add (one rounding) per step: the hardware instruction where the runtime's build has it, libm's fmaf elsewhere (see docs/arith-profiles.md).
+    Fma,
+}
+
+impl From<ArithArg> for tapeplan_core::ArithProfile {
+    fn from(a: ArithArg) -> Self {
+        match a {
+            ArithArg::Separate => tapeplan_core::ArithProfile::Separate,
+            ArithArg::Fma => tapeplan_core::ArithProfile::Fma,
+        }
+    }
+}
+
 impl From<MathArg> for tapeplan_core::MathProfile {
     fn from(m: MathArg) -> Self {
         match m {
@@ -152,6 +170,12 @@ pub struct ModelArgs {
     /// `fast` (micromath's approximations). sqrt stays correctly rounded in both.
     #[arg(long, value_enum, default_value_t = MathArg::Precise)]
     pub math: MathArg,
+    /// Arithmetic profile of the matrix products, recorded in the plan and followed by the
+    /// oracle and every runtime: `separate` (a rounded product, then a rounded sum) or `fma`
+    /// (one fused multiply-add per step, the same bits on every target; fast where the device
+    /// has FMA hardware, slower where it has not).
+    #[arg(long, value_enum, default_value_t = ArithArg::Separate)]
+    pub arith: ArithArg,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -260,6 +284,7 @@ impl ModelArgs {
             planning: PlanOptions {
                 fuse: !self.no_fusion,
                 math: self.math.into(),
+                arith: self.arith.into(),
                 ..PlanOptions::default()
             },
             arena_budget_bytes: self.arena_budget,

@@ -13,7 +13,9 @@ use tapeplan_planner::exec::training::{
 use tapeplan_planner::io::data;
 use tapeplan_planner::model::glorot_uniform;
 
-use super::args::{ActivationArg, FrozenBnArg, LossArg, MathArg, ModelArgs, OptimizerArg};
+use super::args::{
+    ActivationArg, ArithArg, FrozenBnArg, LossArg, MathArg, ModelArgs, OptimizerArg,
+};
 use super::plan::{print_fusion, print_report, reports};
 
 /// `tapeplan demo [--epochs N] [--seed S] [--math M]`.
@@ -49,6 +51,7 @@ pub fn demo(epochs: usize, seed: u64, math: MathArg) -> Result<ExitCode> {
         no_fusion: false,
         arena_budget: None,
         math,
+        arith: ArithArg::Separate,
     };
     let job = args.job()?;
     let bytes = job.schedule.to_bytes();

@@ -110,11 +110,11 @@ fn error_report_of(job: &TrainingJob) -> Result<ExitCode> {
     }
     let last = job.tape.id(job.tape.len() - 1)?;
     let errors = tapeplan_planner::exec::precision::rounding_errors_with(
-        &job.tape, &leaves, last, job.math,
+        &job.tape, &leaves, last, job.math, job.arith,
     )?;
     println!(
-        "rounding error of every node in f32 (math {}), against the same tape in f64",
-        job.math
+        "rounding error of every node in f32 (math {}, arith {}), against the same tape in f64",
+        job.math, job.arith
     );
     println!(
         "{:>5}  {:<14} {:>12} {:>12}",

@@ -12,7 +12,7 @@ pub mod verify;
 
 use anyhow::{bail, Context, Result};
 
-use args::{MathArg, ModelArgs};
+use args::{ArithArg, MathArg, ModelArgs};
 
 /// The bytes of `path`, or an error naming it.
 pub fn read(path: &std::path::Path) -> Result<Vec<u8>> {
@@ -28,12 +28,16 @@ pub fn parse_plan<'b>(
         .map_err(|e| anyhow::anyhow!("{}: plan rejected: {e}", path.display()))
 }
 
-/// `--math fast` or `--no-fusion` beside a plan file: the plan already records how it was
+/// `--math fast`, `--arith fma` or `--no-fusion` beside a plan file: the plan already records how it was
 /// planned, so the options would be silently ignored.
 pub fn planning_options_need_no_plan(model: &ModelArgs, plan: &std::path::Path) -> Result<()> {
-    if matches!(model.math, MathArg::Fast) || model.no_fusion {
+    if matches!(model.math, MathArg::Fast)
+        || matches!(model.arith, ArithArg::Fma)
+        || model.no_fusion
+    {
         bail!(
-            "{} records its own math profile and fusion; --math and --no-fusion apply when \
+            "{} records its own math and arithmetic profiles and fusion; --math, --arith and \
+             --no-fusion apply when \
              planning (`tapeplan plan`, or `train`/`describe --tape` without a plan)",
             plan.display()
         );

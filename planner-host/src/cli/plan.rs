@@ -81,7 +81,7 @@ pub fn plan(model: &ModelArgs, output: &Path) -> Result<ExitCode> {
         }
     }
     println!(
-        "wrote {} ({} bytes, {} instructions in {} entries, math {})",
+        "wrote {} ({} bytes, {} instructions in {} entries, math {}{})",
         output.display(),
         bytes.len(),
         job.schedule
@@ -90,7 +90,11 @@ pub fn plan(model: &ModelArgs, output: &Path) -> Result<ExitCode> {
             .map(|e| e.instrs.len())
             .sum::<usize>(),
         job.schedule.entries.len(),
-        job.schedule.math
+        job.schedule.math,
+        match job.schedule.arith {
+            tapeplan_core::ArithProfile::Separate => String::new(),
+            a => format!(", arith {a}"),
+        }
     );
     println!("memory report:");
     print_report(&reports(&job));

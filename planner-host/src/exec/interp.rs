@@ -12,7 +12,7 @@ use crate::plan::Schedule;
 
 impl Schedule {
     /// Runs entry `entry` over `arena` (at least `arena_elems` long; inputs and parameters already
-    /// in place at their tensors' offsets), under the plan's math profile.
+    /// in place at their tensors' offsets), under the plan's math and arithmetic profiles.
     ///
     /// # Errors
     /// A kernel's shape error, or `None` entry / short arena as [`ops::OpError::BufferLength`].
@@ -51,7 +51,7 @@ impl Schedule {
                         found_elems: 0,
                     })?
             };
-            ops::eval(i.op, i.attr, self.math, &arg_refs, &shapes, dst)?;
+            ops::eval_arith(i.op, i.attr, self.math, self.arith, &arg_refs, &shapes, dst)?;
             if out.kind == TensorKind::Register {
                 registers.insert(i.out, register);
             }

@@ -142,7 +142,7 @@ impl<'j> Oracle<'j> {
     /// persistent leaf.
     fn run_with(&self, leaves: &[(NodeId, Option<&[f32]>)]) -> Result<Run<'j>, TapeError> {
         let job = self.job;
-        let mut run = Run::with_math(&job.tape, job.math);
+        let mut run = Run::with_math(&job.tape, job.math).with_arith(job.arith);
         for (leaf, values) in leaves {
             let shape = job.tape.shape(*leaf)?;
             let data = match values {
@@ -361,7 +361,7 @@ impl<'j> Oracle<'j> {
             .map(|(p, _)| p.clone())
             .collect();
         let k = job.optimizer_state;
-        let mut compute = Compute::with_math(job.math);
+        let mut compute = Compute::with_profiles(job.math, job.arith);
         let (new_params, mut new_state) =
             job.optimizer
                 .step(&mut compute, &trained_values, &grads, &self.state[..k])?;

@@ -1,7 +1,7 @@
 //! Rounding-error reports: an `f32` tape interpreted again in `f64` through the same reference
 //! kernels (the element seam), node by node.
 
-use tapeplan_core::{MathProfile, NodeId, RunAs, Tape, TapeError, TensorOf};
+use tapeplan_core::{ArithProfile, MathProfile, NodeId, RunAs, Tape, TapeError, TensorOf};
 
 /// How far one node's `f32` value is from the same computation in `f64`.
 #[derive(Clone, Debug, PartialEq)]
@@ -24,12 +24,19 @@ pub fn rounding_errors(
     leaves: &[(NodeId, TensorOf<f32>)],
     last: NodeId,
 ) -> Result<Vec<NodeError>, TapeError> {
-    rounding_errors_with(tape, leaves, last, MathProfile::Precise)
+    rounding_errors_with(
+        tape,
+        leaves,
+        last,
+        MathProfile::Precise,
+        ArithProfile::Separate,
+    )
 }
 
-/// [`rounding_errors`] with the `f32` run under the math profile `math`. The `f64` run is
-/// exact in both (`f64` has no fast profile of its own), so under `fast` the report shows each
-/// node's approximation error as well as its rounding.
+/// [`rounding_errors`] with the `f32` run under the math profile `math` and the arithmetic
+/// profile `arith` (the `f64` run follows `arith` too: `libm::fma` in double). The `f64` run is
+/// exact in both math profiles (`f64` has no fast profile of its own), so under `fast` the
+/// report shows each node's approximation error as well as its rounding.
 ///
 /// # Errors
 /// A missing leaf, a shape error.
@@ -38,9 +45,10 @@ pub fn rounding_errors_with(
     leaves: &[(NodeId, TensorOf<f32>)],
     last: NodeId,
     math: MathProfile,
+    arith: ArithProfile,
 ) -> Result<Vec<NodeError>, TapeError> {
-    let mut single: RunAs<f32> = RunAs::with_math(tape, math);
-    let mut double: RunAs<f64> = RunAs::with_math(tape, math);
+    let mut single: RunAs<f32> = RunAs::with_math(tape, math).with_arith(arith);
+    let mut double: RunAs<f64> = RunAs::with_math(tape, math).with_arith(arith);
     for (id, v) in leaves {
         single.set(*id, v.clone())?;
         double.set(*id, v.convert())?;

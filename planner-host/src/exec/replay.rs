@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use tapeplan_core::format::{BindingKind, TensorKind};
-use tapeplan_core::{ops, MathProfile, Shape};
+use tapeplan_core::{ops, ArithProfile, MathProfile, Shape};
 
 use crate::io::data::Dataset;
 use crate::io::inspect::PlanInfo;
@@ -78,6 +78,7 @@ pub enum ReplayError {
 pub struct PlanReplay {
     info: PlanInfo,
     math: MathProfile,
+    arith: ArithProfile,
     arena: Vec<f32>,
 }
 
@@ -92,6 +93,7 @@ impl PlanReplay {
         let info = PlanInfo::decode(bytes);
         let mut replay = PlanReplay {
             math: plan.math(),
+            arith: plan.arith(),
             arena: vec![0.0; plan.arena_elems()],
             info,
         };
@@ -264,7 +266,8 @@ impl PlanReplay {
                     })
                 })?
             };
-            ops::eval(i.op, i.attr, self.math, &arg_refs, &shapes, dst).map_err(kernel)?;
+            ops::eval_arith(i.op, i.attr, self.math, self.arith, &arg_refs, &shapes, dst)
+                .map_err(kernel)?;
             if is_register {
                 registers.insert(i.out, register);
             }

@@ -129,6 +129,7 @@ impl TranscriptReader {
                     epochs: 0,
                     fusion: false,
                     math: MathProfile::Precise,
+                    arith: tapeplan_core::ArithProfile::Separate,
                     optimizer: RunOptimizer::Sgd,
                     data: RunData::Digits,
                     init: RunInit::Glorot,

@@ -485,6 +485,46 @@ mod tests {
     use crate::model::run::tests::small;
     use tapeplan_core::MathProfile;
 
+    /// `arith=fma` is part of a run as `math=fast` is: it round-trips, plans an `fma` plan, and
+    /// an fma run's transcript verifies under its own description only.
+    #[test]
+    fn the_arith_profile_is_part_of_the_run() {
+        use tapeplan_core::ArithProfile;
+        let separate = small();
+        let fma = RunConfig {
+            arith: ArithProfile::Fma,
+            ..small()
+        };
+        assert!(fma.to_line().ends_with(" arith=fma"), "{}", fma.to_line());
+        assert!(!separate.to_line().contains("arith="));
+        assert_eq!(RunConfig::parse(&fma.to_line()).unwrap(), fma);
+        let both = RunConfig {
+            math: MathProfile::Fast,
+            ..fma.clone()
+        };
+        assert!(both.to_line().ends_with(" math=fast arith=fma"));
+        assert_eq!(RunConfig::parse(&both.to_line()).unwrap(), both);
+        let e = RunConfig::parse(&format!("{} arith=fused", separate.to_line())).unwrap_err();
+        assert!(e.to_string().contains("separate or fma"), "{e}");
+        let fb = fma.job().unwrap().schedule.to_bytes();
+        assert_eq!(
+            tapeplan_runtime::Plan::parse_alloc(&fb).unwrap().arith(),
+            ArithProfile::Fma
+        );
+        let text = oracle_transcript(&fma).unwrap();
+        let t = Transcript::parse(&text).unwrap();
+        assert!(verify(&t, Some(&fma)).unwrap().passed());
+        assert!(matches!(
+            verify(&t, Some(&separate)),
+            Err(VerifyError::Mismatch(_))
+        ));
+        let sb = separate.job().unwrap().schedule.to_bytes();
+        assert_ne!(
+            tapeplan_runtime::Plan::parse_alloc(&sb).unwrap().plan_id(),
+            tapeplan_runtime::Plan::parse_alloc(&fb).unwrap().plan_id()
+        );
+    }
+
     #[test]
     fn the_math_profile_is_part_of_the_run() {
         let precise = small();

@@ -185,6 +185,11 @@ impl PlanInfo {
         tapeplan_core::MathProfile::from_flags(self.header.flags)
     }
 
+    /// The arithmetic profile the plan records (header flag bit 1).
+    pub fn arith(&self) -> tapeplan_core::ArithProfile {
+        tapeplan_core::ArithProfile::from_flags(self.header.flags)
+    }
+
     /// The parameters' names and shapes, in binding order.
     pub fn parameters(&self) -> Vec<(String, Shape)> {
         self.bindings
@@ -350,10 +355,11 @@ impl PlanInfo {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "plan v{}: id {:#010x}, math {}, arena {} elems ({} bytes), persistent {} elems, {} tensors, {} instructions",
+            "plan v{}: id {:#010x}, math {}, arith {}, arena {} elems ({} bytes), persistent {} elems, {} tensors, {} instructions",
             h.version,
             h.plan_id,
             self.math(),
+            self.arith(),
             h.arena_elems,
             h.arena_elems as usize * 4,
             h.persistent_elems,

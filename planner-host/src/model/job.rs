@@ -21,7 +21,7 @@
 //!
 //! The [`Oracle`](crate::exec::oracle::Oracle) trains the same job without its schedule.
 
-use tapeplan_core::{MathProfile, NodeId, Recordable, Shape, Tape, TapeError, Trace};
+use tapeplan_core::{ArithProfile, MathProfile, NodeId, Recordable, Shape, Tape, TapeError, Trace};
 
 use crate::model::graph::RngLeaves;
 use crate::model::graph::{ForwardCx, InputSpec, Mode, Model, ModelError, ParamKind, ParamSpec};
@@ -168,6 +168,9 @@ pub struct TrainingJob {
     /// The math profile of the schedule and of the oracle's kernels
     /// ([`JobOptions::planning`]'s).
     pub math: MathProfile,
+    /// The arithmetic profile of the schedule and of the oracle's matrix products
+    /// ([`JobOptions::planning`]'s).
+    pub arith: ArithProfile,
     /// What the bit-preserving rewrites did before planning (the plan is made from the rewritten
     /// tape; `tape` stays as recorded, for the oracle and listings).
     pub rewrite_stats: RewriteStats,
@@ -462,6 +465,7 @@ fn record_and_plan(b: &JobBuilder<'_>) -> Result<TrainingJob, JobError> {
     let loss = b.loss.recorder();
     let guarded = options.guarded;
     let math = options.planning.math;
+    let arith = options.planning.arith;
     let eval_entries = options.eval_entries.unwrap_or(true);
     let parameters = model.parameters()?;
     let input_specs = model.inputs(batch)?;
@@ -716,6 +720,7 @@ fn record_and_plan(b: &JobBuilder<'_>) -> Result<TrainingJob, JobError> {
         &tape,
         options.passes,
         math,
+        arith,
         &passes::update_values(&entries),
     )?;
     let rewritten_entries = passes::remap_entries(&entries, &map);
@@ -757,6 +762,7 @@ fn record_and_plan(b: &JobBuilder<'_>) -> Result<TrainingJob, JobError> {
         state,
         guarded,
         math,
+        arith,
         rewrite_stats,
         batch,
         tape,

@@ -4,7 +4,8 @@
 //! A [`RunConfig`] names everything a run depends on: the MLP (`model`, `activation`), the loss
 //! (`ce` over labels or `mse` over float targets), `batch`, `lr`, `seed`, `split_seed`, `samples`
 //! and `epochs`, and optionally the math profile (`math=precise|fast`; absent means `precise`,
-//! and the canonical line names it only when it is `fast`), fusion (`fusion=on|off`), the
+//! and the canonical line names it only when it is `fast`), the arithmetic profile
+//! (`arith=separate|fma`; absent means `separate`, named only when `fma`), fusion (`fusion=on|off`), the
 //! optimizer (`optimizer=sgd|momentum|nesterov|adam|adamw`, with `momentum=` and
 //! `weight_decay=`; absent means SGD), the data (`data=digits`, the default, or
 //! `data=PATH data_digest=HEX`) and the initial parameters (`init=glorot`, the default, or
@@ -15,7 +16,7 @@
 //! --layers/--onnx` wrote, the layer API's `plan_sequential` example, or `tapeplan train`. The
 //! plan fixes the model, the batch, the loss, the optimizer with its learning rate and the math
 //! profile, so such a description gives none of `model`, `activation`, `loss`, `batch`, `lr`,
-//! `optimizer`, `momentum`, `weight_decay`, `math`, `fusion` ([`RunConfig::PLAN_FIXED_KEYS`];
+//! `optimizer`, `momentum`, `weight_decay`, `math`, `arith`, `fusion` ([`RunConfig::PLAN_FIXED_KEYS`];
 //! each is an error naming it): `plan=PATH plan_digest=HEX seed=S split_seed=S samples=N
 //! epochs=E`, then `data=` and `init=` as below. The plan's `train_step` inputs say the task
 //! ([`PlanIo`]): `x` and `labels` (classification: the CSV's last column, [`RunConfig::loss`]
@@ -67,7 +68,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use tapeplan_core::MathProfile;
+use tapeplan_core::{ArithProfile, MathProfile};
 
 use crate::io::data::{self, Dataset};
 use crate::io::exchange::{self, Param};
@@ -294,6 +295,8 @@ pub struct PlanIo {
     pub labels: bool,
     /// The plan's math profile.
     pub math: MathProfile,
+    /// The plan's arithmetic profile.
+    pub arith: ArithProfile,
 }
 
 impl PlanIo {
@@ -353,6 +356,7 @@ impl PlanIo {
             d_out,
             labels,
             math: plan.math(),
+            arith: plan.arith(),
         })
     }
 }
@@ -546,6 +550,9 @@ pub struct RunConfig {
     pub fusion: bool,
     /// The math profile of the plan and the oracle (optional key `math`; `precise` when absent).
     pub math: MathProfile,
+    /// The arithmetic profile of the plan and the oracle (optional key `arith`; `separate`
+    /// when absent).
+    pub arith: ArithProfile,
     /// The optimizer (optional key `optimizer`; SGD when absent).
     pub optimizer: RunOptimizer,
     /// The data (optional keys `data`, `data_digest`; the digits when absent).
@@ -570,14 +577,15 @@ impl RunConfig {
     ];
 
     /// The optional keys, with their defaults: `plan` and `plan_digest` (a plan file's run,
-    /// see [`RunConfig::parse`]), `math` (`precise`), `fusion` (`off`),
+    /// see [`RunConfig::parse`]), `math` (`precise`), `arith` (`separate`), `fusion` (`off`),
     /// `optimizer` (`sgd`), `momentum` (`0.9`), `weight_decay` (`0.01`), `data` (`digits`),
     /// `data_digest` (needed with a data path), `init` (`glorot`), `init_digest` (needed with
     /// an init path).
-    pub const OPTIONAL_KEYS: [&'static str; 11] = [
+    pub const OPTIONAL_KEYS: [&'static str; 12] = [
         "plan",
         "plan_digest",
         "math",
+        "arith",
         "fusion",
         "optimizer",
         "momentum",
@@ -716,6 +724,11 @@ impl RunConfig {
                 Some(v) => MathProfile::from_name(v)
                     .ok_or_else(|| config_err(format!("math={v}: precise or fast")))?,
             },
+            arith: match values.get("arith") {
+                None => ArithProfile::Separate,
+                Some(v) => ArithProfile::from_name(v)
+                    .ok_or_else(|| config_err(format!("arith={v}: separate or fma")))?,
+            },
             optimizer,
             data,
             init,
@@ -725,13 +738,14 @@ impl RunConfig {
     }
 
     /// The keys a `plan=` run leaves to its plan: [`RunConfig::parse`] refuses them.
-    pub const PLAN_FIXED_KEYS: [&'static str; 10] = [
+    pub const PLAN_FIXED_KEYS: [&'static str; 11] = [
         "model",
         "activation",
         "loss",
         "batch",
         "lr",
         "math",
+        "arith",
         "fusion",
         "optimizer",
         "momentum",
@@ -745,7 +759,7 @@ impl RunConfig {
             .find(|k| values.contains_key(*k))
         {
             return Err(config_err(format!(
-                "{k}= is fixed by the plan of a plan= run (its model, batch, loss, optimizer, learning rate and math profile are the plan's own): leave it out"
+                "{k}= is fixed by the plan of a plan= run (its model, batch, loss, optimizer, learning rate and math and arithmetic profiles are the plan's own): leave it out"
             )));
         }
         let path = values
@@ -787,6 +801,7 @@ impl RunConfig {
             epochs,
             fusion: false,
             math: io.math,
+            arith: io.arith,
             optimizer: RunOptimizer::Sgd,
             data: parse_data(values)?,
             init: parse_init(values)?,
@@ -995,9 +1010,11 @@ impl RunConfig {
             RunModel::DigitsCnn([c1, c2]) => vec![format!("digits_cnn:{c1},{c2}")],
             RunModel::Plan(p) => return self.plan_line(p),
         };
-        let math = match self.math {
-            MathProfile::Precise => String::new(),
-            m => format!(" math={m}"),
+        let math = match (self.math, self.arith) {
+            (MathProfile::Precise, ArithProfile::Separate) => String::new(),
+            (m, ArithProfile::Separate) => format!(" math={m}"),
+            (MathProfile::Precise, a) => format!(" arith={a}"),
+            (m, a) => format!(" math={m} arith={a}"),
         };
         let mut line = format!(
             "model={} activation={} loss={} batch={} lr={} seed={} split_seed={} samples={} epochs={}{math}",
@@ -1096,6 +1113,7 @@ impl RunConfig {
         let planning = PlanOptions {
             fuse: self.fusion,
             math: self.math,
+            arith: self.arith,
             ..PlanOptions::default()
         };
         if let RunModel::Plan(p) = &self.model {

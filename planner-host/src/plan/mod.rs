@@ -38,7 +38,7 @@ pub mod roots;
 pub mod writer;
 
 use tapeplan_core::format::{TensorKind, ALIGN_ELEMS};
-use tapeplan_core::{MathProfile, NodeId, Opcode, Shape, Tape, TapeError};
+use tapeplan_core::{ArithProfile, MathProfile, NodeId, Opcode, Shape, Tape, TapeError};
 
 pub use memory::MemoryReport;
 pub use rewrite::{Passes, RewriteStats};
@@ -175,6 +175,10 @@ pub struct PlanOptions {
     /// under: `precise` by default. Planning itself computes nothing; a caller that folded
     /// constants first ([`rewrite::rewrite`]) folds them under the same profile.
     pub math: MathProfile,
+    /// The arithmetic profile the schedule records (header flag bit 1): how every matrix
+    /// product forms its multiply-accumulate steps (`separate` by default; `fma`: one fused
+    /// multiply-add each, see `docs/arith-profiles.md`). Constants fold under it too.
+    pub arith: ArithProfile,
     /// Schedule each update as early as it can be computed and written over its parameter, its
     /// weight gradient right before it ([`order::order`]): each gradient buffer is freed at
     /// once instead of living to the end of the backward pass. On by default; off, the
@@ -188,6 +192,7 @@ impl Default for PlanOptions {
         PlanOptions {
             fuse: true,
             math: MathProfile::Precise,
+            arith: ArithProfile::Separate,
             interleave_updates: true,
         }
     }
@@ -229,6 +234,9 @@ pub struct Schedule {
     /// The math profile every reader runs the plan under (header flag bit 0), as
     /// [`PlanOptions::math`] asked.
     pub math: MathProfile,
+    /// The arithmetic profile every reader runs the plan's matrix products under (header flag
+    /// bit 1), as [`PlanOptions::arith`] asked.
+    pub arith: ArithProfile,
 }
 
 fn align(n: usize) -> usize {
@@ -328,6 +336,7 @@ pub fn plan_with(
         arena_elems,
         persistent_elems: region.elems,
         math: options.math,
+        arith: options.arith,
     };
     // Every plan the planner answers is one the runtime loads: the runtime's own validator
     // checks the bytes (the format's caps among its rules), so a model too large for the format

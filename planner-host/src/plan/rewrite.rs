@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use tapeplan_core::ops::{self, Attr};
-use tapeplan_core::{Compute, MathProfile, NodeId, Opcode, Tape, TapeError, Tensor};
+use tapeplan_core::{ArithProfile, Compute, MathProfile, NodeId, Opcode, Tape, TapeError, Tensor};
 
 use crate::plan::{EntrySpec, Root};
 
@@ -56,7 +56,8 @@ pub struct RewriteStats {
 /// Replays `tape` with `passes` into a new tape; answers it, the new id of every old node, and
 /// what was done. Nodes in `keep_distinct` (each update's value: one buffer cannot be written
 /// over two parameters) are never merged into another node. Constants fold under the math
-/// profile `math`, the plan's: a folded `exp` must have the bits the runtime would compute.
+/// profile `math` and the arithmetic profile `arith`, the plan's: a folded `exp` or `matmul`
+/// must have the bits the runtime would compute.
 ///
 /// # Errors
 /// A kernel error while folding (cannot happen for a tape that recorded).
@@ -64,6 +65,7 @@ pub fn rewrite(
     tape: &Tape,
     passes: Passes,
     math: MathProfile,
+    arith: ArithProfile,
     keep_distinct: &[NodeId],
 ) -> Result<(Tape, Vec<NodeId>, RewriteStats), TapeError> {
     let keep: std::collections::HashSet<usize> = keep_distinct.iter().map(|n| n.index()).collect();
@@ -89,7 +91,8 @@ pub fn rewrite(
                     && args.iter().all(|a| constant.contains_key(&a.index()))
                 {
                     let vals: Vec<&Tensor> = args.iter().map(|a| &constant[&a.index()]).collect();
-                    let v = op.express(&mut Compute::with_math(math), node.attr, &vals)?;
+                    let v =
+                        op.express(&mut Compute::with_profiles(math, arith), node.attr, &vals)?;
                     let first = v.data.first().map(|x| x.to_bits());
                     match first {
                         Some(bits) if v.data.iter().all(|x| x.to_bits() == bits) => {
@@ -195,12 +198,26 @@ mod tests {
             let b = t.mul(&x, &kb).unwrap(); // merges with a
             (a, b)
         };
-        let (out, map, stats) = rewrite(&tape, Passes::ALL, MathProfile::Precise, &[]).unwrap();
+        let (out, map, stats) = rewrite(
+            &tape,
+            Passes::ALL,
+            MathProfile::Precise,
+            ArithProfile::Separate,
+            &[],
+        )
+        .unwrap();
         assert_eq!(map[a.index()], map[b.index()]);
         assert_eq!(stats.merged, 1);
         assert_eq!(stats.folded, 2);
         assert!(out.len() < tape.len());
-        let (_, _, none) = rewrite(&tape, Passes::NONE, MathProfile::Precise, &[]).unwrap();
+        let (_, _, none) = rewrite(
+            &tape,
+            Passes::NONE,
+            MathProfile::Precise,
+            ArithProfile::Separate,
+            &[],
+        )
+        .unwrap();
         assert_eq!(none, RewriteStats::default());
     }
 }

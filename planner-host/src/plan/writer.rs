@@ -111,7 +111,7 @@ impl Schedule {
             body.extend_from_slice(&w.to_le_bytes());
         }
         let total = HEADER_BYTES + body.len();
-        let flags = self.math.flags();
+        let flags = self.math.flags() | self.arith.flags();
         let plan_id = if flags == 0 {
             format::CRC32.checksum(&body)
         } else {

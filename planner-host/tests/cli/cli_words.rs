@@ -137,6 +137,40 @@ fn data_errors_number_rows_and_columns_from_one() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `--arith fma` is recorded in the plan and said back: `plan` names it, `describe` reads it
+/// from the header, a plan without it is `separate`, and `--arith fma` beside a plan file (which
+/// already records its profile) is refused rather than silently ignored.
+#[test]
+fn arith_profile_is_recorded_and_said() {
+    let dir = scratch_dir("words-arith");
+    let said = ok(
+        &dir,
+        &[
+            "plan", "--layers", "4,3,2", "--arith", "fma", "-o", "fma.plan",
+        ],
+    );
+    assert!(said.contains("math precise, arith fma)"), "{said}");
+    let said = ok(&dir, &["plan", "--layers", "4,3,2", "-o", "separate.plan"]);
+    assert!(!said.contains("arith"), "{said}");
+    let fma = ok(&dir, &["describe", "fma.plan"]);
+    assert!(fma.contains("math precise, arith fma,"), "{fma}");
+    let separate = ok(&dir, &["describe", "separate.plan"]);
+    assert!(
+        separate.contains("math precise, arith separate,"),
+        "{separate}"
+    );
+    std::fs::write(dir.join("d.csv"), b"0.5,1,0\n0.25,-1,1\n").unwrap();
+    let out = tapeplan(
+        &dir,
+        &[
+            "train", "fma.plan", "--arith", "fma", "--data", "d.csv", "--epochs", "1",
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--arith"), "{}", stderr(&out));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn arena_budget_reports_the_recomputation_and_refuses_what_it_cannot_reach() {
     let dir = scratch_dir("words-arena-budget");

@@ -391,6 +391,76 @@ pub(crate) fn matmul(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, 
     tapeplan_core::ops::matmul::kernel(a, b, out, m, k, n);
 }
 
+/// `out = a · b` under the `fma` arithmetic profile: each `out[i, j]` starts at `+0.0` and
+/// becomes `fma(a[i, p], b[p, j], acc)` (one rounding) over increasing `p`, the reference's
+/// (`tapeplan_core::ops::matmul::kernel_fma`) order and bits.
+#[cfg(all(not(feature = "simd"), feature = "arith-fma"))]
+pub(crate) fn matmul_fma(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, n: usize) {
+    tapeplan_core::ops::matmul::kernel_fma(a, b, out, m, k, n);
+}
+
+/// True when this build's `fma` matrix product runs on a hardware fused multiply-add (x86_64
+/// with the `fma` target feature, which AVX-512F implies, and `simd`); otherwise each step is
+/// `libm::fmaf`, lane by lane (the same bits, in software).
+pub const FMA_HARDWARE: bool = cfg!(all(
+    feature = "simd",
+    target_arch = "x86_64",
+    target_feature = "fma"
+));
+
+/// One multiply-accumulate step of the matrix product's register tile, lane by lane: the
+/// arithmetic profile's (see `tapeplan_core::ArithProfile`).
+#[cfg(feature = "simd")]
+pub(crate) trait Step: Copy {
+    /// The accumulator after the step `acc ⊕ x · y`.
+    fn v(acc: V, x: V, y: V) -> V;
+}
+
+/// The `separate` step: `acc + x * y`, the product rounded, then the sum (`wide`'s lane-wise
+/// IEEE operations, never fused).
+#[cfg(feature = "simd")]
+#[derive(Clone, Copy)]
+pub(crate) struct Separate;
+
+#[cfg(feature = "simd")]
+impl Step for Separate {
+    #[inline(always)]
+    fn v(acc: V, x: V, y: V) -> V {
+        acc + x * y
+    }
+}
+
+/// The `fma` step: `fma(x, y, acc)`, rounded once. With the `fma` target feature on x86_64,
+/// `wide`'s `mul_add`, which is then `vfmadd` (`_mm_fmadd_ps`, `_mm256_fmadd_ps`,
+/// `_mm512_fmadd_ps`: IEEE-754 `fusedMultiplyAdd`); elsewhere (SSE2 without FMA, wasm
+/// `simd128`, whose relaxed-SIMD `madd` may or may not fuse and so is not used, the portable
+/// fallback) `libm::fmaf` lane by lane. `wide`'s `mul_add` is never called without the
+/// feature: there it is a separate multiply and add.
+#[cfg(all(feature = "simd", feature = "arith-fma"))]
+#[derive(Clone, Copy)]
+pub(crate) struct Fused;
+
+#[cfg(all(feature = "simd", feature = "arith-fma"))]
+impl Step for Fused {
+    #[inline(always)]
+    fn v(acc: V, x: V, y: V) -> V {
+        #[cfg(all(target_arch = "x86_64", target_feature = "fma"))]
+        #[allow(clippy::disallowed_methods)]
+        // the one caller: fused here, under the feature
+        {
+            x.mul_add(y, acc)
+        }
+        #[cfg(not(all(target_arch = "x86_64", target_feature = "fma")))]
+        {
+            let (mut c, x, y) = (acc.to_array(), x.to_array(), y.to_array());
+            for ((c, x), y) in c.iter_mut().zip(x).zip(y) {
+                *c = libm::fmaf(x, y, *c);
+            }
+            V::new(c)
+        }
+    }
+}
+
 /// Rows per matrix-product tile. 4 everywhere: with AVX-512, 6 rows (24 accumulators) spilled
 /// and measured slower (183 against 261 GFLOP/s on `[784, 64] x [64, 128]`).
 #[cfg(feature = "simd")]
@@ -407,6 +477,23 @@ const MR: usize = 4;
 /// rows.
 #[cfg(feature = "simd")]
 pub(crate) fn matmul(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, n: usize) {
+    matmul_with::<Separate>(a, b, out, m, k, n);
+}
+
+/// `out = a · b` under the `fma` arithmetic profile (lengths checked by the caller).
+///
+/// # Arithmetic order
+/// As [`matmul`]'s, each step `acc = fma(a[i, p], b[p, j], acc)` rounded once ([`Fused`]): the
+/// order and bits of `tapeplan_core::ops::matmul::kernel_fma`.
+#[cfg(all(feature = "simd", feature = "arith-fma"))]
+pub(crate) fn matmul_fma(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, n: usize) {
+    matmul_with::<Fused>(a, b, out, m, k, n);
+}
+
+/// The register-tiled product with the step `S` (see [`matmul`]).
+#[cfg(feature = "simd")]
+#[inline(always)]
+fn matmul_with<S: Step>(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, n: usize) {
     if n == 0 || m == 0 {
         return;
     }
@@ -414,7 +501,7 @@ pub(crate) fn matmul(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, 
         out.fill(0.0);
         return;
     }
-    let mut done = rows::<MR>(a, b, out, k, n);
+    let mut done = rows::<S, MR>(a, b, out, k, n);
     for step in [2usize, 1] {
         if done >= m {
             break;
@@ -423,18 +510,24 @@ pub(crate) fn matmul(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, 
             return;
         };
         done += match step {
-            2 => rows::<2>(ar, b, or, k, n),
-            _ => rows::<1>(ar, b, or, k, n),
+            2 => rows::<S, 2>(ar, b, or, k, n),
+            _ => rows::<S, 1>(ar, b, or, k, n),
         };
     }
 }
 
 /// Runs as many whole blocks of `R` rows as fit; answers the rows done.
 #[cfg(feature = "simd")]
-fn rows<const R: usize>(a: &[f32], b: &[f32], out: &mut [f32], k: usize, n: usize) -> usize {
+fn rows<S: Step, const R: usize>(
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+    k: usize,
+    n: usize,
+) -> usize {
     let mut done = 0;
     for (ab, ob) in a.chunks_exact(R * k).zip(out.chunks_exact_mut(R * n)) {
-        row_block::<R>(ab, b, ob, k, n);
+        row_block::<S, R>(ab, b, ob, k, n);
         done += R;
     }
     done
@@ -442,30 +535,30 @@ fn rows<const R: usize>(a: &[f32], b: &[f32], out: &mut [f32], k: usize, n: usiz
 
 #[cfg(feature = "simd")]
 #[inline(always)]
-fn row_block<const R: usize>(a: &[f32], b: &[f32], out: &mut [f32], k: usize, n: usize) {
+fn row_block<S: Step, const R: usize>(a: &[f32], b: &[f32], out: &mut [f32], k: usize, n: usize) {
     use width::NR;
     let mut j = 0;
     while j + NR * L <= n {
-        tile::<R, NR>(a, b, out, j, k, n);
+        tile::<S, R, NR>(a, b, out, j, k, n);
         j += NR * L;
     }
     if NR > 2 && j + 2 * L <= n {
-        tile::<R, 2>(a, b, out, j, k, n);
+        tile::<S, R, 2>(a, b, out, j, k, n);
         j += 2 * L;
     }
     while j + L <= n {
-        tile::<R, 1>(a, b, out, j, k, n);
+        tile::<S, R, 1>(a, b, out, j, k, n);
         j += L;
     }
     if j < n {
-        tile_partial::<R>(a, b, out, j, n - j, k, n);
+        tile_partial::<S, R>(a, b, out, j, n - j, k, n);
     }
 }
 
 /// Columns `j..j + C·L` of rows `0..R` of the block.
 #[cfg(feature = "simd")]
 #[inline(always)]
-fn tile<const R: usize, const C: usize>(
+fn tile<S: Step, const R: usize, const C: usize>(
     a: &[f32],
     b: &[f32],
     out: &mut [f32],
@@ -489,7 +582,7 @@ fn tile<const R: usize, const C: usize>(
         for (acc_r, a_r) in acc.iter_mut().zip(&a_rows) {
             let x = V::splat(a_r.get(p).copied().unwrap_or(0.0));
             for (s, &y) in acc_r.iter_mut().zip(&bv) {
-                *s += x * y;
+                *s = S::v(*s, x, y);
             }
         }
     }
@@ -509,7 +602,7 @@ fn tile<const R: usize, const C: usize>(
 /// the unused lanes computed on zeros and never stored.
 #[cfg(feature = "simd")]
 #[inline(always)]
-fn tile_partial<const R: usize>(
+fn tile_partial<S: Step, const R: usize>(
     a: &[f32],
     b: &[f32],
     out: &mut [f32],
@@ -540,7 +633,7 @@ fn tile_partial<const R: usize>(
         };
         for (s, a_r) in acc.iter_mut().zip(&a_rows) {
             let x = V::splat(a_r.get(p).copied().unwrap_or(0.0));
-            *s += x * y;
+            *s = S::v(*s, x, y);
         }
     }
     for (r, s) in acc.iter().enumerate() {

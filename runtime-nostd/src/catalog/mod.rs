@@ -18,7 +18,10 @@
 //!   `p = 0, 1, …, k-1` in increasing order, exactly the reference's per-element order. With
 //!   `simd`, a register tile of `MR` rows by `NR` vectors of columns keeps its accumulators in
 //!   registers across the whole `p` loop: vectorized across independent outputs (`j`), never
-//!   across `p`. A batched product (rank 3) runs the same kernel once per batch index.
+//!   across `p`. A batched product (rank 3) runs the same kernel once per batch index. Under
+//!   the `fma` arithmetic profile the step is `acc = fma(a[i, p], b[p, j], acc)`, rounded once:
+//!   the hardware instruction where the build has it ([`FMA_HARDWARE`]), `libm::fmaf` lane by
+//!   lane elsewhere; the same tiles and order.
 //! - **`broadcast`**, **`sum_to`**, **`max_to`** over the common shapes (see `Pattern`): a row
 //!   vector repeated down a matrix, a column repeated across it, a matrix summed to its row or its
 //!   column, everything to a scalar. Sums keep the reference's order: every output starts at
@@ -54,7 +57,7 @@
 #![allow(clippy::arithmetic_side_effects)]
 
 use tapeplan_core::ops::{exp, log, pow, sigmoid, softplus, tanh, Attr, OpError};
-use tapeplan_core::{MathProfile, OpSet, Opcode, Ops, Shape, MAX_RANK};
+use tapeplan_core::{ArithProfile, MathProfile, OpSet, Opcode, Ops, Shape, MAX_RANK};
 
 mod lanes;
 use lanes::UnOp;
@@ -70,6 +73,11 @@ pub const CATALOG: &str = lanes::CATALOG;
 
 /// The `f32` lanes of one vector in this build's catalog (1 for the scalar catalog).
 pub const LANES: usize = lanes::LANES;
+
+/// True when this build's `fma` matrix product ([`ArithProfile::Fma`]) runs on a hardware fused
+/// multiply-add (x86_64 with the `fma` target feature, implied by AVX-512F, and `simd`);
+/// otherwise each step is `libm::fmaf` in software, with the same bits.
+pub const FMA_HARDWARE: bool = lanes::FMA_HARDWARE;
 
 /// An argument of an elementwise kernel: its own buffer, or the output buffer itself (the
 /// in-place case, when the plan lets the output overwrite an argument that dies there).
@@ -369,6 +377,7 @@ fn batched(d: &Dims) -> [usize; 3] {
 pub(crate) fn structural<O: Ops>(
     op: Opcode,
     scalar: f32,
+    arith: ArithProfile,
     args: &[&[f32]],
     arg_dims: &[Dims],
     out_dims: &Dims,
@@ -394,7 +403,14 @@ pub(crate) fn structural<O: Ops>(
                     b.get(i * rb..(i + 1) * rb),
                     out.get_mut(i * ro..(i + 1) * ro),
                 ) {
-                    lanes::matmul(a, b, o, m, k, n);
+                    match arith {
+                        ArithProfile::Separate => lanes::matmul(a, b, o, m, k, n),
+                        #[cfg(feature = "arith-fma")]
+                        ArithProfile::Fma => lanes::matmul_fma(a, b, o, m, k, n),
+                        // Not in this build: the reference path reports it.
+                        #[allow(unreachable_patterns)]
+                        _ => return false,
+                    }
                 }
             }
             true
@@ -732,6 +748,34 @@ pub fn eval(
     arg_shapes: &[Shape],
     out: &mut [f32],
 ) -> Result<(), OpError> {
+    eval_arith(
+        op,
+        attr,
+        math,
+        ArithProfile::Separate,
+        args,
+        arg_shapes,
+        out,
+    )
+}
+
+/// [`eval`] under the arithmetic profile `arith` as well: the same contract and bits as
+/// `tapeplan_core::ops::eval_arith`.
+///
+/// # Shapes
+/// As [`eval`].
+///
+/// # Errors
+/// As [`eval`]; `OpError::ArithProfile` for a profile this build leaves out.
+pub fn eval_arith(
+    op: Opcode,
+    attr: Attr,
+    math: MathProfile,
+    arith: ArithProfile,
+    args: &[&[f32]],
+    arg_shapes: &[Shape],
+    out: &mut [f32],
+) -> Result<(), OpError> {
     if args.len() != arg_shapes.len() {
         return Err(OpError::Arity {
             op,
@@ -747,7 +791,7 @@ pub fn eval(
         && out.len() == out_shape.elems();
     if !lengths_ok || out.is_empty() {
         // The reference reports the error (or does nothing for an empty output).
-        return tapeplan_core::ops::eval(op, attr, math, args, arg_shapes, out);
+        return tapeplan_core::ops::eval_arith(op, attr, math, arith, args, arg_shapes, out);
     }
     if op.class() == tapeplan_core::OpClass::Elementwise {
         let a = args.first().map_or(Src::Out, |a| Src::Buf(a));
@@ -770,18 +814,21 @@ pub fn eval(
             *d = Dims::of(*s);
         }
         let n = arg_shapes.len().min(dims.len());
-        if structural::<tapeplan_core::BuildOps>(
-            op,
-            attr.scalar(),
-            args,
-            dims.get(..n).unwrap_or(&[]),
-            &Dims::of(out_shape),
-            out,
-        ) {
+        if arith.in_build()
+            && structural::<tapeplan_core::BuildOps>(
+                op,
+                attr.scalar(),
+                arith,
+                args,
+                dims.get(..n).unwrap_or(&[]),
+                &Dims::of(out_shape),
+                out,
+            )
+        {
             return Ok(());
         }
     }
-    tapeplan_core::ops::eval(op, attr, math, args, arg_shapes, out)
+    tapeplan_core::ops::eval_arith(op, attr, math, arith, args, arg_shapes, out)
 }
 
 /// True when the catalog has its own kernel for `op` over arguments of `arg_shapes` (else

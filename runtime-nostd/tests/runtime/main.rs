@@ -12,10 +12,13 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../fma_case/mod.rs"]
+mod fma_case;
 #[path = "../sweep/mod.rs"]
 mod sweep;
 
 mod checkpoint;
+mod fma;
 mod hostile;
 mod limits;
 mod model;

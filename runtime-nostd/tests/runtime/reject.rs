@@ -91,8 +91,12 @@ fn header_rules() {
         ParseError::Decode(DecodeError::BadHeaderBytes { found: 64 })
     );
     assert_eq!(
-        err(with_header(b.clone(), |h| h.flags = 2)),
-        ParseError::Decode(DecodeError::UnknownFlags { found: 2 })
+        err(with_header(b.clone(), |h| h.flags = 4)),
+        ParseError::Decode(DecodeError::UnknownFlags { found: 4 })
+    );
+    assert_eq!(
+        err(with_header(b.clone(), |h| h.flags = 0x8000_0003)),
+        ParseError::Decode(DecodeError::UnknownFlags { found: 0x8000_0003 })
     );
     assert_eq!(
         err(with_header(b.clone(), |h| h.flags = 0x8000_0001)),
@@ -1073,6 +1077,31 @@ fn math_profile_flag() {
         MathProfile::ALL.iter().filter(|m| m.in_build()).count(),
         usize::from(cfg!(feature = "math-precise")) + usize::from(cfg!(feature = "math-fast"))
     );
+}
+
+/// Flag bit 1 is the arithmetic profile: a plan of either profile parses in a build with
+/// `arith-fma` (the default), with either math profile beside it, and a build without it
+/// refuses an `fma` plan with `ArithProfile`.
+#[test]
+fn arith_profile_flag() {
+    use tapeplan_core::{ArithProfile, MathProfile};
+    let b = mlp_plan();
+    for arith in ArithProfile::ALL {
+        for math in MathProfile::ALL.into_iter().filter(|m| m.in_build()) {
+            let bytes = with_header(b.clone(), |h| h.flags = math.flags() | arith.flags());
+            if arith.in_build() {
+                let plan = Plan::parse(&bytes).unwrap();
+                assert_eq!((plan.arith(), plan.math()), (arith, math));
+            } else {
+                assert_eq!(
+                    err(bytes),
+                    ParseError::Validate(ValidateError::ArithProfile { found: arith })
+                );
+            }
+        }
+    }
+    assert_eq!(ArithProfile::Fma.flags(), 2);
+    assert_eq!(ArithProfile::Fma.in_build(), cfg!(feature = "arith-fma"));
 }
 
 /// A broadcast's source is read away from the tile: a chain may not write over it, not even

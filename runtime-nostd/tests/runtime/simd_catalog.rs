@@ -11,8 +11,8 @@ use crate::common;
 use common::{bits, Builder};
 use proptest::prelude::*;
 use tapeplan_core::format::{BindingKind, TensorKind};
-use tapeplan_core::ops::{eval as reference, Attr};
-use tapeplan_core::{MathProfile, Opcode, Shape};
+use tapeplan_core::ops::{eval_arith as reference, Attr};
+use tapeplan_core::{ArithProfile, MathProfile, Opcode, Shape};
 use tapeplan_runtime::catalog;
 use tapeplan_runtime::{Plan, Session};
 
@@ -60,26 +60,41 @@ fn shp(d: &[usize]) -> Shape {
     Shape::new(d).unwrap()
 }
 
-/// Runs `op` through the catalog and the reference under each math profile, over fresh output
-/// buffers prefilled with a sentinel, and compares the bits.
+/// Runs `op` through the catalog and the reference under each math profile (and, for
+/// `matmul`, each arithmetic profile), over fresh output buffers prefilled with a sentinel, and
+/// compares the bits.
 fn check(op: Opcode, attr: Attr, args: &[&[f32]], shapes: &[Shape]) -> Result<(), TestCaseError> {
     let out_shape = tapeplan_core::ops::infer(op, attr, shapes).unwrap();
     let n = out_shape.elems();
-    for math in MathProfile::ALL {
-        let mut want = vec![f32::from_bits(0x7f80_0001); n];
-        let mut got = vec![f32::from_bits(0x7f80_0001); n];
-        let r = reference(op, attr, math, args, shapes, &mut want);
-        let c = catalog::eval(op, attr, math, args, shapes, &mut got);
-        prop_assert_eq!(r, c);
-        prop_assert_eq!(
-            bits(&got),
-            bits(&want),
-            "{} over {:?} ({}, {})",
-            op,
-            shapes,
-            catalog::CATALOG,
-            math
-        );
+    // `matmul` under both arithmetic profiles (the math profile does not reach it: `fma` once).
+    let (p, s, f) = (
+        MathProfile::Precise,
+        ArithProfile::Separate,
+        ArithProfile::Fma,
+    );
+    let mut profiles = vec![(p, s), (MathProfile::Fast, s)];
+    if op == Opcode::MatMul {
+        profiles.push((p, f));
+    }
+    {
+        for (math, arith) in profiles {
+            let mut want = vec![f32::from_bits(0x7f80_0001); n];
+            let mut got = vec![f32::from_bits(0x7f80_0001); n];
+            let r = reference(op, attr, math, arith, args, shapes, &mut want);
+            let c = catalog::eval_arith(op, attr, math, arith, args, shapes, &mut got);
+            prop_assert_eq!(r, c);
+            prop_assert_eq!(
+                bits(&got),
+                bits(&want),
+                "{} over {:?} ({}, {}, {}, hardware fma {})",
+                op,
+                shapes,
+                catalog::CATALOG,
+                math,
+                arith,
+                catalog::FMA_HARDWARE
+            );
+        }
     }
     Ok(())
 }
@@ -345,7 +360,7 @@ fn in_place(op: Opcode, attr: u32, a: &[f32], b: &[f32]) -> Result<(), TestCaseE
         let ref_args: Vec<&[f32]> = args.iter().map(|&t| if t == ta { a } else { b }).collect();
         let shapes = vec![sh; ref_args.len()];
         let mut want = vec![0.0; a.len()];
-        reference(
+        tapeplan_core::ops::eval(
             op,
             tapeplan_core::format::decode_attr(op, attr, &[], sh).unwrap(),
             math,

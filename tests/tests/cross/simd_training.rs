@@ -6,7 +6,7 @@
 //! `RUSTFLAGS="-C target-cpu=native"` AVX2 or AVX-512). Both equal the oracle, so the SIMD run
 //! equals the scalar run bit for bit.
 
-use tapeplan_core::MathProfile;
+use tapeplan_core::{ArithProfile, MathProfile};
 use tapeplan_planner::exec::RuntimeModel;
 use tapeplan_planner::exec::{first_difference, Oracle};
 use tapeplan_planner::model::optim::Sgd;
@@ -28,6 +28,26 @@ fn run_with(
     steps: usize,
     math: MathProfile,
 ) {
+    run_profiles(
+        sizes,
+        activation,
+        loss,
+        batch,
+        steps,
+        math,
+        ArithProfile::Separate,
+    );
+}
+
+fn run_profiles(
+    sizes: &[usize],
+    activation: Activation,
+    loss: Loss,
+    batch: usize,
+    steps: usize,
+    math: MathProfile,
+    arith: ArithProfile,
+) {
     let mlp = Mlp {
         sizes: sizes.to_vec(),
         activation,
@@ -35,6 +55,7 @@ fn run_with(
     let options = JobOptions {
         planning: PlanOptions {
             math,
+            arith,
             ..PlanOptions::default()
         },
         ..JobOptions::default()
@@ -69,7 +90,7 @@ fn run_with(
         assert_eq!(
             l_rt.to_bits(),
             l_or.to_bits(),
-            "{sizes:?} step {step}: loss, catalog {} vs oracle ({math})",
+            "{sizes:?} step {step}: loss, catalog {} vs oracle ({math}, {arith})",
             catalog::CATALOG
         );
         let rt: Vec<Vec<f32>> = names.iter().map(|n| model.parameter(n).unwrap()).collect();
@@ -253,6 +274,26 @@ fn fast_profile_digits_mlp_tanh_cross_entropy() {
         12,
         MathProfile::Fast,
     );
+}
+
+/// The `fma` arithmetic profile through the catalog's matrix product (the hardware fused
+/// multiply-add with the `fma` target feature, `libm::fmaf` lane by lane otherwise): W2's kind
+/// and odd widths that leave partial tiles, bit for bit with the oracle.
+#[test]
+fn fma_profile_w2_like_and_odd_widths() {
+    let (p, f) = (MathProfile::Precise, ArithProfile::Fma);
+    let (relu, ce) = (Activation::Relu, Loss::SoftmaxCrossEntropy);
+    run_profiles(&[196, 64, 10], relu, ce, 16, 4, p, f);
+    run_profiles(
+        &[5, 13, 3],
+        Activation::Tanh,
+        Loss::MeanSquaredError,
+        7,
+        12,
+        p,
+        f,
+    );
+    run_profiles(&[37, 70, 11], relu, ce, 9, 3, MathProfile::Fast, f);
 }
 
 #[test]

@@ -224,6 +224,7 @@ fn golden_plan() -> Schedule {
         arena_elems: 20,
         persistent_elems: 0,
         math: MathProfile::Precise,
+        arith: tapeplan_core::ArithProfile::Separate,
     }
 }
 

@@ -1,7 +1,7 @@
 //! Whole training runs: the runtime (from serialized bytes) against the oracle and against the
 //! planner's host interpreter of the unserialized plan, bit for bit after every step.
 
-use tapeplan_core::MathProfile;
+use tapeplan_core::{ArithProfile, MathProfile};
 use tapeplan_planner::exec::RuntimeModel;
 use tapeplan_planner::exec::{first_difference, Oracle};
 use tapeplan_planner::model::optim::Optimizer;
@@ -32,15 +32,37 @@ fn run_case_with(
     steps: usize,
     math: MathProfile,
 ) -> Vec<f32> {
+    run_case_profiles(
+        mlp,
+        loss,
+        optimizer,
+        batch,
+        steps,
+        math,
+        ArithProfile::Separate,
+    )
+}
+
+/// [`run_case_with`] under the arithmetic profile `arith` as well.
+fn run_case_profiles(
+    mlp: Mlp,
+    loss: Loss,
+    optimizer: Optimizer,
+    batch: usize,
+    steps: usize,
+    math: MathProfile,
+    arith: ArithProfile,
+) -> Vec<f32> {
     let options = JobOptions {
         planning: PlanOptions {
             math,
+            arith,
             ..PlanOptions::default()
         },
         ..JobOptions::default()
     };
     let job = TrainingJob::build_with(mlp.clone(), loss, optimizer, batch, options).unwrap();
-    assert_eq!(job.schedule.math, math);
+    assert_eq!((job.schedule.math, job.schedule.arith), (math, arith));
     let bytes = job.schedule.to_bytes();
     let mut model = RuntimeModel::new(&bytes).unwrap();
     let shapes = job.parameter_shapes();
@@ -62,7 +84,7 @@ fn run_case_with(
     let train = job.schedule.entry("train_step").unwrap();
     let (d_in, d_out) = (mlp.sizes[0], *mlp.sizes.last().unwrap());
     let mut rng = SplitMix64::new(99);
-    assert_eq!(model.plan().math(), math);
+    assert_eq!((model.plan().math(), model.plan().arith()), (math, arith));
     let names: Vec<&str> = shapes.iter().map(|(n, _)| n.as_str()).collect();
     let mut losses = Vec::with_capacity(steps);
     for step in 0..steps {
@@ -109,6 +131,33 @@ fn run_case_with(
     // Training moved the parameters.
     assert_ne!(oracle.params[0].data, init[0]);
     losses
+}
+
+/// The `fma` arithmetic profile: runtime, oracle and host interpreter agree bit for bit under
+/// it (with either math profile), its losses differ from the `separate` run's (the products
+/// round once per step), and training reaches the same place.
+#[test]
+fn fma_profile_runtime_equals_oracle() {
+    let mlp = Mlp {
+        sizes: vec![12, 9, 4],
+        activation: Activation::Relu,
+    };
+    let sgd = || Sgd { lr: 0.05 }.into();
+    let loss = Loss::SoftmaxCrossEntropy;
+    let (p, s, f) = (
+        MathProfile::Precise,
+        ArithProfile::Separate,
+        ArithProfile::Fma,
+    );
+    let fused = run_case_profiles(mlp.clone(), loss, sgd(), 5, 30, p, f);
+    let separate = run_case_profiles(mlp.clone(), loss, sgd(), 5, 30, p, s);
+    assert_ne!(
+        fused.iter().map(|l| l.to_bits()).collect::<Vec<_>>(),
+        separate.iter().map(|l| l.to_bits()).collect::<Vec<_>>()
+    );
+    let (a, b) = (fused[29], separate[29]);
+    assert!((a - b).abs() <= 1e-3 * b.abs(), "fma {a} vs separate {b}");
+    run_case_profiles(mlp, loss, sgd(), 5, 10, MathProfile::Fast, f);
 }
 
 #[test]
