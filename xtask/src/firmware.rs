@@ -684,7 +684,15 @@ fn checkpoint_run(ctx: &Ctx, dir: &Path, out: &Path) -> Result<String> {
     let transcript_path = out.join(format!("{name}.transcript"));
     fs::write(&transcript_path, b"")
         .with_context(|| format!("writing {}", transcript_path.display()))?;
-    let transcript = run_qemu(core, name, &elf, &transcript_path, out, false)?;
+    let transcript = run_qemu(
+        core,
+        name,
+        &elf,
+        &transcript_path,
+        out,
+        false,
+        QEMU_TIMEOUT_SECS,
+    )?;
     let log = decode_defmt(name, &elf, out)?;
     let reset = log
         .lines()
