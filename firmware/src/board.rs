@@ -1,10 +1,10 @@
 //! The board boundary. Training needs three things from a board, all behind traits, so a new
 //! board supplies them and touches nothing else:
 //!
-//! - a link for the transcript: any [`embedded_io::Write`] (a UART from the board's HAL, an
+//! - a link for the transcript: any [`embedded_io::Write`](https://docs.rs/embedded-io/0.7/embedded_io/trait.Write.html) (a UART from the board's HAL, an
 //!   RTT up channel, USB CDC);
 //! - a [`Clock`] to time each step (SysTick, or the HAL's monotonic timer);
-//! - an [`embedded_hal::delay::DelayNs`] to pause between epochs (the HAL's delay, or
+//! - an [`embedded_hal::delay::DelayNs`](https://docs.rs/embedded-hal/1/embedded_hal/delay/trait.DelayNs.html) to pause between epochs (the HAL's delay, or
 //!   [`ClockDelay`] on the clock).
 
 use embedded_hal::delay::DelayNs;
@@ -17,7 +17,7 @@ pub trait Clock {
     fn ticks_per_second(&self) -> u32;
 }
 
-/// [`DelayNs`] by busy-waiting on a [`Clock`].
+/// [`DelayNs`](https://docs.rs/embedded-hal/1/embedded_hal/delay/trait.DelayNs.html) by busy-waiting on a [`Clock`].
 pub struct ClockDelay<'c, C: Clock>(pub &'c C);
 
 impl<C: Clock> DelayNs for ClockDelay<'_, C> {

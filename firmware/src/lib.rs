@@ -9,13 +9,13 @@
 //!   and run `train_step` over the rows in the run protocol's epoch order
 //!   ([`tapeplan_runtime::protocol::epoch_shuffle`]), one batch of consecutive rows a step.
 //! - [`link`]: the transcript ([`tapeplan_runtime::protocol`]'s format and writer) over any
-//!   [`embedded_io::Write`] (a UART, an RTT channel, a USB CDC port), one write per line. Its
+//!   [`embedded_io::Write`](https://docs.rs/embedded-io/0.7/embedded_io/trait.Write.html) (a UART, an RTT channel, a USB CDC port), one write per line. Its
 //!   `bind` line binds the run to the plan's checksum, the data digest, the initial
 //!   parameters' digest and the math profile; its `state` lines give the parameters' digest
 //!   after every step, so the host can check each step as it arrives
 //!   (`tapeplan verify --serial`).
 //! - [`board`]: the board boundary: [`board::Clock`] (a free-running tick counter) and
-//!   [`board::ClockDelay`] (an [`embedded_hal::delay::DelayNs`] on it).
+//!   [`board::ClockDelay`] (an [`embedded_hal::delay::DelayNs`](https://docs.rs/embedded-hal/1/embedded_hal/delay/trait.DelayNs.html) on it).
 //! - [`checkpoint`]: [`CheckpointStore`], the training state in NOR flash in two slots over
 //!   `sequential-storage`'s power-fail-safe map, in the host's checkpoint format: a power cut
 //!   at any point of a save leaves the previous checkpoint or the new one, never a mix.

@@ -1,5 +1,5 @@
 //! The transcript over a device link: [`LineLink`] formats each line into a buffer of `N`
-//! bytes and writes it whole (with its `\n`) to any [`embedded_io::Write`], so a line leaves in
+//! bytes and writes it whole (with its `\n`) to any [`embedded_io::Write`](https://docs.rs/embedded-io/0.7/embedded_io/trait.Write.html), so a line leaves in
 //! one write (a UART's FIFO, an RTT channel's packet). A line longer than `N - 1` bytes is cut,
 //! not lost. [`Transcript`] is the run protocol's writer
 //! ([`tapeplan_runtime::protocol::TranscriptWriter`]) over it.

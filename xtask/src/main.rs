@@ -648,8 +648,8 @@ const DOC_SCANNED: &[&str] = &[
 /// Rustdoc, warnings (broken intra-doc links among them) as errors. A link that resolves to an
 /// item of a crate whose docs do not exist yet is rendered as its literal text (`[Recordable]`)
 /// without any warning, and cargo may document a crate before its dependencies: so the
-/// libraries are documented in dependency order, then the workspace, and the HTML is scanned for
-/// links left as text.
+/// libraries are documented in dependency order, then the workspace one job at a time, and the
+/// HTML is scanned for links left as text.
 fn step_doc(ctx: &Ctx) -> Result<()> {
     let flags = "-D warnings -D rustdoc::broken-intra-doc-links";
     for package in DOC_ORDER {
@@ -657,7 +657,10 @@ fn step_doc(ctx: &Ctx) -> Result<()> {
         cmd.env("RUSTDOCFLAGS", flags);
         run(cmd)?;
     }
-    let mut cmd = ctx.cargo(["doc", "--workspace", "--no-deps"]);
+    // One job at a time: with the workspace's unified features cargo documents the libraries
+    // again, and in parallel it may document a crate while the docs its links point to are
+    // being rewritten (their links then come out as text).
+    let mut cmd = ctx.cargo(["doc", "--workspace", "--no-deps", "-j", "1"]);
     cmd.env("RUSTDOCFLAGS", flags);
     run(cmd)?;
     let doc = target_dir(ctx)?.join("doc");
