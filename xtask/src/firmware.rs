@@ -599,10 +599,7 @@ fn cnn_run(
     tapeplan: &Path,
     icount: bool,
 ) -> Result<Vec<String>> {
-    let core = CORES
-        .iter()
-        .find(|c| c.name == BUDGET_CORE)
-        .ok_or_else(|| anyhow!("no {BUDGET_CORE} core"))?;
+    let core = core_named(BUDGET_CORE)?;
     let name = "m4f-cnn";
     eprintln!(
         "\n--> {name} ({}): MNIST-1D's CNN, models/{CNN_RUN}, feature cnn (runtime with all-ops)",
@@ -664,10 +661,7 @@ fn cnn_run(
 /// must be the uninterrupted `m4f` run's (already verified against the oracle). Answers the
 /// verdict line.
 fn checkpoint_run(ctx: &Ctx, dir: &Path, out: &Path) -> Result<String> {
-    let core = CORES
-        .iter()
-        .find(|c| c.name == BUDGET_CORE)
-        .ok_or_else(|| anyhow!("no {BUDGET_CORE} core"))?;
+    let core = core_named(BUDGET_CORE)?;
     let name = "m4f-ckpt";
     eprintln!(
         "\n--> {name} ({}): feature checkpoint, a reset in the middle of a checkpoint write",
@@ -867,10 +861,7 @@ fn feature_cnn_run(
     run_file: &Path,
     what: &str,
 ) -> Result<(String, String, String)> {
-    let core = CORES
-        .iter()
-        .find(|c| c.name == core)
-        .ok_or_else(|| anyhow!("no {core} core"))?;
+    let core = core_named(core)?;
     eprintln!("\n--> {name} ({}): {what}", core.target);
     let elf = build_with_run(
         ctx,
@@ -936,10 +927,7 @@ fn full_run(ctx: &Ctx, transcript: Option<&Path>, wall_secs: Option<f64>) -> Res
         .map(PathBuf::from)
         .unwrap_or_else(|| ctx.root.join("target"));
     let tapeplan = target_dir.join("release").join("tapeplan");
-    let core = CORES
-        .iter()
-        .find(|c| c.name == BUDGET_CORE)
-        .ok_or_else(|| anyhow!("no {BUDGET_CORE} core"))?;
+    let core = core_named(BUDGET_CORE)?;
     let name = "m4f-full";
     let run_file = dir.join("models").join(FULL_RUN);
     let (transcript_path, wall) = match transcript {
@@ -1197,6 +1185,14 @@ fn build_with_run(
     fs::copy(&built, &elf)
         .with_context(|| format!("copying {} to {}", built.display(), elf.display()))?;
     Ok(elf)
+}
+
+/// The core of [`CORES`] named `name`.
+fn core_named(name: &str) -> Result<&'static Core> {
+    CORES
+        .iter()
+        .find(|c| c.name == name)
+        .ok_or_else(|| anyhow!("no {name} core"))
 }
 
 /// Runs the firmware under QEMU (time-limited; with `icount`, `-icount shift=0`): the

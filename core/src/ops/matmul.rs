@@ -60,22 +60,7 @@ pub(crate) fn batched(s: Shape) -> [usize; 3] {
 /// Stops early (writes nothing further) if a buffer is shorter than its shape needs; the
 /// dispatcher [`super::eval`] checks lengths first.
 pub fn kernel<E: Element>(a: &[E], b: &[E], out: &mut [E], m: usize, k: usize, n: usize) {
-    if a.len() < m * k || b.len() < k * n || out.len() < m * n {
-        return;
-    }
-    for i in 0..m {
-        let row = &mut out[i * n..(i + 1) * n];
-        for o in row.iter_mut() {
-            *o = E::ZERO;
-        }
-        for p in 0..k {
-            let x = a[i * k + p];
-            let brow = &b[p * n..(p + 1) * n];
-            for (o, &y) in row.iter_mut().zip(brow) {
-                *o = *o + x * y;
-            }
-        }
-    }
+    accumulate(a, b, out, (m, k, n), |x, y, acc| acc + x * y);
 }
 
 /// The `fma` arithmetic profile's reference kernel ([`crate::ArithProfile::Fma`]). Row-major
@@ -90,6 +75,20 @@ pub fn kernel<E: Element>(a: &[E], b: &[E], out: &mut [E], m: usize, k: usize, n
 ///
 /// Stops early (writes nothing further) if a buffer is shorter than its shape needs.
 pub fn kernel_fma<E: Element>(a: &[E], b: &[E], out: &mut [E], m: usize, k: usize, n: usize) {
+    accumulate(a, b, out, (m, k, n), |x, y, acc| x.fused_mul_add(y, acc));
+}
+
+/// The loop both reference kernels share: each `out[i, j]` starts at `+0.0` and becomes
+/// `step(a[i, p], b[p, j], acc)` over increasing `p`. Writes nothing if a buffer is shorter
+/// than its shape needs.
+#[inline(always)]
+fn accumulate<E: Element>(
+    a: &[E],
+    b: &[E],
+    out: &mut [E],
+    (m, k, n): (usize, usize, usize),
+    step: impl Fn(E, E, E) -> E,
+) {
     if a.len() < m * k || b.len() < k * n || out.len() < m * n {
         return;
     }
@@ -102,7 +101,7 @@ pub fn kernel_fma<E: Element>(a: &[E], b: &[E], out: &mut [E], m: usize, k: usiz
             let x = a[i * k + p];
             let brow = &b[p * n..(p + 1) * n];
             for (o, &y) in row.iter_mut().zip(brow) {
-                *o = x.fused_mul_add(y, *o);
+                *o = step(x, y, *o);
             }
         }
     }
