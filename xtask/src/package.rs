@@ -56,6 +56,7 @@ fn missing<'a>(listing: &str, needed: impl IntoIterator<Item = &'a str>) -> Vec<
 
 /// `publish-dry-run`: see the module docs.
 pub fn step_publish_dry_run(ctx: &Ctx) -> Result<()> {
+    forget_unpacked_siblings()?;
     // --allow-dirty: the check is about what the crates hold and whether they build as
     // published, not about uncommitted work in a local checkout.
     let mut cmd = ctx.cargo(["publish", "--dry-run", "--allow-dirty"]);
@@ -78,6 +79,49 @@ pub fn step_publish_dry_run(ctx: &Ctx) -> Result<()> {
             "{p}: {} files packaged, README and licenses included",
             listing.lines().count()
         );
+    }
+    Ok(())
+}
+
+/// Removes cargo's unpacked copies of the published crates from earlier dry runs.
+///
+/// Cargo verifies each crate against its siblings through a temporary registry in
+/// `target/package/`, and unpacks their `.crate` files under `$CARGO_HOME/registry/src/<hash>/`,
+/// the hash taken from that registry's path. A checkout at the same path (CI clones to one place
+/// every time) gets the same hash, and cargo reuses a directory it finds there already unpacked:
+/// the verify step then built `tapeplan-runtime` against an earlier run's `tapeplan-core`
+/// (stop 22's CI failure). None of these crates is ever fetched from crates.io, so every
+/// unpacked copy of them is a stale one.
+///
+/// # Errors
+/// If a stale directory exists but cannot be removed.
+fn forget_unpacked_siblings() -> Result<()> {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cargo")));
+    let Some(src) = home.map(|h| h.join("registry/src")) else {
+        return Ok(());
+    };
+    let Ok(registries) = fs::read_dir(&src) else {
+        return Ok(());
+    };
+    for registry in registries.flatten() {
+        let Ok(crates) = fs::read_dir(registry.path()) else {
+            continue;
+        };
+        for unpacked in crates.flatten() {
+            let name = unpacked.file_name();
+            let name = name.to_string_lossy();
+            let ours = PUBLISHED.iter().any(|p| {
+                name.strip_prefix(p)
+                    .and_then(|rest| rest.strip_prefix('-'))
+                    .is_some_and(|v| v.starts_with(|c: char| c.is_ascii_digit()))
+            });
+            if ours {
+                fs::remove_dir_all(unpacked.path())
+                    .with_context(|| format!("removing {}", unpacked.path().display()))?;
+            }
+        }
     }
     Ok(())
 }
