@@ -6,7 +6,8 @@
 //! traits); what is here is the board. See README.md.
 //!
 //! - [`board`]: the clock (SysTick) and how the firmware stops;
-//! - [`uart`]: the board's UART, the transcript's link;
+//! - [`uart`]: the board's UART, the transcript's link (or RTT, feature `transcript-rtt`:
+//!   [`rt::start_rtt`]);
 //! - [`rows`]: the embedded rows, as the library's [`tapeplan_firmware::Rows`];
 //! - [`rt`]: the entry point, exceptions and the static arena.
 #![no_std]
@@ -14,8 +15,6 @@
 
 // Links the critical-section implementation the defmt transport needs.
 use cortex_m as _;
-#[cfg(feature = "rtt")]
-use defmt_rtt as _;
 #[cfg(feature = "qemu")]
 use defmt_semihosting as _;
 
@@ -38,13 +37,44 @@ pub mod gen {
 use board::{exit, SysTickClock, EXIT_FAILED, EXIT_OK};
 use tapeplan_firmware::{ClockDelay, LineLink, Run};
 use tapeplan_runtime::Limits;
+#[cfg(not(feature = "transcript-rtt"))]
 use uart::Uart;
 
 /// Epoch pause under QEMU: none.
 const PAUSE_MS: u32 = 0;
 
-/// The transcript over the board's UART, in lines of at most `gen::LINE_BYTES`.
-pub type Transcript<'w> = tapeplan_firmware::Transcript<'w, Uart, { gen::LINE_BYTES }>;
+/// The transcript's link: the board's UART.
+#[cfg(not(feature = "transcript-rtt"))]
+pub type Link = Uart;
+/// The transcript's link: RTT up channel 0 (feature `transcript-rtt`).
+#[cfg(feature = "transcript-rtt")]
+pub type Link = tapeplan_firmware::RttLink;
+
+/// The transcript over [`Link`], in lines of at most `gen::LINE_BYTES`.
+pub type Transcript<'w> = tapeplan_firmware::Transcript<'w, Link, { gen::LINE_BYTES }>;
+
+/// The transcript's link, the first time: the UART, or RTT's channel (whose control block
+/// [`rt::start_rtt`] sets up once).
+fn take_link() -> Link {
+    #[cfg(not(feature = "transcript-rtt"))]
+    return Uart::take();
+    #[cfg(feature = "transcript-rtt")]
+    return rt::start_rtt();
+}
+
+/// Writes a failure's `end` line, where the link can be taken again: the UART can, RTT's
+/// channel cannot (it may be in the middle of a write), so with `transcript-rtt` the failure
+/// goes to the defmt log only and the transcript ends without its `end` line, which
+/// `tapeplan verify` reports as a failed run.
+fn end_with_error(what: core::fmt::Arguments<'_>) {
+    #[cfg(not(feature = "transcript-rtt"))]
+    {
+        let mut uart = Uart::take();
+        let _ = Transcript::new(LineLink::new(&mut uart)).end_error(what);
+    }
+    #[cfg(feature = "transcript-rtt")]
+    defmt::error!("{}", defmt::Display2Format(&what));
+}
 
 /// The run build.rs embedded.
 pub const RUN: Run<'static> = Run {
@@ -68,8 +98,8 @@ pub const RUN: Run<'static> = Run {
 /// The firmware: set up the board, train, report, stop.
 fn run() -> ! {
     rt::paint_stack();
-    let mut uart = Uart::take();
-    let mut out = Transcript::new(LineLink::new(&mut uart));
+    let mut link = take_link();
+    let mut out = Transcript::new(LineLink::new(&mut link));
     let Some(peripherals) = cortex_m::Peripherals::take() else {
         let _ = out.end_error("core peripherals already taken");
         exit(EXIT_FAILED)
@@ -171,15 +201,12 @@ fn run() -> ! {
 
 /// Reports a hard fault (e.g. a stack overflow into the statics) and stops.
 fn fail_hard(pc: u32) -> ! {
-    let mut uart = Uart::take();
-    let _ = Transcript::new(LineLink::new(&mut uart))
-        .end_error(format_args!("hard fault at pc {pc:#010x}"));
+    end_with_error(format_args!("hard fault at pc {pc:#010x}"));
     exit(EXIT_FAILED)
 }
 
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
-    let mut uart = Uart::take();
-    let _ = Transcript::new(LineLink::new(&mut uart)).end_error(format_args!("panic: {info}"));
+    end_with_error(format_args!("panic: {info}"));
     exit(EXIT_FAILED)
 }

@@ -34,6 +34,48 @@ pub fn take_arena() -> Option<&'static mut [f32; ARENA_ELEMS]> {
     first.then(|| unsafe { &mut *ARENA.0.get() })
 }
 
+/// Sets up the RTT control block (`_SEGGER_RTT`, which a probe or `cargo xtask firmware`'s
+/// reader finds by its symbol and its "SEGGER RTT" id): on a board with feature `rtt`, up
+/// channel 0 ("defmt") for defmt's log through rtt-target's logger; with `transcript-rtt`, an
+/// up channel "transcript" (0 under QEMU, 1 beside defmt's), answered as the transcript's link.
+/// Call it once: a second call panics (rtt-target's rule).
+///
+/// The rings are 1 KiB each: the link waits while its ring is full, so the size only sets how
+/// often the host must read.
+#[cfg(all(feature = "rtt", not(feature = "transcript-rtt")))]
+pub fn start_rtt() {
+    let channels = rtt_target::rtt_init! {
+        up: {
+            0: { size: 1024, name: "defmt" }
+        }
+    };
+    rtt_target::set_defmt_channel(channels.up.0);
+}
+
+/// See the other `start_rtt`: defmt's channel 0 and the transcript's channel 1.
+#[cfg(all(feature = "rtt", feature = "transcript-rtt"))]
+pub fn start_rtt() -> tapeplan_firmware::RttLink {
+    let channels = rtt_target::rtt_init! {
+        up: {
+            0: { size: 1024, name: "defmt" }
+            1: { size: 1024, name: "transcript" }
+        }
+    };
+    rtt_target::set_defmt_channel(channels.up.0);
+    tapeplan_firmware::RttLink::new(channels.up.1)
+}
+
+/// See the other `start_rtt`: under QEMU (defmt over semihosting), the transcript's channel 0.
+#[cfg(all(not(feature = "rtt"), feature = "transcript-rtt"))]
+pub fn start_rtt() -> tapeplan_firmware::RttLink {
+    let channels = rtt_target::rtt_init! {
+        up: {
+            0: { size: 1024, name: "transcript" }
+        }
+    };
+    tapeplan_firmware::RttLink::new(channels.up.0)
+}
+
 /// Feature `checkpoint`: RAM the reset handler leaves alone (`.uninit`, after `.bss`, below
 /// the stack paint), holding the marker word and the RAM flash of [`crate::ckpt`].
 #[cfg(feature = "checkpoint")]

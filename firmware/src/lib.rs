@@ -54,5 +54,7 @@ pub mod train;
 
 pub use board::{Clock, ClockDelay};
 pub use checkpoint::{CheckpointStore, StoreError};
+#[cfg(feature = "rtt")]
+pub use link::RttLink;
 pub use link::{LineLink, Transcript};
 pub use train::{train, train_resumable, Checkpoints, Failure, NoCheckpoints, Rows, Run, Summary};

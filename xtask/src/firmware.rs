@@ -513,6 +513,7 @@ fn firmware(ctx: &Ctx, variants: &[Variant], bless: bool, icount: bool) -> Resul
         verdicts.extend(cnn_run(ctx, &dir, &out, &tapeplan, icount)?);
         verdicts.extend(plan_run(ctx, &dir, &out, &tapeplan)?);
         verdicts.push(checkpoint_run(ctx, &dir, &out)?);
+        verdicts.push(rtt_run(ctx, &dir, &out, &tapeplan)?);
     }
     for &(core, name, run_file) in CNN_RUNS {
         if variants
@@ -525,6 +526,7 @@ fn firmware(ctx: &Ctx, variants: &[Variant], bless: bool, icount: bool) -> Resul
                 core,
                 name,
                 run_file,
+                icount,
             )?);
         }
     }
@@ -587,6 +589,42 @@ fn verdict(stdout: &str) -> Result<(String, String)> {
     Ok((bitwise.to_string(), params.to_string()))
 }
 
+/// Builds the Cortex-M4F's firmware `name` (precise math) with the firmware's `feature`, after
+/// announcing it with `what`; answers the core and the ELF.
+fn m4f_build(
+    ctx: &Ctx,
+    dirs: (&Path, &Path),
+    name: &str,
+    what: &str,
+    feature: &str,
+) -> Result<(&'static Core, PathBuf)> {
+    announced_build(ctx, dirs, (BUDGET_CORE, name, what), feature, None)
+}
+
+/// Builds the firmware `name` for the core named `core` (precise math) with the firmware's
+/// `feature` and the run description `run_file` (or the build's default run), after announcing
+/// it with `what`; answers the core and the ELF.
+fn announced_build(
+    ctx: &Ctx,
+    (dir, out): (&Path, &Path),
+    (core, name, what): (&str, &str, &str),
+    feature: &str,
+    run_file: Option<&Path>,
+) -> Result<(&'static Core, PathBuf)> {
+    let core = core_named(core)?;
+    eprintln!("\n--> {name} ({}): {what}", core.target);
+    let elf = build_with_run(
+        ctx,
+        dir,
+        out,
+        core.target,
+        &feature_args(MathProfile::Precise, core.board, &[feature]),
+        name,
+        run_file,
+    )?;
+    Ok((core, elf))
+}
+
 /// The CNN run of [`CNN_RUN`] on the Cortex-M4F (the firmware's feature `cnn`: the runtime
 /// with `all-ops`, dispatching the plan's opcodes only), after the MLP runs: built with its
 /// `size-baseline` twin for the runtime's flash, checked against [`CNN_RUNTIME_BUDGET_BYTES`],
@@ -599,19 +637,13 @@ fn cnn_run(
     tapeplan: &Path,
     icount: bool,
 ) -> Result<Vec<String>> {
-    let core = core_named(BUDGET_CORE)?;
     let name = "m4f-cnn";
-    eprintln!(
-        "\n--> {name} ({}): MNIST-1D's CNN, models/{CNN_RUN}, feature cnn (runtime with all-ops)",
-        core.target
-    );
-    let elf = build(
+    let (core, elf) = m4f_build(
         ctx,
-        dir,
-        out,
-        core.target,
-        &feature_args(MathProfile::Precise, core.board, &["cnn"]),
+        (dir, out),
         name,
+        &format!("MNIST-1D's CNN, models/{CNN_RUN}, feature cnn (runtime with all-ops)"),
+        "cnn",
     )?;
     let baseline = build(
         ctx,
@@ -646,13 +678,34 @@ fn cnn_run(
         ),
     ];
     if icount {
-        let sp = speed(&transcript)?;
-        lines.push(format!(
-            "{name:<9} instructions per train_step (QEMU -icount shift={ICOUNT_SHIFT}): mean {}, min {}, max {}",
-            sp.mean, sp.min, sp.max
-        ));
+        lines.push(instructions_line(name, &transcript)?);
     }
     Ok(lines)
+}
+
+/// The Cortex-M4F's MLP run with feature `transcript-rtt`: the transcript over an RTT up
+/// channel instead of the UART, read under QEMU through its gdbstub as a probe reads a board
+/// ([`crate::rtt`]), verified at every step as it streams. Answers the verdict line.
+fn rtt_run(ctx: &Ctx, dir: &Path, out: &Path, tapeplan: &Path) -> Result<String> {
+    let name = "m4f-rtt";
+    let (core, elf) = m4f_build(
+        ctx,
+        (dir, out),
+        name,
+        "feature transcript-rtt, the transcript over RTT",
+        "transcript-rtt",
+    )?;
+    let run_file = dir.join("models").join(core.run);
+    let (_, _, verdict) = train_and_verify_over(
+        ctx,
+        core,
+        (name, &elf, out),
+        tapeplan,
+        &run_file,
+        false,
+        Link::Rtt,
+    )?;
+    Ok(verdict)
 }
 
 /// The Cortex-M4F's run with feature `checkpoint`: a checkpoint in RAM-backed flash after
@@ -661,19 +714,13 @@ fn cnn_run(
 /// must be the uninterrupted `m4f` run's (already verified against the oracle). Answers the
 /// verdict line.
 fn checkpoint_run(ctx: &Ctx, dir: &Path, out: &Path) -> Result<String> {
-    let core = core_named(BUDGET_CORE)?;
     let name = "m4f-ckpt";
-    eprintln!(
-        "\n--> {name} ({}): feature checkpoint, a reset in the middle of a checkpoint write",
-        core.target
-    );
-    let elf = build(
+    let (core, elf) = m4f_build(
         ctx,
-        dir,
-        out,
-        core.target,
-        &feature_args(MathProfile::Precise, core.board, &["checkpoint"]),
+        (dir, out),
         name,
+        "feature checkpoint, a reset in the middle of a checkpoint write",
+        "checkpoint",
     )?;
     let transcript_path = out.join(format!("{name}.transcript"));
     fs::write(&transcript_path, b"")
@@ -749,6 +796,37 @@ fn train_and_verify(
     run_file: &Path,
     icount: bool,
 ) -> Result<(String, f64, String)> {
+    train_and_verify_over(
+        ctx,
+        core,
+        (name, elf, out),
+        tapeplan,
+        run_file,
+        icount,
+        Link::Uart,
+    )
+}
+
+/// How a firmware's transcript leaves QEMU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Link {
+    /// The board's UART, which QEMU writes to the transcript file (`-serial file:`).
+    Uart,
+    /// The RTT up channel "transcript" (feature `transcript-rtt`), read over QEMU's gdbstub by
+    /// [`crate::rtt::read_up_channel`] into the transcript file.
+    Rtt,
+}
+
+/// [`train_and_verify`] with the transcript over `link`.
+fn train_and_verify_over(
+    ctx: &Ctx,
+    core: &Core,
+    (name, elf, out): (&str, &Path, &Path),
+    tapeplan: &Path,
+    run_file: &Path,
+    icount: bool,
+    link: Link,
+) -> Result<(String, f64, String)> {
     let transcript_path = out.join(format!("{name}.transcript"));
     // The file exists (empty) before the verifier opens it; QEMU then writes it as it runs.
     fs::write(&transcript_path, b"")
@@ -769,7 +847,7 @@ fn train_and_verify(
         .spawn()
         .with_context(|| format!("could not start `{shown}`"))?;
     let start = std::time::Instant::now();
-    let qemu = run_qemu(
+    let qemu = run_qemu_over(
         core,
         name,
         elf,
@@ -777,6 +855,7 @@ fn train_and_verify(
         out,
         icount,
         QEMU_TIMEOUT_SECS,
+        link,
     );
     let wall = start.elapsed().as_secs_f64();
     if qemu.is_err() {
@@ -800,8 +879,13 @@ fn train_and_verify(
     let (bitwise, params) = verdict(&stdout)?;
     let verdict = format!(
         "{name:<9} {:<22} {bitwise}; parameters {params} identical; verified as it streamed \
-         (verify --serial)",
-        core.target
+         (verify --serial{})",
+        core.target,
+        if link == Link::Rtt {
+            ", the transcript over RTT"
+        } else {
+            ""
+        }
     );
     Ok((transcript, wall, verdict))
 }
@@ -820,6 +904,7 @@ fn plan_run(ctx: &Ctx, dir: &Path, out: &Path, tapeplan: &Path) -> Result<Vec<St
         "m4f-plan",
         &run_file,
         &what,
+        false,
     )?;
     Ok(vec![verdict, figures])
 }
@@ -827,26 +912,42 @@ fn plan_run(ctx: &Ctx, dir: &Path, out: &Path, tapeplan: &Path) -> Result<Vec<St
 /// A CNN run of [`CNN_RUNS`] on `core` (the firmware's feature `cnn`, the run built with
 /// `TAPEPLAN_RUN`): trained under QEMU, verified at every step against the host oracle, and
 /// the held-out accuracy of the parameters the device sent back. Answers its verdict,
-/// accuracy and figures lines.
+/// accuracy and figures lines, and with `icount` (QEMU's `-icount`) the instructions per
+/// `train_step`.
 fn core_cnn_run(
     ctx: &Ctx,
     paths: (&Path, &Path, &Path),
     core: &str,
     name: &str,
     run: &str,
+    icount: bool,
 ) -> Result<Vec<String>> {
     let run_file = paths.0.join("models").join(run);
     let what = format!("a CNN, models/{run}, feature cnn");
-    let (transcript, verdict, figures) = feature_cnn_run(ctx, paths, core, name, &run_file, &what)?;
+    let (transcript, verdict, figures) =
+        feature_cnn_run(ctx, paths, core, name, &run_file, &what, icount)?;
     let (accuracy, rows) = device_accuracy(&run_file, &transcript)?;
-    Ok(vec![
+    let mut lines = vec![
         verdict,
         format!(
             "{name:<9} held-out accuracy of the device's parameters {:.1} % ({rows} rows)",
             100.0 * accuracy
         ),
         figures,
-    ])
+    ];
+    if icount {
+        lines.push(instructions_line(name, &transcript)?);
+    }
+    Ok(lines)
+}
+
+/// The line of a run's instructions per `train_step` under `-icount` (see [`speed`]).
+fn instructions_line(name: &str, transcript: &str) -> Result<String> {
+    let sp = speed(transcript)?;
+    Ok(format!(
+        "{name:<9} instructions per train_step (QEMU -icount shift={ICOUNT_SHIFT}): mean {}, min {}, max {}",
+        sp.mean, sp.min, sp.max
+    ))
 }
 
 /// Builds the firmware with feature `cnn` for `run_file` (`TAPEPLAN_RUN`) on the core named
@@ -860,20 +961,11 @@ fn feature_cnn_run(
     name: &str,
     run_file: &Path,
     what: &str,
+    icount: bool,
 ) -> Result<(String, String, String)> {
-    let core = core_named(core)?;
-    eprintln!("\n--> {name} ({}): {what}", core.target);
-    let elf = build_with_run(
-        ctx,
-        dir,
-        out,
-        core.target,
-        &feature_args(MathProfile::Precise, core.board, &["cnn"]),
-        name,
-        Some(run_file),
-    )?;
+    let (core, elf) = announced_build(ctx, (dir, out), (core, name, what), "cnn", Some(run_file))?;
     let (transcript, wall, verdict) =
-        train_and_verify(ctx, core, name, &elf, out, tapeplan, run_file, false)?;
+        train_and_verify(ctx, core, name, &elf, out, tapeplan, run_file, icount)?;
     let s = sections(&elf)?;
     let figures = format!(
         "{name:<9} flash {} B (plan {} B, data {} B, initial parameters {} B), RAM {} B (arena {} B), stack {} B; QEMU run {wall:.1} s",
@@ -1207,6 +1299,32 @@ fn run_qemu(
     icount: bool,
     timeout_secs: u32,
 ) -> Result<String> {
+    run_qemu_over(
+        core,
+        name,
+        elf,
+        transcript_path,
+        out,
+        icount,
+        timeout_secs,
+        Link::Uart,
+    )
+}
+
+/// [`run_qemu`] with the transcript over `link`: for [`Link::Rtt`], QEMU starts halted with its
+/// gdbstub on a free local port, and [`crate::rtt::read_up_channel`] runs the core and copies
+/// the RTT channel to `transcript_path` as it streams.
+#[allow(clippy::too_many_arguments)]
+fn run_qemu_over(
+    core: &Core,
+    name: &str,
+    elf: &Path,
+    transcript_path: &Path,
+    out: &Path,
+    icount: bool,
+    timeout_secs: u32,
+    link: Link,
+) -> Result<String> {
     let frames = out.join(format!("{name}.defmt"));
     let mut cmd = Command::new("timeout");
     cmd.arg(timeout_secs.to_string())
@@ -1217,17 +1335,45 @@ fn run_qemu(
     }
     let mut serial = std::ffi::OsString::from("file:");
     serial.push(transcript_path);
-    cmd.args(["-nographic", "-monitor", "none", "-serial"])
-        .arg(serial)
-        .args(["-semihosting-config", "enable=on,target=native", "-kernel"])
+    let port = match link {
+        Link::Uart => None,
+        Link::Rtt => Some(free_port()?),
+    };
+    cmd.args(["-nographic", "-monitor", "none", "-serial"]);
+    match port {
+        None => cmd.arg(serial),
+        Some(port) => cmd
+            .arg("null")
+            .args(["-S", "-gdb", &format!("tcp:127.0.0.1:{port}")]),
+    };
+    cmd.args(["-semihosting-config", "enable=on,target=native", "-kernel"])
         .arg(elf)
         .stdin(Stdio::null());
     let shown = show(&cmd);
     eprintln!("$ {shown}");
+    let reader = port.map(|port| {
+        let (elf, sink) = (elf.to_owned(), transcript_path.to_owned());
+        eprintln!("(reading RTT channel \"transcript\" over the gdbstub on port {port})");
+        std::thread::spawn(move || {
+            crate::rtt::read_up_channel(
+                &elf,
+                port,
+                "transcript",
+                std::time::Duration::from_secs(30),
+                &sink,
+            )
+        })
+    });
     let start = std::time::Instant::now();
     let result = cmd
         .output()
         .with_context(|| format!("could not start `{shown}`"))?;
+    if let Some(reader) = reader {
+        reader
+            .join()
+            .map_err(|_| anyhow!("{name}: the RTT reader panicked"))?
+            .with_context(|| format!("{name}: reading the transcript over RTT"))?;
+    }
     fs::write(&frames, &result.stdout)?;
     eprint!("{}", String::from_utf8_lossy(&result.stderr));
     let transcript = fs::read_to_string(transcript_path)
@@ -1252,6 +1398,12 @@ fn run_qemu(
         transcript.lines().count()
     );
     Ok(transcript)
+}
+
+/// A local TCP port free now (QEMU's gdbstub listens on it next).
+fn free_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).context("finding a free port")?;
+    Ok(listener.local_addr()?.port())
 }
 
 /// Decodes the defmt frames QEMU wrote to `{name}.defmt` into `{name}.log`; answers the log.

@@ -27,6 +27,7 @@ mod onnx_simd;
 mod ort;
 mod package;
 mod peers;
+mod rtt;
 
 /// Rust targets a fresh machine must add: the no_std targets the runtime is built for, plus
 /// `thumbv7m-none-eabi` (Cortex-M3, for the QEMU firmware runs).

@@ -9,6 +9,11 @@ use core::fmt::{self, Write as _};
 use embedded_io::Write;
 use tapeplan_runtime::protocol::{LineSink, TranscriptWriter};
 
+#[cfg(feature = "rtt")]
+mod rtt;
+#[cfg(feature = "rtt")]
+pub use rtt::RttLink;
+
 /// The transcript's link: lines of at most `N` bytes (newline included) to `W`.
 pub struct LineLink<'w, W: Write, const N: usize> {
     link: &'w mut W,
