@@ -644,6 +644,10 @@ fn record_and_plan(b: &JobBuilder<'_>) -> Result<TrainingJob, JobError> {
             value: *v,
         });
     }
+    // Every model tensor stays in the plan, even one no entry reads or writes (an
+    // evaluation-mode BatchNorm's `num_batches_tracked`): the plan's model tensors are then the
+    // model's whole `state_dict`, which `tapeplan export` writes and `tapeplan import` takes.
+    train_roots.extend(params.iter().map(|&param| Root::Keep { param }));
     let mut init_roots = Vec::new();
     for (leaf, spec) in state.iter().zip(&state_specs) {
         let value = tape.trace().fill(spec.init, spec.shape)?;

@@ -63,6 +63,14 @@ pub enum Root {
         /// Its new value.
         value: NodeId,
     },
+    /// A parameter kept in the plan's persistent region though the entry neither reads nor
+    /// writes it: a model buffer the run never changes (an evaluation-mode BatchNorm's
+    /// `num_batches_tracked`), kept so that the plan's model tensors are the model's whole
+    /// `state_dict` (`tapeplan export` writes it, `tapeplan import` takes it). No instruction.
+    Keep {
+        /// The parameter leaf.
+        param: NodeId,
+    },
 }
 
 /// An entry to plan: a name and its roots.

@@ -1,5 +1,5 @@
-//! Pass: the persistent region. Every parameter any entry reaches keeps one place at the start
-//! of the arena, across entries and steps.
+//! Pass: the persistent region. Every parameter any entry reaches (or keeps, [`Root::Keep`])
+//! keeps one place at the start of the arena, across entries and steps.
 
 use std::collections::BTreeMap;
 
@@ -38,6 +38,7 @@ pub fn persistent_region(tape: &Tape, entries: &[EntrySpec]) -> Result<Persisten
                     all_roots.push(tape.check(*param)?);
                     all_roots.push(tape.check(*value)?);
                 }
+                Root::Keep { param } => all_roots.push(tape.check(*param)?),
             }
         }
     }

@@ -235,6 +235,7 @@ fn candidates(
         .flat_map(|r| match r {
             Root::Output { node, .. } => vec![node.index()],
             Root::Update { param, value } => vec![param.index(), value.index()],
+            Root::Keep { param } => vec![param.index()],
         })
         .collect();
     let mut late_read = BTreeSet::new();

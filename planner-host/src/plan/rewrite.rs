@@ -149,7 +149,7 @@ pub fn update_values(entries: &[EntrySpec]) -> Vec<NodeId> {
         .flat_map(|e| e.roots.iter())
         .filter_map(|r| match r {
             Root::Update { value, .. } => Some(*value),
-            Root::Output { .. } => None,
+            Root::Output { .. } | Root::Keep { .. } => None,
         })
         .collect()
 }
@@ -172,6 +172,9 @@ pub fn remap_entries(entries: &[EntrySpec], map: &[NodeId]) -> Vec<EntrySpec> {
                     Root::Update { param, value } => Root::Update {
                         param: map[param.index()],
                         value: map[value.index()],
+                    },
+                    Root::Keep { param } => Root::Keep {
+                        param: map[param.index()],
                     },
                 })
                 .collect(),

@@ -22,7 +22,8 @@ pub struct EntryRoots {
 /// # Errors
 /// [`PlanningError::Tape`] for a node not in the tape, [`PlanningError::BadName`] for an output
 /// name the format cannot hold, [`PlanningError::BadRoot`] for an output that is a leaf, an update
-/// of a non-parameter, an update value that is a leaf, of another shape, or given twice.
+/// of a non-parameter, an update value that is a leaf, of another shape, or given twice, a kept
+/// node that is not a parameter.
 pub fn entry_roots(tape: &Tape, spec: &EntrySpec) -> Result<EntryRoots, PlanningError> {
     let nodes = tape.nodes();
     let bad = |why: String| PlanningError::BadRoot {
@@ -53,6 +54,12 @@ pub fn entry_roots(tape: &Tape, spec: &EntrySpec) -> Result<EntryRoots, Planning
                     return Err(bad(format!("update value {v} is a leaf")));
                 }
                 roots.nodes.push(v);
+            }
+            Root::Keep { param } => {
+                let p = tape.check(*param)?;
+                if nodes[p].op != Opcode::Parameter {
+                    return Err(bad(format!("kept node {p} is not a parameter")));
+                }
             }
         }
     }

@@ -249,11 +249,7 @@ fn a_frozen_backbone_in_eval_mode_keeps_its_running_statistics() {
     );
     let bytes = job.schedule.to_bytes();
     let mut rt = RuntimeModel::new(&bytes).unwrap();
-    for p in job
-        .parameters
-        .iter()
-        .filter(|p| p.name != "1.num_batches_tracked")
-    {
+    for p in &job.parameters {
         rt.load_parameter(&p.name, &p.init).unwrap();
     }
     let mut oracle = Oracle::with_initial_parameters(&job).unwrap();
@@ -277,10 +273,28 @@ fn a_frozen_backbone_in_eval_mode_keeps_its_running_statistics() {
         );
     }
     // The running statistics are in the plan (the normalization reads them) and unchanged;
-    // `num_batches_tracked` is read by nothing, so it is not even planned.
-    for name in ["1.running_mean", "1.running_var"] {
+    // `num_batches_tracked` is read by nothing, yet kept (`Root::Keep`), unchanged too, so the
+    // plan's tensors are the whole state_dict.
+    for name in ["1.running_mean", "1.running_var", "1.num_batches_tracked"] {
         let init = &job.parameters.iter().find(|p| p.name == name).unwrap().init;
         assert_eq!(bits(&rt.parameter(name).unwrap()), bits(init), "{name}");
     }
-    assert!(rt.parameter("1.num_batches_tracked").is_err());
+    // So the export is the whole state_dict PyTorch's `load_state_dict` (strict) wants, and
+    // a state_dict with the count imports back.
+    let plan = tapeplan_runtime::Plan::parse_alloc(&bytes).unwrap();
+    let exported =
+        tapeplan_planner::io::exchange::export_plan_params(&plan, rt.persistent()).unwrap();
+    let keys: Vec<String> = safetensors::SafeTensors::deserialize(&exported)
+        .unwrap()
+        .names()
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    for p in &job.parameters {
+        assert!(keys.contains(&p.name), "{} not exported: {keys:?}", p.name);
+    }
+    let back =
+        tapeplan_planner::io::exchange::import_into_persistent(&plan, rt.persistent(), &exported)
+            .unwrap();
+    assert_eq!(bits(&back), bits(rt.persistent()));
 }
