@@ -16,7 +16,9 @@
 //! (`scalar`, or `simd-avx512` / `simd-avx2` / `simd-sse2` with `--features simd`). One iteration
 //! sets the step's inputs, runs the `train_step` entry and reads the loss: the bindings are
 //! looked up and the entry decoded (`Session::decode`) once, outside the loop, as a training loop
-//! would; `W3-run` is W3 through `Session::run`, which reads the plan's records on every step.
+//! would; `W3-run` is W3 through `Session::run`, which reads the plan's records on every step;
+//! `W3-run-decoded` is `Session::run` with the plan decoded once and attached
+//! (`Session::decode_all`, `Session::with_decoded`).
 //!
 //! Run with `cargo bench -p tapeplan-planner --bench train_step [--features simd]`, best with
 //! `RUSTFLAGS="-C target-cpu=native"` (the runtime picks its vector width at compile time);
@@ -62,10 +64,21 @@ fn flops(job: &TrainingJob, entry: &str) -> u64 {
         .sum()
 }
 
+/// How a workload's iterations run `train_step`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Run {
+    /// `Session::run_program` of the entry decoded once.
+    Program,
+    /// `Session::run`, reading the records every step.
+    Records,
+    /// `Session::run` with the whole plan decoded once and attached.
+    Attached,
+}
+
 fn workload(
     c: &mut Criterion,
     id: &str,
-    decoded: bool,
+    run: Run,
     sizes: &[usize],
     act: Activation,
     loss: Loss,
@@ -110,7 +123,12 @@ fn workload(
     let plan = Plan::parse(&bytes).expect("valid plan");
     let mut arena = vec![0.0f32; plan.arena_elems()];
     let e = plan.entry("train_step").expect("entry");
+    let mut all = vec![Decoded::EMPTY; plan.n_instrs()];
     let mut s = Session::bind(&plan, &mut arena).expect("arena");
+    if run == Run::Attached {
+        let decoded = s.decode_all(&mut all).expect("decode");
+        s = s.with_decoded(decoded).expect("the same plan");
+    }
     let shapes = job.parameter_shapes();
     for ((n, _), v) in shapes.iter().zip(glorot_uniform(&shapes, 1)) {
         s.load_parameter(n, &v).expect("parameter");
@@ -160,7 +178,7 @@ fn workload(
         b.iter(|| {
             s.write_binding(&bx, &x).expect("x");
             s.write_binding(&bt, &target).expect("target");
-            if decoded {
+            if run == Run::Program {
                 s.run_program(&program).expect("run");
             } else {
                 s.run(e).expect("run");
@@ -176,7 +194,7 @@ fn benches(c: &mut Criterion) {
         workload(
             c,
             id,
-            true,
+            Run::Program,
             &[64, 32, 10],
             Activation::Tanh,
             Loss::SoftmaxCrossEntropy,
@@ -187,18 +205,23 @@ fn benches(c: &mut Criterion) {
         workload(
             c,
             id,
-            true,
+            Run::Program,
             &[784, 128, 10],
             Activation::Relu,
             Loss::SoftmaxCrossEntropy,
             64,
         );
     }
-    for (id, decoded) in [("W3", true), ("W3-unfused", true), ("W3-run", false)] {
+    for (id, run) in [
+        ("W3", Run::Program),
+        ("W3-unfused", Run::Program),
+        ("W3-run", Run::Records),
+        ("W3-run-decoded", Run::Attached),
+    ] {
         workload(
             c,
             id,
-            decoded,
+            run,
             &[2, 16, 16, 1],
             Activation::Tanh,
             Loss::MeanSquaredError,

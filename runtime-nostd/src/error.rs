@@ -888,6 +888,9 @@ pub enum ExecError {
         /// The program's entry index.
         entry: u32,
     },
+    /// A `DecodedPlan` attached to a session of another plan (feature `decoded-run`).
+    #[cfg(feature = "decoded-run")]
+    ForeignDecoding,
     /// A guarded entry produced a value that is not finite (NaN or ±inf) in an output or an
     /// update, so it committed nothing: the parameters and optimizer state are exactly as they
     /// were before the run. The caller can skip the batch or lower the learning rate.
@@ -944,6 +947,10 @@ impl fmt::Display for ExecError {
                 f,
                 "the program of entry {entry} was decoded from another plan than the session's"
             ),
+            #[cfg(feature = "decoded-run")]
+            ExecError::ForeignDecoding => {
+                f.write_str("the decoded plan comes from another plan than the session's")
+            }
             ExecError::NonFinite {
                 entry,
                 binding,

@@ -33,6 +33,10 @@ pub use checkpoint::{
 pub use error::{DecodeError, ExecError, FusionRule, Operand, ParseError, Section, ValidateError};
 pub use limits::Limits;
 pub use plan::{Binding, EntryId, Plan};
+#[cfg(feature = "decoded-run")]
+pub use program::DecodedPlan;
+#[cfg(all(feature = "alloc", feature = "decoded-run"))]
+pub use program::DecodedPlanBuf;
 pub use program::{Decoded, Program};
 pub use session::Session;
 pub use validate::{Scratch, DEFAULT_SCRATCH_TENSORS, MAX_SCRATCH_TENSORS};

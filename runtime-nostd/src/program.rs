@@ -171,6 +171,91 @@ impl<'a> Program<'a> {
     }
 }
 
+#[cfg(feature = "decoded-run")]
+/// Every entry of a plan decoded once, for [`crate::Session::run`] (see
+/// [`crate::Session::decode_all`] and [`crate::Session::with_decoded`]): a session with it
+/// attached runs each entry from its decoded instructions, as [`crate::Session::run_program`]
+/// runs one entry's [`Program`], instead of reading the plan's records on every run. Same bits
+/// either way.
+///
+/// It borrows only the caller's buffer of [`Decoded`] instructions and keeps its plan's
+/// identity (`plan_id`, CRC-32, length in bytes): a session of another plan refuses it
+/// ([`crate::Session::with_decoded`]). With feature `alloc`, [`DecodedPlanBuf`] owns its
+/// buffer, for a host that keeps the decoding beside its plan.
+#[derive(Clone, Copy, Debug)]
+pub struct DecodedPlan<'d> {
+    pub(crate) identity: PlanIdentity,
+    pub(crate) instrs: &'d [Decoded],
+}
+
+#[cfg(feature = "decoded-run")]
+/// What tells plans apart: `plan_id`, CRC-32, length in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PlanIdentity {
+    plan_id: u32,
+    crc32: u32,
+    len_bytes: usize,
+}
+
+#[cfg(feature = "decoded-run")]
+impl PlanIdentity {
+    pub(crate) fn of(plan: &Plan<'_>) -> PlanIdentity {
+        PlanIdentity {
+            plan_id: plan.plan_id(),
+            crc32: plan.crc32(),
+            len_bytes: plan.bytes().len(),
+        }
+    }
+}
+
+#[cfg(feature = "decoded-run")]
+impl<'d> DecodedPlan<'d> {
+    /// Its number of instructions: the plan's.
+    pub fn len(&self) -> usize {
+        self.instrs.len()
+    }
+
+    /// True for a plan without instructions.
+    pub fn is_empty(&self) -> bool {
+        self.instrs.is_empty()
+    }
+}
+
+/// A [`DecodedPlan`] that owns its instructions (feature `alloc`): decode once when a model is
+/// loaded, keep it beside the plan, attach [`DecodedPlanBuf::as_decoded`] to each session.
+#[cfg(all(feature = "alloc", feature = "decoded-run"))]
+#[derive(Clone, Debug)]
+pub struct DecodedPlanBuf {
+    identity: PlanIdentity,
+    instrs: alloc::vec::Vec<Decoded>,
+}
+
+#[cfg(all(feature = "alloc", feature = "decoded-run"))]
+impl DecodedPlanBuf {
+    /// Every instruction of `plan`, decoded.
+    ///
+    /// # Errors
+    /// [`ExecError::Inconsistent`] only if the plan's records contradict themselves, which
+    /// validation rules out.
+    pub fn new(plan: &Plan<'_>) -> Result<DecodedPlanBuf, ExecError> {
+        let instrs = (0..plan.n_instrs())
+            .map(|k| decode_instr(plan, k))
+            .collect::<Result<_, _>>()?;
+        Ok(DecodedPlanBuf {
+            identity: PlanIdentity::of(plan),
+            instrs,
+        })
+    }
+
+    /// The decoding, borrowed.
+    pub fn as_decoded(&self) -> DecodedPlan<'_> {
+        DecodedPlan {
+            identity: self.identity,
+            instrs: &self.instrs,
+        }
+    }
+}
+
 /// Decodes instruction `k`'s record and its tensors' records (see [`Decoded`]): the one
 /// decoder of instructions for execution.
 #[inline(always)]

@@ -11,6 +11,8 @@ use crate::exec::{run_entry, Records};
 use crate::fused::{Registers, TILE_ELEMS};
 use crate::plan::{Binding, EntryId, Plan};
 use crate::program::{decode_instr, Decoded, Program};
+#[cfg(feature = "decoded-run")]
+use crate::program::{DecodedPlan, PlanIdentity};
 
 /// A plan bound to an arena the caller owns: load parameters, set inputs, run entries, read
 /// outputs. Nothing is allocated; every read and write stays inside `arena[..arena_elems]`.
@@ -29,6 +31,10 @@ pub struct Session<'p, 'a, O: Ops = BuildOps> {
     /// The register slots of fused chains, one tile each (empty without feature `fusion`):
     /// kept here so that a chain does not clear them on every run.
     regs: Registers,
+    #[cfg(feature = "decoded-run")]
+    /// Every instruction of the plan, decoded ([`Session::with_decoded`]); empty: [`Session::run`]
+    /// reads the records.
+    decoded: &'a [Decoded],
     ops: PhantomData<O>,
 }
 
@@ -66,6 +72,8 @@ impl<'p, 'a> Session<'p, 'a> {
             plan,
             arena,
             regs: [[0.0; TILE_ELEMS]; MAX_REGISTERS],
+            #[cfg(feature = "decoded-run")]
+            decoded: &[],
             ops: PhantomData,
         })
     }
@@ -327,6 +335,47 @@ impl<'p, 'a, O: Ops> Session<'p, 'a, O> {
         })
     }
 
+    #[cfg(feature = "decoded-run")]
+    /// Decodes every instruction of the plan into `buf` (once, e.g. when a model is loaded) for
+    /// [`Session::with_decoded`].
+    ///
+    /// # Errors
+    /// [`ExecError::LengthMismatch`] when `buf` holds fewer than the plan's instructions
+    /// ([`Plan::n_instrs`]); [`ExecError::Inconsistent`] only if the plan's records contradict
+    /// themselves, which validation rules out.
+    pub fn decode_all<'b>(&self, buf: &'b mut [Decoded]) -> Result<DecodedPlan<'b>, ExecError> {
+        let (n, found_elems) = (self.plan.n_instrs(), buf.len());
+        let slots = buf.get_mut(..n).ok_or(ExecError::LengthMismatch {
+            expected_elems: n,
+            found_elems,
+        })?;
+        for (k, slot) in slots.iter_mut().enumerate() {
+            *slot = decode_instr(self.plan, k)?;
+        }
+        Ok(DecodedPlan {
+            identity: PlanIdentity::of(self.plan),
+            instrs: slots,
+        })
+    }
+
+    #[cfg(feature = "decoded-run")]
+    /// This session with `decoded` attached: from now on [`Session::run`] runs every entry from
+    /// its decoded instructions (as fast as [`Session::run_program`]). Cheap: decode once with
+    /// [`Session::decode_all`], attach to every session of the plan.
+    ///
+    /// # Errors
+    /// [`ExecError::ForeignDecoding`] when `decoded` comes from another plan (another
+    /// `plan_id`, CRC-32 or bytes).
+    pub fn with_decoded(mut self, decoded: DecodedPlan<'a>) -> Result<Self, ExecError> {
+        if decoded.identity != PlanIdentity::of(self.plan)
+            || decoded.instrs.len() != self.plan.n_instrs()
+        {
+            return Err(ExecError::ForeignDecoding);
+        }
+        self.decoded = decoded.instrs;
+        Ok(self)
+    }
+
     /// Runs a decoded entry: the same as [`Session::run`] of its entry, with the same bits.
     ///
     /// The program must come from this session's plan: the same plan identity (`plan_id` and
@@ -362,8 +411,17 @@ impl<'p, 'a, O: Ops> Session<'p, 'a, O> {
     /// [`ExecError::UnknownEntry`]; [`ExecError::Inconsistent`] or [`ExecError::Kernel`] only if
     /// the plan's records contradict themselves, which validation rules out;
     /// [`ExecError::NonFinite`] when a guarded entry refuses to commit.
+    ///
+    /// With a `DecodedPlan` attached (feature `decoded-run`: `Session::with_decoded`), it runs the entry's decoded
+    /// instructions, as [`Session::run_program`] does; otherwise it reads each instruction's
+    /// records as it runs it (no memory for decoded instructions, slower on small steps).
     pub fn run(&mut self, entry: EntryId) -> Result<(), ExecError> {
         let range = self.entry_range(entry)?;
+        #[cfg(feature = "decoded-run")]
+        if !self.decoded.is_empty() {
+            let instrs = self.decoded.get(range).ok_or(ExecError::ForeignDecoding)?;
+            return run_entry::<O, _>(self.plan, self.arena, &mut self.regs, instrs, entry);
+        }
         let src = Records {
             plan: self.plan,
             range,

@@ -28,6 +28,10 @@ const WORKLOADS: &[(&str, &str)] = &[
     ("W3-unfused", "W3 planned without fusion"),
     ("W3-run", "W3 through Session::run: records read every step"),
     (
+        "W3-run-decoded",
+        "W3 through Session::run, the plan decoded once and attached",
+    ),
+    (
         "W4",
         "MLP 64-32-10 tanh, softmax CE, Adam, batch 32, unguarded",
     ),

@@ -1,7 +1,7 @@
 //! Training through the `no_std` runtime from a plan's bytes, on the host, and the per-step
 //! bitwise check against the [`Oracle`](crate::exec::oracle::Oracle).
 
-use tapeplan_runtime::{EntryId, Plan as RtPlan, Session};
+use tapeplan_runtime::{DecodedPlanBuf, EntryId, Plan as RtPlan, Session};
 
 use crate::protocol::{
     ENTRY_FORWARD, ENTRY_INIT, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, INPUT_Y, OUTPUT_LOGITS,
@@ -46,9 +46,21 @@ impl From<tapeplan_runtime::ExecError> for TrainError {
 /// A model trained by the runtime: a validated plan and the arena it runs over.
 pub struct RuntimeModel<'b> {
     plan: RtPlan<'b>,
+    /// Every instruction decoded once: runs skip reading the records (`Session::run` as fast
+    /// as `Session::run_program`).
+    decoded: DecodedPlanBuf,
     arena: Vec<f32>,
     train: EntryId,
     forward: EntryId,
+}
+
+/// A session of `plan` over `arena` that runs from `decoded`.
+fn bound<'s>(
+    plan: &'s RtPlan<'_>,
+    arena: &'s mut [f32],
+    decoded: &'s DecodedPlanBuf,
+) -> Result<Session<'s, 's>, TrainError> {
+    Ok(Session::bind(plan, arena)?.with_decoded(decoded.as_decoded())?)
 }
 
 impl<'b> RuntimeModel<'b> {
@@ -67,11 +79,13 @@ impl<'b> RuntimeModel<'b> {
             .entry(ENTRY_FORWARD)
             .ok_or(TrainError::MissingEntry(ENTRY_FORWARD))?;
         let mut arena = vec![0.0f32; plan.arena_elems()];
+        let decoded = DecodedPlanBuf::new(&plan)?;
         if let Some(init) = plan.entry(ENTRY_INIT) {
-            Session::bind(&plan, &mut arena)?.run(init)?;
+            bound(&plan, &mut arena, &decoded)?.run(init)?;
         }
         Ok(RuntimeModel {
             plan,
+            decoded,
             arena,
             train,
             forward,
@@ -128,7 +142,7 @@ impl<'b> RuntimeModel<'b> {
     /// Wrong lengths, or a runtime error.
     pub fn train_step(&mut self, x: &[f32], target: &[f32]) -> Result<f32, TrainError> {
         let e = self.train;
-        let mut s = Session::bind(&self.plan, &mut self.arena)?;
+        let mut s = bound(&self.plan, &mut self.arena, &self.decoded)?;
         s.set_input(e, INPUT_X, x)?;
         let target_name = if self.plan.input(e, INPUT_LABELS).is_some() {
             INPUT_LABELS
@@ -161,7 +175,7 @@ impl<'b> RuntimeModel<'b> {
             .plan
             .entry(entry)
             .ok_or_else(|| TrainError::UnknownEntry(entry.to_string()))?;
-        let mut s = Session::bind(&self.plan, &mut self.arena)?;
+        let mut s = bound(&self.plan, &mut self.arena, &self.decoded)?;
         for (name, values) in inputs {
             s.set_input(e, name, values)?;
         }
@@ -211,7 +225,7 @@ impl<'b> RuntimeModel<'b> {
     /// Wrong lengths, or a runtime error.
     pub fn logits(&mut self, x: &[f32]) -> Result<Vec<f32>, TrainError> {
         let e = self.forward;
-        let mut s = Session::bind(&self.plan, &mut self.arena)?;
+        let mut s = bound(&self.plan, &mut self.arena, &self.decoded)?;
         s.set_input(e, INPUT_X, x)?;
         s.run(e)?;
         Ok(s.output(e, OUTPUT_LOGITS)?.to_vec())

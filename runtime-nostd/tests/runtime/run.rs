@@ -406,3 +406,83 @@ fn a_program_runs_only_on_its_own_plan() {
     assert_eq!(results[0], results[1]);
     assert_ne!(results[0], bits(&before), "the step changed nothing");
 }
+
+#[cfg(feature = "decoded-run")]
+/// Issue 15: `Session::run` with the whole plan decoded once and attached
+/// (`Session::decode_all`, `Session::with_decoded`) gives `run`'s bits for every entry, and a
+/// decoding of another plan (same layout and length, another learning rate) is refused.
+#[test]
+fn an_attached_decoding_runs_with_runs_bits_and_only_on_its_own_plan() {
+    use tapeplan_runtime::Decoded;
+    let bytes = mlp_plan();
+    let other = with_instr(bytes.clone(), 4, |r| r.attr_word = 0.5f32.to_bits());
+    let plan = Plan::parse(&bytes).unwrap();
+    let other_plan = Plan::parse(&other).unwrap();
+    let (w, b, x) = (floats(1, 12), floats(2, 4), floats(3, 6));
+    let names: Vec<&str> = plan
+        .entries()
+        .map(|e| plan.entry_name(e).unwrap())
+        .collect();
+    assert!(names.len() >= 2, "{names:?}");
+
+    let mut buf = vec![Decoded::EMPTY; plan.n_instrs()];
+    let mut scratch = vec![0.0f32; plan.arena_elems()];
+    let decoded = Session::bind(&plan, &mut scratch)
+        .unwrap()
+        .decode_all(&mut buf)
+        .unwrap();
+    assert_eq!(decoded.len(), plan.n_instrs());
+
+    // Every entry, three steps each, records against the attached decoding.
+    let mut results = Vec::new();
+    for attached in [false, true] {
+        let mut arena = vec![0.0f32; plan.arena_elems()];
+        let mut s = Session::bind(&plan, &mut arena).unwrap();
+        if attached {
+            s = s.with_decoded(decoded).unwrap();
+        }
+        s.load_parameter("w", &w).unwrap();
+        s.load_parameter("b", &b).unwrap();
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            for name in &names {
+                let e = plan.entry(name).unwrap();
+                if plan.input(e, "x").is_some() {
+                    s.set_input(e, "x", &x).unwrap();
+                }
+                s.run(e).unwrap();
+                seen.push(bits(s.persistent()));
+            }
+        }
+        results.push(seen);
+    }
+    assert_eq!(results[0], results[1]);
+    assert_ne!(
+        results[0][0],
+        results[0][results[0].len() - 1],
+        "nothing ran"
+    );
+
+    // Attached to a session of the other plan: refused.
+    let mut other_arena = vec![0.0f32; other_plan.arena_elems()];
+    let e = Session::bind(&other_plan, &mut other_arena)
+        .unwrap()
+        .with_decoded(decoded)
+        .unwrap_err();
+    assert_eq!(e, ExecError::ForeignDecoding);
+    assert!(e.to_string().contains("another plan"), "{e}");
+
+    // A buffer one instruction short: refused, naming both lengths.
+    let mut short = vec![Decoded::EMPTY; plan.n_instrs() - 1];
+    let e = Session::bind(&plan, &mut scratch)
+        .unwrap()
+        .decode_all(&mut short)
+        .unwrap_err();
+    assert_eq!(
+        e,
+        ExecError::LengthMismatch {
+            expected_elems: plan.n_instrs(),
+            found_elems: plan.n_instrs() - 1
+        }
+    );
+}
