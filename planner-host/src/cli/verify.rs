@@ -84,6 +84,11 @@ pub fn verify_serial(
         port.display()
     );
     let bytes = read_in_background(port, baud)?;
+    // Where an error is: a line of the stream, or the run description the host retrains.
+    let place = |v: &StreamVerifier| match v.line_checked() {
+        0 => format!("the host's retraining of {}", config.display()),
+        n => format!("{} line {n}", port.display()),
+    };
     let idle = std::time::Duration::from_secs(idle_timeout_secs);
     let mut last_byte = std::time::Instant::now();
     let mut pending: Vec<u8> = Vec::new();
@@ -99,10 +104,7 @@ pub fn verify_serial(
                 bail!("{}: the reader stopped", port.display())
             }
         };
-        if let Some(report) = verifier
-            .poll()
-            .with_context(|| format!("{} line {}", port.display(), verifier.line_checked()))?
-        {
+        if let Some(report) = verifier.poll().with_context(|| place(&verifier))? {
             return Ok(show(&report));
         }
         if chunk.is_empty() {
@@ -127,10 +129,7 @@ pub fn verify_serial(
             match verifier.line(line_no, &text) {
                 Ok(None) => {}
                 Ok(Some(report)) => return Ok(show(&report)),
-                Err(e) => {
-                    let at = verifier.line_checked();
-                    return Err(e).with_context(|| format!("{} line {at}", port.display()));
-                }
+                Err(e) => return Err(e).with_context(|| place(&verifier)),
             }
         }
         scanned = pending.len();

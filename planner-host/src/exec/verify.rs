@@ -459,7 +459,8 @@ impl StreamVerifier {
 
     /// The line (1-based) of the record checked last against the host, or whose check
     /// failed: the line an error of [`StreamVerifier::line`] or [`StreamVerifier::poll`]
-    /// is about (0 before any).
+    /// is about; 0 before any, and when the host's retraining failed (an error about the run
+    /// description, not a line).
     pub fn line_checked(&self) -> usize {
         self.line_checked
     }
@@ -516,9 +517,12 @@ impl StreamVerifier {
                     Err(std::sync::mpsc::TryRecvError::Disconnected) => None,
                 }
             };
-            let host = got.ok_or_else(|| {
-                VerifyError::Incomplete("the host's retraining stopped without a result".into())
-            })??;
+            let host = got
+                .ok_or_else(|| {
+                    VerifyError::Incomplete("the host's retraining stopped without a result".into())
+                })
+                .flatten()
+                .inspect_err(|_| self.line_checked = 0)?;
             self.host = Host::Ready(Box::new(host));
         }
         while let Some((line, record)) = self.queued.pop_front() {

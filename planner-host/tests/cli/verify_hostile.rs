@@ -333,3 +333,18 @@ fn an_absurdly_long_run_is_not_retrained_before_the_stream_is_read() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_run_description_naming_a_device_file_is_refused_as_the_run_s_error() {
+    // The host retrains on another thread: its refusal names the run description, not a line.
+    let dir = scratch_dir("hostile-dev-zero");
+    let run = format!("{RUN} data=/dev/zero data_digest=0000000000000000");
+    std::fs::write(dir.join("run.run"), run).unwrap();
+    // A silent stream: the refusal comes before its idle timeout.
+    std::fs::write(dir.join("uart.txt"), b"").unwrap();
+    let stderr = failed(&within(&dir, &SERIAL, Duration::from_secs(30)));
+    assert!(
+        stderr.contains("the host's retraining of run.run: /dev/zero: not a regular file"),
+        "{stderr}"
+    );
+}
