@@ -258,7 +258,8 @@ where
 /// As [`train`].
 ///
 /// # Errors
-/// As [`train`], and [`Failure::Checkpoint`] when restoring or saving fails.
+/// As [`train`], and [`Failure::Checkpoint`] when restoring or saving fails, or the newest
+/// checkpoint completed more epochs than `run` has (a longer run's).
 #[allow(clippy::too_many_arguments)]
 pub fn train_resumable<O: Ops, const TENSORS: usize, const LINE: usize, W, R, C, D, K>(
     out: &mut Transcript<'_, W, LINE>,
@@ -358,6 +359,12 @@ where
         .resume(&mut s)
         .map_err(Failure::Checkpoint)?
         .map_or(0, |k| k as usize);
+    if resumed > run.epochs {
+        // A checkpoint of a longer run of the same plan: its state is not this run's.
+        return Err(Failure::Checkpoint(
+            "the checkpoint has more epochs than the run",
+        ));
+    }
     if resumed > 0 {
         out.info(format_args!("resumed epochs {resumed}"))
             .map_err(link)?;

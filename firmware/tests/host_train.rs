@@ -305,6 +305,36 @@ fn a_run_reset_in_the_middle_of_a_checkpoint_write_resumes_to_the_uninterrupted_
     }
     // The cuts fell in the first, second and third save.
     assert_eq!(seen, [0, 1, 2]);
+
+    // The flash of the whole 3-epoch run, resumed by a run of 2 epochs: refused, not a
+    // "resumed epochs 3" run that trains nothing and reports 12 steps.
+    let (_, flash) = train_on(
+        Some(RamFlash::new(vec![0xff; 8 * 4096], None)),
+        &mut Vec::new(),
+    );
+    let mut work = [0u8; 4096];
+    let mut store = CheckpointStore::new(flash.unwrap(), 0..8 * 4096, &mut work).unwrap();
+    let shorter = Run { epochs: 2, ..run };
+    let mut arena = vec![0.0f32; 1 << 16];
+    let mut order = vec![0u16; rows.len()];
+    let mut link = Vec::new();
+    let mut out: Transcript<'_, _, 256> = Transcript::new(LineLink::new(&mut link));
+    let e = train_resumable::<BuildOps, 4096, 256, _, _, _, _, _>(
+        &mut out,
+        &shorter,
+        &rows,
+        &mut order,
+        &clock,
+        &mut ClockDelay(&clock),
+        &mut arena,
+        0,
+        &mut store,
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "checkpoint: the checkpoint has more epochs than the run"
+    );
 }
 
 /// Trains `run` over `rows` into a fresh link with a 4096-element validator scratch; answers
