@@ -520,7 +520,8 @@ pub fn runtime_transcript(cfg: &RunConfig, target: &str) -> Result<String, Verif
         init.f32s(&model.parameter(name).map_err(device)?);
     }
     let _ = out.bind(plan.crc32(), data, init.finish(), plan.math().name());
-    let mut states = Vec::with_capacity(cfg.total_steps());
+    // Not reserved up front: a run description may claim 2^32 steps (32 GiB of digests).
+    let mut states = Vec::new();
     let (losses, epoch_means) = cfg
         .each_step(&train, |x, t| {
             let loss = model.train_step_named(&[(INPUT_X, x), (target_name, t)])?;

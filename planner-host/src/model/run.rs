@@ -1344,7 +1344,8 @@ impl RunConfig {
         train: &Dataset,
         mut step: impl FnMut(&[f32], &[f32]) -> Result<f32, E>,
     ) -> Result<(Vec<f32>, Vec<f32>), E> {
-        let mut losses = Vec::with_capacity(self.total_steps());
+        // Not reserved up front: a run description may claim 2^32 steps.
+        let mut losses = Vec::new();
         let mut epoch_means = Vec::with_capacity(self.epochs);
         for epoch in 0..self.epochs {
             let data = train.subset(&self.epoch_order(epoch));

@@ -348,3 +348,24 @@ fn a_run_description_naming_a_device_file_is_refused_as_the_run_s_error() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_run_of_2_pow_32_steps_does_not_reserve_its_digests_up_front() {
+    // Inside the caps (2^32 steps); reserving a digest per step up front asked for 32 GiB and
+    // aborted the process ("memory allocation of 34359738368 bytes failed", exit 134).
+    let run = RUN
+        .replace("batch=4", "batch=1")
+        .replace("samples=16", "samples=1024")
+        .replace("epochs=2", "epochs=4194304");
+    assert_eq!(RunConfig::parse(&run).unwrap().total_steps(), 1 << 32);
+    let dir = scratch_dir("hostile-2-pow-32");
+    std::fs::write(dir.join("run.run"), &run).unwrap();
+    std::fs::write(dir.join("uart.txt"), b"").unwrap();
+    let out = within(&dir, &SERIAL, Duration::from_secs(30));
+    let stderr = failed(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("nothing for 1 s after line 0") && stderr.contains("still retraining"),
+        "{stderr}"
+    );
+}
