@@ -488,6 +488,41 @@ fn a_run_that_does_not_fit_its_plan_or_rows_is_a_failure_naming_what() {
         let e = try_train(&run, &Some_(&rows, k), n).unwrap_err();
         assert!(e.contains(&format!("{k} rows")), "{k} rows: {e}");
     }
+    // More rows than the order's u16 indices reach (they would wrap to other rows).
+    let e = try_train(&run, &Some_(&rows, 65_537), 65_537).unwrap_err();
+    assert!(e.contains("65537 rows"), "{e}");
+    // A validator scratch smaller than the plan's tensor count.
+    let clock = Ticks(Cell::new(0));
+    let mut arena = vec![0.0f32; 1 << 16];
+    let mut order = vec![0u16; n];
+    let mut link: Vec<u8> = Vec::new();
+    let mut out: Transcript<'_, _, 256> = Transcript::new(LineLink::new(&mut link));
+    let e = train::<BuildOps, 4, 256, _, _, _, _>(
+        &mut out,
+        &run,
+        &rows,
+        &mut order,
+        &clock,
+        &mut ClockDelay(&clock),
+        &mut arena,
+        0,
+    )
+    .unwrap_err();
+    assert!(matches!(e, Failure::Plan(_)), "{e}");
+    // An arena shorter than the plan's.
+    let mut short = vec![0.0f32; 16];
+    let e = train::<BuildOps, 4096, 256, _, _, _, _>(
+        &mut out,
+        &run,
+        &rows,
+        &mut order,
+        &clock,
+        &mut ClockDelay(&clock),
+        &mut short,
+        0,
+    )
+    .unwrap_err();
+    assert!(matches!(e, Failure::Run(_)), "{e}");
     // An order buffer too short; zero epochs train nothing and say so in the summary.
     let e = try_train(&run, &rows, n - 1).unwrap_err();
     assert!(e.contains(&format!("{} row indices", n - 1)), "{e}");
