@@ -429,7 +429,8 @@ impl StreamVerifier {
 
     /// A verifier of a device's run of `expected` that retrains it on a new thread
     /// ([`HostRun::new`]) while lines are read; its errors come from
-    /// [`StreamVerifier::line`] or [`StreamVerifier::poll`].
+    /// [`StreamVerifier::line`] or [`StreamVerifier::poll`]. The thread runs the retraining to
+    /// its end even when the verifier is dropped first (a process that gives up exits).
     pub fn spawn(expected: &RunConfig) -> StreamVerifier {
         let (tx, rx) = std::sync::mpsc::channel();
         let cfg = expected.clone();
