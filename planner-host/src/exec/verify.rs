@@ -245,14 +245,23 @@ pub fn verify(t: &Transcript, expected: Option<&RunConfig>) -> Result<Report, Ve
     }
     // A transcript that cannot be the run's is refused before the run is retrained (a run
     // description may claim up to 2^32 steps: hours on the host).
-    let steps = t.config.total_steps();
+    all_steps(t, &t.config)?;
+    verify_against(t, &HostRun::new(&t.config)?)
+}
+
+/// Whether the transcript has a `loss` line for every step of `cfg`.
+///
+/// # Errors
+/// [`VerifyError::Incomplete`] with both counts.
+fn all_steps(t: &Transcript, cfg: &RunConfig) -> Result<(), VerifyError> {
+    let steps = cfg.total_steps();
     if t.losses.len() != steps {
         return Err(VerifyError::Incomplete(format!(
             "{} loss lines for a run of {steps} steps",
             t.losses.len()
         )));
     }
-    verify_against(t, &HostRun::new(&t.config)?)
+    Ok(())
 }
 
 /// [`verify`] against a host run made before (its run must be the transcript's).
@@ -268,13 +277,8 @@ pub fn verify_against(t: &Transcript, host: &HostRun) -> Result<Report, VerifyEr
         )));
     }
     host.check_header(t)?;
+    all_steps(t, cfg)?;
     let steps = cfg.total_steps();
-    if t.losses.len() != steps {
-        return Err(VerifyError::Incomplete(format!(
-            "{} loss lines for a run of {steps} steps",
-            t.losses.len()
-        )));
-    }
     if t.epoch_means.len() > cfg.epochs {
         return Err(VerifyError::Incomplete(format!(
             "{} epoch lines for a run of {} epochs",
@@ -491,6 +495,10 @@ impl StreamVerifier {
                     )));
                 }
             }
+        }
+        if record == Record::End {
+            // A transcript that cannot be the run's does not wait for the host's retraining.
+            all_steps(self.reader.so_far(), &self.expected)?;
         }
         self.queued.push_back((line, record));
         self.check_queued(record == Record::End)

@@ -325,9 +325,16 @@ fn an_absurdly_long_run_is_not_retrained_before_the_stream_is_read() {
     let n = line_of(&text, "loss 3 ");
     let mut cut = head(&text, n - 1);
     cut.push_str("end ok\n");
-    std::fs::write(dir.join("t.txt"), cut).unwrap();
+    std::fs::write(dir.join("t.txt"), &cut).unwrap();
     let whole = ["verify", "t.txt", "--config", "run.run"];
     let stderr = failed(&within(&dir, &whole, limit));
+    assert!(
+        stderr.contains("2 loss lines for a run of 67108864 steps"),
+        "{stderr}"
+    );
+    // The same as a stream: its `end ok` does not wait hours for the host's retraining.
+    std::fs::write(dir.join("uart.txt"), &cut).unwrap();
+    let stderr = failed(&within(&dir, &serial, limit));
     assert!(
         stderr.contains("2 loss lines for a run of 67108864 steps"),
         "{stderr}"
