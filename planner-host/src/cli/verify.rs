@@ -54,6 +54,10 @@ fn show(report: &Report) -> ExitCode {
 /// How long to wait for more bytes before reading again.
 const POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
+/// The longest line a stream may send (the writers put 8 values on a `param` line; a stream
+/// of bytes without a newline, noise at the wrong baud rate, would otherwise grow without end).
+const MAX_LINE_BYTES: usize = 64 << 20;
+
 /// `tapeplan verify --serial PORT|FILE --config RUN`: reads the transcript line by line as it
 /// arrives, from a serial port (a character device, opened with the `serialport` crate at
 /// `baud`, 8N1) or a file or FIFO another program writes (read past its end as it grows), while
@@ -133,6 +137,14 @@ pub fn verify_serial(
             }
         }
         scanned = pending.len();
+        if pending.len() > MAX_LINE_BYTES {
+            bail!(
+                "{} line {}: more than {} MiB without a newline: not a transcript (noise on the line, or the wrong baud rate?)",
+                port.display(),
+                line_no + 1,
+                MAX_LINE_BYTES >> 20
+            );
+        }
     }
 }
 

@@ -121,6 +121,23 @@ fn a_ten_megabyte_line_binary_garbage_and_invalid_utf8_are_errors_naming_the_lin
         &whole[..whole.len().min(300)]
     );
     assert!(whole.len() < 4096, "the error repeats the line whole");
+    // 65 MiB without a newline, as noise that never pauses would send: refused at 64 MiB,
+    // before the idle timeout.
+    let mut noise = head(&text, n - 1).into_bytes();
+    noise.extend(std::iter::repeat_n(b'\xaa', 65 << 20));
+    let dir = scratch_dir("hostile-noise");
+    std::fs::write(dir.join("run.run"), RUN).unwrap();
+    std::fs::write(dir.join("uart.txt"), &noise).unwrap();
+    drop(noise);
+    let mut args = SERIAL;
+    args[6] = "600";
+    let stderr = failed(&within(&dir, &args, Duration::from_secs(120)));
+    assert!(
+        stderr.contains(&format!(
+            "uart.txt line {n}: more than 64 MiB without a newline"
+        )),
+        "{stderr}"
+    );
     // Binary garbage (a fixed pseudo-random stream with newlines) in place of step 1.
     let mut x = 0x2545_f491_4f6c_dd1du64;
     let garbage: Vec<u8> = (0..4096)
