@@ -91,6 +91,14 @@ pub enum StoreError<E> {
     /// The flash range does not suit the map: not page-aligned, fewer than 2 pages, pages too
     /// small, or words too large.
     Config(MapConfigError),
+    /// The flash's pages are too small for a checkpoint's header item (32 bytes, its key and
+    /// the map's page and item headers).
+    PageTooSmall {
+        /// The flash's page (`ERASE_SIZE`), in bytes.
+        page_bytes: usize,
+        /// The least page that holds the header item.
+        needed_bytes: usize,
+    },
     /// The work buffer is too small: found and needed bytes.
     WorkTooSmall {
         /// The work buffer's length.
@@ -124,6 +132,13 @@ impl<E: fmt::Debug> fmt::Display for StoreError<E> {
                 f,
                 "checkpoint work buffer of {found_bytes} bytes is smaller than the {needed_bytes} needed"
             ),
+            StoreError::PageTooSmall {
+                page_bytes,
+                needed_bytes,
+            } => write!(
+                f,
+                "a flash page of {page_bytes} bytes cannot hold a checkpoint's header item ({needed_bytes} bytes at least)"
+            ),
             StoreError::Flash(e) => write!(f, "flash: {e:?}"),
             StoreError::Full => write!(f, "the flash range cannot hold two checkpoints"),
             StoreError::Corrupted => write!(f, "checkpoint flash corrupted beyond repair"),
@@ -138,6 +153,7 @@ impl<E> StoreError<E> {
     pub fn what(&self) -> &'static str {
         match self {
             StoreError::Config(_) => "flash range unusable",
+            StoreError::PageTooSmall { .. } => "flash pages too small",
             StoreError::WorkTooSmall { .. } => "work buffer too small",
             StoreError::Flash(_) => "flash driver error",
             StoreError::Full => "flash range cannot hold two checkpoints",
@@ -316,6 +332,7 @@ impl<'w, F: NorFlash> CheckpointStore<'w, F> {
     ///
     /// # Errors
     /// [`StoreError::Config`] when the range does not suit the map;
+    /// [`StoreError::PageTooSmall`] when a flash page cannot hold the header item;
     /// [`StoreError::WorkTooSmall`] when `work` cannot hold a header item (32 bytes plus the
     /// key and word padding).
     pub fn new(
@@ -332,9 +349,15 @@ impl<'w, F: NorFlash> CheckpointStore<'w, F> {
             / word
             * word;
         let item_bytes = page_item_bytes.min(0xFFFF);
+        let needed_bytes = round_up(KEY_BYTES + HEADER_BYTES);
+        if item_bytes.saturating_sub(KEY_BYTES) / 4 * 4 < HEADER_BYTES {
+            return Err(StoreError::PageTooSmall {
+                page_bytes: F::ERASE_SIZE,
+                needed_bytes: needed_bytes + 2 * word + round_up(ITEM_HEADER_BYTES),
+            });
+        }
         let work_item_bytes = work.len() / word * word;
         let chunk_bytes = item_bytes.min(work_item_bytes).saturating_sub(KEY_BYTES) / 4 * 4;
-        let needed_bytes = round_up(KEY_BYTES + HEADER_BYTES);
         if chunk_bytes < HEADER_BYTES || work.len() < needed_bytes {
             return Err(StoreError::WorkTooSmall {
                 found_bytes: work.len(),

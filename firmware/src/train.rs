@@ -77,11 +77,20 @@ pub enum Failure<E> {
     Plan(ParseError),
     /// Binding or running failed.
     Run(ExecError),
-    /// The plan lacks an entry or binding the protocol needs: its kind (`entry`, `output`) and
-    /// name.
+    /// The plan lacks an entry or binding the protocol or the run needs: its kind (`entry`,
+    /// `output`, `parameter`) and name.
     Missing(&'static str, &'static str),
     /// The initial values of this model tensor are missing or do not fit the plan's.
     InitLength(&'static str),
+    /// The initial values are more bytes than the model tensors take: found, needed.
+    InitBytes(usize, usize),
+    /// The run's batch is not the plan's (its `train_step` takes that many rows a step): the
+    /// run's, the plan's.
+    Batch(usize, usize),
+    /// The rows do not fill one batch: rows, batch.
+    TooFewRows(usize, usize),
+    /// More rows than a `u16` order index reaches (65 536): rows.
+    TooManyRows(usize),
     /// The order buffer holds fewer indices than there are rows: found, needed.
     OrderTooShort(usize, usize),
     /// The link failed.
@@ -109,6 +118,21 @@ impl<E: fmt::Debug> fmt::Display for Failure<E> {
             Failure::Run(e) => write!(f, "runtime: {e}"),
             Failure::Missing(kind, name) => write!(f, "the plan has no {name} {kind}"),
             Failure::InitLength(name) => write!(f, "initial values of {name} do not fit"),
+            Failure::InitBytes(found, needed) => write!(
+                f,
+                "the initial values are {found} bytes, the model tensors take {needed}"
+            ),
+            Failure::Batch(run, plan) => write!(
+                f,
+                "the run's batch {run} is not the plan's (its train_step takes {plan} rows a step)"
+            ),
+            Failure::TooFewRows(rows, batch) => {
+                write!(f, "{rows} rows do not fill one batch of {batch}")
+            }
+            Failure::TooManyRows(rows) => write!(
+                f,
+                "{rows} rows: the order buffer's u16 indices reach 65536 rows"
+            ),
             Failure::OrderTooShort(found, needed) => write!(
                 f,
                 "the order buffer holds {found} row indices, the data has {needed} rows"
@@ -190,7 +214,8 @@ pub struct Summary {
 ///
 /// # Errors
 /// [`Failure`]: a rejected plan, a runtime error, a missing entry or binding, initial values
-/// that do not fit, a short order buffer, a link error.
+/// that do not fit, a batch other than the plan's, rows that do not fill a batch (or more than
+/// 65 536), a short order buffer, a link error.
 #[allow(clippy::too_many_arguments)]
 pub fn train<O: Ops, const TENSORS: usize, const LINE: usize, W, R, C, D>(
     out: &mut Transcript<'_, W, LINE>,
@@ -233,7 +258,8 @@ where
 /// As [`train`].
 ///
 /// # Errors
-/// As [`train`], and [`Failure::Checkpoint`] when restoring or saving fails.
+/// As [`train`], and [`Failure::Checkpoint`] when restoring or saving fails, or the newest
+/// checkpoint completed more epochs than `run` has (a longer run's).
 #[allow(clippy::too_many_arguments)]
 pub fn train_resumable<O: Ops, const TENSORS: usize, const LINE: usize, W, R, C, D, K>(
     out: &mut Transcript<'_, W, LINE>,
@@ -283,20 +309,27 @@ where
     );
 
     let mut s = Session::bind_selective::<O>(&plan, arena)?;
-    let mut at = 0;
+    // Bytes of `init` taken so far.
+    let mut at = 0usize;
     for &(name, elems) in run.params {
-        let dst = s.parameter_mut(name)?;
-        let src = run
-            .init
-            .get(at * 4..(at + elems) * 4)
+        let dst = s
+            .parameter_mut(name)
+            .map_err(|_| Failure::Missing("parameter", name))?;
+        let end = elems
+            .checked_mul(4)
+            .and_then(|n| n.checked_add(at))
             .ok_or(Failure::InitLength(name))?;
+        let src = run.init.get(at..end).ok_or(Failure::InitLength(name))?;
         if dst.len() != elems {
             return Err(Failure::InitLength(name));
         }
         for (d, b) in dst.iter_mut().zip(src.chunks_exact(4)) {
             *d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
         }
-        at += elems;
+        at = end;
+    }
+    if at != run.init.len() {
+        return Err(Failure::InitBytes(run.init.len(), at));
     }
     // An optimizer's state (Adam's moments and step) starts from the plan's `init` entry.
     if let Some(init) = plan.entry(ENTRY_INIT) {
@@ -309,13 +342,29 @@ where
     let order = order
         .get_mut(..samples)
         .ok_or(Failure::OrderTooShort(order_len, samples))?;
-
-    let batch = run.batch.max(1);
+    if samples > usize::from(u16::MAX) + 1 {
+        return Err(Failure::TooManyRows(samples));
+    }
+    // The plan's labels are one per row of a step.
+    let plan_batch = s.input_mut(train, INPUT_LABELS)?.len();
+    let batch = run.batch;
+    if batch != plan_batch {
+        return Err(Failure::Batch(batch, plan_batch));
+    }
+    if samples < batch {
+        return Err(Failure::TooFewRows(samples, batch));
+    }
     let steps_per_epoch = samples / batch;
     let resumed = checkpoints
         .resume(&mut s)
         .map_err(Failure::Checkpoint)?
         .map_or(0, |k| k as usize);
+    if resumed > run.epochs {
+        // A checkpoint of a longer run of the same plan: its state is not this run's.
+        return Err(Failure::Checkpoint(
+            "the checkpoint has more epochs than the run",
+        ));
+    }
     if resumed > 0 {
         out.info(format_args!("resumed epochs {resumed}"))
             .map_err(link)?;
@@ -329,7 +378,7 @@ where
     };
     for epoch in resumed..run.epochs {
         for (i, o) in order.iter_mut().enumerate() {
-            *o = i as u16; // a run of more than 65535 rows is refused at build time
+            *o = i as u16; // at most 65 536 rows (checked above)
         }
         epoch_shuffle(run.seed, epoch, order);
         let mut sum = 0.0f32;

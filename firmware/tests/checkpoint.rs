@@ -331,3 +331,148 @@ fn damaged_flash_falls_back_to_the_other_slot_or_is_refused() {
         Ok(None) | Err(_) => {}
     }
 }
+
+/// `n` bytes of a xorshift stream from `seed`.
+fn random_bytes(seed: u64, n: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 32) as u8
+        })
+        .collect()
+}
+
+#[test]
+fn a_flash_range_of_random_bytes_loads_nothing_and_never_panics() {
+    let pb = plan_bytes("64,4,10");
+    let plan = Plan::parse(&pb).unwrap();
+    let elems = plan.persistent_elems();
+    let mut arena = vec![0.0f32; plan.arena_elems()];
+    let mut s = Session::bind(&plan, &mut arena).unwrap();
+    let v = state(elems, 1);
+    let mut outcomes = [0usize; 4];
+    let mut reprogrammed = 0;
+    for seed in 1..=16u64 {
+        // Programming a word that is not erased clears bits, as on a NOR flash (the map
+        // repairs what it takes for interrupted writes, on a load too).
+        let mut flash =
+            RamFlash::<SMALL_PAGE_BYTES>::new(random_bytes(seed, SMALL_FLASH_BYTES), None);
+        flash.and_writes = true;
+        let mut work = [0u8; SMALL_PAGE_BYTES];
+        let range = 0..SMALL_FLASH_BYTES as u32;
+        let mut store = CheckpointStore::new(flash, range, &mut work).unwrap();
+        s.persistent_mut().fill(0.0);
+        match store.load(&mut s) {
+            Ok(None) => outcomes[0] += 1,
+            Err(_) => outcomes[1] += 1,
+            Ok(Some(k)) => panic!("seed {seed}: random bytes loaded as checkpoint {k}"),
+        }
+        assert!(
+            s.persistent().iter().all(|&x| x.to_bits() == 0),
+            "seed {seed}"
+        );
+        // A save over the noise: refused, or it loads back bit for bit.
+        s.persistent_mut().copy_from_slice(&v);
+        if let Ok(seq) = store.save(&s) {
+            outcomes[2] += 1;
+            s.persistent_mut().fill(0.0);
+            match store.load(&mut s) {
+                Ok(Some(k)) => {
+                    assert_eq!((k, bits(s.persistent())), (seq, bits(&v)), "seed {seed}");
+                    outcomes[3] += 1;
+                }
+                other => panic!("seed {seed}: saved {seq}, then loaded {other:?}"),
+            }
+        }
+        reprogrammed += store.into_flash().reprogrammed;
+    }
+    eprintln!(
+        "16 random flash ranges: {} loaded none, {} refused; {} saves over them succeeded, {} loaded back; {reprogrammed} words programmed that were not erased",
+        outcomes[0], outcomes[1], outcomes[2], outcomes[3]
+    );
+}
+
+#[test]
+fn ranges_that_cannot_hold_a_checkpoint_or_suit_the_map_are_refused() {
+    let pb = plan_bytes("64,32,10");
+    let plan = Plan::parse(&pb).unwrap();
+    let elems = plan.persistent_elems();
+    // Two pages of 4 KiB for a region of about 29 KiB: full, and the flash still loads none.
+    let (flash, r) = save(
+        &plan,
+        RamFlash::<PAGE_BYTES>::new(vec![0xff; 2 * PAGE_BYTES], None),
+        &state(elems, 1),
+    );
+    assert!(matches!(r, Err(StoreError::Full)), "{r:?}");
+    let (_, r) = load(&plan, flash.bytes);
+    assert!(matches!(r, Ok(None)), "{r:?}");
+    // One page, a range not on page boundaries, an empty range.
+    let mut work = [0u8; PAGE_BYTES];
+    for range in [0..PAGE_BYTES as u32, 0..PAGE_BYTES as u32 * 2 + 1, 0..0] {
+        let flash = RamFlash::<PAGE_BYTES>::new(vec![0xff; 4 * PAGE_BYTES], None);
+        let r = CheckpointStore::new(flash, range.clone(), &mut work);
+        assert!(
+            matches!(r, Err(StoreError::Config(_))),
+            "{range:?}: {:?}",
+            r.err()
+        );
+    }
+    // Pages too small for the 32-byte header item: named as the page's fault, not the work
+    // buffer's.
+    let mut work = [0u8; 4096];
+    let flash = RamFlash::<32>::new(vec![0xff; 32 * 8], None);
+    let e = CheckpointStore::new(flash, 0..256, &mut work)
+        .err()
+        .unwrap();
+    assert!(
+        matches!(e, StoreError::PageTooSmall { page_bytes: 32, .. }),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("page of 32 bytes"), "{e}");
+    // A work buffer too small, with pages that are not.
+    let mut small = [0u8; 16];
+    let flash = RamFlash::<PAGE_BYTES>::new(vec![0xff; 4 * PAGE_BYTES], None);
+    let e = CheckpointStore::new(flash, 0..4 * PAGE_BYTES as u32, &mut small)
+        .err()
+        .unwrap();
+    assert!(
+        matches!(
+            e,
+            StoreError::WorkTooSmall {
+                found_bytes: 16,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn saves_of_two_plans_in_one_store_never_load_one_as_the_other() {
+    let (pa, pb) = (plan_bytes("64,32,10"), plan_bytes("64,16,10"));
+    let (a, b) = (Plan::parse(&pa).unwrap(), Plan::parse(&pb).unwrap());
+    let mut bytes = erased();
+    // A, A, B, A, B, B: after each save, the plan just saved loads what it saved; the other
+    // plan loads one of its own saves bit for bit, or none, or is refused.
+    let mut saved: [Vec<Vec<u32>>; 2] = [Vec::new(), Vec::new()];
+    for (k, which) in [0, 0, 1, 0, 1, 1].into_iter().enumerate() {
+        let plan = [&a, &b][which];
+        let v = state(plan.persistent_elems(), k as u32 + 1);
+        let (flash, r) = save(plan, RamFlash::<PAGE_BYTES>::new(bytes, None), &v);
+        r.unwrap();
+        saved[which].push(bits(&v));
+        let (after, r) = load(plan, flash.bytes);
+        assert_eq!(bits(&r.unwrap().unwrap().1), bits(&v), "save {k}");
+        let other = [&a, &b][1 - which];
+        let (after, r) = load(other, after);
+        match r {
+            Ok(Some((_, got))) => assert!(saved[1 - which].contains(&bits(&got)), "save {k}"),
+            Ok(None) | Err(StoreError::Rejected(_)) => {}
+            Err(e) => panic!("save {k}: {e}"),
+        }
+        bytes = after;
+    }
+}

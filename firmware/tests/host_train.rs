@@ -305,4 +305,283 @@ fn a_run_reset_in_the_middle_of_a_checkpoint_write_resumes_to_the_uninterrupted_
     }
     // The cuts fell in the first, second and third save.
     assert_eq!(seen, [0, 1, 2]);
+
+    // The flash of the whole 3-epoch run, resumed by a run of 2 epochs: refused, not a
+    // "resumed epochs 3" run that trains nothing and reports 12 steps.
+    let (_, flash) = train_on(
+        Some(RamFlash::new(vec![0xff; 8 * 4096], None)),
+        &mut Vec::new(),
+    );
+    let mut work = [0u8; 4096];
+    let mut store = CheckpointStore::new(flash.unwrap(), 0..8 * 4096, &mut work).unwrap();
+    let shorter = Run { epochs: 2, ..run };
+    let mut arena = vec![0.0f32; 1 << 16];
+    let mut order = vec![0u16; rows.len()];
+    let mut link = Vec::new();
+    let mut out: Transcript<'_, _, 256> = Transcript::new(LineLink::new(&mut link));
+    let e = train_resumable::<BuildOps, 4096, 256, _, _, _, _, _>(
+        &mut out,
+        &shorter,
+        &rows,
+        &mut order,
+        &clock,
+        &mut ClockDelay(&clock),
+        &mut arena,
+        0,
+        &mut store,
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "checkpoint: the checkpoint has more epochs than the run"
+    );
+}
+
+/// Trains `run` over `rows` into a fresh link with a 4096-element validator scratch; answers
+/// the steps or the failure (its text).
+fn try_train<R: Rows>(run: &Run<'_>, rows: &R, order_len: usize) -> Result<usize, String> {
+    let clock = Ticks(Cell::new(0));
+    let mut arena = vec![0.0f32; 1 << 16];
+    let mut order = vec![0u16; order_len];
+    let mut link: Vec<u8> = Vec::new();
+    let mut out: Transcript<'_, _, 256> = Transcript::new(LineLink::new(&mut link));
+    train::<BuildOps, 4096, 256, _, _, _, _>(
+        &mut out,
+        run,
+        rows,
+        &mut order,
+        &clock,
+        &mut ClockDelay(&clock),
+        &mut arena,
+        0,
+    )
+    .map(|s| s.steps)
+    .map_err(|e| e.to_string())
+}
+
+#[test]
+fn plan_bytes_cut_flipped_or_rewritten_under_a_good_checksum_are_failures_not_panics() {
+    let (cfg, plan, init, params, rows) = fixture();
+    let line = cfg.to_line();
+    let run = run_of(&cfg, &line, &plan, &init, &params);
+    // Cut at every length: the loader refuses each.
+    for len in 0..plan.len() {
+        let cut = Run {
+            plan: &plan[..len],
+            ..run
+        };
+        let e = try_train(&cut, &rows, rows.len()).unwrap_err();
+        assert!(e.starts_with("plan rejected"), "cut at {len}: {e}");
+    }
+    // One bit of every byte flipped: the checksum refuses each.
+    let mut bad = plan.clone();
+    for i in 0..plan.len() {
+        bad[i] ^= 1 << (i % 8);
+        let e = try_train(&Run { plan: &bad, ..run }, &rows, rows.len()).unwrap_err();
+        assert!(e.starts_with("plan rejected"), "byte {i}: {e}");
+        bad[i] = plan[i];
+    }
+    // The same flips with the checksum made good again: what the validator then sees is
+    // hostile structure. Refused, or run to its end; never a panic.
+    let mut outcomes = [0usize; 3];
+    for i in (0..plan.len()).filter(|i| !(12..16).contains(i)) {
+        bad[i] ^= 1 << (i % 8);
+        let mut crc = tapeplan_core::format::CRC32.digest();
+        crc.update(&bad[..12]);
+        crc.update(&bad[16..]);
+        bad[12..16].copy_from_slice(&crc.finalize().to_le_bytes());
+        match try_train(&Run { plan: &bad, ..run }, &rows, rows.len()) {
+            Ok(_) => outcomes[0] += 1,
+            Err(e) if e.starts_with("plan rejected") => outcomes[1] += 1,
+            Err(_) => outcomes[2] += 1,
+        }
+        bad.copy_from_slice(&plan);
+    }
+    eprintln!(
+        "{} bytes flipped under a good checksum: {} trained, {} refused by the loader, {} failed later",
+        plan.len() - 4,
+        outcomes[0],
+        outcomes[1],
+        outcomes[2]
+    );
+    assert!(outcomes[1] > 0);
+}
+
+/// Rows over a slice of the fixture's, or none.
+struct Some_<'d>(&'d Digits, usize);
+
+impl Rows for Some_<'_> {
+    fn len(&self) -> usize {
+        self.1
+    }
+    fn load(&self, row: usize, dst: &mut [f32]) {
+        self.0.load(row, dst);
+    }
+    fn label(&self, row: usize) -> f32 {
+        self.0.label(row)
+    }
+    fn digest(&self) -> u64 {
+        self.0.digest()
+    }
+}
+
+#[test]
+fn a_run_that_does_not_fit_its_plan_or_rows_is_a_failure_naming_what() {
+    let (cfg, plan, init, params, rows) = fixture();
+    let line = cfg.to_line();
+    let run = run_of(&cfg, &line, &plan, &init, &params);
+    let n = rows.len();
+    // Initial values one element longer, or not whole elements.
+    let mut longer = init.clone();
+    longer.extend_from_slice(&[0; 4]);
+    let e = try_train(
+        &Run {
+            init: &longer,
+            ..run
+        },
+        &rows,
+        n,
+    )
+    .unwrap_err();
+    assert!(e.contains("initial values"), "{e}");
+    let e = try_train(
+        &Run {
+            init: &longer[..init.len() + 2],
+            ..run
+        },
+        &rows,
+        n,
+    )
+    .unwrap_err();
+    assert!(e.contains("initial values"), "{e}");
+    // A tensor the plan lacks; a count that overflows the offsets.
+    let mut named = params.clone();
+    named[0].0 = "w9";
+    let e = try_train(
+        &Run {
+            params: &named,
+            ..run
+        },
+        &rows,
+        n,
+    )
+    .unwrap_err();
+    assert!(e.contains("w9"), "{e}");
+    let mut huge = params.clone();
+    huge[1].1 = usize::MAX;
+    let e = try_train(
+        &Run {
+            params: &huge,
+            ..run
+        },
+        &rows,
+        n,
+    )
+    .unwrap_err();
+    assert!(e.contains("initial values"), "{e}");
+    // A batch other than the plan's (0 among them), rows fewer than a batch, no rows.
+    for batch in [0, 1, 3, 5, usize::MAX] {
+        let e = try_train(&Run { batch, ..run }, &rows, n).unwrap_err();
+        assert!(e.contains(&format!("batch {batch}")), "batch {batch}: {e}");
+    }
+    for k in [0, 3] {
+        let e = try_train(&run, &Some_(&rows, k), n).unwrap_err();
+        assert!(e.contains(&format!("{k} rows")), "{k} rows: {e}");
+    }
+    // More rows than the order's u16 indices reach (they would wrap to other rows).
+    let e = try_train(&run, &Some_(&rows, 65_537), 65_537).unwrap_err();
+    assert!(e.contains("65537 rows"), "{e}");
+    // A validator scratch smaller than the plan's tensor count.
+    let clock = Ticks(Cell::new(0));
+    let mut arena = vec![0.0f32; 1 << 16];
+    let mut order = vec![0u16; n];
+    let mut link: Vec<u8> = Vec::new();
+    let mut out: Transcript<'_, _, 256> = Transcript::new(LineLink::new(&mut link));
+    let e = train::<BuildOps, 4, 256, _, _, _, _>(
+        &mut out,
+        &run,
+        &rows,
+        &mut order,
+        &clock,
+        &mut ClockDelay(&clock),
+        &mut arena,
+        0,
+    )
+    .unwrap_err();
+    assert!(matches!(e, Failure::Plan(_)), "{e}");
+    // An arena shorter than the plan's.
+    let mut short = vec![0.0f32; 16];
+    let e = train::<BuildOps, 4096, 256, _, _, _, _>(
+        &mut out,
+        &run,
+        &rows,
+        &mut order,
+        &clock,
+        &mut ClockDelay(&clock),
+        &mut short,
+        0,
+    )
+    .unwrap_err();
+    assert!(matches!(e, Failure::Run(_)), "{e}");
+    // An order buffer too short; zero epochs train nothing and say so in the summary.
+    let e = try_train(&run, &rows, n - 1).unwrap_err();
+    assert!(e.contains(&format!("{} row indices", n - 1)), "{e}");
+    assert_eq!(try_train(&Run { epochs: 0, ..run }, &rows, n), Ok(0));
+}
+
+/// A link that fails at its `fail_at`-th write (0-based) and every one after it.
+struct Failing {
+    writes: usize,
+    fail_at: usize,
+}
+
+impl embedded_io::ErrorType for Failing {
+    type Error = embedded_io::ErrorKind;
+}
+
+impl embedded_io::Write for Failing {
+    fn write(&mut self, buf: &[u8]) -> Result<usize, Self::Error> {
+        if self.writes >= self.fail_at {
+            return Err(embedded_io::ErrorKind::BrokenPipe);
+        }
+        self.writes += 1;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_link_that_fails_at_any_write_is_a_link_failure() {
+    let (cfg, plan, init, params, rows) = fixture();
+    let line = cfg.to_line();
+    let run = run_of(&cfg, &line, &plan, &init, &params);
+    let clock = Ticks(Cell::new(0));
+    let mut fail_at = 0;
+    loop {
+        let mut link = Failing { writes: 0, fail_at };
+        let mut out: Transcript<'_, _, 256> = Transcript::new(LineLink::new(&mut link));
+        let mut arena = vec![0.0f32; 1 << 16];
+        let mut order = vec![0u16; rows.len()];
+        let r = train::<BuildOps, 4096, 256, _, _, _, _>(
+            &mut out,
+            &run,
+            &rows,
+            &mut order,
+            &clock,
+            &mut ClockDelay(&clock),
+            &mut arena,
+            0,
+        );
+        match r {
+            Ok(_) => break,
+            Err(Failure::Link(embedded_io::ErrorKind::BrokenPipe)) => {}
+            Err(e) => panic!("write {fail_at}: {e}"),
+        }
+        fail_at += 1;
+    }
+    // Every line of the run is one write: header, config, target, plan, data, bind, two a
+    // step, two an epoch, the parameters', the digest and the timings.
+    assert!(fail_at > 6 + 2 * 8 + 2 * 2, "{fail_at}");
 }

@@ -54,11 +54,19 @@ fn show(report: &Report) -> ExitCode {
 /// How long to wait for more bytes before reading again.
 const POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// `tapeplan verify --serial PORT|FILE --config RUN`: retrains the run on the host, then reads
-/// the transcript line by line as it arrives, from a serial port (a character device, opened
-/// with the `serialport` crate at `baud`, 8N1) or a file or FIFO another program writes (read
-/// past its end as it grows). Checks every line as it comes ([`StreamVerifier`]) and stops at
-/// the first difference; answers the report after `end ok`.
+/// The longest line a stream may send (the writers put 8 values on a `param` line; a stream
+/// of bytes without a newline, noise at the wrong baud rate, would otherwise grow without end).
+const MAX_LINE_BYTES: usize = 64 << 20;
+
+/// `tapeplan verify --serial PORT|FILE --config RUN`: reads the transcript line by line as it
+/// arrives, from a serial port (a character device, opened with the `serialport` crate at
+/// `baud`, 8N1) or a file or FIFO another program writes (read past its end as it grows), while
+/// the host retrains the run on another thread ([`StreamVerifier::spawn`]). Checks every line
+/// as it comes, against the host's retraining once it has it, and stops at the first
+/// difference; answers the report after `end ok`.
+///
+/// The source is opened and read on its own thread, so a FIFO no program opens for writing
+/// ends at the idle timeout like a silent port.
 ///
 /// # Errors
 /// An unreadable port or file, a stream idle for `idle_timeout_secs` before its `end` line (a
@@ -70,73 +78,145 @@ pub fn verify_serial(
     baud: u32,
     idle_timeout_secs: u64,
 ) -> Result<ExitCode> {
-    use std::io::Read;
-    use std::os::unix::fs::FileTypeExt;
-
     let text = std::fs::read_to_string(config)
         .with_context(|| format!("cannot read {}", config.display()))?;
     let expected = RunConfig::parse(&text)?;
-    let mut verifier = StreamVerifier::new(&expected)?;
+    let mut verifier = StreamVerifier::spawn(&expected);
     eprintln!(
-        "verify --serial: the host retrained `{expected}` ({} steps); reading {}",
+        "verify --serial: retraining `{expected}` ({} steps) on the host; reading {}",
         expected.total_steps(),
         port.display()
     );
-    let is_tty = std::fs::metadata(port)
-        .with_context(|| format!("cannot open {}", port.display()))?
-        .file_type()
-        .is_char_device();
-    let mut source: Box<dyn Read> = if is_tty {
-        let name = port.to_str().context("the port's path is not UTF-8")?;
-        Box::new(
-            serialport::new(name, baud)
-                .timeout(POLL)
-                .open()
-                .with_context(|| format!("cannot open serial port {name} at {baud} baud"))?,
-        )
-    } else {
-        Box::new(
-            std::fs::File::open(port).with_context(|| format!("cannot open {}", port.display()))?,
-        )
+    let bytes = read_in_background(port, baud)?;
+    // Where an error is: a line of the stream, or the run description the host retrains.
+    let place = |v: &StreamVerifier| match v.line_checked() {
+        0 => format!("the host's retraining of {}", config.display()),
+        n => format!("{} line {n}", port.display()),
     };
     let idle = std::time::Duration::from_secs(idle_timeout_secs);
     let mut last_byte = std::time::Instant::now();
     let mut pending: Vec<u8> = Vec::new();
-    let mut buf = [0u8; 4096];
+    // `pending[..scanned]` holds no newline.
+    let mut scanned = 0;
     let mut line_no = 0usize;
     loop {
-        let n = match source.read(&mut buf) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => 0,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => 0,
-            Err(e) => return Err(e).with_context(|| format!("reading {}", port.display())),
+        let chunk = match bytes.recv_timeout(POLL) {
+            Ok(Ok(chunk)) => chunk,
+            Ok(Err(e)) => return Err(e),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Vec::new(),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                bail!("{}: the reader stopped", port.display())
+            }
         };
-        if n == 0 {
+        if let Some(report) = verifier.poll().with_context(|| place(&verifier))? {
+            return Ok(show(&report));
+        }
+        if chunk.is_empty() {
             if last_byte.elapsed() >= idle {
                 bail!(
-                    "{}: nothing for {idle_timeout_secs} s after line {line_no} ({} steps checked), and no `end` line: the transcript is truncated",
+                    "{}: nothing for {idle_timeout_secs} s after line {line_no} ({} steps checked{}), and no `end` line: the transcript is truncated",
                     port.display(),
-                    verifier.steps_checked()
+                    verifier.steps_checked(),
+                    if verifier.host_ready() { "" } else { "; the host is still retraining" }
                 );
             }
-            std::thread::sleep(POLL);
             continue;
         }
         last_byte = std::time::Instant::now();
-        pending.extend_from_slice(&buf[..n]);
-        while let Some(end) = pending.iter().position(|&b| b == b'\n') {
+        pending.extend_from_slice(&chunk);
+        while let Some(at) = pending[scanned..].iter().position(|&b| b == b'\n') {
+            let end = scanned + at;
             let line: Vec<u8> = pending.drain(..=end).collect();
+            scanned = 0;
             line_no += 1;
             let text = String::from_utf8_lossy(&line[..end]);
             match verifier.line(line_no, &text) {
                 Ok(None) => {}
                 Ok(Some(report)) => return Ok(show(&report)),
-                Err(e) => {
-                    return Err(e).with_context(|| format!("{} line {line_no}", port.display()))
-                }
+                Err(e) => return Err(e).with_context(|| place(&verifier)),
             }
         }
+        scanned = pending.len();
+        if pending.len() > MAX_LINE_BYTES {
+            bail!(
+                "{} line {}: more than {} MiB without a newline: not a transcript (noise on the line, or the wrong baud rate?)",
+                port.display(),
+                line_no + 1,
+                MAX_LINE_BYTES >> 20
+            );
+        }
     }
+}
+
+/// Opens `port` (a tty at `baud`, or a file or FIFO followed as it grows) and reads it on a new
+/// thread; answers the channel its bytes come through (an error ends it). The thread ends when
+/// the receiver is dropped.
+///
+/// # Errors
+/// A path that does not exist.
+fn read_in_background(
+    port: &Path,
+    baud: u32,
+) -> Result<std::sync::mpsc::Receiver<Result<Vec<u8>>>> {
+    use std::io::Read;
+    use std::os::unix::fs::FileTypeExt;
+
+    let is_tty = std::fs::metadata(port)
+        .with_context(|| format!("cannot open {}", port.display()))?
+        .file_type()
+        .is_char_device();
+    let (tx, rx) = std::sync::mpsc::channel::<Result<Vec<u8>>>();
+    let port = port.to_path_buf();
+    std::thread::spawn(move || {
+        // Opening a FIFO waits for a writer: here, not in the loop that keeps the timeout.
+        let open = || -> Result<Box<dyn Read>> {
+            Ok(if is_tty {
+                let name = port.to_str().context("the port's path is not UTF-8")?;
+                Box::new(
+                    serialport::new(name, baud)
+                        .timeout(POLL)
+                        .open()
+                        .with_context(|| {
+                            format!("cannot open serial port {name} at {baud} baud")
+                        })?,
+                )
+            } else {
+                Box::new(
+                    std::fs::File::open(&port)
+                        .with_context(|| format!("cannot open {}", port.display()))?,
+                )
+            })
+        };
+        let mut source = match open() {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = tx.send(Err(e));
+                return;
+            }
+        };
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = match source.read(&mut buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => 0,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => 0,
+                Err(e) => {
+                    let e = Err(e).with_context(|| format!("reading {}", port.display()));
+                    let _ = tx.send(e);
+                    return;
+                }
+            };
+            if n == 0 {
+                // The end of a file (for now): it may grow.
+                std::thread::sleep(POLL);
+                continue;
+            }
+            if tx.send(Ok(buf[..n].to_vec())).is_err() {
+                return;
+            }
+        }
+    });
+    Ok(rx)
 }
 
 /// `tapeplan digest FILE…`: one line per file, `KEY=PATH KEY_digest=HEX` with the key its

@@ -655,7 +655,8 @@ pub fn oracle_run<'j>(
     init: &[Vec<f32>],
 ) -> Result<OracleRun<'j>, TapeError> {
     let mut oracle = Oracle::new(job, init)?;
-    let mut states = Vec::with_capacity(cfg.total_steps());
+    // Not reserved up front: a run description may claim 2^32 steps (32 GiB of digests).
+    let mut states = Vec::new();
     let (losses, epoch_means) = cfg.each_step(train, |x, labels| {
         let loss = oracle.step(x, labels)?;
         let mut h = crate::protocol::Fnv1a64::new();

@@ -391,7 +391,8 @@ pub fn replay_run(
                 .collect()
         })
         .unwrap_or_default();
-    let mut states = Vec::with_capacity(cfg.total_steps());
+    // Not reserved up front: a run description may claim 2^32 steps (32 GiB of digests).
+    let mut states = Vec::new();
     let (losses, epoch_means) = cfg.each_step(train, |x, t| {
         let loss = replay.train_step_named(&[(INPUT_X, x), (target, t)])?;
         let mut h = crate::protocol::Fnv1a64::new();

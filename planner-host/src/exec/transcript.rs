@@ -56,16 +56,38 @@ pub struct Bind {
     pub math: MathProfile,
 }
 
+/// Whether `s` is `digits` hex digits and nothing else (`from_str_radix` alone also takes a
+/// leading `+`).
+fn hex_digits(s: &str, digits: usize) -> bool {
+    s.len() == digits && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 fn hex32(s: &str) -> Option<u32> {
-    (s.len() == 8)
+    hex_digits(s, 8)
         .then(|| u32::from_str_radix(s, 16).ok())
         .flatten()
 }
 
 fn hex64(s: &str) -> Option<u64> {
-    (s.len() == 16)
+    hex_digits(s, 16)
         .then(|| u64::from_str_radix(s, 16).ok())
         .flatten()
+}
+
+/// The longest message about a transcript line, in bytes: a message quotes what it found, and
+/// a hostile line may be megabytes long.
+const MESSAGE_BYTES: usize = 160;
+
+/// `message` cut to [`MESSAGE_BYTES`] (at a character boundary), saying how long it was.
+fn shortened(message: String) -> String {
+    if message.len() <= MESSAGE_BYTES {
+        return message;
+    }
+    let mut end = MESSAGE_BYTES;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes in all)", &message[..end], message.len())
 }
 
 /// What a transcript line was, as [`TranscriptReader::line`] read it.
@@ -184,7 +206,10 @@ impl TranscriptReader {
             }
             return Ok(Record::Skipped);
         }
-        let bad = |message: String| VerifyError::Transcript { line, message };
+        let bad = |message: String| VerifyError::Transcript {
+            line,
+            message: shortened(message),
+        };
         if self.ended {
             return Err(bad("a line after `end`".into()));
         }
@@ -495,7 +520,8 @@ pub fn runtime_transcript(cfg: &RunConfig, target: &str) -> Result<String, Verif
         init.f32s(&model.parameter(name).map_err(device)?);
     }
     let _ = out.bind(plan.crc32(), data, init.finish(), plan.math().name());
-    let mut states = Vec::with_capacity(cfg.total_steps());
+    // Not reserved up front: a run description may claim 2^32 steps (32 GiB of digests).
+    let mut states = Vec::new();
     let (losses, epoch_means) = cfg
         .each_step(&train, |x, t| {
             let loss = model.train_step_named(&[(INPUT_X, x), (target_name, t)])?;

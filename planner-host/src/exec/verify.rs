@@ -243,7 +243,25 @@ pub fn verify(t: &Transcript, expected: Option<&RunConfig>) -> Result<Report, Ve
             )));
         }
     }
+    // A transcript that cannot be the run's is refused before the run is retrained (a run
+    // description may claim up to 2^32 steps: hours on the host).
+    all_steps(t, &t.config)?;
     verify_against(t, &HostRun::new(&t.config)?)
+}
+
+/// Whether the transcript has a `loss` line for every step of `cfg`.
+///
+/// # Errors
+/// [`VerifyError::Incomplete`] with both counts.
+fn all_steps(t: &Transcript, cfg: &RunConfig) -> Result<(), VerifyError> {
+    let steps = cfg.total_steps();
+    if t.losses.len() != steps {
+        return Err(VerifyError::Incomplete(format!(
+            "{} loss lines for a run of {steps} steps",
+            t.losses.len()
+        )));
+    }
+    Ok(())
 }
 
 /// [`verify`] against a host run made before (its run must be the transcript's).
@@ -259,13 +277,8 @@ pub fn verify_against(t: &Transcript, host: &HostRun) -> Result<Report, VerifyEr
         )));
     }
     host.check_header(t)?;
+    all_steps(t, cfg)?;
     let steps = cfg.total_steps();
-    if t.losses.len() != steps {
-        return Err(VerifyError::Incomplete(format!(
-            "{} loss lines for a run of {steps} steps",
-            t.losses.len()
-        )));
-    }
     if t.epoch_means.len() > cfg.epochs {
         return Err(VerifyError::Incomplete(format!(
             "{} epoch lines for a run of {} epochs",
@@ -376,29 +389,71 @@ pub fn verify_against(t: &Transcript, host: &HostRun) -> Result<Report, VerifyEr
     })
 }
 
-/// Verifies a transcript as it arrives, a line at a time (`tapeplan verify --serial`): the run
-/// is retrained on the host first ([`HostRun::new`]); then the `config` line is checked against
-/// it as soon as it arrives, the `plan`, `data` and `bind` lines before the first step, and each
-/// step's `loss` and `state` as it arrives, so the first difference stops the run at its step.
-/// The `end ok` line answers the same [`Report`] as [`verify`].
+/// Verifies a transcript as it arrives, a line at a time (`tapeplan verify --serial`): the
+/// `config` line is checked against the expected run as soon as it arrives, the `plan`, `data`
+/// and `bind` lines before the first step, and each step's `loss` and `state` against the host's
+/// retraining ([`HostRun::new`]), so the first difference stops the run at its step. The `end ok`
+/// line answers the same [`Report`] as [`verify`].
+///
+/// [`StreamVerifier::new`] retrains the whole run first; [`StreamVerifier::spawn`] retrains it
+/// on another thread while the lines are read (their structure and the `config` line are
+/// checked at once; the checks against the host's retraining wait for it), so a long run, or a
+/// run description absurdly long, never keeps the stream unread.
 #[derive(Debug)]
 pub struct StreamVerifier {
-    host: HostRun,
+    expected: RunConfig,
+    host: Host,
     reader: TranscriptReader,
+    /// Records read but not yet checked against the host (it is still retraining), with
+    /// their line numbers.
+    queued: std::collections::VecDeque<(usize, Record)>,
+    /// The line of the record checked last (or being checked).
+    line_checked: usize,
     steps_checked: usize,
 }
 
+/// The host's side of a [`StreamVerifier`]: retrained, or retraining on another thread.
+#[derive(Debug)]
+enum Host {
+    Ready(Box<HostRun>),
+    Retraining(std::sync::mpsc::Receiver<Result<HostRun, VerifyError>>),
+}
+
 impl StreamVerifier {
-    /// A verifier of a device's run of `expected`.
+    /// A verifier of a device's run of `expected`, once the host has retrained it.
     ///
     /// # Errors
     /// As [`HostRun::new`].
     pub fn new(expected: &RunConfig) -> Result<StreamVerifier, VerifyError> {
-        Ok(StreamVerifier {
-            host: HostRun::new(expected)?,
+        Ok(StreamVerifier::with_host(
+            expected,
+            Host::Ready(Box::new(HostRun::new(expected)?)),
+        ))
+    }
+
+    /// A verifier of a device's run of `expected` that retrains it on a new thread
+    /// ([`HostRun::new`]) while lines are read; its errors come from
+    /// [`StreamVerifier::line`] or [`StreamVerifier::poll`]. The thread runs the retraining to
+    /// its end even when the verifier is dropped first (a process that gives up exits).
+    pub fn spawn(expected: &RunConfig) -> StreamVerifier {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let cfg = expected.clone();
+        std::thread::spawn(move || {
+            // The receiver may be gone (the stream failed first): nothing to tell then.
+            let _ = tx.send(HostRun::new(&cfg));
+        });
+        StreamVerifier::with_host(expected, Host::Retraining(rx))
+    }
+
+    fn with_host(expected: &RunConfig, host: Host) -> StreamVerifier {
+        StreamVerifier {
+            expected: expected.clone(),
+            host,
             reader: TranscriptReader::new(),
+            queued: std::collections::VecDeque::new(),
+            line_checked: 0,
             steps_checked: 0,
-        })
+        }
     }
 
     /// Steps whose loss has been checked identical so far (the state digest of the last one
@@ -407,27 +462,93 @@ impl StreamVerifier {
         self.steps_checked
     }
 
-    /// Reads and checks line `line` (1-based); answers the report after `end ok`.
+    /// The line (1-based) of the record checked last against the host, or whose check
+    /// failed: the line an error of [`StreamVerifier::line`] or [`StreamVerifier::poll`]
+    /// is about; 0 before any, and when the host's retraining failed (an error about the run
+    /// description, not a line).
+    pub fn line_checked(&self) -> usize {
+        self.line_checked
+    }
+
+    /// Whether the host has retrained the run (always, for [`StreamVerifier::new`]).
+    pub fn host_ready(&self) -> bool {
+        matches!(self.host, Host::Ready(_))
+    }
+
+    /// Reads and checks line `line` (1-based); answers the report after `end ok`. At `end ok`
+    /// it waits for the host's retraining, if still under way.
     ///
     /// # Errors
     /// Every error of [`TranscriptReader::line`]; [`VerifyError::Mismatch`] for another run,
     /// plan, data, initial parameters or math profile; [`VerifyError::StepDiffers`] for the
     /// first step whose loss or state digest differs from the host's; at `end ok`, every error
-    /// of [`verify_against`].
+    /// of [`verify_against`]; the errors of [`HostRun::new`].
     pub fn line(&mut self, line: usize, text: &str) -> Result<Option<Report>, VerifyError> {
+        self.line_checked = line;
         let record = self.reader.line(line, text)?;
-        let host = &self.host;
-        match record {
-            Record::Config => {
-                if let Some(cfg) = self.reader.config() {
-                    if cfg != &host.config {
-                        return Err(VerifyError::Mismatch(format!(
-                            "the device runs `{cfg}`, expected `{}`",
-                            host.config
-                        )));
-                    }
+        if record == Record::Config {
+            if let Some(cfg) = self.reader.config() {
+                if cfg != &self.expected {
+                    return Err(VerifyError::Mismatch(format!(
+                        "the device runs `{cfg}`, expected `{}`",
+                        self.expected
+                    )));
                 }
             }
+        }
+        if record == Record::End {
+            // A transcript that cannot be the run's does not wait for the host's retraining.
+            all_steps(self.reader.so_far(), &self.expected)?;
+        }
+        self.queued.push_back((line, record));
+        self.check_queued(record == Record::End)
+    }
+
+    /// Checks the lines read so far against the host's retraining if it has finished (without
+    /// waiting for it); answers the report when `end ok` was among them.
+    ///
+    /// # Errors
+    /// As [`StreamVerifier::line`].
+    pub fn poll(&mut self) -> Result<Option<Report>, VerifyError> {
+        self.check_queued(false)
+    }
+
+    /// Takes the host's retraining if it has finished (waits for it when `wait`), then checks
+    /// the queued records in order.
+    fn check_queued(&mut self, wait: bool) -> Result<Option<Report>, VerifyError> {
+        if let Host::Retraining(rx) = &self.host {
+            let got = if wait {
+                rx.recv().ok()
+            } else {
+                match rx.try_recv() {
+                    Ok(r) => Some(r),
+                    Err(std::sync::mpsc::TryRecvError::Empty) => return Ok(None),
+                    Err(std::sync::mpsc::TryRecvError::Disconnected) => None,
+                }
+            };
+            let host = got
+                .ok_or_else(|| {
+                    VerifyError::Incomplete("the host's retraining stopped without a result".into())
+                })
+                .flatten()
+                .inspect_err(|_| self.line_checked = 0)?;
+            self.host = Host::Ready(Box::new(host));
+        }
+        while let Some((line, record)) = self.queued.pop_front() {
+            self.line_checked = line;
+            if let Some(report) = self.check(record)? {
+                return Ok(Some(report));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Checks one record against the host (ready).
+    fn check(&mut self, record: Record) -> Result<Option<Report>, VerifyError> {
+        let Host::Ready(host) = &self.host else {
+            return Ok(None);
+        };
+        match record {
             Record::Bind => host.check_header(self.reader.so_far())?,
             Record::Loss(step) => {
                 let t = self.reader.so_far();
@@ -470,9 +591,10 @@ impl StreamVerifier {
             Record::End => {
                 let reader = std::mem::take(&mut self.reader);
                 let t = reader.finish()?;
-                return verify_against(&t, &self.host).map(Some);
+                return verify_against(&t, host).map(Some);
             }
-            Record::Skipped | Record::Start | Record::Epoch(_) | Record::Other => {}
+            Record::Config | Record::Skipped | Record::Start | Record::Epoch(_) | Record::Other => {
+            }
         }
         Ok(None)
     }

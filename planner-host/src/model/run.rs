@@ -510,7 +510,17 @@ fn digits_cnn_channels(model: &str) -> Result<[usize; 2], RunConfigError> {
                 .and_then(|r| r.split_once(','))
                 .ok_or_else(bad)?;
             match (c1.parse::<usize>(), c2.parse::<usize>()) {
-                (Ok(c1), Ok(c2)) if c1 > 0 && c2 > 0 => Ok([c1, c2]),
+                (Ok(c1), Ok(c2)) if c1 > 0 && c2 > 0 => {
+                    // Each count is an extent of a tensor (the head's width is 4 · C2): past
+                    // the largest tensor it only overflows.
+                    let most = tapeplan_core::MAX_TENSOR_ELEMS;
+                    if c1.max(c2) > most {
+                        return Err(config_err(format!(
+                            "model={model}: channel counts of at most {most}"
+                        )));
+                    }
+                    Ok([c1, c2])
+                }
                 _ => Err(bad()),
             }
         }
@@ -1334,7 +1344,8 @@ impl RunConfig {
         train: &Dataset,
         mut step: impl FnMut(&[f32], &[f32]) -> Result<f32, E>,
     ) -> Result<(Vec<f32>, Vec<f32>), E> {
-        let mut losses = Vec::with_capacity(self.total_steps());
+        // Not reserved up front: a run description may claim 2^32 steps.
+        let mut losses = Vec::new();
         let mut epoch_means = Vec::with_capacity(self.epochs);
         for epoch in 0..self.epochs {
             let data = train.subset(&self.epoch_order(epoch));
@@ -1511,6 +1522,14 @@ pub(crate) mod tests {
                 "digits_cnn:C1,C2",
             ),
             (line.replace("digits_cnn", "digits_cnn:0,8"), "non-zero"),
+            (
+                line.replace("digits_cnn", "digits_cnn:1,4611686018427387904"),
+                "channel counts of at most 268435456",
+            ),
+            (
+                line.replace("digits_cnn", "digits_cnn:18446744073709551615,1"),
+                "channel counts of at most 268435456",
+            ),
             (
                 line.replace("digits_cnn", "digits_cnnx"),
                 "digits_cnn:C1,C2",

@@ -234,3 +234,40 @@ fn arena_budget_reports_the_recomputation_and_refuses_what_it_cannot_reach() {
         "a refused plan writes nothing"
     );
 }
+
+#[test]
+fn arena_budgets_of_zero_one_and_u64_max_are_refused_or_met_without_a_panic() {
+    let dir = scratch_dir("words-arena-budget-edges");
+    let small = ["plan", "--layers", "64,8,10", "--batch", "4"];
+    for budget in ["0", "1"] {
+        let out = tapeplan(
+            &dir,
+            &[&small[..], &["--arena-budget", budget, "-o", "no.plan"]].concat(),
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && !err.contains("panicked"), "{err}");
+        assert!(
+            err.contains(&format!(
+                "cannot be brought within the budget of {budget} B"
+            )),
+            "{err}"
+        );
+        assert!(!dir.join("no.plan").exists());
+    }
+    let max = u64::MAX.to_string();
+    let fit = ok(
+        &dir,
+        &[&small[..], &["--arena-budget", &max, "-o", "max.plan"]].concat(),
+    );
+    assert!(fit.contains("remat: none needed"), "{fit}");
+    // One past u64::MAX, and a negative budget: clap's own errors naming the option.
+    for budget in ["18446744073709551616", "-1"] {
+        let option = format!("--arena-budget={budget}");
+        let out = tapeplan(&dir, &[&small[..], &[&option, "-o", "no.plan"]].concat());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("--arena-budget"),
+            "{err}"
+        );
+    }
+}

@@ -579,3 +579,91 @@ fn cli_train_checkpoint_export_import_resume() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A safetensors file from its JSON header, written as is, and its data.
+fn raw(header: &str, data: &[u8]) -> Vec<u8> {
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+#[test]
+fn import_refuses_hostile_files_and_changes_nothing() {
+    let params = vec![
+        param("w1", &[2, 3], 1),
+        param("b1", &[3], 2),
+        param("w1.m", &[2, 3], 3),
+    ];
+    let import = |bytes: &[u8]| {
+        let mut p = params.clone();
+        let r = import_safetensors(bytes, &mut p);
+        if r.is_err() {
+            assert_eq!(p, params, "a rejected import changed the parameters");
+        }
+        r
+    };
+    let w = r#""0.weight":{"dtype":"F32","shape":[3,2],"data_offsets":[0,24]}"#;
+    let b = r#""0.bias":{"dtype":"F32","shape":[3],"data_offsets":[24,36]}"#;
+    let data = le(&[1.0; 9]);
+    // The well-formed file loads.
+    import(&raw(&format!("{{{w},{b}}}"), &data)).unwrap();
+
+    // A header length beyond the file, and of u64::MAX.
+    let mut long = raw(&format!("{{{w},{b}}}"), &data);
+    let claimed = long.len() as u64;
+    long[..8].copy_from_slice(&claimed.to_le_bytes());
+    let e = import(&long).unwrap_err();
+    assert!(matches!(e, ExchangeError::Safetensors(_)), "{e:?}");
+    long[..8].copy_from_slice(&u64::MAX.to_le_bytes());
+    let e = import(&long).unwrap_err();
+    assert!(matches!(e, ExchangeError::Safetensors(_)), "{e:?}");
+    // Fewer than 8 bytes.
+    assert!(import(&[1, 0, 0]).is_err());
+
+    // A duplicate key: two different tensors under one name. Refused, whichever one a reader
+    // would keep.
+    let w_again = r#""0.weight":{"dtype":"F32","shape":[3,2],"data_offsets":[36,60]}"#;
+    let r = import(&raw(&format!("{{{w},{b},{w_again}}}"), &le(&[1.0; 15])));
+    assert!(r.is_err(), "a file with 0.weight twice was imported");
+
+    // Other dtypes of the right byte size: I64 (8 bytes), F16 and BF16 (2 bytes).
+    for (dtype, bytes) in [("I64", 48), ("F16", 12), ("BF16", 12)] {
+        let wd =
+            format!(r#""0.weight":{{"dtype":"{dtype}","shape":[3,2],"data_offsets":[0,{bytes}]}}"#);
+        let bd = format!(
+            r#""0.bias":{{"dtype":"F32","shape":[3],"data_offsets":[{bytes},{}]}}"#,
+            bytes + 12
+        );
+        let e = import(&raw(&format!("{{{wd},{bd}}}"), &vec![0u8; bytes + 12])).unwrap_err();
+        assert!(matches!(e, ExchangeError::Dtype { .. }), "{dtype}: {e:?}");
+        assert!(e.to_string().contains("only F32"), "{e}");
+    }
+
+    // A zero extent.
+    let w0 = r#""0.weight":{"dtype":"F32","shape":[3,0],"data_offsets":[0,0]}"#;
+    let b0 = r#""0.bias":{"dtype":"F32","shape":[3],"data_offsets":[0,12]}"#;
+    let e = import(&raw(&format!("{{{w0},{b0}}}"), &le(&[1.0; 3]))).unwrap_err();
+    assert!(
+        matches!(&e, ExchangeError::Shape { found, .. } if found == &[3, 0]),
+        "{e:?}"
+    );
+
+    // 2^31 elements claimed (8 GiB of data) in a file of a few bytes, and a shape whose
+    // element count overflows.
+    let huge = r#""0.weight":{"dtype":"F32","shape":[2147483648],"data_offsets":[0,8589934592]}"#;
+    let e = import(&raw(&format!("{{{huge},{b}}}"), &data)).unwrap_err();
+    assert!(matches!(e, ExchangeError::Safetensors(_)), "{e:?}");
+    let over =
+        r#""0.weight":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,24]}"#;
+    let e = import(&raw(&format!("{{{over},{b}}}"), &data)).unwrap_err();
+    assert!(matches!(e, ExchangeError::Safetensors(_)), "{e:?}");
+
+    // A key naming optimizer state (the plan's `w1.m`): not a model tensor, refused.
+    let m = r#""w1.m":{"dtype":"F32","shape":[2,3],"data_offsets":[36,60]}"#;
+    let e = import(&raw(&format!("{{{w},{b},{m}}}"), &le(&[1.0; 15]))).unwrap_err();
+    assert!(
+        matches!(&e, ExchangeError::UnexpectedTensor(n) if n == "w1.m"),
+        "{e:?}"
+    );
+}

@@ -15,4 +15,5 @@ mod cli_robustness;
 mod cli_words;
 mod exchange;
 mod verify_any_plan;
+mod verify_hostile;
 mod verify_serial;

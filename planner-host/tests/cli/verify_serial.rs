@@ -14,11 +14,12 @@ use tapeplan_planner::exec::transcript::oracle_transcript;
 use tapeplan_planner::model::RunConfig;
 
 /// Two epochs of four steps of a small MLP on the digits.
-const RUN: &str = "model=64,8,10 activation=tanh loss=ce batch=4 lr=0.1 seed=42 split_seed=0 \
+pub(crate) const RUN: &str =
+    "model=64,8,10 activation=tanh loss=ce batch=4 lr=0.1 seed=42 split_seed=0 \
                    samples=16 epochs=2";
 
 /// The transcript a correct device sends for [`RUN`].
-fn good() -> String {
+pub(crate) fn good() -> String {
     oracle_transcript(&RunConfig::parse(RUN).unwrap()).unwrap()
 }
 
@@ -40,24 +41,24 @@ fn replace_field(text: &str, prefix: &str, index: usize, field: &str) -> String 
         .collect()
 }
 
+/// `tapeplan verify --serial uart.txt --config run.run` with an idle timeout of 1 s.
+pub(crate) const SERIAL: [&str; 7] = [
+    "verify",
+    "--serial",
+    "uart.txt",
+    "--config",
+    "run.run",
+    "--idle-timeout-secs",
+    "1",
+];
+
 /// Runs `tapeplan verify --serial FILE --config run.run` on `text` (idle timeout 1 s): answers
 /// success, stdout and stderr.
 fn serial(name: &str, text: &str) -> (bool, String, String) {
     let dir = scratch_dir(name);
     std::fs::write(dir.join("run.run"), RUN).unwrap();
     std::fs::write(dir.join("uart.txt"), text).unwrap();
-    let out = tapeplan(
-        &dir,
-        &[
-            "verify",
-            "--serial",
-            "uart.txt",
-            "--config",
-            "run.run",
-            "--idle-timeout-secs",
-            "1",
-        ],
-    );
+    let out = tapeplan(&dir, &SERIAL);
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
