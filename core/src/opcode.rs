@@ -224,6 +224,20 @@ macro_rules! rule_is_zero {
 
 opcode_table!(define_opcodes);
 
+impl Opcode {
+    /// True when an instruction of this opcode may write its output over its argument at
+    /// `position` (exactly that argument's range, the argument dying there; the format's
+    /// in-place exception): any argument of an elementwise opcode, and `sgd_matmul`'s first,
+    /// the weight it updates (each weight element is read once, right before it is written; its
+    /// other arguments are read whole and must not meet the output).
+    pub const fn writes_over_arg(self, position: usize) -> bool {
+        match self.class() {
+            OpClass::Elementwise => position < self.arity(),
+            _ => matches!(self, Opcode::SgdMatMul) && position == 0,
+        }
+    }
+}
+
 impl fmt::Display for Opcode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())

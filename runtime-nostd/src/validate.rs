@@ -807,11 +807,18 @@ fn check_overlap(
         let in_arena = vb.elems > 0 && vb.kind != TensorKind::Register;
         if in_arena {
             for (a, va) in active.meeting(plan, &vb) {
-                // The in-place exception: `a` dies here, is an argument of this elementwise
-                // instruction, and occupies exactly `b`'s range.
+                // The in-place exception: `a` dies here, is an argument of this instruction
+                // only at positions its opcode may write over (any, for an elementwise opcode;
+                // the weight, for `sgd_matmul`), and occupies exactly `b`'s range.
+                let a32 = u32::from(a);
                 let in_place = end_of(a) == c
-                    && op.is_some_and(|op| op.class() == OpClass::Elementwise)
-                    && args.contains(&u32::from(a))
+                    && op.is_some_and(|op| {
+                        args.contains(&a32)
+                            && args
+                                .iter()
+                                .enumerate()
+                                .all(|(k, &x)| x != a32 || op.writes_over_arg(k))
+                    })
                     && va.offset == vb.offset
                     && va.end == vb.end;
                 if !in_place {

@@ -71,6 +71,9 @@ pub fn kernel<E: Element>(
     if w.len() < m * n || a.len() < k * m || b.len() < k * n {
         return;
     }
+    // A build without the `fma` profile links no fused multiply-add (its readers refuse such
+    // plans before anything runs).
+    let fma = fma && cfg!(feature = "arith-fma");
     for i in 0..m {
         for j in 0..n {
             let mut g = E::ZERO;
@@ -101,7 +104,7 @@ pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
         k.arg(2),
         (kk, m, n),
         lr,
-        k.arith == crate::ArithProfile::Fma && cfg!(feature = "arith-fma"),
+        k.arith == crate::ArithProfile::Fma,
     );
     Ok(())
 }
