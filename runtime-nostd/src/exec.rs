@@ -407,8 +407,11 @@ fn step_reference<O: Ops>(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Resul
     // `sgd_matmul` over its weight's own range (validation allows it for that argument only):
     // the reference kernel in place. A constant condition: a build or op set without the
     // opcode links none of it.
-    if const { OpSet::BUILD.intersection(O::SET).contains(Opcode::SgdMatMul) }
-        && op == Opcode::SgdMatMul
+    if const {
+        OpSet::BUILD
+            .intersection(O::SET)
+            .contains(Opcode::SgdMatMul)
+    } && op == Opcode::SgdMatMul
         && same(views.first())
     {
         return sgd_matmul_in_place(plan, arena, &out, views, attr, bad);
@@ -450,7 +453,10 @@ fn sgd_matmul_in_place(
     let (w, right) = rest.split_at_mut_checked(out.elems).ok_or(bad)?;
     let a = pick(left, right, out.end, a).ok_or(bad)?;
     let b = pick(left, right, out.end, b).ok_or(bad)?;
-    if w.len() != m.saturating_mul(n) || a.len() != k.saturating_mul(m) || b.len() != k.saturating_mul(n) {
+    if w.len() != m.saturating_mul(n)
+        || a.len() != k.saturating_mul(m)
+        || b.len() != k.saturating_mul(n)
+    {
         return Err(bad);
     }
     tapeplan_core::ops::sgd_matmul::kernel(

@@ -813,7 +813,11 @@ fn check_overlap<O: Ops>(
                 // (A build or op set without `sgd_matmul` refused it already, and keeps the
                 // elementwise test alone: a constant condition.)
                 let a32 = u32::from(a);
-                let sgd = const { OpSet::BUILD.intersection(O::SET).contains(Opcode::SgdMatMul) };
+                let sgd = const {
+                    OpSet::BUILD
+                        .intersection(O::SET)
+                        .contains(Opcode::SgdMatMul)
+                };
                 let in_place = end_of(a) == c
                     && args.contains(&a32)
                     && op.is_some_and(|op| {

@@ -389,7 +389,9 @@ pub fn work(op: Opcode, args: &[Shape], out: Shape) -> u64 {
         // A dot product over the batch `k` (the first extent of `a`) per element of `w`.
         Opcode::SgdMatMul => {
             let k = arg(1).dim(0).unwrap_or(0) as u64;
-            elems(out).saturating_mul(k.max(1)).saturating_add(elems(out))
+            elems(out)
+                .saturating_mul(k.max(1))
+                .saturating_add(elems(out))
         }
         // A window visits at most one plane of its input: an upper bound from the shapes
         // (the real count is the kernel's taps per window).

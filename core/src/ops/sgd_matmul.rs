@@ -79,7 +79,11 @@ pub fn kernel<E: Element>(
             let mut g = E::ZERO;
             for p in 0..k {
                 let (x, y) = (a[p * m + i], b[p * n + j]);
-                g = if fma { x.fused_mul_add(y, g) } else { g + x * y };
+                g = if fma {
+                    x.fused_mul_add(y, g)
+                } else {
+                    g + x * y
+                };
             }
             let o = &mut w[i * n + j];
             *o = sub::scalar(*o, mul::scalar(g, lr));
@@ -146,7 +150,13 @@ mod tests {
     use alloc::vec::Vec;
 
     /// The unfused SGD step over whole buffers: `matmul(aᵀ, b)`, `mul` by `lr`, `sub` from `w`.
-    fn unfused(w: &[f32], a: &[f32], b: &[f32], (k, m, n): (usize, usize, usize), lr: f32) -> Vec<f32> {
+    fn unfused(
+        w: &[f32],
+        a: &[f32],
+        b: &[f32],
+        (k, m, n): (usize, usize, usize),
+        lr: f32,
+    ) -> Vec<f32> {
         let mut at = vec![0.0f32; m * k];
         for p in 0..k {
             for i in 0..m {
@@ -166,7 +176,14 @@ mod tests {
         // w = [[1, 2]], a = [[1], [2]] (k = 2, m = 1), b = [[3, 4], [5, 6]]:
         // aᵀ·b = [[1·3 + 2·5, 1·4 + 2·6]] = [[13, 16]]; w − 0.5 · that = [[−5.5, −6]].
         let mut w = [1.0f32, 2.0];
-        kernel(&mut w, &[1.0, 2.0], &[3.0, 4.0, 5.0, 6.0], (2, 1, 2), 0.5, false);
+        kernel(
+            &mut w,
+            &[1.0, 2.0],
+            &[3.0, 4.0, 5.0, 6.0],
+            (2, 1, 2),
+            0.5,
+            false,
+        );
         assert_eq!(w, [-5.5, -6.0]);
     }
 
@@ -197,7 +214,11 @@ mod tests {
     #[test]
     fn shape_rule() {
         let op = Opcode::SgdMatMul;
-        let (w, a, b) = (Shape::matrix(3, 4), Shape::matrix(5, 3), Shape::matrix(5, 4));
+        let (w, a, b) = (
+            Shape::matrix(3, 4),
+            Shape::matrix(5, 3),
+            Shape::matrix(5, 4),
+        );
         assert_eq!(infer(op, Attr::NONE, &[w, a, b]), Ok(w));
         assert!(infer(op, Attr::NONE, &[w, b, a]).is_err());
         assert!(infer(op, Attr::NONE, &[w, a, Shape::matrix(6, 4)]).is_err());

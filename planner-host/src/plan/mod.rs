@@ -285,11 +285,7 @@ pub fn plan_with(
     if fused == 0 {
         return Ok(plain);
     }
-    let mut schedule = plan_tape(
-        &fused_tape,
-        &rewrite::remap_entries(entries, &map),
-        options,
-    )?;
+    let mut schedule = plan_tape(&fused_tape, &rewrite::remap_entries(entries, &map), options)?;
     if schedule.arena_elems >= plain.arena_elems {
         return Ok(plain);
     }

@@ -61,8 +61,11 @@ pub fn fuse_sgd_updates(
                     &[map[f.weight], map[f.a], map[f.b]],
                 )?,
                 None => {
-                    let args: Vec<NodeId> =
-                        node.arg_indices().iter().map(|&a| map[a as usize]).collect();
+                    let args: Vec<NodeId> = node
+                        .arg_indices()
+                        .iter()
+                        .map(|&a| map[a as usize])
+                        .collect();
                     out.push(op, node.attr, &args)?
                 }
             },
@@ -154,8 +157,7 @@ fn fusable(tape: &Tape, entries: &[EntrySpec]) -> Vec<Fusable> {
             continue;
         }
         let x = node(t).args[0];
-        if [x, dy].iter().any(|&v| node(v).shape.rank() != 2) || nodes[param].shape.rank() != 2
-        {
+        if [x, dy].iter().any(|&v| node(v).shape.rank() != 2) || nodes[param].shape.rank() != 2 {
             continue;
         }
         let (a, b) = if transposed { (dy, x) } else { (x, dy) };
@@ -197,7 +199,11 @@ mod tests {
             let mut t = tape.trace();
             let xt = t.transpose(&x).unwrap();
             let g = t.matmul(&xt, &dy).unwrap();
-            let g = if transposed { t.transpose(&g).unwrap() } else { g };
+            let g = if transposed {
+                t.transpose(&g).unwrap()
+            } else {
+                g
+            };
             let s = t.scale(&g, 0.5).unwrap();
             t.sub(&w, &s).unwrap()
         };

@@ -108,17 +108,29 @@ fn train_both(
         let l_decoded = session.output(train, "loss").unwrap()[0];
         assert_eq!(l_fused.to_bits(), l_plain.to_bits(), "step {step}: loss");
         assert_eq!(l_fused.to_bits(), l_oracle.to_bits(), "step {step}: oracle");
-        assert_eq!(l_fused.to_bits(), l_decoded.to_bits(), "step {step}: decoded");
+        assert_eq!(
+            l_fused.to_bits(),
+            l_decoded.to_bits(),
+            "step {step}: decoded"
+        );
         for (k, s) in fused.parameters.iter().enumerate() {
             let f = models[0].parameter(&s.name).unwrap();
             let p = models[1].parameter(&s.name).unwrap();
             assert_eq!(bits(&f), bits(&p), "step {step}: {} {arith:?}", s.name);
-            assert_eq!(bits(&f), bits(&oracle.params[k].data), "step {step}: {}", s.name);
+            assert_eq!(
+                bits(&f),
+                bits(&oracle.params[k].data),
+                "step {step}: {}",
+                s.name
+            );
             let d = session.parameter(&s.name).unwrap();
             assert_eq!(bits(&f), bits(d), "step {step}: {} decoded", s.name);
         }
     }
-    (train_step_bytes(&fused.schedule), train_step_bytes(&plain.schedule))
+    (
+        train_step_bytes(&fused.schedule),
+        train_step_bytes(&plain.schedule),
+    )
 }
 
 /// The `train_step` entry's bytes.
@@ -234,7 +246,10 @@ fn a_weight_that_is_also_a_product_operand_is_refused() {
         m[a_rec..a_rec + 4].copy_from_slice(&w_off);
         m[a_rec + 5] = w_kind;
         fix_crc(&mut m);
-        assert!(Plan::parse(&m).is_err(), "an operand over the weight was accepted");
+        assert!(
+            Plan::parse(&m).is_err(),
+            "an operand over the weight was accepted"
+        );
     }
 }
 
@@ -280,7 +295,9 @@ fn a_selective_build_without_sgd_matmul_refuses_a_fused_plan() {
     let used = plan.op_set();
     assert!(used.contains(Opcode::SgdMatMul));
     // Everything else the plan uses is in `Unfused`: `sgd_matmul` alone is missing.
-    assert!(used.iter().all(|op| op == Opcode::SgdMatMul || Unfused::SET.contains(op)));
+    assert!(used
+        .iter()
+        .all(|op| op == Opcode::SgdMatMul || Unfused::SET.contains(op)));
     let mut scratch = Scratch::<256>::new();
     let e = Plan::parse_selective::<Unfused, 256>(&bytes, &Limits::DEFAULT, &mut scratch)
         .expect_err("sgd_matmul is outside the op set");
