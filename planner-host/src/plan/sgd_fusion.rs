@@ -80,7 +80,7 @@ fn fusable(tape: &Tape, entries: &[EntrySpec]) -> Vec<Fusable> {
     let nodes = tape.nodes();
     let n = nodes.len();
     // Readers among the roots' ancestors (a dead node's reading does not count), and the roots
-    // themselves (an output reads its node).
+    // themselves.
     let mut live = vec![false; n];
     let mut stack: Vec<usize> = Vec::new();
     let mut readers = vec![0usize; n];
@@ -91,7 +91,12 @@ fn fusable(tape: &Tape, entries: &[EntrySpec]) -> Vec<Fusable> {
                     stack.push(node.index());
                     readers[node.index()] += 1;
                 }
-                Root::Update { value, .. } => stack.push(value.index()),
+                // An update reads its value too (a value that is also another parameter's
+                // update, or an output, must exist: it is not fused away).
+                Root::Update { value, .. } => {
+                    stack.push(value.index());
+                    readers[value.index()] += 1;
+                }
             }
         }
     }
@@ -102,8 +107,7 @@ fn fusable(tape: &Tape, entries: &[EntrySpec]) -> Vec<Fusable> {
         live[v] = true;
         stack.extend(nodes[v].arg_indices().iter().map(|&a| a as usize));
     }
-    for (v, node) in nodes.iter().enumerate().filter(|(v, _)| live[*v]) {
-        let _ = v;
+    for (node, _) in nodes.iter().zip(&live).filter(|(_, &l)| l) {
         for &a in node.arg_indices() {
             readers[a as usize] += 1;
         }
