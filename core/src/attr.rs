@@ -36,6 +36,8 @@ pub enum AttrKind {
     AxisTo,
     /// A set of axes and a direction (the scans of `prod_to`'s rule).
     Scan,
+    /// A learning rate (`sgd_matmul`).
+    Lr,
 }
 
 impl AttrKind {
@@ -53,6 +55,7 @@ impl AttrKind {
             AttrKind::PoolTo => "pool_to",
             AttrKind::AxisTo => "axis_to",
             AttrKind::Scan => "scan",
+            AttrKind::Lr => "lr",
         }
     }
 }
@@ -79,6 +82,8 @@ pub enum Attr {
     },
     /// `pow`: the constant exponent.
     Pow(f32),
+    /// `sgd_matmul`: the learning rate.
+    Lr(f32),
     /// `slice` and `pad`: the window `[start, start + len)` along `axis` of the larger tensor
     /// (`slice`'s argument, `pad`'s output) — for `slice`, `len` is the output's extent along
     /// `axis`; for `pad`, the output's extent along `axis` (the argument sits at `start`).
@@ -225,6 +230,7 @@ impl Attr {
             Attr::Target(_) => AttrKind::Target,
             Attr::Fill { .. } => AttrKind::Fill,
             Attr::Pow(_) => AttrKind::Pow,
+            Attr::Lr(_) => AttrKind::Lr,
             Attr::Window { .. } => AttrKind::Window,
             Attr::Axis(_) => AttrKind::Axis,
             Attr::Conv(_) => AttrKind::Conv,
@@ -246,11 +252,12 @@ impl Attr {
         }
     }
 
-    /// The scalar a `fill` writes or a `pow` raises to (`0.0` for every other attribute).
+    /// The scalar a `fill` writes, a `pow` raises to or an `sgd_matmul` scales by (`0.0` for
+    /// every other attribute).
     pub fn scalar(&self) -> f32 {
         match self {
             Attr::Fill { value, .. } => *value,
-            Attr::Pow(p) => *p,
+            Attr::Pow(p) | Attr::Lr(p) => *p,
             _ => 0.0,
         }
     }
@@ -279,6 +286,7 @@ impl Attr {
                 Geometry::None,
             ),
             Attr::Pow(p) => (AttrKind::Pow, [p.to_bits(), 0, 0, 0], None, Geometry::None),
+            Attr::Lr(p) => (AttrKind::Lr, [p.to_bits(), 0, 0, 0], None, Geometry::None),
             Attr::Window { axis, start, len } => (
                 AttrKind::Window,
                 [u(axis), u(start), u(len), 0],

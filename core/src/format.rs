@@ -466,7 +466,7 @@ pub fn encode_attr(attr: &Attr) -> EncodedAttr {
         }
         Attr::None | Attr::Target(_) => EncodedAttr::Inline(0),
         Attr::Fill { value, .. } => EncodedAttr::Inline(value.to_bits()),
-        Attr::Pow(p) => EncodedAttr::Inline(p.to_bits()),
+        Attr::Pow(p) | Attr::Lr(p) => EncodedAttr::Inline(p.to_bits()),
         Attr::Axis(axis) | Attr::AxisTo(axis, _) => EncodedAttr::Inline(w(axis)),
         Attr::Window { axis, start, len } => EncodedAttr::block(&[w(axis), w(start), w(len)]),
         Attr::Pool(window) | Attr::PoolTo(window, _) => EncodedAttr::block(&window.words()),
@@ -611,6 +611,7 @@ pub fn decode_attr_in<O: Ops>(
             shape: out,
         }),
         AttrKind::Pow => Ok(Attr::Pow(f32::from_bits(word))),
+        AttrKind::Lr => Ok(Attr::Lr(f32::from_bits(word))),
         AttrKind::Axis => Ok(Attr::Axis(us(word))),
         // The kinds only `ext` opcodes take: a build without `all-ops` (a firmware) refuses
         // those opcodes in the shape rule (`OpError::Unsupported`) and links no decoder for

@@ -67,6 +67,7 @@ macro_rules! opcode_table {
             0x27 Slice        "slice"         1 Structural  Window ext  grad node       slice         "A window along one axis (attribute: `Window { axis, start, len }`).";
             0x28 Pad          "pad"           1 Structural  Window ext  grad node       pad           "Zero padding around `x` along one axis (slice's adjoint).";
             0x29 Concat       "concat"        2 Structural  Axis   ext  grad node       concat        "`a` then `b` along one axis (attribute: `Axis`).";
+            0x2A SgdMatMul    "sgd_matmul"    3 Structural  Lr     core grad node       sgd_matmul    "SGD's update fused with its weight gradient: `w − lr · (aᵀ · b)`, `w: [m, n]`, `a: [k, m]`, `b: [k, n]`; in place over `w`.";
             0x30 Sign         "sign"          1 Elementwise None   ext  zero unary      sign          "`1`, `-1` or `0` by the sign of `x`; NaN stays NaN.";
             0x31 Pow          "pow"           1 Elementwise Pow    ext  grad node       pow           "`libm::powf(x, p)` (`fast`: `math::fast::powf`), `p` the attribute.";
             0x32 Maximum      "maximum"       2 Elementwise None   ext  grad binary     maximum       "The larger of `a` and `b` (ties: `a`; NaN wins).";
@@ -222,6 +223,20 @@ macro_rules! rule_is_zero {
 }
 
 opcode_table!(define_opcodes);
+
+impl Opcode {
+    /// True when an instruction of this opcode may write its output over its argument at
+    /// `position` (exactly that argument's range, the argument dying there; the format's
+    /// in-place exception): any argument of an elementwise opcode, and `sgd_matmul`'s first,
+    /// the weight it updates (each weight element is read once, right before it is written; its
+    /// other arguments are read whole and must not meet the output).
+    pub const fn writes_over_arg(self, position: usize) -> bool {
+        match self.class() {
+            OpClass::Elementwise => position < self.arity(),
+            _ => matches!(self, Opcode::SgdMatMul) && position == 0,
+        }
+    }
+}
 
 impl fmt::Display for Opcode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

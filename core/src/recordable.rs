@@ -769,6 +769,23 @@ pub trait Recordable {
         let k = self.fill(c, s)?;
         self.mul(x, &k)
     }
+    /// Plain SGD's step fused with its weight gradient: `w − lr · (aᵀ · b)` in one instruction,
+    /// bit for bit `sub(w, scale(matmul(transpose(a), b), lr))` (see [`crate::ops::sgd_matmul`]).
+    ///
+    /// # Shapes
+    /// `w: [m, n]`, `a: [k, m]`, `b: [k, n]` to `[m, n]`.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn sgd_matmul(
+        &mut self,
+        w: &Self::Value,
+        a: &Self::Value,
+        b: &Self::Value,
+        lr: f32,
+    ) -> Result<Self::Value, Self::Error> {
+        self.apply(Opcode::SgdMatMul, Attr::Lr(lr), &[w, a, b])
+    }
     /// `log(Σ exp(x))` down to `shape` (which broadcasts back to `x`'s shape: the reduced axes
     /// are those it keeps at extent 1), PyTorch's `torch.logsumexp(x, dims, keepdim=True)`; a
     /// fully masked row (all `-inf`) gives `-inf`. See [`crate::ops::logsumexp`].

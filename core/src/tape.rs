@@ -507,6 +507,9 @@ pub fn describe(tape: &Tape, marks: &[(usize, &str)]) -> String {
             Opcode::Pow => {
                 let _ = write!(args, "  p={}", n.attr.scalar());
             }
+            Opcode::SgdMatMul => {
+                let _ = write!(args, "  lr={}", n.attr.scalar());
+            }
             Opcode::Slice | Opcode::Pad => {
                 if let Attr::Window { axis, start, .. } = n.attr {
                     let _ = write!(args, "  axis={axis} start={start}");

@@ -1,8 +1,10 @@
 //! Issue 14's memory table: for the digits MLP (W1) and MNIST-1D's CNN, the arena of the
 //! training step against the liveness lower bound of its schedule, against a retain-everything
 //! reverse scan, against the same schedule in the tape's order (every gradient materialized,
-//! then every update), and with rematerialization at the smallest arena it reaches; and the
-//! training step's memory over the inference pass's at the same batch.
+//! then every update), without SGD's update fused into its weight gradient's product
+//! (`PlanOptions::fuse_sgd` off: every weight gradient in a buffer), and with rematerialization
+//! at the smallest arena it reaches; and the training step's memory over the inference pass's
+//! at the same batch.
 //!
 //! ```sh
 //! cargo run --release -p tapeplan-planner --example memory_table
@@ -16,7 +18,7 @@ use anyhow::{bail, Result};
 use tapeplan_planner::model::optim::Optimizer;
 use tapeplan_planner::model::run::mnist1d_cnn;
 use tapeplan_planner::model::{Activation, JobError, JobOptions, Loss, Mlp, Model, TrainingJob};
-use tapeplan_planner::plan::PlanningError;
+use tapeplan_planner::plan::{PlanOptions, PlanningError};
 
 /// One row: a model, its batch and optimizer.
 struct Row {
@@ -28,7 +30,7 @@ struct Row {
     trainable: &'static [&'static str],
 }
 
-fn job(row: &Row, budget: Option<usize>) -> Result<TrainingJob, JobError> {
+fn job(row: &Row, budget: Option<usize>, fuse_sgd: bool) -> Result<TrainingJob, JobError> {
     let mut builder = TrainingJob::for_model(row.model.as_ref());
     if !row.trainable.is_empty() {
         builder = builder.trainable(row.trainable.iter().copied());
@@ -40,6 +42,10 @@ fn job(row: &Row, budget: Option<usize>) -> Result<TrainingJob, JobError> {
         .options(JobOptions {
             eval_entries: Some(false),
             arena_budget_bytes: budget,
+            planning: PlanOptions {
+                fuse_sgd,
+                ..PlanOptions::default()
+            },
             ..JobOptions::default()
         })
         .build()
@@ -90,11 +96,12 @@ fn main() -> Result<()> {
         },
     ];
     println!(
-        "| model | batch | train_step arena | input batch | arena, input excluded | liveness lower bound | retain-everything | tape order (all gradients, then updates) | smallest with --arena-budget | forward entry | training / inference |"
+        "| model | batch | train_step arena | input batch | arena, input excluded | liveness lower bound | retain-everything | tape order (all gradients, then updates) | SGD update not fused, input excluded | smallest with --arena-budget | forward entry | training / inference |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for row in &rows {
-        let job = job(row, None)?;
+        let job = job(row, None, true)?;
+        let unfused = job_train_bytes(row)? - input_bytes_of(&job)?;
         let entry = |name: &str| {
             job.schedule
                 .entries
@@ -104,18 +111,14 @@ fn main() -> Result<()> {
         };
         let train = entry("train_step")?;
         let forward = entry("forward")?;
-        let input_bytes: usize = train
-            .inputs
-            .iter()
-            .map(|(_, t)| job.schedule.tensors[*t as usize].shape.elems() * 4)
-            .sum();
+        let input_bytes = input_bytes_of(&job)?;
         let r = &train.report;
         let smallest = match job_smallest(row) {
             Ok(b) => b,
             Err(e) => bail!("{}: {e}", row.name),
         };
         println!(
-            "| {} | {} | {} | {} | {} | {} ({:.3}x) | {} | {} | {} | {} | {:.2}x |",
+            "| {} | {} | {} | {} | {} | {} ({:.3}x) | {} | {} | {} | {} | {} | {:.2}x |",
             row.name,
             row.batch,
             r.entry_bytes,
@@ -125,6 +128,7 @@ fn main() -> Result<()> {
             r.entry_bytes as f64 / r.lower_bound_bytes.max(1) as f64,
             r.retain_everything_bytes,
             r.tape_order_bytes,
+            unfused,
             smallest,
             forward.report.entry_bytes,
             r.entry_bytes as f64 / forward.report.entry_bytes.max(1) as f64,
@@ -133,9 +137,33 @@ fn main() -> Result<()> {
     Ok(())
 }
 
+/// The training step's bytes with every weight gradient in a buffer (no SGD fusion).
+fn job_train_bytes(row: &Row) -> Result<usize> {
+    let job = job(row, None, false)?;
+    Ok(train_step(&job)?.report.entry_bytes)
+}
+
+/// The `train_step` entry.
+fn train_step(job: &TrainingJob) -> Result<&tapeplan_planner::plan::PlannedEntry> {
+    job.schedule
+        .entries
+        .iter()
+        .find(|e| e.name == "train_step")
+        .ok_or_else(|| anyhow::anyhow!("no entry train_step"))
+}
+
+/// The bytes of the training step's input bindings (the features and the labels).
+fn input_bytes_of(job: &TrainingJob) -> Result<usize> {
+    Ok(train_step(job)?
+        .inputs
+        .iter()
+        .map(|(_, t)| job.schedule.tensors[*t as usize].shape.elems() * 4)
+        .sum())
+}
+
 /// The smallest arena rematerialization reaches: asking for 1 byte is refused with it.
 fn job_smallest(row: &Row) -> Result<usize> {
-    match job(row, Some(1)) {
+    match job(row, Some(1), true) {
         Err(JobError::Planning(PlanningError::OverBudget { smallest_bytes, .. })) => {
             Ok(smallest_bytes)
         }

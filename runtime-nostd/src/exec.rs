@@ -7,7 +7,7 @@
 use tapeplan_core::format::{decode_attr_in, BindingKind, TensorKind, FUSE_NEXT};
 use tapeplan_core::ops::elementwise::{binary_in_place, unary_in_place, InPlace};
 use tapeplan_core::ops::{binary_fn_in, eval_in, eval_in_arith, unary_fn_in, Attr};
-use tapeplan_core::{MathProfile, OpClass, Opcode, Ops, Shape, MAX_ARITY};
+use tapeplan_core::{MathProfile, OpClass, OpSet, Opcode, Ops, Shape, MAX_ARITY};
 
 use crate::catalog::{self, Src};
 use crate::error::ExecError;
@@ -404,6 +404,19 @@ fn step_reference<O: Ops>(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Resul
         return elementwise_chunked::<O>(op, attr, math, views, arena, &out, instr);
     }
 
+    // `sgd_matmul` over its weight's own range (validation allows it for that argument only):
+    // the reference kernel in place. A constant condition: a build or op set without the
+    // opcode links none of it.
+    if const {
+        OpSet::BUILD
+            .intersection(O::SET)
+            .contains(Opcode::SgdMatMul)
+    } && op == Opcode::SgdMatMul
+        && same(views.first())
+    {
+        return sgd_matmul_in_place(plan, arena, &out, views, attr, bad);
+    }
+
     let (left, rest) = arena.split_at_mut_checked(out.offset).ok_or(bad)?;
     let (buf, right) = rest.split_at_mut_checked(out.elems).ok_or(bad)?;
     let mut args: [&[f32]; MAX_ARITY] = [&[]; MAX_ARITY];
@@ -414,6 +427,47 @@ fn step_reference<O: Ops>(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Resul
     let args = args.get(..arity).ok_or(bad)?;
     eval_in_arith::<f32, O>(op, attr, math, plan.arith(), args, shapes, buf)
         .map_err(|error| ExecError::Kernel { instr, error })
+}
+
+/// `sgd_matmul` written over its weight `w` (argument 0, the output's range): the weight is
+/// updated in place by [`tapeplan_core::ops::sgd_matmul::kernel`] from `a` and `b`, which
+/// validation keeps apart from it.
+#[inline(never)]
+fn sgd_matmul_in_place(
+    plan: &Plan<'_>,
+    arena: &mut [f32],
+    out: &TensorView,
+    views: &[Option<TensorView>],
+    attr: Attr,
+    bad: ExecError,
+) -> Result<(), ExecError> {
+    let (Some(Some(a)), Some(Some(b))) = (views.get(1), views.get(2)) else {
+        return Err(bad);
+    };
+    let (k, m, n) = (
+        a.shape.dim(0).ok_or(bad)?,
+        a.shape.dim(1).ok_or(bad)?,
+        b.shape.dim(1).ok_or(bad)?,
+    );
+    let (left, rest) = arena.split_at_mut_checked(out.offset).ok_or(bad)?;
+    let (w, right) = rest.split_at_mut_checked(out.elems).ok_or(bad)?;
+    let a = pick(left, right, out.end, a).ok_or(bad)?;
+    let b = pick(left, right, out.end, b).ok_or(bad)?;
+    if w.len() != m.saturating_mul(n)
+        || a.len() != k.saturating_mul(m)
+        || b.len() != k.saturating_mul(n)
+    {
+        return Err(bad);
+    }
+    tapeplan_core::ops::sgd_matmul::kernel(
+        w,
+        a,
+        b,
+        (k, m, n),
+        attr.scalar(),
+        plan.arith() == tapeplan_core::ArithProfile::Fma,
+    );
+    Ok(())
 }
 
 /// Elements per chunk of [`elementwise_chunked`] (its stack copies are `MAX_ARITY` of these).

@@ -16,7 +16,7 @@ use tapeplan_core::format::{
     KNOWN_FLAGS, MAGIC, MAX_CHAIN_INSTRS, MAX_REGISTERS, NO_ARG, TENSOR_RECORD_BYTES, VERSION,
 };
 use tapeplan_core::ops::infer_in;
-use tapeplan_core::{ArithProfile, MathProfile, OpClass, Opcode, Ops, Shape, MAX_ARITY};
+use tapeplan_core::{ArithProfile, MathProfile, OpClass, OpSet, Opcode, Ops, Shape, MAX_ARITY};
 
 use crate::error::{DecodeError, FusionRule, Operand, ParseError, Section, ValidateError};
 use crate::plan::{name_in, us, Layout, Plan, TensorView};
@@ -522,7 +522,7 @@ fn entry_range(plan: &Plan<'_>, entry: u32) -> Result<core::ops::Range<usize>, V
 }
 
 /// Definition before use, then no overlap of simultaneously live buffers, for one entry.
-fn check_entry<const N: usize>(
+fn check_entry<O: Ops, const N: usize>(
     plan: &Plan<'_>,
     e: usize,
     s: &mut Scratch<N>,
@@ -686,7 +686,7 @@ fn check_entry<const N: usize>(
         }
     }
 
-    check_overlap(plan, entry, first, len, def, end, &mut s.order)
+    check_overlap::<O>(plan, entry, first, len, def, end, &mut s.order)
 }
 
 /// The entry's live tensors, sorted by offset. Their element ranges are pairwise disjoint
@@ -754,7 +754,7 @@ impl Active<'_> {
 /// time. A tensor's live interval `[def, end]` meets another's, `def` first, exactly when
 /// the other is still live at the first's `def`; so each new tensor is checked against the
 /// tensors live at its definition, which (having passed) occupy disjoint ranges.
-fn check_overlap(
+fn check_overlap<O: Ops>(
     plan: &Plan<'_>,
     entry: u32,
     first: usize,
@@ -807,11 +807,28 @@ fn check_overlap(
         let in_arena = vb.elems > 0 && vb.kind != TensorKind::Register;
         if in_arena {
             for (a, va) in active.meeting(plan, &vb) {
-                // The in-place exception: `a` dies here, is an argument of this elementwise
-                // instruction, and occupies exactly `b`'s range.
+                // The in-place exception: `a` dies here, is an argument of this instruction
+                // only at positions its opcode may write over (any, for an elementwise opcode;
+                // the weight, for `sgd_matmul`), and occupies exactly `b`'s range.
+                // (A build or op set without `sgd_matmul` refused it already, and keeps the
+                // elementwise test alone: a constant condition.)
+                let a32 = u32::from(a);
+                let sgd = const {
+                    OpSet::BUILD
+                        .intersection(O::SET)
+                        .contains(Opcode::SgdMatMul)
+                };
                 let in_place = end_of(a) == c
-                    && op.is_some_and(|op| op.class() == OpClass::Elementwise)
-                    && args.contains(&u32::from(a))
+                    && args.contains(&a32)
+                    && op.is_some_and(|op| {
+                        if sgd {
+                            args.iter()
+                                .enumerate()
+                                .all(|(k, &x)| x != a32 || op.writes_over_arg(k))
+                        } else {
+                            op.class() == OpClass::Elementwise
+                        }
+                    })
                     && va.offset == vb.offset
                     && va.end == vb.end;
                 if !in_place {
@@ -1018,7 +1035,7 @@ pub(crate) fn validate<'a, O: Ops, const N: usize>(
     check_entries(&plan)?;
     check_bindings(&plan)?;
     for e in 0..layout.n_entries {
-        check_entry(&plan, e, scratch)?;
+        check_entry::<O, N>(&plan, e, scratch)?;
         check_chains(&plan, e)?;
     }
     check_no_parameter_writes(&plan, scratch)?;

@@ -185,6 +185,17 @@ pub fn cases() -> Vec<Case> {
             body: |t, x| t.matmul(&x[0], &x[1]).unwrap(),
         },
         Case {
+            name: "sgd_matmul",
+            covers: &[Opcode::SgdMatMul, Opcode::MatMul, Opcode::Transpose],
+            inputs: &[
+                (&[3, 2], -1.0, 1.0),
+                (&[4, 3], -1.0, 1.0),
+                (&[4, 2], -1.0, 1.0),
+            ],
+            wrt: &[true, true, true],
+            body: |t, x| t.sgd_matmul(&x[0], &x[1], &x[2], 0.5).unwrap(),
+        },
+        Case {
             name: "matmul_batched",
             covers: &[Opcode::MatMul, Opcode::Transpose],
             inputs: &[(&[2, 3, 4], -1.0, 1.0), (&[2, 4, 2], -1.0, 1.0)],

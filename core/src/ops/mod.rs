@@ -57,6 +57,7 @@ pub mod reshape;
 pub mod scan;
 pub mod scatter_add;
 pub mod select;
+pub mod sgd_matmul;
 pub mod sigmoid;
 pub mod sign;
 pub mod slice;
@@ -384,6 +385,13 @@ pub fn work(op: Opcode, args: &[Shape], out: Shape) -> u64 {
             let a = arg(0);
             let k = a.dim(a.rank().saturating_sub(1)).unwrap_or(0) as u64;
             elems(out).saturating_mul(k.max(1))
+        }
+        // A dot product over the batch `k` (the first extent of `a`) per element of `w`.
+        Opcode::SgdMatMul => {
+            let k = arg(1).dim(0).unwrap_or(0) as u64;
+            elems(out)
+                .saturating_mul(k.max(1))
+                .saturating_add(elems(out))
         }
         // A window visits at most one plane of its input: an upper bound from the shapes
         // (the real count is the kernel's taps per window).

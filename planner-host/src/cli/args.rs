@@ -160,6 +160,11 @@ pub struct ModelArgs {
     /// Plan without fusing elementwise chains (every value in the arena; same bits).
     #[arg(long)]
     pub no_fusion: bool,
+    /// Plan SGD's updates unfused: every weight gradient in a buffer, then the update (by
+    /// default, with --no-guard, each update is fused into its weight gradient's product,
+    /// `sgd_matmul`, where that makes the arena smaller; same bits).
+    #[arg(long)]
+    pub no_sgd_fusion: bool,
     /// Keep the arena within BYTES by recomputing forward values in the backward pass
     /// (rematerialization; the same bits, more work: `plan` prints how much). Refused, with the
     /// smallest arena found, when no recomputation brings it there.
@@ -283,6 +288,7 @@ impl ModelArgs {
             seed: self.dropout_seed,
             planning: PlanOptions {
                 fuse: !self.no_fusion,
+                fuse_sgd: !self.no_sgd_fusion,
                 math: self.math.into(),
                 arith: self.arith.into(),
                 ..PlanOptions::default()

@@ -393,6 +393,7 @@ impl PlanInfo {
                 let attr = match i.attr {
                     Attr::Fill { value, .. } => format!("value={value}"),
                     Attr::Pow(p) => format!("p={p}"),
+                    Attr::Lr(lr) => format!("lr={lr}"),
                     Attr::Window { axis, start, len } => {
                         format!("axis={axis} start={start} len={len}")
                     }

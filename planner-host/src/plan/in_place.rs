@@ -92,9 +92,15 @@ pub fn group(
                     why: "the parameter is read after its update",
                 });
             }
+            // The last read is this instruction, at positions its opcode may write over (any
+            // of an elementwise opcode's; `sgd_matmul`'s weight).
+            let args = node.arg_indices();
             if p_end == pos
-                && (node.op.class() != OpClass::Elementwise
-                    || !node.arg_indices().contains(&(p as u32)))
+                && (!args.contains(&(p as u32))
+                    || args
+                        .iter()
+                        .enumerate()
+                        .any(|(k, &a)| a == p as u32 && !node.op.writes_over_arg(k)))
             {
                 return Err(PlanningError::UpdateNotInPlace {
                     entry: spec.name.clone(),

@@ -2,7 +2,8 @@
 //! entry's instructions in order over one arena. One pass per file, in the order they run:
 //!
 //! 1. [`rewrite`] (optional, before planning): bit-preserving constant folding and
-//!    common-subexpression elimination, replaying the tape into a new one;
+//!    common-subexpression elimination, replaying the tape into a new one; [`sgd_fusion`]
+//!    (optional, in [`plan_with`]): SGD updates fused with their weight gradients' products;
 //! 2. [`persistent`]: the persistent region, every parameter an entry reaches, at the start of
 //!    the arena;
 //!
@@ -35,6 +36,7 @@ pub mod prune;
 pub mod remat;
 pub mod rewrite;
 pub mod roots;
+pub mod sgd_fusion;
 pub mod writer;
 
 use tapeplan_core::format::{TensorKind, ALIGN_ELEMS};
@@ -193,6 +195,12 @@ pub struct PlanOptions {
     /// schedule keeps the tape's order (every update after the whole backward pass). Same bits
     /// either way (a test checks).
     pub interleave_updates: bool,
+    /// Fuse each plain-SGD update of an unguarded entry with its weight gradient's product
+    /// ([`sgd_fusion`]: one `sgd_matmul` instruction written over the weight, no gradient
+    /// buffer). On by default, and kept only where it makes the arena smaller (the plan is made
+    /// both ways; on a tie the unfused plan is kept, so plans that gain nothing keep their
+    /// bytes). Same bits either way (a test checks).
+    pub fuse_sgd: bool,
 }
 
 impl Default for PlanOptions {
@@ -202,6 +210,7 @@ impl Default for PlanOptions {
             math: MathProfile::Precise,
             arith: ArithProfile::Separate,
             interleave_updates: true,
+            fuse_sgd: true,
         }
     }
 }
@@ -272,6 +281,31 @@ pub fn plan(tape: &Tape, entries: &[EntrySpec]) -> Result<Schedule, PlanningErro
 /// # Errors
 /// As [`plan`].
 pub fn plan_with(
+    tape: &Tape,
+    entries: &[EntrySpec],
+    options: PlanOptions,
+) -> Result<Schedule, PlanningError> {
+    let plain = plan_tape(tape, entries, options)?;
+    if !options.fuse_sgd {
+        return Ok(plain);
+    }
+    let (fused_tape, map, fused) = sgd_fusion::fuse_sgd_updates(tape, entries)?;
+    if fused == 0 {
+        return Ok(plain);
+    }
+    let mut schedule = plan_tape(&fused_tape, &rewrite::remap_entries(entries, &map), options)?;
+    if schedule.arena_elems >= plain.arena_elems {
+        return Ok(plain);
+    }
+    // The fused tape keeps every node's index: name the caller's nodes.
+    for (_, _, node) in &mut schedule.parameters {
+        *node = tape.id(node.index())?;
+    }
+    Ok(schedule)
+}
+
+/// [`plan_with`] over `tape` as it is (no SGD fusion).
+fn plan_tape(
     tape: &Tape,
     entries: &[EntrySpec],
     options: PlanOptions,

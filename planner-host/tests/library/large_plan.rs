@@ -35,11 +35,12 @@ fn a_plan_over_the_stack_scratch_loads_with_parse_alloc_and_trains_bitwise() {
         .loss(Loss::SoftmaxCrossEntropy)
         .optimizer(Optimizer::sgd(0.05))
         .batch(BATCH)
-        // One planning attempt per entry (tape order, unfused), so the test stays quick in a
+        // One planning attempt per entry (tape order, unfused, no SGD fusion), so the test stays quick in a
         // debug build; the plan's size is what it is about.
         .options(JobOptions {
             planning: PlanOptions {
                 fuse: false,
+                fuse_sgd: false,
                 interleave_updates: false,
                 ..PlanOptions::default()
             },

@@ -21,10 +21,15 @@ fn digest(
     batch: usize,
     options: JobOptions,
     interleave_updates: bool,
+    fuse_sgd: bool,
 ) -> u64 {
+    // The SGD update fused with its weight gradient (`PlanOptions::fuse_sgd`, a later planning
+    // choice than both tables) is off: these pins are about the recorded tape and the planner
+    // they name. The fused plans are pinned below (`fused_sgd_plan_bytes_are_pinned`).
     let options = JobOptions {
         planning: PlanOptions {
             interleave_updates,
+            fuse_sgd,
             ..options.planning
         },
         ..options
@@ -41,7 +46,7 @@ fn digest(
 
 fn cases(interleave: bool) -> Vec<(&'static str, u64)> {
     let digest = |sizes: &[usize], loss, opt, batch, options| {
-        digest(sizes, loss, opt, batch, options, interleave)
+        digest(sizes, loss, opt, batch, options, interleave, false)
     };
     let ce = Loss::SoftmaxCrossEntropy;
     let mse = Loss::MeanSquaredError;
@@ -137,3 +142,28 @@ const DEFAULT: [(&str, u64); 7] = [
     ("dropout+guard", 0xb95f32dd219ad996),
     ("unfused+fast", 0x9c9d4a3dfe6a6d7e),
 ];
+
+/// The SGD cases planned with the default options, SGD fusion included (`sgd_matmul` written
+/// over each weight: no weight-gradient buffer). Pinned when fusion came (branch `fusedsgd`).
+#[test]
+fn fused_sgd_plan_bytes_are_pinned() {
+    let ce = Loss::SoftmaxCrossEntropy;
+    let d = JobOptions::default;
+    let got = [
+        digest(&[64, 32, 10], ce, Optimizer::sgd(0.1), 32, d(), true, true),
+        digest(
+            &[4, 3, 2],
+            Loss::MeanSquaredError,
+            Optimizer::sgd(0.05),
+            8,
+            d(),
+            true,
+            true,
+        ),
+    ];
+    println!("fused sgd: {:#018x}, mse: {:#018x}", got[0], got[1]);
+    assert_eq!(got, FUSED_SGD);
+}
+
+/// `sgd` and `mse` of [`DEFAULT`] with the SGD update fused.
+const FUSED_SGD: [u64; 2] = [0xea30df48a1532f82, 0x867938cdae3e2ecd];

@@ -31,7 +31,7 @@ use tapeplan_planner::model::{
     mean_squared_error, softmax_cross_entropy, ForwardCx, Mode, Model, ParamKind, ParamSpec,
 };
 use tapeplan_planner::model::{Loss, TrainingJob};
-use tapeplan_planner::plan::{plan, EntrySpec, Root};
+use tapeplan_planner::plan::{plan, plan_with, EntrySpec, PlanOptions, Root};
 use tapeplan_runtime::{Plan as RtPlan, Session};
 
 /// The per-element bound against ONNX Runtime: `|ours − ORT| ≤ ATOL + RTOL·|ORT|`.
@@ -221,13 +221,19 @@ fn train_step_plan(
             value: v,
         });
     }
-    let schedule = plan(
+    // Gradients materialized (no SGD fusion): what the body's gradient costs. With the fused
+    // update the MLP's full step needs no more than its head-only step (5 536 B both).
+    let schedule = plan_with(
         &tape,
         &[EntrySpec {
             name: "train_step".into(),
             roots,
             guarded: false,
         }],
+        PlanOptions {
+            fuse_sgd: false,
+            ..PlanOptions::default()
+        },
     )
     .unwrap();
     let bytes = schedule.to_bytes();

@@ -2,7 +2,7 @@
 //! splitters and checks, for random models, that every buffer lies inside the arena and is
 //! aligned, that persistent and scratch tensors stay in their regions, and that no two
 //! simultaneously live buffers overlap unless one is written in place over the other by an
-//! elementwise instruction. Fused chains: registers are read only inside the chain that wrote
+//! elementwise instruction (or by `sgd_matmul` over its weight). Fused chains: registers are read only inside the chain that wrote
 //! them, from a slot nothing overwrote in between, and the arena ranges a chain touches (one of
 //! them written) are disjoint or the same range (disjoint for a broadcast's source). It shares no code with the planner's passes or
 //! the runtime's validator.
@@ -181,10 +181,16 @@ fn check(bytes: &[u8]) -> Result<(), String> {
                     |(d1, e1): (isize, isize), t1: u32, (d2, _): (isize, isize), t2: u32| {
                         e1 == d2 && d2 >= 0 && d1 < d2 && ra == rb && {
                             let ins = &instrs[d2 as usize];
-                            ins.out == t2
-                                && ins.args[..ins.n_args as usize].contains(&t1)
-                                && Opcode::from_u8(ins.opcode).unwrap().class()
-                                    == OpClass::Elementwise
+                            let args = &ins.args[..ins.n_args as usize];
+                            let op = Opcode::from_u8(ins.opcode).unwrap();
+                            // Elementwise: over any argument; `sgd_matmul`: over its weight
+                            // (argument 0), which must not also be a product operand.
+                            let over = if op == Opcode::SgdMatMul {
+                                args[0] == t1 && !args[1..].contains(&t1)
+                            } else {
+                                args.contains(&t1) && op.class() == OpClass::Elementwise
+                            };
+                            ins.out == t2 && over
                         }
                     };
                 if !(in_place((da, ea), ta, (db, eb), tb) || in_place((db, eb), tb, (da, ea), ta)) {

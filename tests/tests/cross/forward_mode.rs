@@ -207,14 +207,17 @@ const TOLERANCE: f32 = 1e-6;
 ///   and `ln(acc) + c`; the rule's transpose is `Σ t·exp(x − y)`;
 /// - `bce_with_logits`: the dual differentiates the stable form (`x − x·z + log1p(e^−x)` or its
 ///   other branch), `t − (t·z + x·t_z) − t·e^−x/(1 + e^−x)`; the rule is `t·(σ(x) − z) − x·t_z`;
+/// - `sgd_matmul`: as `matmul` for its product `aᵀ·b` (then `mul` by `lr` and `sub` from `w`,
+///   which the rule's transpose forms alike);
 /// - `conv`, `conv_transpose`, `conv_weight_grad`: as `matmul`, bilinear kernels whose dual
 ///   accumulates `x'·w + x·w'` one tap at a time, while the recorded jvp adds two whole
 ///   convolutions.
 ///
 /// Every other kernel applies to its element the arithmetic its rule's transpose records (the
 /// dual's slopes are formed as the rules form them), so the two readings reach the same bits.
-const ROUNDS_APART: [Opcode; 10] = [
+const ROUNDS_APART: [Opcode; 11] = [
     Opcode::MatMul,
+    Opcode::SgdMatMul,
     Opcode::Sigmoid,
     Opcode::Softplus,
     Opcode::ProdTo,

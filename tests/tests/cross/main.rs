@@ -28,6 +28,7 @@ mod passes;
 mod pooling;
 mod reductions;
 mod seeds;
+mod sgd_fusion;
 mod simd_training;
 mod spec;
 mod training;

@@ -40,6 +40,7 @@ fn the_spec_opcode_table_matches_the_enum() {
             AttrKind::Target => "target",
             AttrKind::Fill => "fill",
             AttrKind::Pow => "pow",
+            AttrKind::Lr => "lr",
             AttrKind::Window => "window",
             AttrKind::Axis => "axis",
             AttrKind::Conv => "conv",
