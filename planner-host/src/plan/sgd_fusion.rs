@@ -97,6 +97,8 @@ fn fusable(tape: &Tape, entries: &[EntrySpec]) -> Vec<Fusable> {
                     stack.push(value.index());
                     readers[value.index()] += 1;
                 }
+                // A kept parameter is a leaf: it reads nothing.
+                Root::Keep { .. } => {}
             }
         }
     }
