@@ -248,26 +248,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         cfg.model,
         tapeplan_planner::model::run::RunModel::DigitsCnn(_)
     );
-    let f32_rows = mnist1d || digits_cnn || plan_file.is_some();
+    let csv = matches!(
+        cfg.data,
+        tapeplan_planner::model::run::RunData::Csv { .. }
+    );
+    let f32_rows = mnist1d || digits_cnn || plan_file.is_some() || csv;
     if f32_rows != cnn {
         return Err(format!(
-            "{}: a data=mnist1d, model=digits_cnn or plan= run needs the firmware's feature \
-             `cnn` (its `f32` rows, all opcodes and the plan's init entry), and the feature \
-             trains only those runs",
+            "{}: a data=mnist1d, data=PATH, model=digits_cnn or plan= run needs the firmware's \
+             feature `cnn` (its `f32` rows, all opcodes and the plan's init entry), and the \
+             feature trains only those runs",
             run_path.display()
         )
         .into());
-    }
-    if let Some(bytes) = &plan_file {
-        let io = tapeplan_planner::model::run::PlanIo::of(bytes)?;
-        if !io.labels {
-            return Err(format!(
-                "{}: the plan trains on float targets (an input y); the firmware feeds labels: \
-                 verify a regression run from another target",
-                run_path.display()
-            )
-            .into());
-        }
     }
     if !f32_rows && cfg.data != tapeplan_planner::model::run::RunData::Digits {
         return Err(format!(
@@ -293,7 +286,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "pixels.bin"
     };
     write(&out.join(data_file), &data_bytes)?;
-    write(&out.join("labels.bin"), &train.labels)?;
+    // A regression run's targets take the labels' place, as little-endian `f32`s (the data
+    // digest hashes the features, then the labels, then the targets: one of the two is empty).
+    let targets_per_row = train.n_targets();
+    let label_bytes: Vec<u8> = if targets_per_row > 0 {
+        train.targets().iter().flat_map(|v| v.to_le_bytes()).collect()
+    } else {
+        train.labels.clone()
+    };
+    write(&out.join("labels.bin"), &label_bytes)?;
 
     // The initial parameters: the job's, in its order; a plan file's model tensors (not the
     // optimizer's state, which its `init` entry writes on the device), in binding order.
@@ -388,7 +389,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     writeln!(
         g,
         "pub const DATA_DIGEST: u64 = {:#018x};",
-        data_digest(&data_bytes, &train.labels)
+        data_digest(&data_bytes, &label_bytes)
     )?;
     writeln!(g, "/// The plan's bytes.")?;
     writeln!(
@@ -405,8 +406,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         writeln!(g, "/// Pixel counts `0..=16`, `[SAMPLES, D_IN]` row-major.")?;
         writeln!(g, "pub static PIXELS: &[u8; SAMPLES * D_IN] = include_bytes!(concat!(env!(\"OUT_DIR\"), \"/pixels.bin\"));")?;
     }
-    writeln!(g, "/// Labels `0..=9`, `[SAMPLES]`.")?;
-    writeln!(g, "pub static LABELS: &[u8; SAMPLES] = include_bytes!(concat!(env!(\"OUT_DIR\"), \"/labels.bin\"));")?;
+    writeln!(
+        g,
+        "/// Regression targets per row (0: the rows have class labels)."
+    )?;
+    writeln!(g, "pub const TARGETS_PER_ROW: usize = {targets_per_row};")?;
+    writeln!(
+        g,
+        "/// Labels `0..=9`, `[SAMPLES]`; or, with `TARGETS_PER_ROW > 0`, the targets as \
+         little-endian `f32`, `[SAMPLES, TARGETS_PER_ROW]`."
+    )?;
+    writeln!(g, "pub static LABELS: &[u8; {}] = include_bytes!(concat!(env!(\"OUT_DIR\"), \"/labels.bin\"));", label_bytes.len())?;
     writeln!(
         g,
         "/// Initial parameters, little-endian `f32`, in `INIT_PARAMS` order."

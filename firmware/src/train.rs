@@ -10,7 +10,8 @@ use core::fmt;
 use embedded_hal::delay::DelayNs;
 use embedded_io::Write;
 use tapeplan_runtime::protocol::{
-    epoch_shuffle, Fnv1a64, ENTRY_INIT, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, OUTPUT_LOSS,
+    epoch_shuffle, Fnv1a64, ENTRY_INIT, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, INPUT_Y,
+    OUTPUT_LOSS,
 };
 use tapeplan_runtime::{ExecError, Limits, Ops, ParseError, Plan, Scratch, Session};
 
@@ -35,6 +36,16 @@ pub trait Rows {
 
     /// Row `row`'s class label, as the `f32` the plan's `labels` input takes.
     fn label(&self, row: usize) -> f32;
+
+    /// Writes row `row`'s regression targets into `dst`, for a plan whose `train_step` takes
+    /// float targets (an input `y`) instead of `labels`. The default is a single target, the
+    /// row's [`Rows::label`]; rows with several targets override it.
+    ///
+    /// # Shapes
+    /// `dst: [d_out]`, the plan's `y` input's row.
+    fn load_target(&self, row: usize, dst: &mut [f32]) {
+        dst.fill(self.label(row));
+    }
 
     /// The data digest ([`tapeplan_runtime::protocol::data_digest`] of the rows' bytes then
     /// the labels), as the host computes it for the run.
@@ -312,6 +323,11 @@ where
 
     let batch = run.batch.max(1);
     let steps_per_epoch = samples / batch;
+    // Classification feeds `labels`; a regression plan (no `labels`) feeds its targets to `y`.
+    let regression = s.input_mut(train, INPUT_LABELS).is_err();
+    if regression && s.input_mut(train, INPUT_Y).is_err() {
+        return Err(Failure::Missing("input", INPUT_LABELS));
+    }
     let resumed = checkpoints
         .resume(&mut s)
         .map_err(Failure::Checkpoint)?
@@ -340,9 +356,17 @@ where
             for (dst, &row) in x.chunks_exact_mut(d_in.max(1)).zip(rows_of_step) {
                 rows.load(usize::from(row), dst);
             }
-            let labels = s.input_mut(train, INPUT_LABELS)?;
-            for (d, &row) in labels.iter_mut().zip(rows_of_step) {
-                *d = rows.label(usize::from(row));
+            if regression {
+                let y = s.input_mut(train, INPUT_Y)?;
+                let d_out = y.len() / batch;
+                for (dst, &row) in y.chunks_exact_mut(d_out.max(1)).zip(rows_of_step) {
+                    rows.load_target(usize::from(row), dst);
+                }
+            } else {
+                let labels = s.input_mut(train, INPUT_LABELS)?;
+                for (d, &row) in labels.iter_mut().zip(rows_of_step) {
+                    *d = rows.label(usize::from(row));
+                }
             }
             let t0 = clock.now_ticks();
             s.run(train)?;

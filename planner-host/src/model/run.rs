@@ -555,6 +555,10 @@ pub struct RunConfig {
     pub arith: ArithProfile,
     /// The optimizer (optional key `optimizer`; SGD when absent).
     pub optimizer: RunOptimizer,
+    /// The dropout probability after every hidden activation of an MLP in `train_step`
+    /// (optional key `dropout`; 0, none, when absent). Its generator's key is the run's `seed`
+    /// ([`JobOptions::seed`]); the plan's `init` entry writes the key and a zero counter.
+    pub dropout: f32,
     /// The data (optional keys `data`, `data_digest`; the digits when absent).
     pub data: RunData,
     /// The initial parameters (optional keys `init`, `init_digest`; the model's own when
@@ -577,12 +581,13 @@ impl RunConfig {
     ];
 
     /// The optional keys, with their defaults: `plan` and `plan_digest` (a plan file's run,
-    /// see [`RunConfig::parse`]), `math` (`precise`), `arith` (`separate`), `fusion` (`off`),
-    /// `optimizer` (`sgd`), `momentum` (`0.9`), `weight_decay` (`0.01`), `data` (`digits`),
+    /// see [`RunConfig::parse`]), `dropout` (`0`, an MLP's only), `math` (`precise`), `arith`
+    /// (`separate`), `fusion` (`off`), `optimizer` (`sgd`), `momentum` (`0.9`), `weight_decay` (`0.01`), `data` (`digits`),
     /// `data_digest` (needed with a data path), `init` (`glorot`), `init_digest` (needed with
     /// an init path).
-    pub const OPTIONAL_KEYS: [&'static str; 12] = [
+    pub const OPTIONAL_KEYS: [&'static str; 13] = [
         "plan",
+        "dropout",
         "plan_digest",
         "math",
         "arith",
@@ -703,6 +708,18 @@ impl RunConfig {
         }
         let data = parse_data(&values)?;
         let init = parse_init(&values)?;
+        let dropout = opt("dropout")
+            .map(|v| num::<f32>("dropout", v))
+            .transpose()?
+            .unwrap_or(0.0);
+        if !(0.0..1.0).contains(&dropout) {
+            return Err(config_err(format!(
+                "dropout={dropout}: a probability in [0, 1)"
+            )));
+        }
+        if dropout > 0.0 && model != RunModel::Mlp {
+            return Err(config_err("dropout= applies to an MLP (model=WIDTHS)"));
+        }
         let cfg = RunConfig {
             model,
             layers,
@@ -730,6 +747,7 @@ impl RunConfig {
                     .ok_or_else(|| config_err(format!("arith={v}: separate or fma")))?,
             },
             optimizer,
+            dropout,
             data,
             init,
         };
@@ -803,6 +821,7 @@ impl RunConfig {
             math: io.math,
             arith: io.arith,
             optimizer: RunOptimizer::Sgd,
+            dropout: 0.0,
             data: parse_data(values)?,
             init: parse_init(values)?,
         };
@@ -1040,6 +1059,9 @@ impl RunConfig {
             RunOptimizer::Adam => line += " optimizer=adam",
             RunOptimizer::AdamW(w) => line += &format!(" optimizer=adamw weight_decay={w}"),
         }
+        if self.dropout > 0.0 {
+            line += &format!(" dropout={}", self.dropout);
+        }
         self.push_files(&mut line);
         line
     }
@@ -1152,6 +1174,9 @@ impl RunConfig {
             self.batch,
             JobOptions {
                 planning,
+                dropout: self.dropout,
+                // The generator's key; only a plan with dropout has one.
+                seed: if self.dropout > 0.0 { self.seed } else { 0 },
                 ..JobOptions::default()
             },
         )?)
