@@ -294,21 +294,7 @@ where
     );
 
     let mut s = Session::bind_selective::<O>(&plan, arena)?;
-    let mut at = 0;
-    for &(name, elems) in run.params {
-        let dst = s.parameter_mut(name)?;
-        let src = run
-            .init
-            .get(at * 4..(at + elems) * 4)
-            .ok_or(Failure::InitLength(name))?;
-        if dst.len() != elems {
-            return Err(Failure::InitLength(name));
-        }
-        for (d, b) in dst.iter_mut().zip(src.chunks_exact(4)) {
-            *d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        }
-        at += elems;
-    }
+    load_initial(&mut s, run.init, run.params)?;
     // An optimizer's state (Adam's moments and step) starts from the plan's `init` entry.
     if let Some(init) = plan.entry(ENTRY_INIT) {
         s.run(init)?;
@@ -435,4 +421,32 @@ where
     ))
     .map_err(link)?;
     Ok(summary)
+}
+
+/// Loads the initial values `init` (little-endian `f32`, concatenated in `params` order) into
+/// the session's model tensors `params` (name, element count).
+///
+/// # Errors
+/// [`Failure::InitLength`] naming a tensor whose values are missing or do not fit;
+/// [`Failure::Run`] for a name the plan lacks.
+pub(crate) fn load_initial<O: Ops, E>(
+    s: &mut Session<'_, '_, O>,
+    init: &[u8],
+    params: &[(&'static str, usize)],
+) -> Result<(), Failure<E>> {
+    let mut at = 0;
+    for &(name, elems) in params {
+        let dst = s.parameter_mut(name)?;
+        let src = init
+            .get(at * 4..(at + elems) * 4)
+            .ok_or(Failure::InitLength(name))?;
+        if dst.len() != elems {
+            return Err(Failure::InitLength(name));
+        }
+        for (d, b) in dst.iter_mut().zip(src.chunks_exact(4)) {
+            *d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
+        at += elems;
+    }
+    Ok(())
 }

@@ -4,14 +4,19 @@
 //! device runs, over an in-memory link, and its transcript (a `state` digest per step) verified
 //! by the planner's `verify` against the host oracle, step by step. The runtime's catalog is the
 //! build's: scalar, or with feature `simd` SSE2 / AVX2 / AVX-512 by the target features. Prints
-//! one `matrix-cell RUN CATALOG IDENTICAL/STEPS` line per run. Without the variable the test
-//! checks W3's run, so `cargo test` keeps it honest.
+//! one `matrix-cell RUN CATALOG IDENTICAL/STEPS` line per run. The name `hvp` instead of a
+//! path is the Hessian-vector product workload (`tapeplan_planner::model::hvp`): its entry run
+//! by [`tapeplan_firmware::run_entry`], each step's output digest compared with the tape
+//! interpreter's. Without the variable the test checks W3's run and the HVP workload, so
+//! `cargo test` keeps them honest.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
 use core::cell::Cell;
 use std::path::Path;
 
-use tapeplan_firmware::{train, Clock, ClockDelay, LineLink, Rows, Run, Transcript};
+use tapeplan_firmware::{
+    run_entry, train, Clock, ClockDelay, EntryRun, LineLink, Rows, Run, Transcript,
+};
 use tapeplan_planner::exec::transcript::Transcript as Parsed;
 use tapeplan_planner::exec::verify::verify;
 use tapeplan_planner::model::RunConfig;
@@ -131,14 +136,77 @@ fn cell(path: &str) -> (usize, usize) {
     (report.states.1, cfg.total_steps())
 }
 
+/// Runs the HVP workload's entry with the library and compares every step's output digest
+/// with the tape interpreter's; answers (steps identical, steps).
+fn hvp_cell() -> (usize, usize) {
+    use tapeplan_planner::model::hvp::{hvp_workload, HVP_ENTRY, HVP_SEED, HVP_STEPS};
+    let w = hvp_workload().unwrap();
+    let expected = w.expected_digests(HVP_STEPS).unwrap();
+    let init = w.init_bytes();
+    let params: Vec<(&'static str, usize)> = w
+        .params
+        .iter()
+        .map(|(n, s)| (&*Box::leak(n.clone().into_boxed_str()), s.elems()))
+        .collect();
+    let target = format!("{} host {}", std::env::consts::ARCH, catalog::CATALOG);
+    let run = EntryRun {
+        plan: &w.plan,
+        target: &target,
+        entry: HVP_ENTRY,
+        init: &init,
+        params: &params,
+        steps: HVP_STEPS,
+        seed: HVP_SEED,
+        limits: Limits::DEFAULT,
+    };
+    let mut arena =
+        vec![0.0f32; tapeplan_runtime::Plan::parse(&w.plan).unwrap().arena_elems()];
+    let mut link: Vec<u8> = Vec::new();
+    let mut out: Transcript<'_, _, 256> = Transcript::new(LineLink::new(&mut link));
+    let steps = run_entry::<BuildOps, 4096, 256, _>(&mut out, &run, &mut arena).unwrap();
+    out.end_ok().unwrap();
+    let text = String::from_utf8(link).unwrap();
+    let got = states_of(&text);
+    assert_eq!(steps, HVP_STEPS);
+    assert_eq!(got.len(), expected.len(), "{text}");
+    // The products are not trivial: the digests differ from step to step.
+    assert!(expected.windows(2).all(|p| p[0] != p[1]));
+    let same = got.iter().zip(&expected).filter(|(a, b)| a == b).count();
+    if let Some(i) = got.iter().zip(&expected).position(|(a, b)| a != b) {
+        panic!(
+            "hvp step {}: device {:016x} vs oracle {:016x} ({})",
+            i + 1,
+            got[i],
+            expected[i],
+            catalog::CATALOG
+        );
+    }
+    (same, expected.len())
+}
+
+/// The digests of a transcript's `state` lines, in order.
+fn states_of(text: &str) -> Vec<u64> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("state "))
+        .map(|l| {
+            let (_, hex) = l.split_once(' ').unwrap();
+            u64::from_str_radix(hex, 16).unwrap()
+        })
+        .collect()
+}
+
 #[test]
 fn matrix_runs_verify_at_every_step() {
     // The run descriptions' paths are relative to the repository's root.
     std::env::set_current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("..")).unwrap();
     let runs = std::env::var("TAPEPLAN_MATRIX_RUNS")
-        .unwrap_or_else(|_| "firmware-demo/models/w3.run".to_owned());
+        .unwrap_or_else(|_| "firmware-demo/models/w3.run;hvp".to_owned());
     for path in runs.split(';').filter(|p| !p.is_empty()) {
-        let (identical, steps) = cell(path);
+        let (identical, steps) = if path == "hvp" {
+            hvp_cell()
+        } else {
+            cell(path)
+        };
         assert_eq!(identical, steps, "{path}");
         println!("matrix-cell {path} {} {identical}/{steps}", catalog::CATALOG);
     }

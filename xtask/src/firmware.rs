@@ -539,6 +539,49 @@ fn firmware(ctx: &Ctx, variants: &[Variant], bless: bool, icount: bool) -> Resul
     Ok(())
 }
 
+/// The verifier for the cross-target matrix's QEMU cells (`cargo xtask matrix`): QEMU and
+/// the tools installed, the host CLI built (release); answers the `tapeplan` binary.
+pub(crate) fn verifier(ctx: &Ctx) -> Result<PathBuf> {
+    crate::step_setup(ctx)?;
+    ensure_tools(ctx)?;
+    run(ctx.cargo(["build", "--release", "-p", "tapeplan-planner"]))?;
+    let target_dir = env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| ctx.root.join("target"));
+    Ok(target_dir.join("release").join("tapeplan"))
+}
+
+/// `tapeplan verify TRANSCRIPT --config RUN` on a transcript another step's QEMU run wrote
+/// (the matrix reuses the `qemu` step's CNN runs).
+pub(crate) fn verify_file(
+    root: &Path,
+    tapeplan: &Path,
+    transcript_path: &Path,
+    run_file: &Path,
+) -> Result<()> {
+    let name = transcript_path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    verify(root, tapeplan, &name, transcript_path, run_file).map(|_| ())
+}
+
+/// The firmware with feature `cnn` built for `run_file` on the core named `core`, trained
+/// under QEMU and verified as it streams (the matrix's QEMU cells); `paths` as
+/// [`feature_cnn_run`]'s. Answers the transcript.
+pub(crate) fn run_on_core(
+    ctx: &Ctx,
+    paths: (&Path, &Path, &Path),
+    core: &str,
+    name: &str,
+    run_file: &Path,
+) -> Result<String> {
+    let what = format!("the cross-target matrix, {}", run_file.display());
+    let (transcript, verdict, figures) = feature_cnn_run(ctx, paths, core, name, run_file, &what)?;
+    eprintln!("{verdict}\n{figures}");
+    Ok(transcript)
+}
+
 /// Runs `tapeplan verify` on a whole transcript file (`--full`, after the run) against
 /// `run_file`; answers [`verdict`]'s lines.
 fn verify(

@@ -1,0 +1,337 @@
+//! `cargo xtask matrix`: the cross-target matrix (issue 14, "the whole claim on every
+//! target"). Every workload runs on every target through the same device code (the firmware
+//! library, `tapeplan_firmware`), and every step is checked against the host oracle; the step
+//! prints one table, rows = workloads, columns = targets, each cell `= N steps` (N state
+//! digests, one per step, identical to the oracle's) or `n/a: why`. A cell that ran and
+//! differs fails the step, after the table is printed.
+//!
+//! - Training workloads are run descriptions (`firmware-demo/models/*.run`). On the host
+//!   (scalar, SSE2, AVX-512 catalogs) `firmware/tests/matrix.rs` trains them with
+//!   `tapeplan_firmware::train` and verifies the transcript with the planner's `verify`. Under
+//!   QEMU the firmware (feature `cnn`, the run given by `TAPEPLAN_RUN`) streams its transcript
+//!   over the board's UART into `tapeplan verify --serial`, as `cargo xtask firmware` does.
+//! - The Hessian-vector product workload: see [`HVP`].
+//!
+//! Documented with the table in `docs/cross-target-matrix.md`.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+use crate::{firmware, output, Ctx};
+
+/// A column: where a workload runs.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+enum Target {
+    M4f,
+    M3,
+    M0,
+    WasmNode,
+    WasmChromium,
+    WasmSimd128,
+    HostScalar,
+    HostSse2,
+    HostAvx512,
+}
+
+/// The columns, in the table's order, with their headers.
+const TARGETS: &[(Target, &str)] = &[
+    (Target::M4f, "QEMU M4F"),
+    (Target::M3, "QEMU M3"),
+    (Target::M0, "QEMU M0"),
+    (Target::WasmNode, "wasm Node"),
+    (Target::WasmChromium, "wasm Chromium"),
+    (Target::WasmSimd128, "wasm simd128"),
+    (Target::HostScalar, "host scalar"),
+    (Target::HostSse2, "host SSE2"),
+    (Target::HostAvx512, "host AVX-512"),
+];
+
+/// A row: a workload, and the run description each target trains (`None`: `n/a` with the
+/// reason).
+struct Workload {
+    /// Its name in the table.
+    name: &'static str,
+    /// The run description (under `firmware-demo/models/`) the host and wasm targets and the
+    /// M4F train.
+    run: &'static str,
+    /// The M3's run, when it differs (the M3 has 64 KiB of RAM), or why there is none.
+    m3: Result<&'static str, &'static str>,
+    /// The M0's run (16 KiB of RAM), or why there is none.
+    m0: Result<&'static str, &'static str>,
+}
+
+/// The training workloads.
+const WORKLOADS: &[Workload] = &[
+    Workload {
+        name: "W3 online (2-16-16-1, SGD, batch 1)",
+        run: "w3.run",
+        m3: Ok("w3.run"),
+        m0: Ok("w3.run"),
+    },
+    Workload {
+        name: "Adam + dropout, 10^4 steps",
+        run: "w3_adam_dropout.run",
+        m3: Ok("w3_adam_dropout.run"),
+        m0: Ok("w3_adam_dropout.run"),
+    },
+    Workload {
+        name: "MNIST-1D CNN",
+        run: "mnist1d.run",
+        m3: Ok("mnist1d_m3.run"),
+        m0: Err(
+            "its 5 210 parameters and their gradient alone are 41 680 B, the M0 has 16 KiB of RAM",
+        ),
+    },
+];
+
+/// The Hessian-vector product row's name.
+const HVP: &str = "Hessian-vector product entry";
+
+/// A cell's outcome.
+#[derive(Clone, Debug)]
+enum Cell {
+    /// Every step's digest equals the oracle's: steps, and a note (which run, a prefix).
+    Same(usize, String),
+    /// Not applicable here, and why.
+    Na(String),
+    /// Ran and failed: what happened.
+    Failed(String),
+}
+
+impl Cell {
+    fn show(&self) -> String {
+        match self {
+            Cell::Same(n, note) if note.is_empty() => format!("= {n}"),
+            Cell::Same(n, note) => format!("= {n} ({note})"),
+            Cell::Na(why) => format!("n/a: {why}"),
+            Cell::Failed(what) => format!("FAILED: {what}"),
+        }
+    }
+}
+
+/// The matrix step.
+pub fn step_matrix(ctx: &Ctx) -> Result<()> {
+    let mut cells: BTreeMap<(String, Target), Cell> = BTreeMap::new();
+    let rows: Vec<String> = WORKLOADS
+        .iter()
+        .map(|w| w.name.to_owned())
+        .chain([HVP.to_owned()])
+        .collect();
+
+    host_cells(ctx, &mut cells)?;
+    qemu_cells(ctx, &mut cells)?;
+    for w in &rows {
+        for &(t, _) in TARGETS {
+            cells.entry((w.clone(), t)).or_insert_with(|| {
+                Cell::Na("not wired into the matrix yet (see docs/cross-target-matrix.md)".into())
+            });
+        }
+    }
+
+    let table = render(&rows, &cells);
+    println!("\n{table}");
+    let failed: Vec<String> = cells
+        .iter()
+        .filter_map(|((w, t), c)| match c {
+            Cell::Failed(what) => Some(format!("{w} on {t:?}: {what}")),
+            _ => None,
+        })
+        .collect();
+    if !failed.is_empty() {
+        bail!("cross-target matrix: {} cells failed:\n{}", failed.len(), failed.join("\n"));
+    }
+    Ok(())
+}
+
+/// The table, in Markdown: rows = workloads, columns = targets.
+fn render(rows: &[String], cells: &BTreeMap<(String, Target), Cell>) -> String {
+    let mut s = String::from("| workload |");
+    for (_, header) in TARGETS {
+        s += &format!(" {header} |");
+    }
+    s += "\n|---|";
+    s += &"---|".repeat(TARGETS.len());
+    for w in rows {
+        s += &format!("\n| {w} |");
+        for &(t, _) in TARGETS {
+            let c = cells.get(&(w.clone(), t)).map(Cell::show).unwrap_or_default();
+            s += &format!(" {c} |");
+        }
+    }
+    s + "\n"
+}
+
+/// The target folder of the `-C target-cpu=native` builds: the `simd` step's
+/// (`target/simd-native`), or beside `CARGO_TARGET_DIR` when that is set.
+fn native_target_dir(ctx: &Ctx) -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) => {
+            let mut d = d;
+            d.push("-simd-native");
+            PathBuf::from(d)
+        }
+        None => ctx.root.join("target").join("simd-native"),
+    }
+}
+
+/// Whether this CPU has AVX-512F (`/proc/cpuinfo`'s flags).
+fn has_avx512f() -> bool {
+    fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| {
+        c.lines()
+            .filter(|l| l.starts_with("flags"))
+            .any(|l| l.split_whitespace().any(|f| f == "avx512f"))
+    })
+}
+
+/// The host columns: `firmware/tests/matrix.rs` once per workload and catalog, each run
+/// verified at every step against the oracle. Scalar: the runtime's default features; SSE2:
+/// feature `simd` at x86_64's baseline; AVX-512: feature `simd` with `-C target-cpu=native`
+/// (the `simd` step's target folder), and `n/a` on a CPU without AVX-512F.
+fn host_cells(ctx: &Ctx, cells: &mut BTreeMap<(String, Target), Cell>) -> Result<()> {
+    let avx512 = has_avx512f();
+    for (target, simd, native, expect) in [
+        (Target::HostScalar, false, false, "scalar"),
+        (Target::HostSse2, true, false, "simd-sse2"),
+        (Target::HostAvx512, true, true, "simd-avx512"),
+    ] {
+        if native && !avx512 {
+            for w in WORKLOADS {
+                cells.insert(
+                    (w.name.to_owned(), target),
+                    Cell::Na("no avx512f on this CPU".into()),
+                );
+            }
+            continue;
+        }
+        for w in WORKLOADS {
+            let run = format!("firmware-demo/models/{}", w.run);
+            let mut cmd = ctx.cargo(["test", "-p", "tapeplan-firmware", "--test", "matrix"]);
+            if simd {
+                cmd.args(["--features", "simd"]);
+            }
+            cmd.args(["--", "--nocapture"])
+                .env("TAPEPLAN_MATRIX_RUNS", &run);
+            if native {
+                cmd.env("RUSTFLAGS", "-C target-cpu=native")
+                    .env("CARGO_TARGET_DIR", native_target_dir(ctx));
+            }
+            let cell = match output(cmd) {
+                Ok(out) => host_cell(&out, &run, expect),
+                Err(e) => Cell::Failed(format!("{e:#}")),
+            };
+            eprintln!("matrix: {} on {target:?}: {}", w.name, cell.show());
+            cells.insert((w.name.to_owned(), target), cell);
+        }
+    }
+    Ok(())
+}
+
+/// A host cell from the test's `matrix-cell RUN CATALOG SAME/STEPS` line.
+fn host_cell(stdout: &str, run: &str, expect: &str) -> Cell {
+    let Some(line) = stdout
+        .lines()
+        .find(|l| l.starts_with(&format!("matrix-cell {run} ")))
+    else {
+        return Cell::Failed(format!("the test printed no matrix-cell line for {run}"));
+    };
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let (catalog, counts) = (words.get(2).copied(), words.get(3).copied());
+    if catalog != Some(expect) {
+        return Cell::Failed(format!(
+            "ran the {} catalog, not {expect}",
+            catalog.unwrap_or("?")
+        ));
+    }
+    match counts.and_then(|c| c.split_once('/')) {
+        Some((same, steps)) if same == steps => match steps.parse() {
+            Ok(n) => Cell::Same(n, String::new()),
+            Err(_) => Cell::Failed(format!("unreadable counts in {line:?}")),
+        },
+        _ => Cell::Failed(format!("not every step identical: {line:?}")),
+    }
+}
+
+/// The QEMU columns: the firmware (feature `cnn`) built for each workload's run on each core,
+/// trained under QEMU and verified as it streams (`tapeplan verify --serial`). The MNIST-1D
+/// CNN's M4F and M3 runs are the `qemu` step's (`m4f-cnn`, `m3-cnn`): when their transcripts
+/// are there they are verified again against the run, not rebuilt.
+fn qemu_cells(ctx: &Ctx, cells: &mut BTreeMap<(String, Target), Cell>) -> Result<()> {
+    let tapeplan = firmware::verifier(ctx)?;
+    let dir = ctx.root.join("firmware-demo");
+    let out = dir.join("target").join("xtask");
+    fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    for w in WORKLOADS {
+        for (target, core, run) in [
+            (Target::M4f, "m4f", Ok(w.run)),
+            (Target::M3, "m3", w.m3),
+            (Target::M0, "m0", w.m0),
+        ] {
+            let run = match run {
+                Ok(r) => r,
+                Err(why) => {
+                    cells.insert((w.name.to_owned(), target), Cell::Na(why.to_owned()));
+                    continue;
+                }
+            };
+            let run_file = dir.join("models").join(run);
+            let note = if run == w.run {
+                String::new()
+            } else {
+                format!("models/{run}")
+            };
+            let stem = run.trim_end_matches(".run");
+            let reused = match (core, stem) {
+                ("m4f", "mnist1d") => Some("m4f-cnn"),
+                ("m3", "mnist1d_m3") => Some("m3-cnn"),
+                _ => None,
+            };
+            let cell = match reused.map(|n| out.join(format!("{n}.transcript"))) {
+                Some(t) if t.is_file() => {
+                    match firmware::verify_file(&ctx.root, &tapeplan, &t, &run_file) {
+                        Ok(()) => states(&t).map_or_else(
+                            |e| Cell::Failed(format!("{e:#}")),
+                            |n| {
+                                Cell::Same(
+                                    n,
+                                    [note.as_str(), "the qemu step's run"]
+                                        .iter()
+                                        .filter(|s| !s.is_empty())
+                                        .copied()
+                                        .collect::<Vec<_>>()
+                                        .join(", "),
+                                )
+                            },
+                        ),
+                        Err(e) => Cell::Failed(format!("{e:#}")),
+                    }
+                }
+                _ => {
+                    let name = format!("matrix-{core}-{stem}");
+                    match firmware::run_on_core(ctx, (&dir, &out, &tapeplan), core, &name, &run_file)
+                    {
+                        Ok(t) => Cell::Same(state_lines(&t), note.clone()),
+                        Err(e) => Cell::Failed(format!("{e:#}")),
+                    }
+                }
+            };
+            eprintln!("matrix: {} on {target:?}: {}", w.name, cell.show());
+            cells.insert((w.name.to_owned(), target), cell);
+        }
+    }
+    Ok(())
+}
+
+/// The `state` lines (one per step) of a transcript file that `tapeplan verify` accepted.
+fn states(transcript: &Path) -> Result<usize> {
+    let text = fs::read_to_string(transcript)
+        .with_context(|| format!("reading {}", transcript.display()))?;
+    Ok(state_lines(&text))
+}
+
+/// The `state` lines of a transcript.
+fn state_lines(text: &str) -> usize {
+    text.lines().filter(|l| l.starts_with("state ")).count()
+}
