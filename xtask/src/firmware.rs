@@ -582,6 +582,38 @@ pub(crate) fn run_on_core(
     Ok(transcript)
 }
 
+/// The firmware with feature `hvp` (the Hessian-vector product entry of
+/// `tapeplan_planner::model::hvp`, not training) built for the core named `core` and run under
+/// QEMU (the matrix's HVP cells); `paths` as [`feature_cnn_run`]'s. Answers the transcript,
+/// whose `state` lines the caller checks against the oracle's digests.
+pub(crate) fn run_hvp_on_core(
+    ctx: &Ctx,
+    (dir, out): (&Path, &Path),
+    core: &str,
+    name: &str,
+) -> Result<String> {
+    let core = core_named(core)?;
+    eprintln!("\n--> {name} ({}): the HVP entry, feature hvp", core.target);
+    let elf = build(
+        ctx,
+        dir,
+        out,
+        core.target,
+        &feature_args(MathProfile::Precise, core.board, &["hvp"]),
+        name,
+    )?;
+    let transcript_path = out.join(format!("{name}.transcript"));
+    run_qemu(
+        core,
+        name,
+        &elf,
+        &transcript_path,
+        out,
+        false,
+        QEMU_TIMEOUT_SECS,
+    )
+}
+
 /// Runs `tapeplan verify` on a whole transcript file (`--full`, after the run) against
 /// `run_file`; answers [`verdict`]'s lines.
 fn verify(

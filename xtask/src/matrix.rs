@@ -87,8 +87,11 @@ const WORKLOADS: &[Workload] = &[
     },
 ];
 
-/// The Hessian-vector product row's name.
-const HVP: &str = "Hessian-vector product entry";
+/// The Hessian-vector product row's name. Its workload is `tapeplan_planner::model::hvp`: the
+/// plan's `hvp` entry run 256 times on seeded inputs by `tapeplan_firmware::run_entry`, each
+/// step's output digest compared with the tape interpreter's (on the host by
+/// `firmware/tests/matrix.rs`, under QEMU by the firmware's feature `hvp` and this step).
+const HVP: &str = "Hessian-vector product entry (W3's loss, batch 4)";
 
 /// A cell's outcome.
 #[derive(Clone, Debug)]
@@ -198,16 +201,19 @@ fn host_cells(ctx: &Ctx, cells: &mut BTreeMap<(String, Target), Cell>) -> Result
         (Target::HostAvx512, true, true, "simd-avx512"),
     ] {
         if native && !avx512 {
-            for w in WORKLOADS {
+            for name in WORKLOADS.iter().map(|w| w.name).chain([HVP]) {
                 cells.insert(
-                    (w.name.to_owned(), target),
+                    (name.to_owned(), target),
                     Cell::Na("no avx512f on this CPU".into()),
                 );
             }
             continue;
         }
-        for w in WORKLOADS {
-            let run = format!("firmware-demo/models/{}", w.run);
+        let runs = WORKLOADS
+            .iter()
+            .map(|w| (w.name, format!("firmware-demo/models/{}", w.run)))
+            .chain([(HVP, "hvp".to_owned())]);
+        for (name, run) in runs {
             let mut cmd = ctx.cargo(["test", "-p", "tapeplan-firmware", "--test", "matrix"]);
             if simd {
                 cmd.args(["--features", "simd"]);
@@ -222,8 +228,8 @@ fn host_cells(ctx: &Ctx, cells: &mut BTreeMap<(String, Target), Cell>) -> Result
                 Ok(out) => host_cell(&out, &run, expect),
                 Err(e) => Cell::Failed(format!("{e:#}")),
             };
-            eprintln!("matrix: {} on {target:?}: {}", w.name, cell.show());
-            cells.insert((w.name.to_owned(), target), cell);
+            eprintln!("matrix: {name} on {target:?}: {}", cell.show());
+            cells.insert((name.to_owned(), target), cell);
         }
     }
     Ok(())
@@ -321,7 +327,51 @@ fn qemu_cells(ctx: &Ctx, cells: &mut BTreeMap<(String, Target), Cell>) -> Result
             cells.insert((w.name.to_owned(), target), cell);
         }
     }
+    // The HVP entry on every core: its `state` lines against the tape interpreter's digests.
+    let w = tapeplan_planner::model::hvp::hvp_workload()?;
+    let expected = w.expected_digests(tapeplan_planner::model::hvp::HVP_STEPS)?;
+    for (target, core) in [(Target::M4f, "m4f"), (Target::M3, "m3"), (Target::M0, "m0")] {
+        let name = format!("matrix-{core}-hvp");
+        let cell = match firmware::run_hvp_on_core(ctx, (&dir, &out), core, &name) {
+            Ok(t) => compare_digests(&t, &expected),
+            Err(e) => Cell::Failed(format!("{e:#}")),
+        };
+        eprintln!("matrix: {HVP} on {target:?}: {}", cell.show());
+        cells.insert((HVP.to_owned(), target), cell);
+    }
     Ok(())
+}
+
+/// A cell from a transcript's `state STEP HEX` lines against the oracle's digests, step by
+/// step.
+fn compare_digests(transcript: &str, expected: &[u64]) -> Cell {
+    let got: Vec<Option<u64>> = transcript
+        .lines()
+        .filter_map(|l| l.strip_prefix("state "))
+        .map(|l| {
+            l.split_once(' ')
+                .and_then(|(_, hex)| u64::from_str_radix(hex, 16).ok())
+        })
+        .collect();
+    if !transcript.lines().any(|l| l == "end ok") {
+        return Cell::Failed("the transcript does not end with `end ok`".into());
+    }
+    if got.len() != expected.len() {
+        return Cell::Failed(format!(
+            "{} state lines, the oracle has {} steps",
+            got.len(),
+            expected.len()
+        ));
+    }
+    match got.iter().zip(expected).position(|(g, e)| *g != Some(*e)) {
+        None => Cell::Same(expected.len(), String::new()),
+        Some(i) => Cell::Failed(format!(
+            "step {}: device {:?} vs oracle {:016x}",
+            i + 1,
+            got[i],
+            expected[i]
+        )),
+    }
 }
 
 /// The `state` lines (one per step) of a transcript file that `tapeplan verify` accepted.
