@@ -20,7 +20,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use crate::{firmware, output, Ctx};
+use tapeplan_planner::exec::verify::HostRun;
+use tapeplan_planner::model::hvp::{hvp_workload, HVP_ENTRY, HVP_SEED, HVP_STEPS};
+use tapeplan_planner::model::RunConfig;
+
+use crate::{browser, firmware, output, Ctx};
 
 /// A column: where a workload runs.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
@@ -124,13 +128,34 @@ pub fn step_matrix(ctx: &Ctx) -> Result<()> {
         .chain([HVP.to_owned()])
         .collect();
 
-    host_cells(ctx, &mut cells)?;
-    qemu_cells(ctx, &mut cells)?;
+    // `TAPEPLAN_MATRIX_ONLY=host,wasm,qemu` (any of them) runs those columns only, for local
+    // iteration; the others are then shown as not run.
+    let only = std::env::var("TAPEPLAN_MATRIX_ONLY").ok();
+    let wanted = |group: &str| only.as_deref().is_none_or(|o| o.split(',').any(|g| g == group));
+    if wanted("host") {
+        host_cells(ctx, &mut cells)?;
+    }
+    if wanted("wasm") {
+        wasm_cells(ctx, &mut cells)?;
+    }
+    if wanted("qemu") {
+        qemu_cells(ctx, &mut cells)?;
+    }
+    if let Some(o) = &only {
+        for w in &rows {
+            for &(t, _) in TARGETS {
+                cells
+                    .entry((w.clone(), t))
+                    .or_insert_with(|| Cell::Na(format!("not run (TAPEPLAN_MATRIX_ONLY={o})")));
+            }
+        }
+    }
     for w in &rows {
         for &(t, _) in TARGETS {
-            cells.entry((w.clone(), t)).or_insert_with(|| {
-                Cell::Na("not wired into the matrix yet (see docs/cross-target-matrix.md)".into())
-            });
+            // Never blank: a cell nothing filled is a failure of this step.
+            cells
+                .entry((w.clone(), t))
+                .or_insert_with(|| Cell::Failed("no result".into()));
         }
     }
 
@@ -384,4 +409,185 @@ fn states(transcript: &Path) -> Result<usize> {
 /// The `state` lines of a transcript.
 fn state_lines(text: &str) -> usize {
     text.lines().filter(|l| l.starts_with("state ")).count()
+}
+
+/// The wasm cases: each training workload's run (key, run description) and the HVP entry.
+const WASM_CASES: &[(&str, &str)] = &[
+    ("w3", "w3.run"),
+    ("adam_dropout", "w3_adam_dropout.run"),
+    ("mnist1d", "mnist1d.run"),
+];
+
+/// The workspace's target folder (`CARGO_TARGET_DIR`, or `target/`).
+fn target_dir(ctx: &Ctx) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| ctx.root.join("target"))
+}
+
+/// Writes the cases `wasm/matrix/tests/matrix.rs` embeds into `<target>/matrix-cases/<key>/`:
+/// the plan, the initial model tensors, the rows (`f32` features, `u8` labels, `f32`
+/// targets), the host oracle's digest after every step (`expected.u64`, little-endian) and
+/// `meta.txt`. Answers the folder.
+fn write_cases(ctx: &Ctx) -> Result<PathBuf> {
+    let dir = target_dir(ctx).join("matrix-cases");
+    // The runs' data paths are relative to the repository's root.
+    std::env::set_current_dir(&ctx.root)?;
+    let le = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let put = |key: &str, files: &[(&str, &[u8])]| -> Result<()> {
+        let d = dir.join(key);
+        fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+        for (name, bytes) in files {
+            fs::write(d.join(name), bytes)
+                .with_context(|| format!("writing {}", d.join(name).display()))?;
+        }
+        Ok(())
+    };
+    let expected = |digests: &[u64]| -> Vec<u8> {
+        digests.iter().flat_map(|d| d.to_le_bytes()).collect()
+    };
+    for &(key, run) in WASM_CASES {
+        let path = ctx.root.join("firmware-demo").join("models").join(run);
+        let text =
+            fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let cfg = RunConfig::parse(&text).with_context(|| format!("{}", path.display()))?;
+        let job = cfg.job()?;
+        let init: Vec<f32> = cfg.initial_parameters(&job)?.concat();
+        let params: Vec<String> = job
+            .parameter_shapes()
+            .iter()
+            .map(|(n, s)| format!("{n}:{}", s.elems()))
+            .collect();
+        let train = cfg.training_set()?;
+        let host = HostRun::new(&cfg)?;
+        let meta = format!(
+            "kind train\nconfig {}\nbatch {}\nepochs {}\nseed {}\nd_in {}\nd_out {}\nparams {}\n",
+            cfg.to_line(),
+            cfg.batch,
+            cfg.epochs,
+            cfg.seed,
+            cfg.layers[0],
+            train.n_targets(),
+            params.join(" ")
+        );
+        put(
+            key,
+            &[
+                ("meta.txt", meta.as_bytes()),
+                ("plan.bin", &job.schedule.to_bytes()),
+                ("init.bin", &le(&init)),
+                ("features.f32", &le(&train.features)),
+                ("labels.u8", &train.labels),
+                ("targets.f32", &le(train.targets())),
+                ("expected.u64", &expected(host.states())),
+            ],
+        )?;
+    }
+    let w = hvp_workload()?;
+    let params: Vec<String> = w
+        .params
+        .iter()
+        .map(|(n, s)| format!("{n}:{}", s.elems()))
+        .collect();
+    let meta = format!(
+        "kind entry\nentry {HVP_ENTRY}\nsteps {HVP_STEPS}\nseed {HVP_SEED}\nparams {}\n",
+        params.join(" ")
+    );
+    put(
+        "hvp",
+        &[
+            ("meta.txt", meta.as_bytes()),
+            ("plan.bin", &w.plan),
+            ("init.bin", &w.init_bytes()),
+            ("features.f32", &[]),
+            ("labels.u8", &[]),
+            ("targets.f32", &[]),
+            ("expected.u64", &expected(&w.expected_digests(HVP_STEPS)?)),
+        ],
+    )?;
+    Ok(dir)
+}
+
+/// The wasm columns: `wasm/matrix`'s `wasm-bindgen-test` suite (release) over the cases
+/// [`write_cases`] wrote, in Node, in headless Chromium, and in Node with simd128 and the
+/// runtime's simd catalog (a target folder of its own). A test passes only if every step's
+/// digest equals the oracle's; `n/a` when the wasm tools are missing (the `wasm-setup` step
+/// installs them).
+fn wasm_cells(ctx: &Ctx, cells: &mut BTreeMap<(String, Target), Cell>) -> Result<()> {
+    let rows: Vec<(&str, &str)> = WORKLOADS
+        .iter()
+        .zip(["w3", "adam_dropout", "mnist1d"])
+        .map(|(w, k)| (w.name, k))
+        .chain([(HVP, "hvp")])
+        .collect();
+    let needs = browser::WasmNeeds {
+        chromium: true,
+        ..browser::WasmNeeds::BUILD
+    };
+    if let Err(e) = browser::require_wasm_tools(ctx, needs) {
+        for &(name, _) in &rows {
+            for t in [Target::WasmNode, Target::WasmChromium, Target::WasmSimd128] {
+                cells.insert(
+                    (name.to_owned(), t),
+                    Cell::Na(format!("wasm tools missing ({e}); cargo xtask wasm-setup")),
+                );
+            }
+        }
+        return Ok(());
+    }
+    let cases = write_cases(ctx)?;
+    let expected_steps = |key: &str| -> usize {
+        fs::metadata(cases.join(key).join("expected.u64")).map_or(0, |m| m.len() as usize / 8)
+    };
+    let simd_dir = target_dir(ctx).join("wasm-matrix-simd128");
+    for target in [Target::WasmNode, Target::WasmChromium, Target::WasmSimd128] {
+        let mut cmd = match target {
+            Target::WasmChromium => {
+                let mut c = ctx.tool(
+                    "wasm-pack",
+                    [
+                        "test",
+                        "--release",
+                        "--headless",
+                        "--chrome",
+                        "--chromedriver",
+                        browser::CHROMEDRIVER,
+                    ],
+                );
+                c.env("WASM_BINDGEN_USE_BROWSER", "1");
+                c
+            }
+            Target::WasmSimd128 => {
+                let mut c = ctx.tool(
+                    "wasm-pack",
+                    ["test", "--release", "--node", "--", "--features", "simd"],
+                );
+                c.env("RUSTFLAGS", "-C target-feature=+simd128")
+                    .env("CARGO_TARGET_DIR", &simd_dir);
+                c
+            }
+            _ => ctx.tool("wasm-pack", ["test", "--release", "--node"]),
+        };
+        cmd.current_dir(ctx.root.join("wasm").join("matrix"))
+            .env("TAPEPLAN_MATRIX_CASES", &cases);
+        let result = output(cmd);
+        for &(name, key) in &rows {
+            let cell = match &result {
+                Err(e) => Cell::Failed(format!("{e:#}")),
+                Ok(out) => {
+                    let ok = out
+                        .lines()
+                        .any(|l| l.contains(&format!("matrix_{key} ... ok")));
+                    if ok {
+                        Cell::Same(expected_steps(key), String::new())
+                    } else {
+                        Cell::Failed(format!("no `matrix_{key} ... ok` in the test's output"))
+                    }
+                }
+            };
+            eprintln!("matrix: {name} on {target:?}: {}", cell.show());
+            cells.insert((name.to_owned(), target), cell);
+        }
+    }
+    Ok(())
 }
