@@ -39,9 +39,9 @@ pub mod gen {
 #[cfg(not(feature = "hvp"))]
 use board::SysTickClock;
 use board::{exit, EXIT_FAILED, EXIT_OK};
+use tapeplan_firmware::LineLink;
 #[cfg(not(feature = "hvp"))]
 use tapeplan_firmware::{ClockDelay, Run};
-use tapeplan_firmware::LineLink;
 use tapeplan_runtime::Limits;
 use uart::Uart;
 
@@ -96,7 +96,11 @@ fn run() -> ! {
             ..Limits::DEFAULT
         },
     };
-    defmt::info!("tapeplan firmware on {=str}: the {=str} entry", gen::BOARD, gen::ENTRY);
+    defmt::info!(
+        "tapeplan firmware on {=str}: the {=str} entry",
+        gen::BOARD,
+        gen::ENTRY
+    );
     match tapeplan_firmware::run_entry::<gen::PlanOps, { gen::PLAN_TENSORS }, _, _>(
         &mut out, &run, arena,
     ) {

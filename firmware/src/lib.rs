@@ -55,7 +55,7 @@ pub mod entry;
 pub mod link;
 pub mod train;
 
-pub use board::{Clock, ClockDelay};
+pub use board::{Clock, ClockDelay, CountingClock};
 pub use checkpoint::{CheckpointStore, StoreError};
 pub use entry::{run_entry, EntryRun};
 pub use link::{LineLink, Transcript};

@@ -11,30 +11,18 @@
 //! `cargo test` keeps them honest.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
-use core::cell::Cell;
 use std::path::Path;
 
+mod common;
+
 use tapeplan_firmware::{
-    run_entry, train, Clock, ClockDelay, EntryRun, LineLink, Rows, Run, Transcript,
+    run_entry, train, ClockDelay, CountingClock, EntryRun, LineLink, Rows, Run, Transcript,
 };
 use tapeplan_planner::exec::transcript::Transcript as Parsed;
 use tapeplan_planner::exec::verify::verify;
 use tapeplan_planner::model::RunConfig;
 use tapeplan_runtime::protocol::Fnv1a64;
 use tapeplan_runtime::{catalog, BuildOps, Limits};
-
-/// A clock that ticks once per read.
-struct Ticks(Cell<u64>);
-
-impl Clock for Ticks {
-    fn now_ticks(&self) -> u64 {
-        self.0.set(self.0.get() + 1);
-        self.0.get()
-    }
-    fn ticks_per_second(&self) -> u32 {
-        1_000_000
-    }
-}
 
 /// `f32` rows with class labels or regression targets, as the firmware's feature `cnn` embeds
 /// them.
@@ -73,20 +61,7 @@ impl Rows for F32Rows {
 fn cell(path: &str) -> (usize, usize) {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let cfg = RunConfig::parse(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let job = cfg.job().unwrap();
-    let plan = job.schedule.to_bytes();
-    let init: Vec<u8> = cfg
-        .initial_parameters(&job)
-        .unwrap()
-        .iter()
-        .flatten()
-        .flat_map(|v| v.to_le_bytes())
-        .collect();
-    let params: Vec<(&'static str, usize)> = job
-        .parameter_shapes()
-        .into_iter()
-        .map(|(n, s)| (&*Box::leak(n.into_boxed_str()), s.elems()))
-        .collect();
+    let (plan, init, params) = common::run_parts(&cfg);
     let train_set = cfg.training_set().unwrap();
     let rows = F32Rows {
         features: train_set.features.clone(),
@@ -111,7 +86,7 @@ fn cell(path: &str) -> (usize, usize) {
     let arena_elems = tapeplan_runtime::Plan::parse(&plan).unwrap().arena_elems();
     let mut arena = vec![0.0f32; arena_elems];
     let mut order = vec![0u16; rows.len()];
-    let clock = Ticks(Cell::new(0));
+    let clock = CountingClock::new();
     let mut link: Vec<u8> = Vec::new();
     let mut out: Transcript<'_, _, 512> = Transcript::new(LineLink::new(&mut link));
     let summary = train::<BuildOps, 4096, 512, _, _, _, _>(
@@ -159,8 +134,12 @@ fn hvp_cell() -> (usize, usize) {
         seed: HVP_SEED,
         limits: Limits::DEFAULT,
     };
-    let mut arena =
-        vec![0.0f32; tapeplan_runtime::Plan::parse(&w.plan).unwrap().arena_elems()];
+    let mut arena = vec![
+        0.0f32;
+        tapeplan_runtime::Plan::parse(&w.plan)
+            .unwrap()
+            .arena_elems()
+    ];
     let mut link: Vec<u8> = Vec::new();
     let mut out: Transcript<'_, _, 256> = Transcript::new(LineLink::new(&mut link));
     let steps = run_entry::<BuildOps, 4096, 256, _>(&mut out, &run, &mut arena).unwrap();
@@ -208,6 +187,9 @@ fn matrix_runs_verify_at_every_step() {
             cell(path)
         };
         assert_eq!(identical, steps, "{path}");
-        println!("matrix-cell {path} {} {identical}/{steps}", catalog::CATALOG);
+        println!(
+            "matrix-cell {path} {} {identical}/{steps}",
+            catalog::CATALOG
+        );
     }
 }

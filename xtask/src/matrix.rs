@@ -131,7 +131,10 @@ pub fn step_matrix(ctx: &Ctx) -> Result<()> {
     // `TAPEPLAN_MATRIX_ONLY=host,wasm,qemu` (any of them) runs those columns only, for local
     // iteration; the others are then shown as not run.
     let only = std::env::var("TAPEPLAN_MATRIX_ONLY").ok();
-    let wanted = |group: &str| only.as_deref().is_none_or(|o| o.split(',').any(|g| g == group));
+    let wanted = |group: &str| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|g| g == group))
+    };
     if wanted("host") {
         host_cells(ctx, &mut cells)?;
     }
@@ -169,7 +172,11 @@ pub fn step_matrix(ctx: &Ctx) -> Result<()> {
         })
         .collect();
     if !failed.is_empty() {
-        bail!("cross-target matrix: {} cells failed:\n{}", failed.len(), failed.join("\n"));
+        bail!(
+            "cross-target matrix: {} cells failed:\n{}",
+            failed.len(),
+            failed.join("\n")
+        );
     }
     Ok(())
 }
@@ -185,7 +192,10 @@ fn render(rows: &[String], cells: &BTreeMap<(String, Target), Cell>) -> String {
     for w in rows {
         s += &format!("\n| {w} |");
         for &(t, _) in TARGETS {
-            let c = cells.get(&(w.clone(), t)).map(Cell::show).unwrap_or_default();
+            let c = cells
+                .get(&(w.clone(), t))
+                .map(Cell::show)
+                .unwrap_or_default();
             s += &format!(" {c} |");
         }
     }
@@ -260,7 +270,7 @@ fn host_cells(ctx: &Ctx, cells: &mut BTreeMap<(String, Target), Cell>) -> Result
     Ok(())
 }
 
-/// A host cell from the test's `matrix-cell RUN CATALOG SAME/STEPS` line.
+/// A host or wasm cell from the test's `matrix-cell RUN CATALOG SAME/STEPS` line.
 fn host_cell(stdout: &str, run: &str, expect: &str) -> Cell {
     let Some(line) = stdout
         .lines()
@@ -341,8 +351,13 @@ fn qemu_cells(ctx: &Ctx, cells: &mut BTreeMap<(String, Target), Cell>) -> Result
                 }
                 _ => {
                     let name = format!("matrix-{core}-{stem}");
-                    match firmware::run_on_core(ctx, (&dir, &out, &tapeplan), core, &name, &run_file)
-                    {
+                    match firmware::run_on_core(
+                        ctx,
+                        (&dir, &out, &tapeplan),
+                        core,
+                        &name,
+                        &run_file,
+                    ) {
                         Ok(t) => Cell::Same(state_lines(&t), note.clone()),
                         Err(e) => Cell::Failed(format!("{e:#}")),
                     }
@@ -443,9 +458,8 @@ fn write_cases(ctx: &Ctx) -> Result<PathBuf> {
         }
         Ok(())
     };
-    let expected = |digests: &[u64]| -> Vec<u8> {
-        digests.iter().flat_map(|d| d.to_le_bytes()).collect()
-    };
+    let expected =
+        |digests: &[u64]| -> Vec<u8> { digests.iter().flat_map(|d| d.to_le_bytes()).collect() };
     for &(key, run) in WASM_CASES {
         let path = ctx.root.join("firmware-demo").join("models").join(run);
         let text =
@@ -552,6 +566,9 @@ fn wasm_cells(ctx: &Ctx, cells: &mut BTreeMap<(String, Target), Cell>) -> Result
                         "--chrome",
                         "--chromedriver",
                         browser::CHROMEDRIVER,
+                        "--",
+                        "--",
+                        "--nocapture",
                     ],
                 );
                 c.env("WASM_BINDGEN_USE_BROWSER", "1");
@@ -560,30 +577,45 @@ fn wasm_cells(ctx: &Ctx, cells: &mut BTreeMap<(String, Target), Cell>) -> Result
             Target::WasmSimd128 => {
                 let mut c = ctx.tool(
                     "wasm-pack",
-                    ["test", "--release", "--node", "--", "--features", "simd"],
+                    [
+                        "test",
+                        "--release",
+                        "--node",
+                        "--",
+                        "--features",
+                        "simd",
+                        "--",
+                        "--nocapture",
+                    ],
                 );
                 c.env("RUSTFLAGS", "-C target-feature=+simd128")
                     .env("CARGO_TARGET_DIR", &simd_dir);
                 c
             }
-            _ => ctx.tool("wasm-pack", ["test", "--release", "--node"]),
+            _ => ctx.tool(
+                "wasm-pack",
+                ["test", "--release", "--node", "--", "--", "--nocapture"],
+            ),
         };
         cmd.current_dir(ctx.root.join("wasm").join("matrix"))
             .env("TAPEPLAN_MATRIX_CASES", &cases);
         let result = output(cmd);
+        let catalog = if target == Target::WasmSimd128 {
+            "simd128"
+        } else {
+            "scalar"
+        };
         for &(name, key) in &rows {
+            // The test's `matrix-cell KEY CATALOG SAME/STEPS` line (console output, shown with
+            // --nocapture), and its steps against the oracle's.
             let cell = match &result {
                 Err(e) => Cell::Failed(format!("{e:#}")),
-                Ok(out) => {
-                    let ok = out
-                        .lines()
-                        .any(|l| l.contains(&format!("matrix_{key} ... ok")));
-                    if ok {
-                        Cell::Same(expected_steps(key), String::new())
-                    } else {
-                        Cell::Failed(format!("no `matrix_{key} ... ok` in the test's output"))
+                Ok(out) => match host_cell(out, key, catalog) {
+                    Cell::Same(n, _) if n != expected_steps(key) => {
+                        Cell::Failed(format!("{n} steps, the oracle has {}", expected_steps(key)))
                     }
-                }
+                    c => c,
+                },
             };
             eprintln!("matrix: {name} on {target:?}: {}", cell.show());
             cells.insert((name.to_owned(), target), cell);

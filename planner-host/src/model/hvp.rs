@@ -80,9 +80,9 @@ pub fn hvp_workload() -> Result<HvpWorkload, PlanningError> {
         let mut t = tape.trace();
         let mut acc: Option<NodeId> = None;
         for (p, v) in param_nodes.iter().zip(&directions) {
-            let g = *grads.get(*p).ok_or_else(|| {
-                invalid(format!("the loss does not reach parameter {p:?}"))
-            })?;
+            let g = *grads
+                .get(*p)
+                .ok_or_else(|| invalid(format!("the loss does not reach parameter {p:?}")))?;
             let gv = t.mul(&g, v)?;
             let s = t.sum_all(&gv)?;
             acc = Some(match acc {

@@ -21,10 +21,7 @@ impl<'a> Meta<'a> {
     pub fn get(&self, key: &str) -> &'a str {
         self.0
             .lines()
-            .find_map(|l| {
-                l.strip_prefix(key)
-                    .and_then(|r| r.strip_prefix(' '))
-            })
+            .find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix(' ')))
             .unwrap_or_else(|| panic!("the case has no {key}"))
     }
 

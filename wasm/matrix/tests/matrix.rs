@@ -6,10 +6,8 @@
 //! `WASM_BINDGEN_USE_BROWSER=1`; simd128: `--features simd` with `-C target-feature=+simd128`.
 #![cfg(all(target_arch = "wasm32", matrix_cases))]
 
-use core::cell::Cell;
-
 use tapeplan_firmware::{
-    run_entry, train, Clock, ClockDelay, EntryRun, LineLink, Rows, Run, Transcript,
+    run_entry, train, ClockDelay, CountingClock, EntryRun, LineLink, Rows, Run, Transcript,
 };
 use tapeplan_runtime::protocol::Fnv1a64;
 use tapeplan_runtime::{catalog, BuildOps, Limits, Plan};
@@ -36,8 +34,18 @@ macro_rules! case {
                 $key,
                 "/meta.txt"
             ))),
-            plan: include_bytes!(concat!(env!("TAPEPLAN_MATRIX_CASES"), "/", $key, "/plan.bin")),
-            init: include_bytes!(concat!(env!("TAPEPLAN_MATRIX_CASES"), "/", $key, "/init.bin")),
+            plan: include_bytes!(concat!(
+                env!("TAPEPLAN_MATRIX_CASES"),
+                "/",
+                $key,
+                "/plan.bin"
+            )),
+            init: include_bytes!(concat!(
+                env!("TAPEPLAN_MATRIX_CASES"),
+                "/",
+                $key,
+                "/init.bin"
+            )),
             features: include_bytes!(concat!(
                 env!("TAPEPLAN_MATRIX_CASES"),
                 "/",
@@ -66,21 +74,13 @@ macro_rules! case {
     };
 }
 
-/// A clock that ticks once per read.
-struct Ticks(Cell<u64>);
-
-impl Clock for Ticks {
-    fn now_ticks(&self) -> u64 {
-        self.0.set(self.0.get() + 1);
-        self.0.get()
-    }
-    fn ticks_per_second(&self) -> u32 {
-        1_000_000
-    }
-}
-
 fn f32_at(bytes: &[u8], i: usize) -> f32 {
-    f32::from_le_bytes([bytes[4 * i], bytes[4 * i + 1], bytes[4 * i + 2], bytes[4 * i + 3]])
+    f32::from_le_bytes([
+        bytes[4 * i],
+        bytes[4 * i + 1],
+        bytes[4 * i + 2],
+        bytes[4 * i + 3],
+    ])
 }
 
 /// A case's rows: `f32` features, and labels or targets.
@@ -165,7 +165,7 @@ fn check(key: &str, case: &Case) {
             seed: meta.num("seed"),
             limits: Limits::DEFAULT,
         };
-        let clock = Ticks(Cell::new(0));
+        let clock = CountingClock::new();
         let mut order = vec![0u16; rows.len()];
         train::<BuildOps, 4096, 512, _, _, _, _>(
             &mut out,
