@@ -386,6 +386,7 @@ fn firmware(ctx: &Ctx, variants: &[Variant], bless: bool, icount: bool) -> Resul
         ][..],
         &["--features", "cnn"][..],
         &["--features", "checkpoint"][..],
+        &["--features", "hvp"][..],
     ] {
         let mut clippy = Command::new(&ctx.cargo);
         clippy

@@ -936,7 +936,7 @@ mod tests {
         assert!(from.iter().all(|s| !QUICK_SKIPS.contains(s)));
         assert_eq!(
             ci_steps(&args(&["--from", "browser"])).unwrap(),
-            ["browser"]
+            ["browser", "matrix"]
         );
         let err = ci_steps(&args(&["--from", "nope"]))
             .unwrap_err()

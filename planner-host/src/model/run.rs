@@ -7,7 +7,8 @@
 //! and the canonical line names it only when it is `fast`), the arithmetic profile
 //! (`arith=separate|fma`; absent means `separate`, named only when `fma`), fusion (`fusion=on|off`), the
 //! optimizer (`optimizer=sgd|momentum|nesterov|adam|adamw`, with `momentum=` and
-//! `weight_decay=`; absent means SGD), the data (`data=digits`, the default, or
+//! `weight_decay=`; absent means SGD), an MLP's dropout (`dropout=P` after every hidden
+//! activation, its generator keyed by `seed`; absent means none), the data (`data=digits`, the default, or
 //! `data=PATH data_digest=HEX`) and the initial parameters (`init=glorot`, the default, or
 //! `init=PATH init_digest=HEX`). Optional keys at their defaults are left out of the canonical
 //! line, so descriptions written before they existed keep their line.
@@ -1399,6 +1400,34 @@ pub(crate) mod tests {
              samples=16 epochs=2",
         )
         .unwrap()
+    }
+
+    /// `dropout=P` round-trips, plans an MLP whose `train_step` draws (an `init` entry writes
+    /// the generator's key and counter), and is refused outside `[0, 1)` and for a CNN.
+    #[test]
+    fn the_dropout_key_plans_a_drawing_mlp() {
+        let line = "model=64,8,10 activation=tanh loss=ce batch=4 lr=0.1 seed=42 \
+                    split_seed=0 samples=16 epochs=1 optimizer=adam dropout=0.1";
+        let c = RunConfig::parse(line).unwrap();
+        assert_eq!(c.dropout, 0.1);
+        assert_eq!(c.to_line(), line);
+        let with = c.job().unwrap();
+        let without = RunConfig { dropout: 0.0, ..c }.job().unwrap();
+        let has_rng = |j: &TrainingJob| j.state_specs.iter().any(|s| s.name.starts_with("rng."));
+        assert!(
+            has_rng(&with),
+            "the dropout job keeps its generator's state"
+        );
+        assert!(!has_rng(&without));
+        assert_ne!(with.schedule.to_bytes(), without.schedule.to_bytes());
+        for bad in ["dropout=1", "dropout=-0.1", "dropout=x"] {
+            let e = RunConfig::parse(&line.replace("dropout=0.1", bad)).unwrap_err();
+            assert!(e.to_string().contains("dropout"), "{bad}: {e}");
+        }
+        let cnn = "model=mnist1d_cnn activation=relu loss=ce batch=10 lr=0.01 seed=42 \
+                   split_seed=0 samples=40 epochs=1 data=mnist1d dropout=0.5";
+        let e = RunConfig::parse(cnn).unwrap_err();
+        assert!(e.to_string().contains("applies to an MLP"), "{e}");
     }
 
     #[test]

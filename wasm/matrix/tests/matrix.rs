@@ -179,7 +179,7 @@ fn check(key: &str, case: &Case) {
         )
         .unwrap();
     }
-    drop(out);
+    out.end_ok().unwrap();
     let text = String::from_utf8(link).unwrap();
     let got: Vec<u64> = states(&text).collect();
     let expected: Vec<u64> = u64s(case.expected).collect();
