@@ -595,14 +595,7 @@ pub(crate) fn run_hvp_on_core(
 ) -> Result<String> {
     let core = core_named(core)?;
     eprintln!("\n--> {name} ({}): the HVP entry, feature hvp", core.target);
-    let elf = build(
-        ctx,
-        dir,
-        out,
-        core.target,
-        &feature_args(MathProfile::Precise, core.board, &["hvp"]),
-        name,
-    )?;
+    let elf = build_feature(ctx, (dir, out), core, "hvp", name)?;
     let transcript_path = out.join(format!("{name}.transcript"));
     run_qemu(
         core,
@@ -743,14 +736,7 @@ fn checkpoint_run(ctx: &Ctx, dir: &Path, out: &Path) -> Result<String> {
         "\n--> {name} ({}): feature checkpoint, a reset in the middle of a checkpoint write",
         core.target
     );
-    let elf = build(
-        ctx,
-        dir,
-        out,
-        core.target,
-        &feature_args(MathProfile::Precise, core.board, &["checkpoint"]),
-        name,
-    )?;
+    let elf = build_feature(ctx, (dir, out), core, "checkpoint", name)?;
     let transcript_path = out.join(format!("{name}.transcript"));
     fs::write(&transcript_path, b"")
         .with_context(|| format!("writing {}", transcript_path.display()))?;
@@ -1261,6 +1247,24 @@ fn build_with_run(
     fs::copy(&built, &elf)
         .with_context(|| format!("copying {} to {}", built.display(), elf.display()))?;
     Ok(elf)
+}
+
+/// [`build`] of `core`'s board under the precise profile with one more feature.
+fn build_feature(
+    ctx: &Ctx,
+    (dir, out): (&Path, &Path),
+    core: &Core,
+    feature: &str,
+    name: &str,
+) -> Result<PathBuf> {
+    build(
+        ctx,
+        dir,
+        out,
+        core.target,
+        &feature_args(MathProfile::Precise, core.board, &[feature]),
+        name,
+    )
 }
 
 /// The core of [`CORES`] named `name`.
