@@ -623,3 +623,59 @@ fn wasm_cells(ctx: &Ctx, cells: &mut BTreeMap<(String, Target), Cell>) -> Result
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cell_is_same_only_when_every_step_matches() {
+        let t =
+            "tapeplan-transcript 1\nstate 1 00000000000000aa\nstate 2 00000000000000bb\nend ok\n";
+        assert!(matches!(
+            compare_digests(t, &[0xaa, 0xbb]),
+            Cell::Same(2, _)
+        ));
+        let Cell::Failed(why) = compare_digests(t, &[0xaa, 0xbc]) else {
+            panic!("a differing step passed");
+        };
+        assert!(why.starts_with("step 2:"), "{why}");
+        assert!(matches!(compare_digests(t, &[0xaa]), Cell::Failed(_)));
+        let cut = t.replace("end ok\n", "");
+        assert!(matches!(
+            compare_digests(&cut, &[0xaa, 0xbb]),
+            Cell::Failed(_)
+        ));
+    }
+
+    #[test]
+    fn a_host_cell_checks_its_catalog_and_counts() {
+        let out = "matrix-cell w3 simd-sse2 1024/1024\n";
+        assert!(matches!(
+            host_cell(out, "w3", "simd-sse2"),
+            Cell::Same(1024, _)
+        ));
+        assert!(matches!(
+            host_cell(out, "w3", "simd-avx512"),
+            Cell::Failed(_)
+        ));
+        assert!(matches!(
+            host_cell(out, "hvp", "simd-sse2"),
+            Cell::Failed(_)
+        ));
+        let short = "matrix-cell w3 scalar 1023/1024\n";
+        assert!(matches!(host_cell(short, "w3", "scalar"), Cell::Failed(_)));
+    }
+
+    #[test]
+    fn the_table_has_a_row_per_workload_and_no_blank_cell() {
+        let rows = vec!["a".to_owned()];
+        let mut cells = BTreeMap::new();
+        for &(t, _) in TARGETS {
+            cells.insert(("a".to_owned(), t), Cell::Na("why".into()));
+        }
+        let table = render(&rows, &cells);
+        assert_eq!(table.lines().count(), 3);
+        assert_eq!(table.matches("n/a: why").count(), TARGETS.len());
+    }
+}
