@@ -37,12 +37,13 @@ pub trait Rows {
     /// Row `row`'s class label, as the `f32` the plan's `labels` input takes.
     fn label(&self, row: usize) -> f32;
 
-    /// Writes row `row`'s regression targets into `dst`, for a plan whose `train_step` takes
-    /// float targets (an input `y`) instead of `labels`. The default is a single target, the
-    /// row's [`Rows::label`]; rows with several targets override it.
+    /// Writes row `row`'s targets into `dst`: its [`Rows::label`] for a plan whose
+    /// `train_step` takes `labels` (one a row), its regression targets for a plan that takes
+    /// float targets (an input `y`) instead. The default writes the label into every element:
+    /// right for labels and a single regression target; rows with several targets override it.
     ///
     /// # Shapes
-    /// `dst: [d_out]`, the plan's `y` input's row.
+    /// `dst: [1]` for labels, `[d_out]` for `y`.
     fn load_target(&self, row: usize, dst: &mut [f32]) {
         dst.fill(self.label(row));
     }
@@ -309,11 +310,13 @@ where
 
     let batch = run.batch.max(1);
     let steps_per_epoch = samples / batch;
-    // Classification feeds `labels`; a regression plan (no `labels`) feeds its targets to `y`.
-    let regression = s.input_mut(train, INPUT_LABELS).is_err();
-    if regression && s.input_mut(train, INPUT_Y).is_err() {
-        return Err(Failure::Missing("input", INPUT_LABELS));
-    }
+    // Classification feeds `labels` (one a row); a regression plan (no `labels`) feeds its
+    // targets to `y`. Both through `Rows::load_target`, whose default writes the label.
+    let targets = if s.input_mut(train, INPUT_LABELS).is_ok() {
+        INPUT_LABELS
+    } else {
+        INPUT_Y
+    };
     let resumed = checkpoints
         .resume(&mut s)
         .map_err(Failure::Checkpoint)?
@@ -342,17 +345,10 @@ where
             for (dst, &row) in x.chunks_exact_mut(d_in.max(1)).zip(rows_of_step) {
                 rows.load(usize::from(row), dst);
             }
-            if regression {
-                let y = s.input_mut(train, INPUT_Y)?;
-                let d_out = y.len() / batch;
-                for (dst, &row) in y.chunks_exact_mut(d_out.max(1)).zip(rows_of_step) {
-                    rows.load_target(usize::from(row), dst);
-                }
-            } else {
-                let labels = s.input_mut(train, INPUT_LABELS)?;
-                for (d, &row) in labels.iter_mut().zip(rows_of_step) {
-                    *d = rows.label(usize::from(row));
-                }
+            let t = s.input_mut(train, targets)?;
+            let per_row = t.len() / batch;
+            for (dst, &row) in t.chunks_exact_mut(per_row.max(1)).zip(rows_of_step) {
+                rows.load_target(usize::from(row), dst);
             }
             let t0 = clock.now_ticks();
             s.run(train)?;
@@ -429,6 +425,9 @@ where
 /// # Errors
 /// [`Failure::InitLength`] naming a tensor whose values are missing or do not fit;
 /// [`Failure::Run`] for a name the plan lacks.
+// Inlined: a call of its own costs the Cortex-M4F firmware about 240 bytes of flash (its
+// runtime budget, `cargo xtask firmware`).
+#[inline(always)]
 pub(crate) fn load_initial<O: Ops, E>(
     s: &mut Session<'_, '_, O>,
     init: &[u8],
