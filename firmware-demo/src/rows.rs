@@ -54,9 +54,13 @@ impl Rows for Embedded {
     }
 
     /// A regression run's targets (`gen::TARGETS_PER_ROW` little-endian `f32`s a row, where
-    /// the labels would be).
+    /// the labels would be); a classification run's label.
     #[cfg(feature = "cnn")]
     fn load_target(&self, row: usize, dst: &mut [f32]) {
+        if gen::TARGETS_PER_ROW == 0 {
+            dst.fill(self.label(row));
+            return;
+        }
         let start = row * gen::TARGETS_PER_ROW * 4;
         let src = &gen::LABELS[start..start + gen::TARGETS_PER_ROW * 4];
         for (d, b) in dst.iter_mut().zip(src.chunks_exact(4)) {

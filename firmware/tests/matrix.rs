@@ -45,7 +45,12 @@ impl Rows for F32Rows {
         f32::from(self.labels[row])
     }
     fn load_target(&self, row: usize, dst: &mut [f32]) {
-        dst.copy_from_slice(&self.targets[row * self.d_out..(row + 1) * self.d_out]);
+        if self.d_out == 0 {
+            // Class labels.
+            dst.fill(self.label(row));
+        } else {
+            dst.copy_from_slice(&self.targets[row * self.d_out..(row + 1) * self.d_out]);
+        }
     }
     fn digest(&self) -> u64 {
         let mut h = Fnv1a64::new();

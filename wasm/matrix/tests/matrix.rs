@@ -103,6 +103,11 @@ impl Rows for CaseRows<'_> {
         f32::from(self.case.labels[row])
     }
     fn load_target(&self, row: usize, dst: &mut [f32]) {
+        if self.d_out == 0 {
+            // Class labels.
+            dst.fill(self.label(row));
+            return;
+        }
         for (j, d) in dst.iter_mut().enumerate() {
             *d = f32_at(self.case.targets, row * self.d_out + j);
         }
