@@ -151,6 +151,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rustc-link-arg-bins=-Tlink.x");
     println!("cargo:rustc-link-arg-bins=-Tdefmt.x");
 
+    // Feature `hvp`: the cross-target matrix's Hessian-vector product entry instead of a run.
+    if env::var_os("CARGO_FEATURE_HVP").is_some() {
+        return hvp(&out, board, &target);
+    }
+
     // The run.
     println!("cargo:rerun-if-env-changed=TAPEPLAN_RUN");
     let cnn = env::var_os("CARGO_FEATURE_CNN").is_some();
@@ -248,26 +253,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         cfg.model,
         tapeplan_planner::model::run::RunModel::DigitsCnn(_)
     );
-    let f32_rows = mnist1d || digits_cnn || plan_file.is_some();
+    let csv = matches!(cfg.data, tapeplan_planner::model::run::RunData::Csv { .. });
+    let f32_rows = mnist1d || digits_cnn || plan_file.is_some() || csv;
     if f32_rows != cnn {
         return Err(format!(
-            "{}: a data=mnist1d, model=digits_cnn or plan= run needs the firmware's feature \
-             `cnn` (its `f32` rows, all opcodes and the plan's init entry), and the feature \
-             trains only those runs",
+            "{}: a data=mnist1d, data=PATH, model=digits_cnn or plan= run needs the firmware's \
+             feature `cnn` (its `f32` rows, all opcodes and the plan's init entry), and the \
+             feature trains only those runs",
             run_path.display()
         )
         .into());
-    }
-    if let Some(bytes) = &plan_file {
-        let io = tapeplan_planner::model::run::PlanIo::of(bytes)?;
-        if !io.labels {
-            return Err(format!(
-                "{}: the plan trains on float targets (an input y); the firmware feeds labels: \
-                 verify a regression run from another target",
-                run_path.display()
-            )
-            .into());
-        }
     }
     if !f32_rows && cfg.data != tapeplan_planner::model::run::RunData::Digits {
         return Err(format!(
@@ -293,7 +288,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "pixels.bin"
     };
     write(&out.join(data_file), &data_bytes)?;
-    write(&out.join("labels.bin"), &train.labels)?;
+    // A regression run's targets take the labels' place, as little-endian `f32`s (the data
+    // digest hashes the features, then the labels, then the targets: one of the two is empty).
+    let targets_per_row = train.n_targets();
+    let label_bytes: Vec<u8> = if targets_per_row > 0 {
+        train
+            .targets()
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect()
+    } else {
+        train.labels.clone()
+    };
+    write(&out.join("labels.bin"), &label_bytes)?;
 
     // The initial parameters: the job's, in its order; a plan file's model tensors (not the
     // optimizer's state, which its `init` entry writes on the device), in binding order.
@@ -339,21 +346,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "pub const LINE_BYTES: usize = {};",
         ("config ".len() + cfg.to_line().len() + 1).max(192)
     )?;
-    writeln!(g, "/// The Rust target built for.")?;
-    writeln!(g, "pub const TARGET: &str = {target:?};")?;
-    writeln!(g, "/// The board linked for.")?;
-    writeln!(g, "pub const BOARD: &str = {:?};", board.name)?;
-    writeln!(
-        g,
-        "/// The transcript's `target` line: the Rust target and the board."
-    )?;
-    writeln!(
-        g,
-        "pub const TARGET_LINE: &str = {:?};",
-        format!("{target} {}", board.name)
-    )?;
-    writeln!(g, "/// The core clock SysTick counts, in Hz.")?;
-    writeln!(g, "pub const CORE_HZ: u32 = {};", board.core_hz)?;
+    board_items(&mut g, board, &target)?;
     writeln!(
         g,
         "/// The plan's arena, in `f32` elements (the plan's own figure)."
@@ -388,7 +381,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     writeln!(
         g,
         "pub const DATA_DIGEST: u64 = {:#018x};",
-        data_digest(&data_bytes, &train.labels)
+        data_digest(&data_bytes, &label_bytes)
     )?;
     writeln!(g, "/// The plan's bytes.")?;
     writeln!(
@@ -405,8 +398,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         writeln!(g, "/// Pixel counts `0..=16`, `[SAMPLES, D_IN]` row-major.")?;
         writeln!(g, "pub static PIXELS: &[u8; SAMPLES * D_IN] = include_bytes!(concat!(env!(\"OUT_DIR\"), \"/pixels.bin\"));")?;
     }
-    writeln!(g, "/// Labels `0..=9`, `[SAMPLES]`.")?;
-    writeln!(g, "pub static LABELS: &[u8; SAMPLES] = include_bytes!(concat!(env!(\"OUT_DIR\"), \"/labels.bin\"));")?;
+    writeln!(
+        g,
+        "/// Regression targets per row (0: the rows have class labels)."
+    )?;
+    writeln!(g, "pub const TARGETS_PER_ROW: usize = {targets_per_row};")?;
+    writeln!(
+        g,
+        "/// Labels `0..=9`, `[SAMPLES]`; or, with `TARGETS_PER_ROW > 0`, the targets as \
+         little-endian `f32`, `[SAMPLES, TARGETS_PER_ROW]`."
+    )?;
+    writeln!(g, "pub static LABELS: &[u8; {}] = include_bytes!(concat!(env!(\"OUT_DIR\"), \"/labels.bin\"));", label_bytes.len())?;
     writeln!(
         g,
         "/// Initial parameters, little-endian `f32`, in `INIT_PARAMS` order."
@@ -444,7 +446,88 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Writes a file only when its bytes change (keeps incremental rebuilds quiet).
+/// Feature `hvp`: the plan of `tapeplan_planner::model::hvp` (a Hessian-vector product entry,
+/// not training), its initial parameters and its step count and seed, for
+/// `tapeplan_firmware::run_entry`.
+fn hvp(out: &Path, board: &Board, target: &str) -> Result<(), Box<dyn std::error::Error>> {
+    use tapeplan_planner::model::hvp::{hvp_workload, HVP_ENTRY, HVP_SEED, HVP_STEPS};
+    let w = hvp_workload()?;
+    let plan = tapeplan_runtime::Plan::parse(&w.plan)
+        .map_err(|e| format!("the HVP plan is rejected by the runtime: {e}"))?;
+    if plan.arena_bytes() + RAM_RESERVE_BYTES > board.ram_bytes {
+        return Err(format!(
+            "the HVP plan's arena is {} bytes; it does not fit the board's {} bytes of RAM",
+            plan.arena_bytes(),
+            board.ram_bytes
+        )
+        .into());
+    }
+    write(&out.join("train.plan"), &w.plan)?;
+    let init = w.init_bytes();
+    write(&out.join("init.bin"), &init)?;
+    let mut g = String::new();
+    writeln!(
+        g,
+        "// Generated by build.rs: the HVP workload (feature hvp)."
+    )?;
+    writeln!(g, "/// The transcript's line buffer, in bytes.")?;
+    writeln!(g, "pub const LINE_BYTES: usize = 192;")?;
+    board_items(&mut g, board, target)?;
+    writeln!(g, "/// The plan's arena, in `f32` elements.")?;
+    writeln!(g, "pub const ARENA_ELEMS: usize = {};", plan.arena_elems())?;
+    writeln!(g, "/// The plan's tensor count.")?;
+    writeln!(g, "pub const PLAN_TENSORS: usize = {};", plan.n_tensors())?;
+    writeln!(g, "/// The entry to run.")?;
+    writeln!(g, "pub const ENTRY: &str = {HVP_ENTRY:?};")?;
+    writeln!(g, "/// Runs of the entry.")?;
+    writeln!(g, "pub const STEPS: usize = {HVP_STEPS};")?;
+    writeln!(g, "/// The seed of the inputs' stream.")?;
+    writeln!(g, "pub const SEED: u64 = {HVP_SEED};")?;
+    writeln!(g, "/// The plan's bytes.")?;
+    writeln!(
+        g,
+        "pub static PLAN: &[u8] = include_bytes!(concat!(env!(\"OUT_DIR\"), \"/train.plan\"));"
+    )?;
+    writeln!(g, "/// Initial parameters, little-endian `f32`.")?;
+    writeln!(
+        g,
+        "pub static INIT: &[u8; {}] = include_bytes!(concat!(env!(\"OUT_DIR\"), \"/init.bin\"));",
+        init.len()
+    )?;
+    writeln!(
+        g,
+        "/// Each parameter's name and element count, in `INIT` order."
+    )?;
+    write!(g, "pub const INIT_PARAMS: &[(&str, usize)] = &[")?;
+    for (name, shape) in &w.params {
+        write!(g, "({name:?}, {}), ", shape.elems())?;
+    }
+    writeln!(g, "];")?;
+    g.push_str(&op_set_item(&plan));
+    write(&out.join("generated.rs"), g.as_bytes())?;
+    println!("cargo:rerun-if-changed=build.rs");
+    Ok(())
+}
+
+/// The generated items that name the board: `TARGET`, `BOARD`, `TARGET_LINE`, `CORE_HZ`.
+fn board_items(g: &mut String, board: &Board, target: &str) -> std::fmt::Result {
+    writeln!(g, "/// The Rust target built for.")?;
+    writeln!(g, "pub const TARGET: &str = {target:?};")?;
+    writeln!(g, "/// The board linked for.")?;
+    writeln!(g, "pub const BOARD: &str = {:?};", board.name)?;
+    writeln!(
+        g,
+        "/// The transcript's `target` line: the Rust target and the board."
+    )?;
+    writeln!(
+        g,
+        "pub const TARGET_LINE: &str = {:?};",
+        format!("{target} {}", board.name)
+    )?;
+    writeln!(g, "/// The core clock SysTick counts, in Hz.")?;
+    writeln!(g, "pub const CORE_HZ: u32 = {};", board.core_hz)
+}
+
 /// The selective build's op set, derived from the plan's bytes: a `PlanOps` type (see
 /// `tapeplan_core::op_set!`) naming the opcodes the plan's instructions use, so the runtime
 /// links only their kernels, shape rules and attribute decoders (`docs/selective-build.md`).
@@ -458,6 +541,7 @@ fn op_set_item(plan: &tapeplan_runtime::Plan<'_>) -> String {
     )
 }
 
+/// Writes a file only when its bytes change (keeps incremental rebuilds quiet).
 fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     if fs::read(path).ok().as_deref() == Some(bytes) {
         return Ok(());

@@ -23,6 +23,7 @@ pub mod baseline;
 pub mod board;
 #[cfg(feature = "checkpoint")]
 pub mod ckpt;
+#[cfg(not(feature = "hvp"))]
 pub mod rows;
 pub mod rt;
 pub mod uart;
@@ -34,13 +35,18 @@ pub mod gen {
     include!(concat!(env!("OUT_DIR"), "/generated.rs"));
 }
 
-use board::{exit, SysTickClock, EXIT_FAILED, EXIT_OK};
-use tapeplan_firmware::{ClockDelay, LineLink, Run};
+#[cfg(not(feature = "hvp"))]
+use board::SysTickClock;
+use board::{exit, EXIT_FAILED, EXIT_OK};
+use tapeplan_firmware::LineLink;
+#[cfg(not(feature = "hvp"))]
+use tapeplan_firmware::{ClockDelay, Run};
 use tapeplan_runtime::Limits;
 #[cfg(not(feature = "transcript-rtt"))]
 use uart::Uart;
 
 /// Epoch pause under QEMU: none.
+#[cfg(not(feature = "hvp"))]
 const PAUSE_MS: u32 = 0;
 
 /// The transcript's link: the board's UART.
@@ -77,6 +83,7 @@ fn end_with_error(what: core::fmt::Arguments<'_>) {
 }
 
 /// The run build.rs embedded.
+#[cfg(not(feature = "hvp"))]
 pub const RUN: Run<'static> = Run {
     plan: gen::PLAN,
     config: gen::RUN,
@@ -95,7 +102,56 @@ pub const RUN: Run<'static> = Run {
     },
 };
 
+/// Feature `hvp`: run the Hessian-vector product entry build.rs embedded, step after step
+/// ([`tapeplan_firmware::run_entry`]), report, stop.
+#[cfg(feature = "hvp")]
+fn run() -> ! {
+    rt::paint_stack();
+    let mut uart = Uart::take();
+    let mut out = Transcript::new(LineLink::new(&mut uart));
+    let Some(arena) = rt::take_arena() else {
+        let _ = out.end_error("arena already taken");
+        exit(EXIT_FAILED)
+    };
+    let run = tapeplan_firmware::EntryRun {
+        plan: gen::PLAN,
+        target: gen::TARGET_LINE,
+        entry: gen::ENTRY,
+        init: gen::INIT,
+        params: gen::INIT_PARAMS,
+        steps: gen::STEPS,
+        seed: gen::SEED,
+        limits: Limits {
+            max_work_per_entry: Some(u64::MAX),
+            ..Limits::DEFAULT
+        },
+    };
+    defmt::info!(
+        "tapeplan firmware on {=str}: the {=str} entry",
+        gen::BOARD,
+        gen::ENTRY
+    );
+    match tapeplan_firmware::run_entry::<gen::PlanOps, { gen::PLAN_TENSORS }, _, _>(
+        &mut out, &run, arena,
+    ) {
+        Ok(steps) => {
+            let _ = out.info(format_args!(
+                "ram arena_bytes {} stack_bytes {} steps {steps}",
+                gen::ARENA_ELEMS * 4,
+                rt::stack_high_water_bytes()
+            ));
+            let _ = out.end_ok();
+            exit(EXIT_OK)
+        }
+        Err(e) => {
+            let _ = out.end_error(e);
+            exit(EXIT_FAILED)
+        }
+    }
+}
+
 /// The firmware: set up the board, train, report, stop.
+#[cfg(not(feature = "hvp"))]
 fn run() -> ! {
     rt::paint_stack();
     let mut link = take_link();

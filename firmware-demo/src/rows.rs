@@ -1,5 +1,6 @@
 //! The embedded training rows, as the library's [`Rows`]: the digits as `u8` pixel counts (the
-//! default build), or with feature `cnn` MNIST-1D's rows as little-endian `f32` features.
+//! default build), or with feature `cnn` `f32` rows (MNIST-1D's, the digits' for the CNN, a
+//! CSV's) as little-endian `f32` features, and a regression run's targets as `f32`s.
 
 use tapeplan_firmware::Rows;
 use tapeplan_runtime::protocol::data_digest;
@@ -50,6 +51,21 @@ impl Rows for Embedded {
     #[inline(always)]
     fn label(&self, row: usize) -> f32 {
         f32::from(gen::LABELS[row])
+    }
+
+    /// A regression run's targets (`gen::TARGETS_PER_ROW` little-endian `f32`s a row, where
+    /// the labels would be); a classification run's label.
+    #[cfg(feature = "cnn")]
+    fn load_target(&self, row: usize, dst: &mut [f32]) {
+        if gen::TARGETS_PER_ROW == 0 {
+            dst.fill(self.label(row));
+            return;
+        }
+        let start = row * gen::TARGETS_PER_ROW * 4;
+        let src = &gen::LABELS[start..start + gen::TARGETS_PER_ROW * 4];
+        for (d, b) in dst.iter_mut().zip(src.chunks_exact(4)) {
+            *d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
     }
 
     fn digest(&self) -> u64 {

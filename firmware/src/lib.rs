@@ -8,6 +8,8 @@
 //!   caller's arena, load the initial parameters, run the plan's `init` entry when it has one,
 //!   and run `train_step` over the rows in the run protocol's epoch order
 //!   ([`tapeplan_runtime::protocol::epoch_shuffle`]), one batch of consecutive rows a step.
+//! - [`run_entry()`]: a plan's entry that is not training (a Hessian-vector product), run step
+//!   after step on inputs from a seeded stream, the digest of its outputs sent after each step.
 //! - [`link`]: the transcript ([`tapeplan_runtime::protocol`]'s format and writer) over any
 //!   [`embedded_io::Write`](https://docs.rs/embedded-io/0.7/embedded_io/trait.Write.html) (a UART, an RTT channel, a USB CDC port), one write per line. Its
 //!   `bind` line binds the run to the plan's checksum, the data digest, the initial
@@ -49,12 +51,14 @@ macro_rules! info {
 
 pub mod board;
 pub mod checkpoint;
+pub mod entry;
 pub mod link;
 pub mod train;
 
-pub use board::{Clock, ClockDelay};
+pub use board::{Clock, ClockDelay, CountingClock};
 pub use checkpoint::{CheckpointStore, StoreError};
 #[cfg(feature = "rtt")]
 pub use link::RttLink;
+pub use entry::{run_entry, EntryRun};
 pub use link::{LineLink, Transcript};
 pub use train::{train, train_resumable, Checkpoints, Failure, NoCheckpoints, Rows, Run, Summary};

@@ -10,7 +10,8 @@ use core::fmt;
 use embedded_hal::delay::DelayNs;
 use embedded_io::Write;
 use tapeplan_runtime::protocol::{
-    epoch_shuffle, Fnv1a64, ENTRY_INIT, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, OUTPUT_LOSS,
+    epoch_shuffle, Fnv1a64, ENTRY_INIT, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, INPUT_Y,
+    OUTPUT_LOSS,
 };
 use tapeplan_runtime::{ExecError, Limits, Ops, ParseError, Plan, Scratch, Session};
 
@@ -35,6 +36,17 @@ pub trait Rows {
 
     /// Row `row`'s class label, as the `f32` the plan's `labels` input takes.
     fn label(&self, row: usize) -> f32;
+
+    /// Writes row `row`'s targets into `dst`: its [`Rows::label`] for a plan whose
+    /// `train_step` takes `labels` (one a row), its regression targets for a plan that takes
+    /// float targets (an input `y`) instead. The default writes the label into every element:
+    /// right for labels and a single regression target; rows with several targets override it.
+    ///
+    /// # Shapes
+    /// `dst: [1]` for labels, `[d_out]` for `y`.
+    fn load_target(&self, row: usize, dst: &mut [f32]) {
+        dst.fill(self.label(row));
+    }
 
     /// The data digest ([`tapeplan_runtime::protocol::data_digest`] of the rows' bytes then
     /// the labels), as the host computes it for the run.
@@ -309,28 +321,7 @@ where
     );
 
     let mut s = Session::bind_selective::<O>(&plan, arena)?;
-    // Bytes of `init` taken so far.
-    let mut at = 0usize;
-    for &(name, elems) in run.params {
-        let dst = s
-            .parameter_mut(name)
-            .map_err(|_| Failure::Missing("parameter", name))?;
-        let end = elems
-            .checked_mul(4)
-            .and_then(|n| n.checked_add(at))
-            .ok_or(Failure::InitLength(name))?;
-        let src = run.init.get(at..end).ok_or(Failure::InitLength(name))?;
-        if dst.len() != elems {
-            return Err(Failure::InitLength(name));
-        }
-        for (d, b) in dst.iter_mut().zip(src.chunks_exact(4)) {
-            *d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        }
-        at = end;
-    }
-    if at != run.init.len() {
-        return Err(Failure::InitBytes(run.init.len(), at));
-    }
+    load_initial(&mut s, run.init, run.params)?;
     // An optimizer's state (Adam's moments and step) starts from the plan's `init` entry.
     if let Some(init) = plan.entry(ENTRY_INIT) {
         s.run(init)?;
@@ -345,8 +336,15 @@ where
     if samples > usize::from(u16::MAX) + 1 {
         return Err(Failure::TooManyRows(samples));
     }
-    // The plan's labels are one per row of a step.
-    let plan_batch = s.input_mut(train, INPUT_LABELS)?.len();
+    // The plan's batch: the first extent of its `x`, one row a step's row.
+    let plan_batch = plan
+        .input(train, INPUT_X)
+        .ok_or(Failure::Missing("input", INPUT_X))?
+        .shape
+        .dims()
+        .first()
+        .copied()
+        .unwrap_or(1);
     let batch = run.batch;
     if batch != plan_batch {
         return Err(Failure::Batch(batch, plan_batch));
@@ -355,6 +353,13 @@ where
         return Err(Failure::TooFewRows(samples, batch));
     }
     let steps_per_epoch = samples / batch;
+    // Classification feeds `labels` (one a row); a regression plan (no `labels`) feeds its
+    // targets to `y`. Both through `Rows::load_target`, whose default writes the label.
+    let targets = if s.input_mut(train, INPUT_LABELS).is_ok() {
+        INPUT_LABELS
+    } else {
+        INPUT_Y
+    };
     let resumed = checkpoints
         .resume(&mut s)
         .map_err(Failure::Checkpoint)?
@@ -389,9 +394,10 @@ where
             for (dst, &row) in x.chunks_exact_mut(d_in.max(1)).zip(rows_of_step) {
                 rows.load(usize::from(row), dst);
             }
-            let labels = s.input_mut(train, INPUT_LABELS)?;
-            for (d, &row) in labels.iter_mut().zip(rows_of_step) {
-                *d = rows.label(usize::from(row));
+            let t = s.input_mut(train, targets)?;
+            let per_row = t.len() / batch;
+            for (dst, &row) in t.chunks_exact_mut(per_row.max(1)).zip(rows_of_step) {
+                rows.load_target(usize::from(row), dst);
             }
             let t0 = clock.now_ticks();
             s.run(train)?;
@@ -460,4 +466,43 @@ where
     ))
     .map_err(link)?;
     Ok(summary)
+}
+
+/// Loads the initial values `init` (little-endian `f32`, concatenated in `params` order) into
+/// the session's model tensors `params` (name, element count).
+///
+/// # Errors
+/// [`Failure::InitLength`] naming a tensor whose values are missing or do not fit;
+/// [`Failure::Run`] for a name the plan lacks.
+// Inlined: a call of its own costs the Cortex-M4F firmware about 240 bytes of flash (its
+// runtime budget, `cargo xtask firmware`).
+#[inline(always)]
+pub(crate) fn load_initial<O: Ops, E>(
+    s: &mut Session<'_, '_, O>,
+    init: &[u8],
+    params: &[(&'static str, usize)],
+) -> Result<(), Failure<E>> {
+    // Bytes of `init` taken so far.
+    let mut at = 0usize;
+    for &(name, elems) in params {
+        let dst = s
+            .parameter_mut(name)
+            .map_err(|_| Failure::Missing("parameter", name))?;
+        let end = elems
+            .checked_mul(4)
+            .and_then(|n| n.checked_add(at))
+            .ok_or(Failure::InitLength(name))?;
+        let src = init.get(at..end).ok_or(Failure::InitLength(name))?;
+        if dst.len() != elems {
+            return Err(Failure::InitLength(name));
+        }
+        for (d, b) in dst.iter_mut().zip(src.chunks_exact(4)) {
+            *d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
+        at = end;
+    }
+    if at != init.len() {
+        return Err(Failure::InitBytes(init.len(), at));
+    }
+    Ok(())
 }

@@ -3,15 +3,13 @@
 //! bit for bit by the planner's `verify` against the oracle; and its failures as values.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
-use core::cell::Cell;
-
 mod common;
 
 use common::RamFlash;
 use tapeplan_firmware::checkpoint::CheckpointStore;
 
 use tapeplan_firmware::{
-    train, train_resumable, Clock, ClockDelay, Failure, LineLink, Rows, Run, Transcript,
+    train, train_resumable, ClockDelay, CountingClock, Failure, LineLink, Rows, Run, Transcript,
 };
 use tapeplan_planner::exec::transcript::Transcript as Parsed;
 use tapeplan_planner::exec::verify::verify;
@@ -21,19 +19,6 @@ use tapeplan_runtime::{BuildOps, Limits};
 
 const RUN: &str = "model=64,8,10 activation=tanh loss=ce batch=4 lr=0.1 seed=42 split_seed=0 \
                    samples=16 epochs=2";
-
-/// A clock that ticks once per read.
-struct Ticks(Cell<u64>);
-
-impl Clock for Ticks {
-    fn now_ticks(&self) -> u64 {
-        self.0.set(self.0.get() + 1);
-        self.0.get()
-    }
-    fn ticks_per_second(&self) -> u32 {
-        1_000_000
-    }
-}
 
 /// The digits' pixel counts, as the firmware demo embeds them.
 struct Digits {
@@ -73,20 +58,7 @@ type Fixture = (
 /// The run's plan, initial parameters (little-endian) with their names, and rows.
 fn fixture() -> Fixture {
     let cfg = RunConfig::parse(RUN).unwrap();
-    let job = cfg.job().unwrap();
-    let plan = job.schedule.to_bytes();
-    let init: Vec<u8> = cfg
-        .initial_parameters(&job)
-        .unwrap()
-        .iter()
-        .flatten()
-        .flat_map(|v| v.to_le_bytes())
-        .collect();
-    let params: Vec<(&'static str, usize)> = job
-        .parameter_shapes()
-        .into_iter()
-        .map(|(n, s)| (&*Box::leak(n.into_boxed_str()), s.elems()))
-        .collect();
+    let (plan, init, params) = common::run_parts(&cfg);
     let train = cfg.training_set().unwrap();
     let rows = Digits {
         pixels: train.pixels.clone(),
@@ -124,7 +96,7 @@ fn a_run_trained_by_the_library_verifies_bit_for_bit_with_a_state_digest_per_ste
     let run = run_of(&cfg, &line, &plan, &init, &params);
     let mut arena = vec![0.0f32; 1 << 16];
     let mut order = vec![0u16; rows.len()];
-    let clock = Ticks(Cell::new(0));
+    let clock = CountingClock::new();
     let mut link: Vec<u8> = Vec::new();
     let mut out: Transcript<'_, _, 256> = Transcript::new(LineLink::new(&mut link));
     let summary = train::<BuildOps, 4096, 256, _, _, _, _>(
@@ -155,7 +127,7 @@ fn failures_are_values_that_name_what_was_found() {
     let (cfg, plan, init, params, rows) = fixture();
     let line = cfg.to_line();
     let run = run_of(&cfg, &line, &plan, &init, &params);
-    let clock = Ticks(Cell::new(0));
+    let clock = CountingClock::new();
     let mut arena = vec![0.0f32; 1 << 16];
     let mut link: Vec<u8> = Vec::new();
     let mut out: Transcript<'_, _, 256> = Transcript::new(LineLink::new(&mut link));
@@ -231,7 +203,7 @@ fn a_run_reset_in_the_middle_of_a_checkpoint_write_resumes_to_the_uninterrupted_
         epochs: 3,
         ..run_of(&cfg, &line, &plan, &init, &params)
     };
-    let clock = Ticks(Cell::new(0));
+    let clock = CountingClock::new();
     let train_on = |flash: Option<RamFlash>, link: &mut Vec<u8>| {
         let mut arena = vec![0.0f32; 1 << 16];
         let mut out: Transcript<'_, _, 256> = Transcript::new(LineLink::new(link));
@@ -340,7 +312,7 @@ fn a_run_reset_in_the_middle_of_a_checkpoint_write_resumes_to_the_uninterrupted_
 /// Trains `run` over `rows` into a fresh link with a 4096-element validator scratch; answers
 /// the steps or the failure (its text).
 fn try_train<R: Rows>(run: &Run<'_>, rows: &R, order_len: usize) -> Result<usize, String> {
-    let clock = Ticks(Cell::new(0));
+    let clock = CountingClock::new();
     let mut arena = vec![0.0f32; 1 << 16];
     let mut order = vec![0u16; order_len];
     let mut link: Vec<u8> = Vec::new();
@@ -492,7 +464,7 @@ fn a_run_that_does_not_fit_its_plan_or_rows_is_a_failure_naming_what() {
     let e = try_train(&run, &Some_(&rows, 65_537), 65_537).unwrap_err();
     assert!(e.contains("65537 rows"), "{e}");
     // A validator scratch smaller than the plan's tensor count.
-    let clock = Ticks(Cell::new(0));
+    let clock = CountingClock::new();
     let mut arena = vec![0.0f32; 1 << 16];
     let mut order = vec![0u16; n];
     let mut link: Vec<u8> = Vec::new();
@@ -557,7 +529,7 @@ fn a_link_that_fails_at_any_write_is_a_link_failure() {
     let (cfg, plan, init, params, rows) = fixture();
     let line = cfg.to_line();
     let run = run_of(&cfg, &line, &plan, &init, &params);
-    let clock = Ticks(Cell::new(0));
+    let clock = CountingClock::new();
     let mut fail_at = 0;
     loop {
         let mut link = Failing { writes: 0, fail_at };

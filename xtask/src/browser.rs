@@ -36,7 +36,7 @@ const WASM_BINDGEN_VERSION: &str = "0.2.130";
 
 /// Chromium and its WebDriver, from Debian.
 const CHROMIUM: &str = "/usr/bin/chromium";
-const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+pub(crate) const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 
 /// The demo's fixed run: the digits MLP 64-32-10 tanh, softmax cross-entropy, SGD, the
 /// `tapeplan demo` data split, initialization and epoch order.

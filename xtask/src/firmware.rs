@@ -392,6 +392,7 @@ fn firmware(ctx: &Ctx, variants: &[Variant], bless: bool, icount: bool) -> Resul
         ][..],
         &["--features", "cnn"][..],
         &["--features", "checkpoint"][..],
+        &["--features", "hvp"][..],
     ] {
         let mut clippy = Command::new(&ctx.cargo);
         clippy
@@ -545,6 +546,75 @@ fn firmware(ctx: &Ctx, variants: &[Variant], bless: bool, icount: bool) -> Resul
         report_speeds(&speeds);
     }
     Ok(())
+}
+
+/// The verifier for the cross-target matrix's QEMU cells (`cargo xtask matrix`): QEMU and
+/// the tools installed, the host CLI built (release); answers the `tapeplan` binary.
+pub(crate) fn verifier(ctx: &Ctx) -> Result<PathBuf> {
+    crate::step_setup(ctx)?;
+    ensure_tools(ctx)?;
+    run(ctx.cargo(["build", "--release", "-p", "tapeplan-planner"]))?;
+    let target_dir = env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| ctx.root.join("target"));
+    Ok(target_dir.join("release").join("tapeplan"))
+}
+
+/// `tapeplan verify TRANSCRIPT --config RUN` on a transcript another step's QEMU run wrote
+/// (the matrix reuses the `qemu` step's CNN runs).
+pub(crate) fn verify_file(
+    root: &Path,
+    tapeplan: &Path,
+    transcript_path: &Path,
+    run_file: &Path,
+) -> Result<()> {
+    let name = transcript_path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    verify(root, tapeplan, &name, transcript_path, run_file).map(|_| ())
+}
+
+/// The firmware with feature `cnn` built for `run_file` on the core named `core`, trained
+/// under QEMU and verified as it streams (the matrix's QEMU cells); `paths` as
+/// [`feature_cnn_run`]'s. Answers the transcript.
+pub(crate) fn run_on_core(
+    ctx: &Ctx,
+    paths: (&Path, &Path, &Path),
+    core: &str,
+    name: &str,
+    run_file: &Path,
+) -> Result<String> {
+    let what = format!("the cross-target matrix, {}", run_file.display());
+    let (transcript, verdict, figures) =
+        feature_cnn_run(ctx, paths, core, name, run_file, &what, false)?;
+    eprintln!("{verdict}\n{figures}");
+    Ok(transcript)
+}
+
+/// The firmware with feature `hvp` (the Hessian-vector product entry of
+/// `tapeplan_planner::model::hvp`, not training) built for the core named `core` and run under
+/// QEMU (the matrix's HVP cells); `paths` as [`feature_cnn_run`]'s. Answers the transcript,
+/// whose `state` lines the caller checks against the oracle's digests.
+pub(crate) fn run_hvp_on_core(
+    ctx: &Ctx,
+    (dir, out): (&Path, &Path),
+    core: &str,
+    name: &str,
+) -> Result<String> {
+    let core = core_named(core)?;
+    eprintln!("\n--> {name} ({}): the HVP entry, feature hvp", core.target);
+    let elf = build_feature(ctx, (dir, out), core, "hvp", name)?;
+    let transcript_path = out.join(format!("{name}.transcript"));
+    run_qemu(
+        core,
+        name,
+        &elf,
+        &transcript_path,
+        out,
+        false,
+        QEMU_TIMEOUT_SECS,
+    )
 }
 
 /// Runs `tapeplan verify` on a whole transcript file (`--full`, after the run) against
@@ -1283,6 +1353,24 @@ fn build_with_run(
     fs::copy(&built, &elf)
         .with_context(|| format!("copying {} to {}", built.display(), elf.display()))?;
     Ok(elf)
+}
+
+/// [`build`] of `core`'s board under the precise profile with one more feature.
+fn build_feature(
+    ctx: &Ctx,
+    (dir, out): (&Path, &Path),
+    core: &Core,
+    feature: &str,
+    name: &str,
+) -> Result<PathBuf> {
+    build(
+        ctx,
+        dir,
+        out,
+        core.target,
+        &feature_args(MathProfile::Precise, core.board, &[feature]),
+        name,
+    )
 }
 
 /// The core of [`CORES`] named `name`.

@@ -22,6 +22,7 @@ mod docs;
 mod firmware;
 mod fuzz;
 mod mathcheck;
+mod matrix;
 mod onnx;
 mod onnx_simd;
 mod ort;
@@ -160,6 +161,11 @@ const STEPS: &[Step] = &[
         run: fuzz::step_fuzz_smoke,
     },
     Step {
+        name: "matrix",
+        about: "the cross-target matrix (issue 14): W3, a Hessian-vector product entry, Adam + dropout for 10^4 steps and the MNIST-1D CNN on QEMU M4F/M3/M0, wasm (Node, Chromium, simd128) and the host (scalar, SSE2, AVX-512), every step's digest against the host oracle through the firmware library; prints the table",
+        run: matrix::step_matrix,
+    },
+    Step {
         name: "browser",
         about: "the demo page in headless Chromium: train, check the digest against the host oracle, screenshot",
         run: browser::step_browser,
@@ -188,6 +194,7 @@ const CI_STEPS: &[&str] = &[
     "npm-pack",
     "wasm-simd",
     "browser",
+    "matrix",
 ];
 
 /// The steps `cargo xtask ci --quick` leaves out, for local iteration: the slow cross-target
@@ -203,6 +210,7 @@ const QUICK_SKIPS: &[&str] = &[
     "npm-pack",
     "wasm-simd",
     "browser",
+    "matrix",
 ];
 
 /// A verb that is not a single step.
@@ -929,7 +937,7 @@ mod tests {
         assert!(from.iter().all(|s| !QUICK_SKIPS.contains(s)));
         assert_eq!(
             ci_steps(&args(&["--from", "browser"])).unwrap(),
-            ["browser"]
+            ["browser", "matrix"]
         );
         let err = ci_steps(&args(&["--from", "nope"]))
             .unwrap_err()

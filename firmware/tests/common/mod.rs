@@ -122,3 +122,25 @@ impl<const PAGE: usize> NorFlash for RamFlash<PAGE> {
         Ok(())
     }
 }
+
+/// A run description's plan, initial model tensors (little-endian `f32`, concatenated) and
+/// their names and element counts, as the planner makes them for a device.
+pub fn run_parts(
+    cfg: &tapeplan_planner::model::RunConfig,
+) -> (Vec<u8>, Vec<u8>, Vec<(&'static str, usize)>) {
+    let job = cfg.job().unwrap();
+    let plan = job.schedule.to_bytes();
+    let init: Vec<u8> = cfg
+        .initial_parameters(&job)
+        .unwrap()
+        .iter()
+        .flatten()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let params: Vec<(&'static str, usize)> = job
+        .parameter_shapes()
+        .into_iter()
+        .map(|(n, s)| (&*Box::leak(n.into_boxed_str()), s.elems()))
+        .collect();
+    (plan, init, params)
+}

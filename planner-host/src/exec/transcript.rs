@@ -153,6 +153,7 @@ impl TranscriptReader {
                     math: MathProfile::Precise,
                     arith: tapeplan_core::ArithProfile::Separate,
                     optimizer: RunOptimizer::Sgd,
+                    dropout: 0.0,
                     data: RunData::Digits,
                     init: RunInit::Glorot,
                 },

@@ -155,6 +155,12 @@ impl HostRun {
         })
     }
 
+    /// The digest of the model tensors after each step (the `state` lines a device's
+    /// transcript must carry), step 1 first.
+    pub fn states(&self) -> &[u64] {
+        &self.states
+    }
+
     /// The run it retrained.
     pub fn config(&self) -> &RunConfig {
         &self.config

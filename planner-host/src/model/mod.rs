@@ -3,6 +3,7 @@
 //! ([`job`]) and a whole training run named by a few keys ([`run`]).
 
 pub mod graph;
+pub mod hvp;
 pub mod job;
 pub mod mlp;
 pub mod names;

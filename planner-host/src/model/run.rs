@@ -7,7 +7,8 @@
 //! and the canonical line names it only when it is `fast`), the arithmetic profile
 //! (`arith=separate|fma`; absent means `separate`, named only when `fma`), fusion (`fusion=on|off`), the
 //! optimizer (`optimizer=sgd|momentum|nesterov|adam|adamw`, with `momentum=` and
-//! `weight_decay=`; absent means SGD), the data (`data=digits`, the default, or
+//! `weight_decay=`; absent means SGD), an MLP's dropout (`dropout=P` after every hidden
+//! activation, its generator keyed by `seed`; absent means none), the data (`data=digits`, the default, or
 //! `data=PATH data_digest=HEX`) and the initial parameters (`init=glorot`, the default, or
 //! `init=PATH init_digest=HEX`). Optional keys at their defaults are left out of the canonical
 //! line, so descriptions written before they existed keep their line.
@@ -565,6 +566,10 @@ pub struct RunConfig {
     pub arith: ArithProfile,
     /// The optimizer (optional key `optimizer`; SGD when absent).
     pub optimizer: RunOptimizer,
+    /// The dropout probability after every hidden activation of an MLP in `train_step`
+    /// (optional key `dropout`; 0, none, when absent). Its generator's key is the run's `seed`
+    /// ([`JobOptions::seed`]); the plan's `init` entry writes the key and a zero counter.
+    pub dropout: f32,
     /// The data (optional keys `data`, `data_digest`; the digits when absent).
     pub data: RunData,
     /// The initial parameters (optional keys `init`, `init_digest`; the model's own when
@@ -587,12 +592,13 @@ impl RunConfig {
     ];
 
     /// The optional keys, with their defaults: `plan` and `plan_digest` (a plan file's run,
-    /// see [`RunConfig::parse`]), `math` (`precise`), `arith` (`separate`), `fusion` (`off`),
-    /// `optimizer` (`sgd`), `momentum` (`0.9`), `weight_decay` (`0.01`), `data` (`digits`),
+    /// see [`RunConfig::parse`]), `dropout` (`0`, an MLP's only), `math` (`precise`), `arith`
+    /// (`separate`), `fusion` (`off`), `optimizer` (`sgd`), `momentum` (`0.9`), `weight_decay` (`0.01`), `data` (`digits`),
     /// `data_digest` (needed with a data path), `init` (`glorot`), `init_digest` (needed with
     /// an init path).
-    pub const OPTIONAL_KEYS: [&'static str; 12] = [
+    pub const OPTIONAL_KEYS: [&'static str; 13] = [
         "plan",
+        "dropout",
         "plan_digest",
         "math",
         "arith",
@@ -713,6 +719,18 @@ impl RunConfig {
         }
         let data = parse_data(&values)?;
         let init = parse_init(&values)?;
+        let dropout = opt("dropout")
+            .map(|v| num::<f32>("dropout", v))
+            .transpose()?
+            .unwrap_or(0.0);
+        if !(0.0..1.0).contains(&dropout) {
+            return Err(config_err(format!(
+                "dropout={dropout}: a probability in [0, 1)"
+            )));
+        }
+        if dropout > 0.0 && model != RunModel::Mlp {
+            return Err(config_err("dropout= applies to an MLP (model=WIDTHS)"));
+        }
         let cfg = RunConfig {
             model,
             layers,
@@ -740,6 +758,7 @@ impl RunConfig {
                     .ok_or_else(|| config_err(format!("arith={v}: separate or fma")))?,
             },
             optimizer,
+            dropout,
             data,
             init,
         };
@@ -813,6 +832,7 @@ impl RunConfig {
             math: io.math,
             arith: io.arith,
             optimizer: RunOptimizer::Sgd,
+            dropout: 0.0,
             data: parse_data(values)?,
             init: parse_init(values)?,
         };
@@ -1050,6 +1070,9 @@ impl RunConfig {
             RunOptimizer::Adam => line += " optimizer=adam",
             RunOptimizer::AdamW(w) => line += &format!(" optimizer=adamw weight_decay={w}"),
         }
+        if self.dropout > 0.0 {
+            line += &format!(" dropout={}", self.dropout);
+        }
         self.push_files(&mut line);
         line
     }
@@ -1162,6 +1185,9 @@ impl RunConfig {
             self.batch,
             JobOptions {
                 planning,
+                dropout: self.dropout,
+                // The generator's key; only a plan with dropout has one.
+                seed: if self.dropout > 0.0 { self.seed } else { 0 },
                 ..JobOptions::default()
             },
         )?)
@@ -1385,6 +1411,34 @@ pub(crate) mod tests {
              samples=16 epochs=2",
         )
         .unwrap()
+    }
+
+    /// `dropout=P` round-trips, plans an MLP whose `train_step` draws (an `init` entry writes
+    /// the generator's key and counter), and is refused outside `[0, 1)` and for a CNN.
+    #[test]
+    fn the_dropout_key_plans_a_drawing_mlp() {
+        let line = "model=64,8,10 activation=tanh loss=ce batch=4 lr=0.1 seed=42 \
+                    split_seed=0 samples=16 epochs=1 optimizer=adam dropout=0.1";
+        let c = RunConfig::parse(line).unwrap();
+        assert_eq!(c.dropout, 0.1);
+        assert_eq!(c.to_line(), line);
+        let with = c.job().unwrap();
+        let without = RunConfig { dropout: 0.0, ..c }.job().unwrap();
+        let has_rng = |j: &TrainingJob| j.state_specs.iter().any(|s| s.name.starts_with("rng."));
+        assert!(
+            has_rng(&with),
+            "the dropout job keeps its generator's state"
+        );
+        assert!(!has_rng(&without));
+        assert_ne!(with.schedule.to_bytes(), without.schedule.to_bytes());
+        for bad in ["dropout=1", "dropout=-0.1", "dropout=x"] {
+            let e = RunConfig::parse(&line.replace("dropout=0.1", bad)).unwrap_err();
+            assert!(e.to_string().contains("dropout"), "{bad}: {e}");
+        }
+        let cnn = "model=mnist1d_cnn activation=relu loss=ce batch=10 lr=0.01 seed=42 \
+                   split_seed=0 samples=40 epochs=1 data=mnist1d dropout=0.5";
+        let e = RunConfig::parse(cnn).unwrap_err();
+        assert!(e.to_string().contains("applies to an MLP"), "{e}");
     }
 
     #[test]
