@@ -225,8 +225,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if fused && env::var_os("CARGO_FEATURE_FUSION").is_none() {
         return Err(format!(
             "{}: `{cfg}` plans fused chains, but the firmware is built without its feature \
-             `fusion` (its runtime would reject the plan at boot): drop `fusion=on`, or build \
-             with `--features fusion`",
+             `fusion` (its runtime would reject the plan at boot): build with `--features \
+             fusion` (about 4 KiB more flash), or plan without fused chains (a run description: \
+             drop `fusion=on`; a plan file: `tapeplan plan --no-fusion`, or in the library \
+             `JobOptions {{ planning: PlanOptions {{ fuse: false, .. }}, .. }}`)",
             run_path.display()
         )
         .into());

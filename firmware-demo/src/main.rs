@@ -72,14 +72,34 @@ fn take_link() -> Link {
 /// channel cannot (it may be in the middle of a write), so with `transcript-rtt` the failure
 /// goes to the defmt log only and the transcript ends without its `end` line, which
 /// `tapeplan verify` reports as a failed run.
+///
+/// A stack that grew into the statics shows up as an unrelated failure (a panic of whatever
+/// static it overwrote, a hard fault): the line then says so first.
 fn end_with_error(what: core::fmt::Arguments<'_>) {
+    let overflow = rt::stack_overflowed();
     #[cfg(not(feature = "transcript-rtt"))]
     {
         let mut uart = Uart::take();
-        let _ = Transcript::new(LineLink::new(&mut uart)).end_error(what);
+        let mut out = Transcript::new(LineLink::new(&mut uart));
+        let _ = if overflow {
+            out.end_error(format_args!(
+                "stack overflow: the stack reached the statics ({} B of RAM above them, the \
+                 arena {} B); the run leaves too little RAM for the stack (build.rs keeps \
+                 4 KiB, a CNN may need 10 KiB): pick a smaller run. Then: {what}",
+                rt::stack_high_water_bytes(),
+                gen::ARENA_ELEMS * 4
+            ))
+        } else {
+            out.end_error(what)
+        };
     }
     #[cfg(feature = "transcript-rtt")]
-    defmt::error!("{}", defmt::Display2Format(&what));
+    {
+        if overflow {
+            defmt::error!("stack overflow: the stack reached the statics");
+        }
+        defmt::error!("{}", defmt::Display2Format(&what));
+    }
 }
 
 /// The run build.rs embedded.
@@ -107,8 +127,8 @@ pub const RUN: Run<'static> = Run {
 #[cfg(feature = "hvp")]
 fn run() -> ! {
     rt::paint_stack();
-    let mut uart = Uart::take();
-    let mut out = Transcript::new(LineLink::new(&mut uart));
+    let mut link = take_link();
+    let mut out = Transcript::new(LineLink::new(&mut link));
     let Some(arena) = rt::take_arena() else {
         let _ = out.end_error("arena already taken");
         exit(EXIT_FAILED)

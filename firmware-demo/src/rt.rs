@@ -161,6 +161,14 @@ pub fn stack_high_water_bytes() -> usize {
     top - p
 }
 
+/// Whether the stack has reached the statics since [`paint_stack`]: the lowest painted word,
+/// right above them, no longer holds the paint (so the statics below may be overwritten too).
+pub fn stack_overflowed() -> bool {
+    let (low, top) = stack_bounds();
+    // SAFETY: `low` is RAM, 4-aligned, below `top` (see `stack_high_water_bytes`).
+    low < top && unsafe { core::ptr::read_volatile(low as *const u32) } != PAINT
+}
+
 /// RAM the statics take below the stack (`.data`, `.bss`, `.uninit`), in bytes.
 pub fn statics_bytes() -> usize {
     let (low, _) = stack_bounds();

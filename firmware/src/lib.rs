@@ -57,8 +57,8 @@ pub mod train;
 
 pub use board::{Clock, ClockDelay, CountingClock};
 pub use checkpoint::{CheckpointStore, StoreError};
+pub use entry::{run_entry, EntryRun};
 #[cfg(feature = "rtt")]
 pub use link::RttLink;
-pub use entry::{run_entry, EntryRun};
 pub use link::{LineLink, Transcript};
 pub use train::{train, train_resumable, Checkpoints, Failure, NoCheckpoints, Rows, Run, Summary};

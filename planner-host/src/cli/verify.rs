@@ -153,7 +153,8 @@ pub fn verify_serial(
 /// the receiver is dropped.
 ///
 /// # Errors
-/// A path that does not exist.
+/// A path whose metadata cannot be read for another reason than its absence (a path that does
+/// not exist yet is waited for, as a transcript file the device has yet to create).
 fn read_in_background(
     port: &Path,
     baud: u32,
@@ -161,10 +162,14 @@ fn read_in_background(
     use std::io::Read;
     use std::os::unix::fs::FileTypeExt;
 
-    let is_tty = std::fs::metadata(port)
-        .with_context(|| format!("cannot open {}", port.display()))?
-        .file_type()
-        .is_char_device();
+    // A transcript file the device (QEMU's `-serial file:`) has not created yet: wait for it
+    // (the idle timeout ends a wait for a file that never comes).
+    let meta = match std::fs::metadata(port) {
+        Ok(meta) => Some(meta),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e).with_context(|| format!("cannot open {}", port.display())),
+    };
+    let is_tty = meta.is_some_and(|m| m.file_type().is_char_device());
     let (tx, rx) = std::sync::mpsc::channel::<Result<Vec<u8>>>();
     let port = port.to_path_buf();
     std::thread::spawn(move || {
@@ -181,6 +186,9 @@ fn read_in_background(
                         })?,
                 )
             } else {
+                while !port.exists() {
+                    std::thread::sleep(POLL);
+                }
                 Box::new(
                     std::fs::File::open(&port)
                         .with_context(|| format!("cannot open {}", port.display()))?,

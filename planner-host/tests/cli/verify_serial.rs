@@ -66,6 +66,18 @@ fn serial(name: &str, text: &str) -> (bool, String, String) {
     )
 }
 
+/// `tapeplan verify --serial uart.txt --config run.run` (idle timeout 20 s) started in `dir`.
+fn spawn_serial(dir: &std::path::Path) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_tapeplan"))
+        .current_dir(dir)
+        .args(["verify", "--serial", "uart.txt", "--config", "run.run"])
+        .args(["--idle-timeout-secs", "20"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 #[test]
 fn a_stream_written_while_it_is_read_verifies_with_the_whole_transcript_s_summary() {
     let text = good();
@@ -75,14 +87,7 @@ fn a_stream_written_while_it_is_read_verifies_with_the_whole_transcript_s_summar
     std::fs::write(dir.join("run.run"), RUN).unwrap();
     let path = dir.join("uart.txt");
     std::fs::write(&path, b"").unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_tapeplan"))
-        .current_dir(&dir)
-        .args(["verify", "--serial", "uart.txt", "--config", "run.run"])
-        .args(["--idle-timeout-secs", "20"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_serial(&dir);
     // Boot noise, then the transcript in pieces that cut lines in two, as a UART delivers it.
     let mut file = std::fs::OpenOptions::new()
         .append(true)
@@ -114,6 +119,33 @@ fn a_stream_written_while_it_is_read_verifies_with_the_whole_transcript_s_summar
     std::fs::write(dir.join("whole.transcript"), &text).unwrap();
     let whole = common::ok(&dir, &["verify", "whole.transcript", "--config", "run.run"]);
     assert_eq!(stdout, whole);
+}
+
+/// A transcript file that does not exist yet (verify started before the device, e.g. before
+/// QEMU creates its `-serial file:`) is waited for, then followed; one that never comes ends
+/// at the idle timeout.
+#[test]
+fn a_file_not_yet_created_is_waited_for() {
+    let dir = scratch_dir("serial-not-yet");
+    std::fs::write(dir.join("run.run"), RUN).unwrap();
+    let child = spawn_serial(&dir);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    std::fs::write(dir.join("uart.txt"), good()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("bitwise: 8/8 steps identical"), "{stdout}");
+
+    let never = scratch_dir("serial-never");
+    std::fs::write(never.join("run.run"), RUN).unwrap();
+    let out = tapeplan(&never, &SERIAL);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("uart.txt"), "{stderr}");
 }
 
 #[test]
