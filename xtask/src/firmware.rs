@@ -213,7 +213,12 @@ const RUNTIME_BUDGET_BYTES: u64 = 26 * 1024;
 /// the selective build of MNIST-1D's plan, 22 opcodes). Measured 33 656 B (55 236 B with every
 /// opcode linked, before the selective build); issue 14's aim is 24 KiB, which the selective
 /// build alone does not reach (`docs/selective-build.md` says where the bytes go).
-const CNN_RUNTIME_BUDGET_BYTES: u64 = 34 * 1024;
+///
+/// 35 KiB since 2026-12-02: measured 35 004 B after the merges of that day (34 416 B before):
+/// the library's `train` checks its batch, rows and initial values and feeds regression
+/// targets, code the `size-baseline` twin leaves out, and that twin lost 652 B of duplicated
+/// tables (see [`RUNTIME_BUDGET_BYTES`]).
+const CNN_RUNTIME_BUDGET_BYTES: u64 = 35 * 1024;
 /// Whether going over [`RUNTIME_BUDGET_BYTES`] fails the check (it is always reported).
 ///
 /// On: the firmware builds the runtime without its default features (`all-ops`: the opcodes
