@@ -180,7 +180,7 @@ impl<'a> Program<'a> {
 ///
 /// It borrows only the caller's buffer of [`Decoded`] instructions and keeps its plan's
 /// identity (`plan_id`, CRC-32, length in bytes): a session of another plan refuses it
-/// ([`crate::Session::with_decoded`]). With feature `alloc`, [`DecodedPlanBuf`] owns its
+/// ([`crate::Session::with_decoded`]). With feature `alloc`, `DecodedPlanBuf` owns its
 /// buffer, for a host that keeps the decoding beside its plan.
 #[derive(Clone, Copy, Debug)]
 pub struct DecodedPlan<'d> {

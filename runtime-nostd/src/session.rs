@@ -365,7 +365,9 @@ impl<'p, 'a, O: Ops> Session<'p, 'a, O> {
     ///
     /// # Errors
     /// [`ExecError::ForeignDecoding`] when `decoded` comes from another plan (another
-    /// `plan_id`, CRC-32 or bytes).
+    /// `plan_id`, CRC-32 or length in bytes: a weaker test than [`Session::run_program`]'s, which
+    /// compares the bytes; a decoding forged to pass it still reads and writes only inside the
+    /// arena, every access being checked).
     pub fn with_decoded(mut self, decoded: DecodedPlan<'a>) -> Result<Self, ExecError> {
         if decoded.identity != PlanIdentity::of(self.plan)
             || decoded.instrs.len() != self.plan.n_instrs()
@@ -412,9 +414,10 @@ impl<'p, 'a, O: Ops> Session<'p, 'a, O> {
     /// the plan's records contradict themselves, which validation rules out;
     /// [`ExecError::NonFinite`] when a guarded entry refuses to commit.
     ///
-    /// With a `DecodedPlan` attached (feature `decoded-run`: `Session::with_decoded`), it runs the entry's decoded
-    /// instructions, as [`Session::run_program`] does; otherwise it reads each instruction's
-    /// records as it runs it (no memory for decoded instructions, slower on small steps).
+    /// With a `DecodedPlan` attached (feature `decoded-run`: `Session::with_decoded`), it runs
+    /// the entry's decoded instructions, as [`Session::run_program`] does; otherwise it reads
+    /// each instruction's records as it runs it (no memory for decoded instructions, slower on
+    /// small steps).
     pub fn run(&mut self, entry: EntryId) -> Result<(), ExecError> {
         let range = self.entry_range(entry)?;
         #[cfg(feature = "decoded-run")]
