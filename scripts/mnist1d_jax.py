@@ -7,8 +7,13 @@ paper repository's notebooks/train.py runs them: `total_steps: 8000` and
 drawn from numpy, for a list of seeds. It prints each seed's test accuracy after the last step
 (no selection on the test split), to show the spread that one fixed seed is drawn from.
 
-Usage (a venv with jax[cpu] and numpy):
+Usage (a venv with jax[cpu] and numpy; safetensors for --init):
     python scripts/mnist1d_jax.py [SEED ...]
+    python scripts/mnist1d_jax.py --init FILE.safetensors [...]
+
+`--init` trains from initial parameters in a safetensors file under the model's `state_dict`
+names (`0.weight`, `0.bias`, `2.*`, `4.*`, `7.*`), such as the `mnist1d` example writes with
+`--write-init` from tapeplan's own initializer, instead of drawing them from numpy.
 """
 
 import gzip
@@ -84,18 +89,35 @@ def step(p, m, v, t, x, y):
     return p, m, v
 
 
+def load_init(path):
+    """Initial parameters from a safetensors file under the model's state_dict names."""
+    from safetensors.numpy import load_file
+
+    names = {"0.weight": "c1w", "0.bias": "c1b", "2.weight": "c2w", "2.bias": "c2b",
+             "4.weight": "c3w", "4.bias": "c3b", "7.weight": "fw", "7.bias": "fb"}
+    tensors = load_file(path)
+    missing = sorted(set(names) - set(tensors))
+    if missing:
+        sys.exit(f"{path}: no tensor named {', '.join(missing)}")
+    return {names[k]: jnp.asarray(v) for k, v in tensors.items() if k in names}
+
+
 def main():
-    seeds = [int(s) for s in sys.argv[1:]] or [0, 1, 2, 3, 4]
+    args = sys.argv[1:]
+    if args[:1] == ["--init"]:
+        runs = [(path, lambda path=path: load_init(path)) for path in args[1:]]
+    else:
+        runs = [(f"seed {s}", lambda s=int(s): init(s)) for s in args or [0, 1, 2, 3, 4]]
     xtr, ytr, xte, yte = load()
-    for seed in seeds:
-        p = init(seed)
+    for label, draw in runs:
+        p = draw()
         m = jax.tree.map(jnp.zeros_like, p)
         v = jax.tree.map(jnp.zeros_like, p)
         for k in range(STEPS):
             b = (k * 100) % 4000
             p, m, v = step(p, m, v, float(k + 1), xtr[b:b + 100], ytr[b:b + 100])
         acc = float(jnp.mean(jnp.argmax(logits(p, xte), axis=1) == yte))
-        print(f"seed {seed}: test accuracy {100 * acc:.1f} %", flush=True)
+        print(f"{label}: test accuracy {100 * acc:.1f} %", flush=True)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,12 @@
 //! ```sh
 //! cargo run --release -p tapeplan-planner --example mnist1d            # 8001 steps
 //! cargo run --release -p tapeplan-planner --example mnist1d -- 300     # a prefix of the schedule
+//! cargo run --release -p tapeplan-planner --example mnist1d -- --write-init init42.safetensors
 //! ```
+//!
+//! `--write-init PATH` writes the initial parameters (seed [`SEED`], or `--seed N`) as a
+//! safetensors file under their `state_dict` names and PyTorch layouts and trains nothing:
+//! `scripts/mnist1d_jax.py --init PATH` trains the same initial parameters in JAX.
 //!
 //! The paper's setup (its repository's `models.py` `ConvBase` and `train.py`): three `Conv1d`
 //! with 25 channels (kernel 5 then 3, 3; stride 2, padding 1), ReLU after each, a linear head on
@@ -30,6 +35,14 @@
 //! 6000 steps it gave 94.5, 95.0, 91.7, 94.9, 92.8, 93.8, 93.8 and 94.3 % (mean 93.85 %), and
 //! this example 92.2 % (digest `36bb420b83282ea0`).
 //!
+//! Seed 42's shortfall is its initial draw, not the training (checked 2026-12-02): from this
+//! example's own initial parameters (`--write-init`, then `scripts/mnist1d_jax.py --init`),
+//! JAX in `f32` reaches 92.4 % at 8001 steps (92.3–92.4 % at every 250th step from 6001 on)
+//! and JAX in `f64` (`JAX_ENABLE_X64=1`, data and parameters widened) 91.8 %: this example's
+//! 91.7 % lies within what rounding alone moves the same start by. Over seeds 0–7 of this
+//! initializer JAX `f32` gives 91.8, 92.4, 94.2, 94.3, 92.3, 93.8, 93.1 and 93.9 % (mean
+//! 93.2 %; numpy's draws above: 93.75 %), two of eight at 94 % or more.
+//!
 //! The model becomes a [`TrainingJob`] (the general job over any [`tapeplan_planner::model::Model`]); the
 //! [`Oracle`] trains the same job without its schedule (core's tape interpreter for the loss,
 //! its engine reverse scan for the gradient, the optimizer's update body computed directly); the
@@ -44,6 +57,7 @@ use anyhow::{bail, Context, Result};
 use tapeplan_planner::exec::oracle::Oracle;
 use tapeplan_planner::exec::runtime::RuntimeModel;
 use tapeplan_planner::io::data::mnist1d;
+use tapeplan_planner::io::exchange::{export_safetensors, Param};
 use tapeplan_planner::model::nn::Sequential;
 use tapeplan_planner::model::optim::Optimizer;
 use tapeplan_planner::model::run::mnist1d_cnn;
@@ -65,17 +79,51 @@ const LENGTH: usize = 40;
 const TRAIN_ROWS: usize = 4000;
 
 /// The paper's `ConvBase`, in the layer API (the library's, which `model=mnist1d_cnn` runs name).
-fn cnn() -> Sequential {
-    mnist1d_cnn(SEED)
+fn cnn(seed: u64) -> Sequential {
+    mnist1d_cnn(seed)
+}
+
+/// The command line: `[STEPS] [--seed N] [--write-init PATH]`.
+struct Args {
+    steps: usize,
+    seed: u64,
+    write_init: Option<String>,
+}
+
+fn args() -> Result<Args> {
+    let mut out = Args {
+        steps: STEPS,
+        seed: SEED,
+        write_init: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--seed" => {
+                let v = it.next().context("--seed needs a value")?;
+                out.seed = v
+                    .parse()
+                    .with_context(|| format!("--seed: {v:?} is not an integer"))?;
+            }
+            "--write-init" => {
+                out.write_init = Some(it.next().context("--write-init needs a path")?);
+            }
+            _ => {
+                out.steps = a
+                    .parse()
+                    .with_context(|| format!("steps: {a:?} is not a count"))?;
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn main() -> Result<()> {
-    let steps: usize = match std::env::args().nth(1) {
-        Some(a) => a
-            .parse()
-            .with_context(|| format!("steps: {a:?} is not a count"))?,
-        None => STEPS,
-    };
+    let Args {
+        steps,
+        seed,
+        write_init,
+    } = args()?;
     let all = mnist1d().context("loading the embedded MNIST-1D set")?;
     if all.len() != 5000 || all.n_features() != LENGTH {
         bail!("the MNIST-1D set holds {} rows, expected 5000", all.len());
@@ -83,13 +131,28 @@ fn main() -> Result<()> {
     let train = all.subset(&(0..TRAIN_ROWS).collect::<Vec<_>>());
     let test = all.subset(&(TRAIN_ROWS..all.len()).collect::<Vec<_>>());
 
-    let model = cnn();
+    let model = cnn(seed);
     let t0 = Instant::now();
     let job = TrainingJob::for_model(&model)
         .loss(Loss::SoftmaxCrossEntropy)
         .optimizer(Optimizer::adam(LR))
         .batch(BATCH)
         .build()?;
+    if let Some(path) = write_init {
+        let params: Vec<Param> = job
+            .parameters
+            .iter()
+            .map(|s| Param {
+                name: s.name.clone(),
+                shape: s.shape,
+                values: s.init.clone(),
+            })
+            .collect();
+        let bytes = export_safetensors(&params, &[("tapeplan.seed", seed.to_string())])?;
+        std::fs::write(&path, bytes).with_context(|| format!("writing {path}"))?;
+        println!("wrote {path}: the initial parameters of seed {seed}");
+        return Ok(());
+    }
     let bytes = job.schedule.to_bytes();
     let n_params: usize = job.parameters.iter().map(|s| s.init.len()).sum();
     let mut rt = RuntimeModel::new(&bytes)?;
