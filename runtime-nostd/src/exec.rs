@@ -430,8 +430,9 @@ fn step_reference<O: Ops>(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Resul
 }
 
 /// `sgd_matmul` written over its weight `w` (argument 0, the output's range): the weight is
-/// updated in place by [`tapeplan_core::ops::sgd_matmul::kernel`] from `a` and `b`, which
-/// validation keeps apart from it.
+/// updated in place from `a` and `b`, which validation keeps apart from it, by the catalog's
+/// vector kernel (`simd` builds) or [`tapeplan_core::ops::sgd_matmul::kernel`], with the
+/// same bits.
 #[inline(never)]
 fn sgd_matmul_in_place(
     plan: &Plan<'_>,
@@ -458,6 +459,12 @@ fn sgd_matmul_in_place(
         || b.len() != k.saturating_mul(n)
     {
         return Err(bad);
+    }
+    // The catalog's vector kernel where the build has one (the same bits), else the reference.
+    if cfg!(feature = "simd")
+        && catalog::sgd_matmul(w, a, b, (k, m, n), attr.scalar(), plan.arith())
+    {
+        return Ok(());
     }
     tapeplan_core::ops::sgd_matmul::kernel(
         w,

@@ -530,7 +530,8 @@ const FIRMWARE_LIB_TARGETS: &[&str] = &[
 ];
 
 /// The `simd` feature: linted, its catalog tested against the reference kernels, fused chains
-/// against the sequential interpreter and a whole training run against the oracle, first at x86_64's baseline (SSE2), then built for this CPU
+/// against the sequential interpreter, fused SGD updates (`sgd_matmul`) against unfused ones and
+/// a whole training run against the oracle, first at x86_64's baseline (SSE2), then built for this CPU
 /// (AVX2 / AVX-512 where present) in a target directory of its own; and built for wasm32 with
 /// `simd128`.
 fn step_simd(ctx: &Ctx) -> Result<()> {
@@ -560,6 +561,7 @@ fn step_simd(ctx: &Ctx) -> Result<()> {
             "simd_training::",
             "fusion::",
             "fusion_hostile_chains::",
+            "sgd_fusion::",
         ]);
         if let Some(dir) = target_dir {
             for cmd in [&mut runtime, &mut training] {

@@ -644,6 +644,92 @@ fn tile_partial<S: Step, const R: usize>(
     }
 }
 
+/// `sgd_matmul` in place: `w[i, j] ← sub(w[i, j], mul(g, lr))` with
+/// `g = Σ_p a[p, i] · b[p, j]`, for row-major `w: [m, n]`, `a: [k, m]`, `b: [k, n]` (lengths
+/// checked here: nothing is written if a buffer is short).
+///
+/// # Arithmetic order
+/// `tapeplan_core::ops::sgd_matmul::kernel`'s: each `g` starts at `+0.0` and takes the step `S`
+/// (the plan's arithmetic profile) over `p = 0, 1, …, k − 1` in increasing order; then the
+/// update is the reference's own `mul::scalar` and `sub::scalar`, lane by lane. Lanes are
+/// distinct `j`s and a register tile holds four rows `i` (four columns of `a`, contiguous in
+/// each row `p` of `a`), never distinct `p`s. The last columns of a row run as one vector
+/// whose unused lanes are computed on zeros and never stored.
+#[cfg(feature = "simd")]
+pub(crate) fn sgd_matmul<S: Step>(
+    w: &mut [f32],
+    a: &[f32],
+    b: &[f32],
+    (k, m, n): (usize, usize, usize),
+    lr: f32,
+) {
+    if w.len() < m * n || a.len() < k * m || b.len() < k * n {
+        return;
+    }
+    let mut i = 0;
+    while i + MR <= m {
+        sgd_rows::<S, MR>(w, a, b, i, (k, m, n), lr);
+        i += MR;
+    }
+    while i < m {
+        sgd_rows::<S, 1>(w, a, b, i, (k, m, n), lr);
+        i += 1;
+    }
+}
+
+/// Rows `i..i + R` of [`sgd_matmul`].
+#[cfg(feature = "simd")]
+#[inline(always)]
+fn sgd_rows<S: Step, const R: usize>(
+    w: &mut [f32],
+    a: &[f32],
+    b: &[f32],
+    i: usize,
+    (k, m, n): (usize, usize, usize),
+    lr: f32,
+) {
+    use tapeplan_core::ops::{mul, sub};
+    let mut j = 0;
+    while j < n {
+        let width = (n - j).min(L);
+        let mut acc = [V::splat(0.0); R];
+        for p in 0..k {
+            let at = p * n + j;
+            // A whole vector from `b[p, j..]`: lanes past `width` read the next row's values
+            // (never stored); only at the end of `b` is the row copied into zeros.
+            let y = match b
+                .get(at..at + L)
+                .and_then(|s| <&[f32; L]>::try_from(s).ok())
+            {
+                Some(v) => V::new(*v),
+                None => {
+                    let mut lanes = [0.0f32; L];
+                    if let (Some(dst), Some(src)) = (lanes.get_mut(..width), b.get(at..at + width))
+                    {
+                        dst.copy_from_slice(src);
+                    }
+                    V::new(lanes)
+                }
+            };
+            let Some(xs) = a.get(p * m + i..p * m + i + R) else {
+                return;
+            };
+            for (s, &x) in acc.iter_mut().zip(xs) {
+                *s = S::v(*s, V::splat(x), y);
+            }
+        }
+        for (r, s) in acc.iter().enumerate() {
+            let at = (i + r) * n + j;
+            if let (Some(dst), Some(g)) = (w.get_mut(at..at + width), s.as_array().get(..width)) {
+                for (o, &g) in dst.iter_mut().zip(g) {
+                    *o = sub::scalar(*o, mul::scalar(g, lr));
+                }
+            }
+        }
+        j += width;
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Convolution.
 

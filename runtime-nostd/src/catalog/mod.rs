@@ -358,6 +358,41 @@ pub(crate) fn elementwise<O: Ops>(
     true
 }
 
+/// `sgd_matmul` over its weight `w` in place from the catalog (the executor's path for the
+/// instruction): answers `true` having updated `w`, `false` having written nothing when this
+/// build has no such kernel (without `simd`, or for a profile it leaves out), and the reference
+/// kernel must run instead. The bits are `tapeplan_core::ops::sgd_matmul::kernel`'s under the
+/// arithmetic profile `arith`; `kmn` is `(k, m, n)`.
+///
+/// # Shapes
+/// Row-major `w: [m, n]`, `a: [k, m]`, `b: [k, n]`; a shorter buffer gets nothing written
+/// (with `true`, as the reference kernel does).
+pub fn sgd_matmul(
+    w: &mut [f32],
+    a: &[f32],
+    b: &[f32],
+    kmn: (usize, usize, usize),
+    lr: f32,
+    arith: ArithProfile,
+) -> bool {
+    #[cfg(feature = "simd")]
+    {
+        match arith {
+            ArithProfile::Separate => lanes::sgd_matmul::<lanes::Separate>(w, a, b, kmn, lr),
+            #[cfg(feature = "arith-fma")]
+            ArithProfile::Fma => lanes::sgd_matmul::<lanes::Fused>(w, a, b, kmn, lr),
+            #[allow(unreachable_patterns)]
+            _ => return false,
+        }
+        true
+    }
+    #[cfg(not(feature = "simd"))]
+    {
+        let _ = (w, a, b, kmn, lr, arith);
+        false
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Structural.
 

@@ -268,6 +268,74 @@ proptest! {
     }
 }
 
+/// `sgd_matmul` in place through the catalog (when it has the kernel) and the reference kernel,
+/// from the same weight, under both arithmetic profiles, compared bit for bit.
+fn check_sgd_matmul(
+    (k, m, n): (usize, usize, usize),
+    w: &[f32],
+    a: &[f32],
+    b: &[f32],
+    lr: f32,
+) -> Result<(), TestCaseError> {
+    for arith in [ArithProfile::Separate, ArithProfile::Fma] {
+        let mut want = w.to_vec();
+        tapeplan_core::ops::sgd_matmul::kernel(
+            &mut want,
+            a,
+            b,
+            (k, m, n),
+            lr,
+            arith == ArithProfile::Fma,
+        );
+        let mut got = w.to_vec();
+        let ran = catalog::sgd_matmul(&mut got, a, b, (k, m, n), lr, arith);
+        prop_assert_eq!(ran, cfg!(feature = "simd"), "the catalog's kernel ran");
+        if !ran {
+            continue;
+        }
+        prop_assert_eq!(
+            bits(&got),
+            bits(&want),
+            "sgd_matmul k {} m {} n {} lr {} ({}, {}, hardware fma {})",
+            k,
+            m,
+            n,
+            lr,
+            catalog::CATALOG,
+            arith,
+            catalog::FMA_HARDWARE
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    #[test]
+    fn sgd_matmul_matches_reference(
+        (k, m, n, w, a, b, lr) in (0usize..=21, 0usize..=13, 0usize..=40).prop_flat_map(|(k, m, n)| {
+            (Just(k), Just(m), Just(n), values(m * n), values(k * m), values(k * n), special())
+        })
+    ) {
+        check_sgd_matmul((k, m, n), &w, &a, &b, lr)?;
+    }
+
+    #[test]
+    fn sgd_matmul_ordinary_values_match_reference(
+        (k, m, n, w, a, b) in (1usize..=70, 1usize..=13, 1usize..=70).prop_flat_map(|(k, m, n)| {
+            (Just(k), Just(m), Just(n),
+             prop::collection::vec(-2.0f32..2.0, m * n),
+             prop::collection::vec(-2.0f32..2.0, k * m),
+             prop::collection::vec(-2.0f32..2.0, k * n))
+        }),
+        lr in prop_oneof![Just(0.1f32), Just(0.0f32), Just(-0.0f32), 1e-4f32..1.0]
+    ) {
+        // Long sums of ordinary values: any change of order or a fused multiply-add shows.
+        check_sgd_matmul((k, m, n), &w, &a, &b, lr)?;
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
