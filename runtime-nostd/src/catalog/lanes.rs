@@ -598,6 +598,27 @@ fn tile<S: Step, const R: usize, const C: usize>(
     }
 }
 
+/// A whole vector from `b[at..]` of which the first `w` lanes are used: lanes past `w` read
+/// the values after them (any values: lanes are independent and those are never stored); only
+/// near the end of `b` are the `w` values copied into zeros.
+#[cfg(feature = "simd")]
+#[inline(always)]
+fn row_vector(b: &[f32], at: usize, w: usize) -> V {
+    match b
+        .get(at..at + L)
+        .and_then(|s| <&[f32; L]>::try_from(s).ok())
+    {
+        Some(v) => V::new(*v),
+        None => {
+            let mut lanes = [0.0f32; L];
+            if let (Some(dst), Some(src)) = (lanes.get_mut(..w), b.get(at..at + w)) {
+                dst.copy_from_slice(src);
+            }
+            V::new(lanes)
+        }
+    }
+}
+
 /// The last `w < L` columns `j..j + w` of rows `0..R` of the block: one vector per row with
 /// the unused lanes computed on zeros and never stored.
 #[cfg(feature = "simd")]
@@ -613,24 +634,8 @@ fn tile_partial<S: Step, const R: usize>(
 ) {
     let mut acc = [V::splat(0.0); R];
     let a_rows: [&[f32]; R] = core::array::from_fn(|r| a.get(r * k..(r + 1) * k).unwrap_or(&[]));
-    for (p, brow) in b.chunks_exact(n).enumerate() {
-        // A whole vector from `b[p, j..]`: lanes past `w` read the next row's values (any
-        // values: lanes are independent and those are never stored); only near the end of
-        // `b` is the row copied into zeros.
-        let at = p * n + j;
-        let y = match b
-            .get(at..at + L)
-            .and_then(|s| <&[f32; L]>::try_from(s).ok())
-        {
-            Some(v) => V::new(*v),
-            None => {
-                let mut lanes = [0.0f32; L];
-                if let (Some(dst), Some(src)) = (lanes.get_mut(..w), brow.get(j..j + w)) {
-                    dst.copy_from_slice(src);
-                }
-                V::new(lanes)
-            }
-        };
+    for p in 0..b.len() / n.max(1) {
+        let y = row_vector(b, p * n + j, w);
         for (s, a_r) in acc.iter_mut().zip(&a_rows) {
             let x = V::splat(a_r.get(p).copied().unwrap_or(0.0));
             *s = S::v(*s, x, y);
@@ -694,23 +699,7 @@ fn sgd_rows<S: Step, const R: usize>(
         let width = (n - j).min(L);
         let mut acc = [V::splat(0.0); R];
         for p in 0..k {
-            let at = p * n + j;
-            // A whole vector from `b[p, j..]`: lanes past `width` read the next row's values
-            // (never stored); only at the end of `b` is the row copied into zeros.
-            let y = match b
-                .get(at..at + L)
-                .and_then(|s| <&[f32; L]>::try_from(s).ok())
-            {
-                Some(v) => V::new(*v),
-                None => {
-                    let mut lanes = [0.0f32; L];
-                    if let (Some(dst), Some(src)) = (lanes.get_mut(..width), b.get(at..at + width))
-                    {
-                        dst.copy_from_slice(src);
-                    }
-                    V::new(lanes)
-                }
-            };
+            let y = row_vector(b, p * n + j, width);
             let Some(xs) = a.get(p * m + i..p * m + i + R) else {
                 return;
             };
