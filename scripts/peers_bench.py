@@ -3,7 +3,7 @@
 
 Usage: peers_bench.py DIR
 
-Reads the workloads `DIR/W1.safetensors`, `W2`, `W3` that `peers export` (planner-host's
+Reads the workloads `DIR/W1.safetensors`, `W2`, `W3`, `C1` that `peers export` (planner-host's
 example) wrote: initial parameters, every step's batch in batch order, the definition in the
 metadata. Compiles each workload three ways, warms them up, prints `ready jax-<version>
 ort-<version>`, then answers each line `run W<n> jax-jit|jax-scan|ort` read on standard input
@@ -15,7 +15,7 @@ with one line, the same as the tapeplan worker's:
   called from a Python loop; the time ends when the last step's results are ready.
 - `jax-scan`: every step in one compiled call (`jax.lax.scan` over the steps).
 - `ort`: ONNX Runtime's on-device training (`onnxruntime-training-cpu`): the model as ONNX
-  (MatMul, Add, Tanh/Relu), its training artifacts made by `generate_artifacts` (the loss
+  (MatMul, Add, Tanh/Relu; for C1 Conv, Relu, Reshape and Gemm), its training artifacts made by `generate_artifacts` (the loss
   `CrossEntropyLoss`/`MSELoss`, the optimizer SGD or AdamW with `adam_mode = 0`, weight decay 0
   and `eps = 1e-8`: PyTorch's Adam), one `Module` call, `Optimizer.step` and `lazy_reset_grad`
   per step, one intra-op thread.
@@ -31,7 +31,10 @@ are imported from the installed, unmodified package under a bare `onnxruntime.tr
 package object that skips that `__init__`.
 
 The models, losses and optimizers follow issue 15's definitions and tapeplan's (PyTorch's
-documented formulas): dense layers `y = x W + b` with `W` `[fan_in, fan_out]`; softmax
+documented formulas): dense layers `y = x W + b` with `W` `[fan_in, fan_out]`; C1, MNIST-1D's
+CNN (three `Conv1d(·, 25, k, stride 2, padding 1)` with k = 5, 3, 3, ReLU after each, flattened
+channel-major, `Linear(125, 10)` with PyTorch's `[out, in]` weight), its parameters under
+PyTorch's names (`0.weight`, `0.bias`, `2.*`, `4.*`, `7.*`); softmax
 cross-entropy averaged over the batch; mean squared error over every element; SGD `p - lr g`;
 Adam `p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)`.
 """
@@ -65,7 +68,11 @@ from onnxruntime.training.api import CheckpointState, Module, Optimizer  # noqa:
 
 onnxruntime.set_default_logger_severity(3)
 
-WORKLOADS = ["W1", "W2", "W3"]
+WORKLOADS = ["W1", "W2", "W3", "C1"]
+
+# C1's parameters, in the order of its `logits`.
+CNN_PARAMS = ["0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias", "7.weight",
+              "7.bias"]
 SYSTEMS = ["jax-jit", "jax-scan", "ort"]
 
 
@@ -94,6 +101,7 @@ class Workload:
         with safe_open(path, framework="numpy") as f:
             meta = f.metadata()
             tensors = {k: f.get_tensor(k) for k in f.keys()}
+        self.model = meta.get("model", "mlp")
         self.sizes = [int(s) for s in meta["sizes"].split(",")]
         self.activation = {"tanh": jnp.tanh, "relu": jax.nn.relu}[meta["activation"]]
         self.loss = meta["loss"]
@@ -101,10 +109,12 @@ class Workload:
         self.lr = np.float32(float(meta["lr"]))
         self.steps_per_epoch = int(meta["steps_per_epoch"])
         self.steps = self.steps_per_epoch * int(meta["epochs"])
-        layers = len(self.sizes) - 1
-        self.init = [
-            tensors[f"init.{k}{i + 1}"] for i in range(layers) for k in ("w", "b")
-        ]
+        if self.model == "mnist1d_cnn":
+            self.names = CNN_PARAMS
+        else:
+            layers = len(self.sizes) - 1
+            self.names = [f"{k}{i + 1}" for i in range(layers) for k in ("w", "b")]
+        self.init = [tensors[f"init.{n}"] for n in self.names]
         x = tensors["x"][: self.steps]
         y = tensors["y"][: self.steps]
         if self.loss == "ce":
@@ -124,10 +134,34 @@ class Workload:
             donate_argnums=(0,),
         )
 
+    def ort_cnn_graph(self, batch):
+        """C1 as an ONNX graph: Conv, Relu three times, Reshape, Gemm (`transB`)."""
+        nodes = [helper.make_node("Reshape", ["x", "shape_in"], ["h0"])]
+        h = "h0"
+        for i, conv in enumerate(["0", "2", "4"]):
+            nodes.append(helper.make_node(
+                "Conv", [h, f"{conv}.weight", f"{conv}.bias"], [f"c{i}"],
+                strides=[2], pads=[1, 1]))
+            nodes.append(helper.make_node("Relu", [f"c{i}"], [f"h{i + 1}"]))
+            h = f"h{i + 1}"
+        nodes.append(helper.make_node("Reshape", [h, "shape_flat"], ["flat"]))
+        nodes.append(helper.make_node("Gemm", ["flat", "7.weight", "7.bias"], ["logits"],
+                                      transB=1))
+        consts = [
+            numpy_helper.from_array(np.array([batch, 1, self.sizes[0]], np.int64), "shape_in"),
+            numpy_helper.from_array(np.array([batch, -1], np.int64), "shape_flat"),
+        ]
+        return nodes, consts
+
     def ort_artifacts(self):
         """The ONNX model (logits of `x`) and ONNX Runtime's training artifacts for it."""
         layers = len(self.sizes) - 1
         batch = self.xs.shape[1]
+        if self.model == "mnist1d_cnn":
+            nodes, consts = self.ort_cnn_graph(batch)
+            self.ort_model(nodes, consts, batch)
+            return
+        consts = []
         act = {jnp.tanh: "Tanh", jax.nn.relu: "Relu"}[self.activation]
         nodes, h = [], "x"
         for i in range(layers):
@@ -138,13 +172,17 @@ class Workload:
                 nodes.append(helper.make_node(act, [out], [f"h{i + 1}"]))
                 out = f"h{i + 1}"
             h = out
-        names = [f"{k}{i + 1}" for i in range(layers) for k in ("w", "b")]
+        self.ort_model(nodes, consts, batch)
+
+    def ort_model(self, nodes, consts, batch):
+        """Training artifacts for the graph of `nodes` (parameters: `self.names`)."""
+        names = self.names
         graph = helper.make_graph(
             nodes,
-            "mlp",
+            self.model,
             [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, self.sizes[0]])],
             [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, self.sizes[-1]])],
-            [numpy_helper.from_array(v, n) for n, v in zip(names, self.init)],
+            [numpy_helper.from_array(v, n) for n, v in zip(names, self.init)] + consts,
         )
         # IR version 10: the newest this ONNX Runtime reads.
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
@@ -199,15 +237,22 @@ class Workload:
             optimizer.step()
             module.lazy_reset_grad()
         elapsed = time.perf_counter_ns() - start
-        layers = len(self.sizes) - 1
         params = [
-            np.asarray(state.parameters[f"{k}{i + 1}"].data).reshape(self.init[2 * i + j].shape)
-            for i in range(layers)
-            for j, k in enumerate(("w", "b"))
+            np.asarray(state.parameters[n].data).reshape(v.shape)
+            for n, v in zip(self.names, self.init)
         ]
         return losses, elapsed, params
 
     def logits(self, params, x):
+        if self.model == "mnist1d_cnn":
+            h = x.reshape(x.shape[0], 1, -1)
+            for i in range(3):
+                h = jax.lax.conv_general_dilated(
+                    h, params[2 * i], window_strides=(2,), padding=[(1, 1)],
+                    dimension_numbers=("NCH", "OIH", "NCH"))
+                h = jax.nn.relu(h + params[2 * i + 1][None, :, None])
+            h = h.reshape(h.shape[0], -1)
+            return h @ params[6].T + params[7]
         h = x
         layers = len(params) // 2
         for i in range(layers):

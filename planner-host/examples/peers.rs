@@ -2,12 +2,20 @@
 //! --peers`, docs/benchmarks.md "Against JAX").
 //!
 //! `peers export DIR [--epochs N]` writes the workloads W1, W2 and W3 exactly as issue 15
-//! defines them, one safetensors file each (`DIR/W1.safetensors`, …): the initial parameters
-//! (`init.w1`, `init.b1`, …; `W ~ U(±1/√fan_in)`, `b = 0`), every step's batch gathered in
-//! batch order (`x`, `[steps, batch, d_in]`; `y`, `[steps, batch]` class indices or
-//! `[steps, batch, d_out]` targets), W1's held-out rows (`test.x`, `test.labels`), and the
-//! workload's definition in the file's `__metadata__`. Every system reads these files, so
-//! all start from the same data, weights and batch order.
+//! defines them, and C1, the device issue's MNIST-1D CNN, one safetensors file each
+//! (`DIR/W1.safetensors`, …): the initial parameters (`init.w1`, `init.b1`, …;
+//! `W ~ U(±1/√fan_in)`, `b = 0`; for C1 `init.0.weight`, … under PyTorch's names and layouts,
+//! PyTorch's default initialization), every step's batch gathered in batch order (`x`,
+//! `[steps, batch, d_in]`; `y`, `[steps, batch]` class indices or `[steps, batch, d_out]`
+//! targets), W1's and C1's held-out rows (`test.x`, `test.labels`), and the workload's
+//! definition in the file's `__metadata__`. Every system reads these files, so all start from
+//! the same data, weights and batch order.
+//!
+//! C1 is the CNN of MNIST-1D's paper (Greydanus 2020; `model::run::mnist1d_cnn`: three
+//! `Conv1d` with 25 channels, kernel 5/3/3, stride 2, padding 1, ReLU, `Linear(125, 10)`),
+//! softmax cross-entropy, Adam lr 1e-2, batch 100 taken in order from the 4 000 training rows
+//! (the paper repository's schedule), a fifth of the other workloads' epochs (at least one: 40
+//! steps an epoch), test accuracy on the 1 000 test rows.
 //!
 //! `peers serve DIR` is the benchmark's tapeplan worker: it plans each workload twice (fused,
 //! the default; once under the default `separate` arithmetic profile, system `tapeplan`, once
@@ -31,7 +39,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use tapeplan_core::ArithProfile;
 use tapeplan_planner::io::data;
+use tapeplan_planner::io::exchange::is_training_state;
 use tapeplan_planner::model::optim::{Optimizer, Sgd};
+use tapeplan_planner::model::run::mnist1d_cnn;
 use tapeplan_planner::model::{Activation, JobOptions, Loss, Mlp, TrainingJob};
 use tapeplan_planner::protocol::SplitMix64;
 use tapeplan_planner::PlanOptions;
@@ -39,7 +49,7 @@ use tapeplan_runtime::catalog::CATALOG;
 use tapeplan_runtime::{Decoded, Plan, Session};
 
 /// The workloads' names, in table order.
-const WORKLOADS: [&str; 3] = ["W1", "W2", "W3"];
+const WORKLOADS: [&str; 4] = ["W1", "W2", "W3", "C1"];
 
 /// Epochs of every workload unless `--epochs` says otherwise.
 const DEFAULT_EPOCHS: usize = 10;
@@ -47,9 +57,18 @@ const DEFAULT_EPOCHS: usize = 10;
 /// W1's training rows: 45 batches of 32 from the shuffled digits; the other 357 are held out.
 const W1_TRAIN_ROWS: usize = 45 * 32;
 
+/// C1's model, by its name in run descriptions.
+const MNIST1D_CNN: &str = "mnist1d_cnn";
+
+/// The seed of C1's initial parameters.
+const C1_SEED: u64 = 15;
+
 /// One workload's definition (issue 15, "Workloads").
 #[derive(Clone, Debug, PartialEq)]
 struct Spec {
+    /// `mlp` (the dense layers of `sizes`) or [`MNIST1D_CNN`] (whose `sizes` are only its
+    /// input and output widths).
+    model: String,
     sizes: Vec<usize>,
     activation: Activation,
     loss: Loss,
@@ -84,6 +103,7 @@ impl Spec {
     fn metadata(&self) -> HashMap<String, String> {
         let sizes: Vec<String> = self.sizes.iter().map(usize::to_string).collect();
         HashMap::from([
+            ("model".into(), self.model.clone()),
             ("sizes".into(), sizes.join(",")),
             ("activation".into(), self.activation.name().into()),
             (
@@ -112,6 +132,7 @@ impl Spec {
                 .with_context(|| format!("metadata {k:?} is not a count"))
         };
         Ok(Spec {
+            model: m.get("model").cloned().unwrap_or_else(|| "mlp".into()),
             sizes: get("sizes")?
                 .split(',')
                 .map(str::parse)
@@ -140,6 +161,36 @@ impl Spec {
             "sgd" => Sgd { lr: self.lr }.into(),
             "adam" => Optimizer::adam(self.lr),
             o => bail!("unknown optimizer {o:?}"),
+        })
+    }
+
+    /// The workload planned under `arith`.
+    fn job(&self, arith: ArithProfile) -> Result<TrainingJob> {
+        let options = JobOptions {
+            planning: PlanOptions {
+                arith,
+                ..PlanOptions::default()
+            },
+            ..JobOptions::default()
+        };
+        Ok(match self.model.as_str() {
+            "mlp" => TrainingJob::build_with(
+                Mlp {
+                    sizes: self.sizes.clone(),
+                    activation: self.activation,
+                },
+                self.loss,
+                self.optimizer()?,
+                self.batch,
+                options,
+            )?,
+            MNIST1D_CNN => TrainingJob::for_model(&mnist1d_cnn(C1_SEED))
+                .loss(self.loss)
+                .optimizer(self.optimizer()?)
+                .batch(self.batch)
+                .options(options)
+                .build()?,
+            m => bail!("unknown model {m:?}"),
         })
     }
 }
@@ -216,6 +267,7 @@ fn workload(id: &str, epochs: usize) -> Result<(Spec, Tensors)> {
             let test_labels = test.labels.iter().map(|&l| f32::from(l)).collect();
             t.push(("test.labels".into(), vec![test.len()], test_labels));
             Spec {
+                model: "mlp".into(),
                 sizes: vec![64, 32, 10],
                 activation: Activation::Tanh,
                 loss: Loss::SoftmaxCrossEntropy,
@@ -243,6 +295,7 @@ fn workload(id: &str, epochs: usize) -> Result<(Spec, Tensors)> {
             ));
             t.push(("y".into(), vec![steps, batch], gather(&labels, 1, &order)));
             Spec {
+                model: "mlp".into(),
                 sizes: vec![784, 128, 10],
                 activation: Activation::Relu,
                 loss: Loss::SoftmaxCrossEntropy,
@@ -269,6 +322,7 @@ fn workload(id: &str, epochs: usize) -> Result<(Spec, Tensors)> {
             t.push(("x".into(), vec![steps, 1, 2], gather(&x, 2, &order)));
             t.push(("y".into(), vec![steps, 1, 1], gather(&y, 1, &order)));
             Spec {
+                model: "mlp".into(),
                 sizes: vec![2, 16, 16, 1],
                 activation: Activation::Tanh,
                 loss: Loss::MeanSquaredError,
@@ -279,7 +333,51 @@ fn workload(id: &str, epochs: usize) -> Result<(Spec, Tensors)> {
                 epochs,
             }
         }
-        _ => bail!("unknown workload {id:?} (W1, W2, W3)"),
+        "C1" => {
+            let all = data::mnist1d()?;
+            let (rows, batch, length) = (4000, 100, 40);
+            let train = all.subset(&(0..rows).collect::<Vec<_>>());
+            let test = all.subset(&(rows..all.len()).collect::<Vec<_>>());
+            let epochs = (epochs / 5).max(1);
+            // The paper repository's order: batch k is rows (100 k) mod 4000 onwards.
+            let order: Vec<usize> = (0..epochs).flat_map(|_| 0..rows).collect();
+            let steps = order.len() / batch;
+            let labels: Vec<f32> = train.labels.iter().map(|&l| f32::from(l)).collect();
+            t.push((
+                "x".into(),
+                vec![steps, batch, length],
+                gather(&train.features, length, &order),
+            ));
+            t.push(("y".into(), vec![steps, batch], gather(&labels, 1, &order)));
+            t.push((
+                "test.x".into(),
+                vec![test.len(), length],
+                test.features.clone(),
+            ));
+            let test_labels = test.labels.iter().map(|&l| f32::from(l)).collect();
+            t.push(("test.labels".into(), vec![test.len()], test_labels));
+            let spec = Spec {
+                model: MNIST1D_CNN.into(),
+                sizes: vec![length, 10],
+                activation: Activation::Relu,
+                loss: Loss::SoftmaxCrossEntropy,
+                optimizer: "adam".into(),
+                lr: 1e-2,
+                batch,
+                steps_per_epoch: rows / batch,
+                epochs,
+            };
+            let job = spec.job(ArithProfile::Separate)?;
+            t.extend(job.parameters.iter().map(|p| {
+                (
+                    format!("init.{}", p.name),
+                    p.shape.dims()[..p.shape.rank()].to_vec(),
+                    p.init.clone(),
+                )
+            }));
+            return Ok((spec, t));
+        }
+        _ => bail!("unknown workload {id:?} (W1, W2, W3, C1)"),
     };
     // Each workload's own stream: W1 draws from seed 11, W2 from 12, W3 from 13.
     let seed = 10 + u64::from(id.as_bytes()[1] - b'0');
@@ -374,8 +472,14 @@ impl<'p> Runner<'p> {
                 .ok_or_else(|| anyhow!("{}: no tensor {n}", self.w.id))
         };
         let mut s = Session::bind(plan, &mut self.arena)?;
-        let params: Vec<String> = plan.parameters().map(|b| b.name.to_string()).collect();
-        for name in params.iter().filter(|n| !n.contains('.')) {
+        // The model's tensors, not the optimizer's state (`w1.m`, `opt.step`, …).
+        let all: Vec<&str> = plan.parameters().map(|b| b.name).collect();
+        let params: Vec<String> = all
+            .iter()
+            .filter(|n| !is_training_state(n, &all))
+            .map(|n| n.to_string())
+            .collect();
+        for name in &params {
             s.load_parameter(name, tensor(&format!("init.{name}"))?)?;
         }
         if let Some(init) = plan.entry("init") {
@@ -414,7 +518,6 @@ impl<'p> Runner<'p> {
         let last = &self.losses[steps - spec.steps_per_epoch..];
         let param_abs_sum = params
             .iter()
-            .filter(|n| !n.contains('.'))
             .map(|n| {
                 Ok(s.parameter(n)?
                     .iter()
@@ -473,23 +576,7 @@ fn serve(dir: &Path) -> Result<()> {
     let mut which = Vec::new();
     for w in &loaded {
         for (system, arith) in systems {
-            let job = TrainingJob::build_with(
-                Mlp {
-                    sizes: w.spec.sizes.clone(),
-                    activation: w.spec.activation,
-                },
-                w.spec.loss,
-                w.spec.optimizer()?,
-                w.spec.batch,
-                JobOptions {
-                    planning: PlanOptions {
-                        arith,
-                        ..PlanOptions::default()
-                    },
-                    ..JobOptions::default()
-                },
-            )?;
-            plans.push(job.schedule.to_bytes());
+            plans.push(w.spec.job(arith)?.schedule.to_bytes());
             which.push((w, system));
         }
     }
@@ -630,6 +717,32 @@ mod tests {
         assert!(y
             .iter()
             .all(|&l| l.fract() == 0.0 && (0.0..10.0).contains(&l)));
+    }
+
+    #[test]
+    fn c1_takes_mnist1d_batches_in_order_with_pytorch_named_parameters() {
+        let (spec, t) = workload("C1", 10).unwrap();
+        assert_eq!((spec.steps_per_epoch, spec.steps()), (40, 80));
+        assert_eq!(Spec::from_metadata(&spec.metadata()).unwrap(), spec);
+        let (_, xs, x) = tensor(&t, "x");
+        assert_eq!(xs, &[80, 100, 40]);
+        let all = data::mnist1d().unwrap();
+        // Step 41 (the second epoch's second batch) is training rows 100..200.
+        assert_eq!(&x[41 * 4000..42 * 4000], &all.features[100 * 40..200 * 40]);
+        assert_eq!(tensor(&t, "test.x").1, [1000, 40]);
+        for (name, shape) in [
+            ("init.0.weight", vec![25, 1, 5]),
+            ("init.2.weight", vec![25, 25, 3]),
+            ("init.4.bias", vec![25]),
+            ("init.7.weight", vec![10, 125]),
+        ] {
+            assert_eq!(tensor(&t, name).1, shape, "{name}");
+        }
+        // PyTorch's default: weights and biases within ±1/√fan_in (fan_in 5 for the first
+        // convolution).
+        let bound = 1.0 / 5f32.sqrt();
+        assert!(tensor(&t, "init.0.bias").2.iter().all(|v| v.abs() <= bound));
+        assert!(tensor(&t, "init.0.bias").2.iter().any(|&v| v != 0.0));
     }
 
     #[test]

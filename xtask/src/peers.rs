@@ -1,5 +1,6 @@
 //! `cargo xtask bench --peers`: issue 15's side-by-side benchmark of tapeplan's runtime against
-//! JAX and ONNX Runtime's on-device training, on the workloads W1, W2 and W3
+//! JAX and ONNX Runtime's on-device training, on the workloads W1, W2 and W3 and the device
+//! issue's MNIST-1D CNN, C1
 //! (docs/benchmarks.md, "Against JAX and ONNX Runtime").
 //!
 //! 1. Installs the pinned `jax[cpu]` and `onnxruntime-training-cpu` (with onnx, numpy and
@@ -18,7 +19,7 @@
 //!    answers its time per step and its check figures.
 //! 5. Prints the ratio table (tapeplan ÷ each peer, the median over rounds of each round's
 //!    ratio) and each system's check figures, and fails when a peer's figures disagree with
-//!    tapeplan's beyond [`LOSS_RTOL`] / [`ACCURACY_ATOL`]: the systems must have computed the
+//!    tapeplan's beyond [`LOSS_RTOL`] / [`accuracy_atol`]: the systems must have computed the
 //!    same training.
 
 use std::collections::BTreeMap;
@@ -39,7 +40,7 @@ const JAX_VERSION: &str = "0.10.2";
 const ORT_VERSION: &str = "1.19.2";
 
 /// The workloads, in table order.
-const WORKLOADS: [&str; 3] = ["W1", "W2", "W3"];
+const WORKLOADS: [&str; 4] = ["W1", "W2", "W3", "C1"];
 
 /// The systems: tapeplan first (the numerator of every ratio), then tapeplan under the `fma`
 /// arithmetic profile (its own plan, other bits, the same data and initial weights: its figures
@@ -54,9 +55,21 @@ const DEFAULT_ROUNDS: usize = 13;
 /// the same training drifts apart by a few ulps a step, not more.
 const LOSS_RTOL: f64 = 1e-3;
 
-/// How far a peer's test accuracy (W1) may be from tapeplan's: one held-out row in 357 may fall
-/// on the other side of a near tie.
-const ACCURACY_ATOL: f64 = 1.5 / 357.0;
+/// [`LOSS_RTOL`] for C1: Adam at lr 1e-2 on a CNN amplifies rounding more, and each system sums
+/// its convolutions in its own order; after its 40 steps of `--smoke`, JAX's `lax.scan` ended
+/// 1.0e-3 from tapeplan's final loss (2026-12-02), so C1 is held to five times that.
+const C1_LOSS_RTOL: f64 = 5e-3;
+
+/// How far a peer's test accuracy may be from tapeplan's on workload `w`: for W1 one held-out
+/// row of 357 may fall on the other side of a near tie; for C1, after [`C1_LOSS_RTOL`]'s drift,
+/// five rows of 1 000 (JAX's `lax.scan` differed by two after 40 steps, 2026-12-02).
+fn accuracy_atol(w: &str) -> f64 {
+    if w == "C1" {
+        5.5 / 1000.0
+    } else {
+        1.5 / 357.0
+    }
+}
 
 /// The JAX worker, relative to the workspace root.
 const SCRIPT: &str = "scripts/peers_bench.py";
@@ -433,9 +446,10 @@ fn report(
 /// Fails when a system's figures differ from tapeplan's beyond the tolerances, or change from
 /// round to round (every run trains the same steps from the same start).
 fn check_agreement(results: &Results) -> Result<()> {
-    let close = |a: f64, b: f64| (a - b).abs() <= LOSS_RTOL * a.abs().max(b.abs()).max(1e-3);
     let mut problems = Vec::new();
     for w in WORKLOADS {
+        let rtol = if w == "C1" { C1_LOSS_RTOL } else { LOSS_RTOL };
+        let close = |a: f64, b: f64| (a - b).abs() <= rtol * a.abs().max(b.abs()).max(1e-3);
         let Some(t) = results.get(&(w, "tapeplan")).and_then(|v| v.first()) else {
             bail!("no tapeplan result for {w}");
         };
@@ -467,7 +481,7 @@ fn check_agreement(results: &Results) -> Result<()> {
                 }
             }
             if let (Some(a), Some(b)) = (f.accuracy, t.accuracy) {
-                if (a - b).abs() > ACCURACY_ATOL {
+                if (a - b).abs() > accuracy_atol(w) {
                     problems.push(format!(
                         "{w} {sys}: test accuracy {a} against tapeplan's {b}"
                     ));
@@ -481,7 +495,7 @@ fn check_agreement(results: &Results) -> Result<()> {
     }
     if problems.is_empty() {
         println!(
-            "check: every system's figures agree with tapeplan's (losses and Σ|parameters| within {LOSS_RTOL:e} relative, test accuracy within {ACCURACY_ATOL:.4})"
+            "check: every system's figures agree with tapeplan's (losses and Σ|parameters| within {LOSS_RTOL:e} relative, {C1_LOSS_RTOL:e} for C1; test accuracy within one held-out row, five for C1)"
         );
         Ok(())
     } else {
