@@ -5,6 +5,7 @@ pub mod args;
 pub mod demo;
 pub mod describe;
 pub mod emit;
+pub mod eval;
 pub mod exchange;
 pub mod plan;
 pub mod train;

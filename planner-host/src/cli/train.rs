@@ -106,7 +106,7 @@ pub struct TrainArgs {
 const PLANNED_PATH: &str = "model.plan";
 
 /// What the plan trains: class labels, or `n_targets` float targets per row.
-fn task_of(info: &PlanInfo, classes: Option<ClassNames>) -> Result<Task> {
+pub(super) fn task_of(info: &PlanInfo, classes: Option<ClassNames>) -> Result<Task> {
     if info
         .binding_shape(ENTRY_TRAIN_STEP, BindingKind::Input, INPUT_LABELS)
         .is_some()
@@ -129,7 +129,7 @@ fn task_of(info: &PlanInfo, classes: Option<ClassNames>) -> Result<Task> {
 }
 
 /// The data set `train` reads: the bundled digits, or `--data` read for `task`.
-fn load_data(data_path: Option<&Path>, task: &Task, target_columns: &[String]) -> Result<Table> {
+pub(super) fn load_data(data_path: Option<&Path>, task: &Task, target_columns: &[String]) -> Result<Table> {
     match data_path {
         None => {
             if let Task::Regression { .. } = task {
@@ -245,7 +245,7 @@ fn plan_model_options(args: &TrainArgs, table: &Table) -> Result<PathBuf> {
 }
 
 /// The class names saved beside `plan`, if any.
-fn saved_class_names(plan: &Path) -> Result<Option<ClassNames>> {
+pub(super) fn saved_class_names(plan: &Path) -> Result<Option<ClassNames>> {
     let path = exchange::with_suffix(plan, CLASSES_SUFFIX);
     match std::fs::read_to_string(&path) {
         Ok(text) => table::class_names_from_json(&text)
@@ -259,7 +259,7 @@ fn saved_class_names(plan: &Path) -> Result<Option<ClassNames>> {
 /// The suffix of the class-name mapping's file beside a plan.
 const CLASSES_SUFFIX: &str = ".classes.json";
 /// The suffix of the standardization's file beside a plan.
-const STANDARDIZE_SUFFIX: &str = ".standardize.json";
+pub(super) const STANDARDIZE_SUFFIX: &str = ".standardize.json";
 
 /// `tapeplan train`.
 ///
@@ -688,7 +688,7 @@ fn run_line(
 /// The training split's rows and, of them, the validation rows for a data set of `len` rows:
 /// `--train-fraction` of them (default: the digits' training split, or 80 % of a CSV's rows),
 /// then `--val-fraction` of those (both checked in range before).
-fn split_rows(
+pub(super) fn split_rows(
     len: usize,
     train_fraction: Option<f64>,
     data_given: bool,
@@ -754,16 +754,16 @@ fn initial_parameters(
 }
 
 /// A split evaluated with the `forward` entry.
-struct Evaluation<'a> {
-    set: &'a data::Dataset,
-    d_in: usize,
-    batch: usize,
+pub(super) struct Evaluation<'a> {
+    pub(super) set: &'a data::Dataset,
+    pub(super) d_in: usize,
+    pub(super) batch: usize,
 }
 
 impl Evaluation<'_> {
     /// `accuracy A` (classification) or `MSE M, MAE A` (regression); `None` for an empty
     /// split.
-    fn metrics(&self, model: &mut RuntimeModel<'_>) -> Result<Option<String>> {
+    pub(super) fn metrics(&self, model: &mut RuntimeModel<'_>) -> Result<Option<String>> {
         let s = self.set;
         if s.is_empty() {
             return Ok(None);
