@@ -186,7 +186,9 @@ fn split_of(args: &EvalArgs, task: &Task) -> Result<(Dataset, Option<Vec<String>
         EvalData::Csv(p) => load_data(Some(p), task, &args.target_columns)?,
         EvalData::Mnist1d => {
             if let Task::Regression { .. } = task {
-                bail!("a regression plan (an input y) needs a CSV: MNIST-1D is a classification set");
+                bail!(
+                    "a regression plan (an input y) needs a CSV: MNIST-1D is a classification set"
+                );
             }
             if !args.target_columns.is_empty() {
                 bail!("--target-columns applies to a CSV");
@@ -246,7 +248,9 @@ enum Figures {
 fn mean_cross_entropy(logits: &[f32], labels: &[u8], classes: usize) -> f64 {
     let mut sum = 0.0f64;
     for (row, &label) in logits.chunks_exact(classes.max(1)).zip(labels) {
-        let max = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
+        let max = row
+            .iter()
+            .fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
         let lse = row
             .iter()
             .map(|&v| (f64::from(v) - max).exp())
@@ -464,7 +468,8 @@ mod tests {
         // Row 1: logits [0, ln 3], label 1: -ln(3/4); row 2: equal logits over 2, label 0: ln 2.
         let l3 = 3.0f32.ln();
         let ce = mean_cross_entropy(&[0.0, l3, 5.0, 5.0], &[1, 0], 2);
-        let expected = (-(f64::from(l3).exp() / (1.0 + f64::from(l3).exp())).ln() + 2f64.ln()) / 2.0;
+        let expected =
+            (-(f64::from(l3).exp() / (1.0 + f64::from(l3).exp())).ln() + 2f64.ln()) / 2.0;
         assert!((ce - expected).abs() < 1e-12, "{ce} against {expected}");
     }
 }

@@ -129,7 +129,11 @@ pub(super) fn task_of(info: &PlanInfo, classes: Option<ClassNames>) -> Result<Ta
 }
 
 /// The data set `train` reads: the bundled digits, or `--data` read for `task`.
-pub(super) fn load_data(data_path: Option<&Path>, task: &Task, target_columns: &[String]) -> Result<Table> {
+pub(super) fn load_data(
+    data_path: Option<&Path>,
+    task: &Task,
+    target_columns: &[String],
+) -> Result<Table> {
     match data_path {
         None => {
             if let Task::Regression { .. } = task {

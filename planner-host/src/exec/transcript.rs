@@ -13,7 +13,8 @@ use crate::model::run::plan_model_tensors;
 use crate::model::run::{RunData, RunInit, RunModel, RunOptimizer};
 use crate::model::{Activation, Loss, RunConfig};
 use crate::protocol::{
-    digest_f32, Fnv1a64, TranscriptWriter, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, INPUT_Y, TRANSCRIPT_MAGIC,
+    digest_f32, Fnv1a64, TranscriptWriter, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, INPUT_Y,
+    TRANSCRIPT_MAGIC,
 };
 
 /// A parsed transcript; see the [module docs](self) for its format.

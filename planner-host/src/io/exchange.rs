@@ -1066,7 +1066,10 @@ pub fn persistent_from_transcript(
             )));
         }
         let Some(slot) = values.get_mut(b.range()) else {
-            return Err(bad(format!("{} lies outside the persistent region", b.name)));
+            return Err(bad(format!(
+                "{} lies outside the persistent region",
+                b.name
+            )));
         };
         slot.copy_from_slice(v);
     }

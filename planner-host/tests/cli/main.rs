@@ -13,6 +13,7 @@ mod cli_hostile;
 mod cli_onnx;
 mod cli_robustness;
 mod cli_words;
+mod eval;
 mod exchange;
 mod verify_any_plan;
 mod verify_hostile;
