@@ -462,9 +462,7 @@ fn write_cases(ctx: &Ctx) -> Result<PathBuf> {
         |digests: &[u64]| -> Vec<u8> { digests.iter().flat_map(|d| d.to_le_bytes()).collect() };
     for &(key, run) in WASM_CASES {
         let path = ctx.root.join("firmware-demo").join("models").join(run);
-        let text =
-            fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        let cfg = RunConfig::parse(&text).with_context(|| format!("{}", path.display()))?;
+        let cfg = RunConfig::from_file(&path).with_context(|| format!("{}", path.display()))?;
         let job = cfg.job()?;
         let init: Vec<f32> = cfg.initial_parameters(&job)?.concat();
         let params: Vec<String> = job

@@ -90,7 +90,7 @@ pub struct TrainArgs {
     #[command(flatten)]
     pub outputs: TrainOutputs,
     /// Write the run description of this run (`plan=… plan_digest=… seed=… split_seed=…
-    /// samples=… epochs=… data=… init=…`, paths as given here) to FILE after training, so
+    /// samples=… epochs=… data=… init=…`, paths relative to FILE's folder, as a run description's are) to FILE after training, so
     /// `tapeplan verify` and the firmware replay the same run. Refused with the options a
     /// description cannot say: --scale, --standardize, --target-columns, --train-fraction
     /// other than the default, --resume.
@@ -596,6 +596,7 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
     }
     if let Some(out) = &write_run {
         let line = run_line(
+            out,
             &plan,
             data_path.as_deref(),
             init.as_deref(),
@@ -665,15 +666,18 @@ const DEFAULT_TRAIN_FRACTION: f64 = 0.8;
 /// The run description of a `train` run, its files pinned by their digests, checked by
 /// parsing it back ([`RunConfig::parse`]).
 fn run_line(
+    out: &Path,
     plan: &Path,
     data: Option<&Path>,
     init: Option<&Path>,
     (seed, split_seed, samples, epochs): (u64, u64, usize, usize),
 ) -> Result<String> {
+    // A run description's paths are relative to its own folder.
+    let dir = out.parent().unwrap_or(Path::new(""));
     let pinned = |key: &str, path: &Path| -> Result<String> {
         Ok(format!(
             " {key}={} {key}_digest={:016x}",
-            path.display(),
+            relative_path(path, dir)?.display(),
             file_digest(&read(path)?)
         ))
     };
@@ -685,8 +689,36 @@ fn run_line(
     if let Some(i) = init {
         line += &pinned("init", i)?;
     }
-    RunConfig::parse(&line).with_context(|| format!("--write-run: the run `{line}`"))?;
+    RunConfig::parse_in(&line, dir).with_context(|| format!("--write-run: the run `{line}`"))?;
     Ok(line)
+}
+
+/// `path` (relative to the current folder, or absolute) as a path relative to folder `dir`
+/// (relative to the current folder; empty: the current folder itself): `path` itself when
+/// absolute or when `dir` is the current folder, else the way from `dir` to it (`../data.csv`).
+///
+/// # Errors
+/// A path or folder that cannot be resolved (it does not exist).
+fn relative_path(path: &Path, dir: &Path) -> Result<PathBuf> {
+    if path.is_absolute() || dir.as_os_str().is_empty() || dir == Path::new(".") {
+        return Ok(path.to_path_buf());
+    }
+    let canon = |p: &Path| {
+        p.canonicalize()
+            .with_context(|| format!("--write-run: resolving {}", p.display()))
+    };
+    let (to, from) = (canon(path)?, canon(dir)?);
+    let common = to
+        .components()
+        .zip(from.components())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let mut rel = PathBuf::new();
+    for _ in from.components().skip(common) {
+        rel.push("..");
+    }
+    rel.extend(to.components().skip(common));
+    Ok(rel)
 }
 
 /// The training split's rows and, of them, the validation rows for a data set of `len` rows:

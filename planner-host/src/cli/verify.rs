@@ -28,11 +28,35 @@ pub fn verify(transcript: &Path, config: Option<&Path>) -> Result<ExitCode> {
         };
         r.with_context(|| format!("cannot read {}", path.display()))
     };
-    let t = Transcript::parse(&read(transcript)?)?;
-    let expected = config.map(read).transpose()?;
-    let expected = expected.as_deref().map(RunConfig::parse).transpose()?;
+    // The run description's relative paths are relative to its folder; so are those of the
+    // device's `config` line (its description's, as written) when one is given.
+    let text = read(transcript)?;
+    let expected = config.map(run_file).transpose()?;
+    let t = match (&expected, config) {
+        (Some(e), Some(c)) => {
+            Transcript::parse_against(&text, c.parent().unwrap_or(Path::new("")), e)?
+        }
+        _ => Transcript::parse(&text)?,
+    };
     let report = verify_run(&t, expected.as_ref())?;
     Ok(show(&report))
+}
+
+/// The run description in file `path` (`-`: standard input, relative to the current folder),
+/// its relative paths read from its folder ([`RunConfig::from_file`]).
+///
+/// # Errors
+/// An unreadable file; as [`RunConfig::parse`].
+fn run_file(path: &Path) -> Result<RunConfig> {
+    if path.as_os_str() == "-" {
+        let text = std::io::read_to_string(std::io::stdin())
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        return Ok(RunConfig::parse(&text)?);
+    }
+    if let Err(e) = std::fs::metadata(path) {
+        return Err(e).with_context(|| format!("cannot read {}", path.display()));
+    }
+    Ok(RunConfig::from_file(path)?)
 }
 
 /// Prints a report as `tapeplan verify` does; answers the exit code.
@@ -78,10 +102,9 @@ pub fn verify_serial(
     baud: u32,
     idle_timeout_secs: u64,
 ) -> Result<ExitCode> {
-    let text = std::fs::read_to_string(config)
-        .with_context(|| format!("cannot read {}", config.display()))?;
-    let expected = RunConfig::parse(&text)?;
-    let mut verifier = StreamVerifier::spawn(&expected);
+    let expected = run_file(config)?;
+    let mut verifier =
+        StreamVerifier::spawn(&expected).relative_to(config.parent().unwrap_or(Path::new("")));
     eprintln!(
         "verify --serial: retraining `{expected}` ({} steps) on the host; reading {}",
         expected.total_steps(),

@@ -128,6 +128,11 @@ pub struct TranscriptReader {
     /// Whether the `config` line is parsed into a [`RunConfig`] (which reads the files it
     /// names); [`final_parameters`] reads a transcript without them.
     parse_config: bool,
+    /// The folder the `config` line's relative paths are read from (empty: the current one).
+    dir: std::path::PathBuf,
+    /// The run the device is expected to have run: its files stand for any path the `config`
+    /// line pins with their digests ([`RunConfig::parse_against`]).
+    expected: Option<RunConfig>,
     t: Transcript,
 }
 
@@ -146,6 +151,8 @@ impl TranscriptReader {
             config: None,
             config_seen: false,
             parse_config: true,
+            dir: std::path::PathBuf::new(),
+            expected: None,
             t: Transcript {
                 config: RunConfig {
                     model: RunModel::Mlp,
@@ -178,6 +185,22 @@ impl TranscriptReader {
                 info: Vec::new(),
             },
         }
+    }
+
+    /// This reader, reading the relative paths of the `config` line (a device sends its run
+    /// description's paths as written) from folder `dir`: the run description's own folder
+    /// ([`RunConfig::parse_in`]).
+    pub fn relative_to(mut self, dir: &std::path::Path) -> TranscriptReader {
+        self.dir = dir.to_path_buf();
+        self
+    }
+
+    /// This reader, for a device expected to run `expected`: a file the `config` line pins
+    /// with the digest of one of `expected`'s files is that file, whatever its spelling
+    /// ([`RunConfig::parse_against`]).
+    pub fn expecting(mut self, expected: &RunConfig) -> TranscriptReader {
+        self.expected = Some(expected.clone());
+        self
     }
 
     /// The transcript read so far (its `config` is a placeholder until
@@ -232,7 +255,11 @@ impl TranscriptReader {
                     return Err(bad("a second `config` line".into()));
                 }
                 if self.parse_config {
-                    self.config = Some(RunConfig::parse(rest).map_err(|e| bad(e.to_string()))?);
+                    let cfg = match &self.expected {
+                        Some(e) => RunConfig::parse_against(rest, &self.dir, e),
+                        None => RunConfig::parse_in(rest, &self.dir),
+                    };
+                    self.config = Some(cfg.map_err(|e| bad(e.to_string()))?);
                 }
                 self.config_seen = true;
                 Record::Config
@@ -420,7 +447,36 @@ impl Transcript {
     /// for a missing header, `config` or `end` line, [`VerifyError::DeviceError`] for
     /// `end error …`.
     pub fn parse(text: &str) -> Result<Transcript, VerifyError> {
-        let mut reader = TranscriptReader::new();
+        Transcript::parse_in(text, std::path::Path::new(""))
+    }
+
+    /// [`Transcript::parse`], the `config` line's relative paths read from folder `dir` (the
+    /// folder of the run description the device ran: [`RunConfig::from_file`]).
+    ///
+    /// # Errors
+    /// As [`Transcript::parse`].
+    pub fn parse_in(text: &str, dir: &std::path::Path) -> Result<Transcript, VerifyError> {
+        Transcript::parse_with(text, TranscriptReader::new().relative_to(dir))
+    }
+
+    /// [`Transcript::parse_in`] for a device expected to run `expected`
+    /// ([`TranscriptReader::expecting`]): its files are compared by digest, not by the
+    /// spelling of their paths.
+    ///
+    /// # Errors
+    /// As [`Transcript::parse`].
+    pub fn parse_against(
+        text: &str,
+        dir: &std::path::Path,
+        expected: &RunConfig,
+    ) -> Result<Transcript, VerifyError> {
+        Transcript::parse_with(
+            text,
+            TranscriptReader::new().relative_to(dir).expecting(expected),
+        )
+    }
+
+    fn parse_with(text: &str, mut reader: TranscriptReader) -> Result<Transcript, VerifyError> {
         for (i, line) in text.lines().enumerate() {
             reader.line(i + 1, line)?;
         }

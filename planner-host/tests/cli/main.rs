@@ -15,6 +15,7 @@ mod cli_robustness;
 mod cli_words;
 mod eval;
 mod exchange;
+mod run_paths;
 mod verify_any_plan;
 mod verify_hostile;
 mod verify_serial;
