@@ -170,8 +170,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map_err(|e| format!("reading {}: {e}", run_path.display()))?;
     // The files a run names (`plan=`, `data=`, `init=`) are relative to the run file's folder,
     // where `tapeplan verify --config` reads them too.
-    let mut cfg = RunConfig::from_file(&run_path)
-        .map_err(|e| format!("{}: {e}", run_path.display()))?;
+    let mut cfg =
+        RunConfig::from_file(&run_path).map_err(|e| format!("{}: {e}", run_path.display()))?;
     let plan_file = cfg
         .plan_bytes()
         .map_err(|e| format!("{}: {e}", run_path.display()))?;

@@ -11,20 +11,19 @@ use clap::{ArgGroup, Args, ValueEnum};
 
 use tapeplan_core::format::BindingKind;
 use tapeplan_planner::exec::runtime::{argmax, RuntimeModel};
-use tapeplan_planner::exec::transcript::final_parameters;
 use tapeplan_planner::io::data::{self, Dataset};
 use tapeplan_planner::io::exchange;
 use tapeplan_planner::io::inspect::PlanInfo;
 use tapeplan_planner::io::table::{self, Standardizer, Table, Task};
-use tapeplan_planner::model::run::MNIST1D_TRAIN_ROWS;
+use tapeplan_planner::model::run::{plan_model_tensors, MNIST1D_TRAIN_ROWS};
 use tapeplan_planner::protocol::{
-    parameter_digest, ENTRY_FORWARD, ENTRY_TRAIN_STEP, INPUT_X, OUTPUT_LOGITS,
+    digest_f32, ENTRY_FORWARD, ENTRY_TRAIN_STEP, INPUT_X, OUTPUT_LOGITS,
 };
 
 use super::train::{
     load_data, saved_class_names, split_rows, task_of, Evaluation, STANDARDIZE_SUFFIX,
 };
-use super::{not_a_checkpoint, read};
+use super::{not_a_checkpoint, read, transcript_parameters};
 
 /// Which rows `eval` runs: the held-out rows `train` reports its test figures on, the rows it
 /// trains on (its validation rows included), or every row.
@@ -153,17 +152,7 @@ fn load_parameters(model: &mut RuntimeModel<'_>, args: &EvalArgs) -> Result<Sour
             .with_context(|| format!("--params {}", path.display()))?;
         (values, "safetensors", path)
     } else if let Some(path) = &args.transcript {
-        let text = if path.as_os_str() == "-" {
-            std::io::read_to_string(std::io::stdin())
-        } else {
-            std::fs::read_to_string(path)
-        }
-        .with_context(|| format!("reading {}", path.display()))?;
-        let fin = final_parameters(&text).with_context(|| format!("{}", path.display()))?;
-        fin.check_plan_id(plan.plan_id())
-            .with_context(|| format!("{}", path.display()))?;
-        let values = exchange::persistent_from_transcript(&plan, model.persistent(), &fin.params)
-            .with_context(|| format!("{}", path.display()))?;
+        let (values, _) = transcript_parameters(&plan, model.persistent(), path)?;
         (values, "transcript", path)
     } else {
         bail!("give the parameters: --checkpoint CKPT, --params FILE or --transcript FILE");
@@ -330,7 +319,7 @@ pub fn eval(args: EvalArgs) -> Result<ExitCode> {
                 .map(|n| format!(" ({n:?})"))
                 .unwrap_or_default();
             bail!(
-                "row {} of the {} split has label {label}{name}, but the plan's logits have {classes} classes",
+                "row {} of the {} split has label {label}{name}, but the plan's logits have {classes} classes: is --data the data set the plan was trained on?",
                 row + 1,
                 args.split.name()
             );
@@ -366,6 +355,7 @@ pub fn eval(args: EvalArgs) -> Result<ExitCode> {
     let mut model =
         RuntimeModel::new(&bytes).with_context(|| format!("loading {}", plan_path.display()))?;
     let source = load_parameters(&mut model, &args)?;
+    let tensors = plan_model_tensors(model.plan());
     let shown = Evaluation {
         set: &set,
         d_in,
@@ -396,12 +386,20 @@ pub fn eval(args: EvalArgs) -> Result<ExitCode> {
         let (mse, mae) = table::mse_mae(&pred, set.targets());
         Figures::Regression { mse, mae }
     };
-    let digest = parameter_digest(model.plan(), model.persistent());
+    // The digest of the model's tensors (not the optimizer's state), in binding order: a
+    // transcript's `digest` line, and `train`'s parameter digest for a plan without state.
+    let model_values: Vec<f32> = model
+        .plan()
+        .parameters()
+        .filter(|b| tensors.iter().any(|(n, _)| n == b.name))
+        .flat_map(|b| model.persistent()[b.range()].to_vec())
+        .collect();
+    let digest = digest_f32(&model_values);
     if args.json {
         let mut out = serde_json::json!({
             "plan": plan_path.display().to_string(),
             "parameters": { "kind": source.kind, "path": source.path.display().to_string() },
-            "parameter_digest": format!("{digest:016x}"),
+            "model_digest": format!("{digest:016x}"),
             "data": args.data,
             "split": args.split.name(),
             "rows": set.len(),
@@ -455,7 +453,10 @@ pub fn eval(args: EvalArgs) -> Result<ExitCode> {
         ),
         Figures::Regression { .. } => println!("{} {shown}", args.split.label()),
     }
-    println!("parameter digest: 0x{digest:016x}");
+    println!(
+        "model digest: 0x{digest:016x} (its {} tensors, as a transcript's `digest` line)",
+        tensors.len()
+    );
     Ok(ExitCode::SUCCESS)
 }
 

@@ -7,11 +7,10 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 
-use tapeplan_planner::exec::transcript::final_parameters;
 use tapeplan_planner::io::exchange::{self, Rename};
 use tapeplan_planner::model::run::plan_model_tensors;
 
-use super::{parse_plan, read};
+use super::{parse_plan, read, transcript_parameters};
 
 /// Where `export` takes the parameters from.
 pub enum From {
@@ -53,18 +52,8 @@ pub fn export(plan: &Path, from: &From, output: &Path, renames: &[Rename]) -> Re
                 .with_context(|| format!("exporting {}", checkpoint.display()))?
         }
         From::Transcript(path) => {
-            let text = if path.as_os_str() == "-" {
-                std::io::read_to_string(std::io::stdin())
-            } else {
-                std::fs::read_to_string(path)
-            }
-            .with_context(|| format!("reading {}", path.display()))?;
-            let fin = final_parameters(&text).with_context(|| format!("{}", path.display()))?;
-            fin.check_plan_id(parsed.plan_id())
-                .with_context(|| format!("{}", path.display()))?;
             let base = vec![0.0f32; parsed.persistent_elems()];
-            let values = exchange::persistent_from_transcript(&parsed, &base, &fin.params)
-                .with_context(|| format!("{}", path.display()))?;
+            let (values, fin) = transcript_parameters(&parsed, &base, path)?;
             let st = exchange::export_plan_params_renamed(&parsed, &values, &rules)
                 .with_context(|| format!("exporting {}", path.display()))?;
             println!(

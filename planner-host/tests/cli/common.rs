@@ -24,6 +24,20 @@ pub fn ok(dir: &Path, args: &[&str]) -> String {
     stdout
 }
 
+/// Runs `tapeplan args` in `dir`, which must fail without a panic; answers its standard
+/// error.
+pub fn fails(dir: &Path, args: &[&str]) -> String {
+    let out = tapeplan(dir, args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success(),
+        "tapeplan {args:?} succeeded:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    stderr
+}
+
 /// A new, empty folder for test `name` under the system's temporary folder.
 pub fn scratch_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("tapeplan-{name}-{}", std::process::id()));

@@ -5,26 +5,13 @@
 
 use std::path::Path;
 
-use crate::common::{ok, scratch_dir, tapeplan};
+use crate::common::{fails, ok, scratch_dir};
 use safetensors::SafeTensors;
 
 use tapeplan_planner::exec::transcript::runtime_transcript;
 use tapeplan_planner::io::data;
 use tapeplan_planner::model::run::file_digest;
 use tapeplan_planner::model::RunConfig;
-
-/// Runs a command that must fail; answers its standard error.
-fn fails(dir: &Path, args: &[&str]) -> String {
-    let out = tapeplan(dir, args);
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(
-        !out.status.success(),
-        "tapeplan {args:?} succeeded:\n{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    stderr
-}
 
 /// The line of `out` starting with `prefix`.
 fn line<'a>(out: &'a str, prefix: &str) -> &'a str {
@@ -123,7 +110,11 @@ fn eval_agrees_with_train_a_device_transcript_and_an_independent_forward_pass() 
             eval_line.starts_with(&format!("{train_accuracy} (")),
             "train: {train_accuracy}\neval: {eval_line}"
         );
-        assert_eq!(line(&out, "parameter digest: "), train_digest);
+        // SGD keeps no state: train's digest of the whole region is the model's.
+        assert!(
+            line(&out, "model digest: ").starts_with(&train_digest.replace("parameter", "model")),
+            "{out}"
+        );
     }
     let from_ckpt = eval_json(&dir, &["m.plan", "--checkpoint", "c.ckpt"]);
     assert_eq!(from_ckpt["rows"], 360);
@@ -150,7 +141,7 @@ fn eval_agrees_with_train_a_device_transcript_and_an_independent_forward_pass() 
         .unwrap();
     assert_eq!(train_digest, format!("parameter digest: 0x{digest_line}"));
     let from_device = eval_json(&dir, &["m.plan", "--transcript", "dev.transcript"]);
-    assert_eq!(from_device["parameter_digest"], digest_line);
+    assert_eq!(from_device["model_digest"], digest_line);
     assert_eq!(from_device["correct"], from_ckpt["correct"]);
     assert_eq!(
         from_device["mean_cross_entropy"],
@@ -172,7 +163,7 @@ fn eval_agrees_with_train_a_device_transcript_and_an_independent_forward_pass() 
     );
     assert!(out.contains(&format!("0x{digest_line}, checked")), "{out}");
     let exported = eval_json(&dir, &["m.plan", "--params", "dev.safetensors"]);
-    assert_eq!(exported["parameter_digest"], digest_line);
+    assert_eq!(exported["model_digest"], digest_line);
     assert_eq!(exported["correct"], from_ckpt["correct"]);
 
     // An independent forward pass (f64, PyTorch's layout, its own softmax) of the exported file
@@ -458,4 +449,57 @@ fn bad_input_is_refused_naming_what_is_wrong_and_loses_nothing() {
         err.contains("--checkpoint") && err.contains("--transcript"),
         "{err}"
     );
+}
+
+#[test]
+fn a_device_s_adam_run_evaluates_as_train_s_checkpoint_of_it() {
+    // Adam keeps moments in the persistent region: the device sends only the model's tensors,
+    // and eval's model digest is its `digest` line.
+    let dir = scratch_dir("eval-adam");
+    ok(
+        &dir,
+        &[
+            "plan",
+            "--layers",
+            "64,16,10",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "0.01",
+            "-o",
+            "m.plan",
+        ],
+    );
+    let plan = dir.join("m.plan");
+    let run = format!(
+        "plan=m.plan plan_digest={:016x} seed=42 split_seed=0 samples=1437 epochs=1\n",
+        file_digest(&std::fs::read(&plan).unwrap())
+    );
+    std::fs::write(dir.join("m.run"), &run).unwrap();
+    let cfg = RunConfig::from_file(&dir.join("m.run")).unwrap();
+    let transcript = runtime_transcript(&cfg, "host runtime").unwrap();
+    std::fs::write(dir.join("dev.transcript"), &transcript).unwrap();
+    ok(
+        &dir,
+        &[
+            "train",
+            "m.plan",
+            "--epochs",
+            "1",
+            "--seed",
+            "42",
+            "--checkpoint",
+            "c.ckpt",
+        ],
+    );
+    let device = eval_json(&dir, &["m.plan", "--transcript", "dev.transcript"]);
+    let host = eval_json(&dir, &["m.plan", "--checkpoint", "c.ckpt"]);
+    let digest_line = transcript
+        .lines()
+        .find_map(|l| l.strip_prefix("digest "))
+        .unwrap();
+    assert_eq!(device["model_digest"], digest_line);
+    assert_eq!(host["model_digest"], digest_line);
+    assert_eq!(device["correct"], host["correct"]);
+    assert_eq!(device["mean_cross_entropy"], host["mean_cross_entropy"]);
 }
