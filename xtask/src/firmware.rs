@@ -913,7 +913,7 @@ fn train_and_verify_over(
     fs::write(&transcript_path, b"")
         .with_context(|| format!("writing {}", transcript_path.display()))?;
     let mut cmd = Command::new(tapeplan);
-    // From the repository's root: the paths in a `plan=` run are relative to it.
+    // The paths of a `plan=` run are relative to its file's folder, from wherever it is run.
     cmd.arg("verify")
         .arg("--serial")
         .arg(&transcript_path)

@@ -446,7 +446,8 @@ fn target_dir(ctx: &Ctx) -> PathBuf {
 /// `meta.txt`. Answers the folder.
 fn write_cases(ctx: &Ctx) -> Result<PathBuf> {
     let dir = target_dir(ctx).join("matrix-cases");
-    // The runs' data paths are relative to the repository's root.
+    // The runs' own paths are relative to their files' folders (`RunConfig::from_file`); the
+    // folders below are the repository's.
     std::env::set_current_dir(&ctx.root)?;
     let le = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
     let put = |key: &str, files: &[(&str, &[u8])]| -> Result<()> {
