@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 
 use tapeplan_planner::exec::report::Report;
 use tapeplan_planner::exec::transcript::Transcript;
-use tapeplan_planner::exec::verify::{verify as verify_run, StreamVerifier};
+use tapeplan_planner::exec::verify::{verify as verify_run, StreamVerifier, VerifyError};
 use tapeplan_planner::model::run::{file_digest, FileKind};
 use tapeplan_planner::model::RunConfig;
 
@@ -36,7 +36,20 @@ pub fn verify(transcript: &Path, config: Option<&Path>) -> Result<ExitCode> {
         (Some(e), Some(c)) => {
             Transcript::parse_against(&text, c.parent().unwrap_or(Path::new("")), e)?
         }
-        _ => Transcript::parse(&text)?,
+        _ => Transcript::parse(&text).map_err(|e| {
+            let missing = matches!(&e, VerifyError::Transcript { message, .. }
+                if message.contains("No such file"));
+            let e = anyhow::Error::from(e);
+            if missing {
+                // A device sends its run description's paths as written: relative to the
+                // description's folder, which only --config says.
+                e.context(
+                    "without --config the transcript's config line is read from the current                      folder; give --config RUN (the run description the device ran) to read                      its files from RUN's folder",
+                )
+            } else {
+                e
+            }
+        })?,
     };
     let report = verify_run(&t, expected.as_ref())?;
     Ok(show(&report))

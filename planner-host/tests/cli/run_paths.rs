@@ -67,6 +67,10 @@ fn a_run_file_s_paths_are_relative_to_its_folder_from_anywhere() {
             "{out}"
         );
     }
+    // Without --config, the transcript's own line is read from the current folder: the error
+    // says to give the run description.
+    let (passed, out) = run(&dir, &["verify", "t.txt"]);
+    assert!(!passed && out.contains("give --config RUN"), "{out}");
     // Parsed as a text (no file), the same line reads from the current folder: here, no plan.
     let e = RunConfig::parse(&std::fs::read_to_string(&run_file).unwrap()).unwrap_err();
     assert!(e.to_string().contains("m.plan"), "{e}");
