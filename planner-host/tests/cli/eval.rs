@@ -5,13 +5,10 @@
 
 use std::path::Path;
 
-use crate::common::{fails, ok, scratch_dir};
+use crate::common::{device_transcript, fails, ok, plan_run, scratch_dir};
 use safetensors::SafeTensors;
 
-use tapeplan_planner::exec::transcript::runtime_transcript;
 use tapeplan_planner::io::data;
-use tapeplan_planner::model::run::file_digest;
-use tapeplan_planner::model::RunConfig;
 
 /// The line of `out` starting with `prefix`.
 fn line<'a>(out: &'a str, prefix: &str) -> &'a str {
@@ -127,13 +124,8 @@ fn eval_agrees_with_train_a_device_transcript_and_an_independent_forward_pass() 
 
     // The device's run of the same job (the transcript the host runtime sends for it, as a device
     // sends it): its final parameters are train's, so eval reports the same figures.
-    let plan = dir.join("m.plan");
-    let run = format!(
-        "plan={} plan_digest={:016x} seed=42 split_seed=0 samples=1437 epochs=2",
-        plan.display(),
-        file_digest(&std::fs::read(&plan).unwrap())
-    );
-    let transcript = runtime_transcript(&RunConfig::parse(&run).unwrap(), "host runtime").unwrap();
+    let run = plan_run(&dir, "m.plan", "seed=42 split_seed=0 samples=1437 epochs=2");
+    let transcript = device_transcript(&dir, &run);
     std::fs::write(dir.join("dev.transcript"), &transcript).unwrap();
     let digest_line = transcript
         .lines()
@@ -365,13 +357,8 @@ fn bad_input_is_refused_naming_what_is_wrong_and_loses_nothing() {
     assert!(err.contains("is a checkpoint"), "{err}");
 
     // Transcripts: a device's run of m.plan.
-    let plan = dir.join("m.plan");
-    let run = format!(
-        "plan={} plan_digest={:016x} seed=1 split_seed=0 samples=64 epochs=1",
-        plan.display(),
-        file_digest(&std::fs::read(&plan).unwrap())
-    );
-    let good = runtime_transcript(&RunConfig::parse(&run).unwrap(), "host runtime").unwrap();
+    let run = plan_run(&dir, "m.plan", "seed=1 split_seed=0 samples=64 epochs=1");
+    let good = device_transcript(&dir, &run);
     std::fs::write(dir.join("keep.safetensors"), b"an earlier export").unwrap();
     let cases = [
         (good.replace("end ok\n", ""), "truncated"),
@@ -470,14 +457,8 @@ fn a_device_s_adam_run_evaluates_as_train_s_checkpoint_of_it() {
             "m.plan",
         ],
     );
-    let plan = dir.join("m.plan");
-    let run = format!(
-        "plan=m.plan plan_digest={:016x} seed=42 split_seed=0 samples=1437 epochs=1\n",
-        file_digest(&std::fs::read(&plan).unwrap())
-    );
-    std::fs::write(dir.join("m.run"), &run).unwrap();
-    let cfg = RunConfig::from_file(&dir.join("m.run")).unwrap();
-    let transcript = runtime_transcript(&cfg, "host runtime").unwrap();
+    let run = plan_run(&dir, "m.plan", "seed=42 split_seed=0 samples=1437 epochs=1");
+    let transcript = device_transcript(&dir, &run);
     std::fs::write(dir.join("dev.transcript"), &transcript).unwrap();
     ok(
         &dir,
