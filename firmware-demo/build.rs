@@ -16,8 +16,9 @@
 //! - the op set: the opcodes the plan uses (`PlanOps`), so the runtime's selective build links
 //!   only their kernels (`docs/selective-build.md`).
 //!
-//! Paths in a run description are relative to the repository's root (this script reads them
-//! from there, as `tapeplan verify` does when run from the root).
+//! Paths in a run description are relative to the description's own folder (this script reads
+//! them from there, as `tapeplan verify --config` does, from wherever it is run).
+//! The transcript's `config` line carries them as written.
 //!
 //! `TAPEPLAN_RUN=path/to/file.run` overrides the board's run; with feature `cnn` the default run
 //! is `models/mnist1d.run`. The math profile is the one
@@ -165,14 +166,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         None => manifest.join("models").join(board.run),
     };
     println!("cargo:rerun-if-changed={}", run_path.display());
-    let root = manifest.parent().unwrap_or(&manifest).to_path_buf();
     let run_text = fs::read_to_string(&run_path)
         .map_err(|e| format!("reading {}: {e}", run_path.display()))?;
-    // The files a run names (`plan=`, `data=`, `init=`) are relative to the repository's root,
-    // where `tapeplan verify` reads the same description.
-    env::set_current_dir(manifest.parent().unwrap_or(&manifest))?;
+    // The files a run names (`plan=`, `data=`, `init=`) are relative to the run file's folder,
+    // where `tapeplan verify --config` reads them too.
     let mut cfg =
-        RunConfig::parse(&run_text).map_err(|e| format!("{}: {e}", run_path.display()))?;
+        RunConfig::from_file(&run_path).map_err(|e| format!("{}: {e}", run_path.display()))?;
     let plan_file = cfg
         .plan_bytes()
         .map_err(|e| format!("{}: {e}", run_path.display()))?;
@@ -433,15 +432,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     write(&out.join("generated.rs"), g.as_bytes())?;
     // The files the run names, so a new plan, data or init file rebuilds the firmware.
     if let tapeplan_planner::model::run::RunModel::Plan(p) = &cfg.model {
-        let mut files = vec![p.path.clone(), format!("{}.init.safetensors", p.path)];
-        if let tapeplan_planner::model::run::RunData::Csv { path, .. } = &cfg.data {
-            files.push(path.clone());
+        let mut files = vec![p.file.clone(), format!("{}.init.safetensors", p.file)];
+        if let tapeplan_planner::model::run::RunData::Csv { file, .. } = &cfg.data {
+            files.push(file.clone());
         }
-        if let tapeplan_planner::model::run::RunInit::Safetensors { path, .. } = &cfg.init {
-            files.push(path.clone());
+        if let tapeplan_planner::model::run::RunInit::Safetensors { file, .. } = &cfg.init {
+            files.push(file.clone());
         }
         for f in files {
-            println!("cargo:rerun-if-changed={}", root.join(f).display());
+            println!("cargo:rerun-if-changed={f}");
         }
     }
     println!("cargo:rerun-if-changed=build.rs");

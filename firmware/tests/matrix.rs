@@ -64,8 +64,7 @@ impl Rows for F32Rows {
 /// Trains the run of `path` with the library and verifies its transcript; answers (steps
 /// identical, steps).
 fn cell(path: &str) -> (usize, usize) {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let cfg = RunConfig::parse(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let cfg = RunConfig::from_file(Path::new(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
     let (plan, init, params) = common::run_parts(&cfg);
     let train_set = cfg.training_set().unwrap();
     let rows = F32Rows {
@@ -107,7 +106,7 @@ fn cell(path: &str) -> (usize, usize) {
     .unwrap_or_else(|e| panic!("{path}: {e}"));
     out.end_ok().unwrap();
     let text = String::from_utf8(link).unwrap();
-    let t = Parsed::parse(&text).unwrap();
+    let t = Parsed::parse_in(&text, Path::new(path).parent().unwrap()).unwrap();
     let report = verify(&t, Some(&cfg)).unwrap();
     assert!(report.passed(), "{path} ({}): {report}", catalog::CATALOG);
     assert_eq!(summary.steps, cfg.total_steps(), "{path}");
@@ -181,7 +180,8 @@ fn states_of(text: &str) -> Vec<u64> {
 
 #[test]
 fn matrix_runs_verify_at_every_step() {
-    // The run descriptions' paths are relative to the repository's root.
+    // The run descriptions named below are relative to the repository's root (their own
+    // paths to their folders).
     std::env::set_current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("..")).unwrap();
     let runs = std::env::var("TAPEPLAN_MATRIX_RUNS")
         .unwrap_or_else(|_| "firmware-demo/models/w3.run;hvp".to_owned());

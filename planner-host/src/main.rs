@@ -11,6 +11,7 @@ use anyhow::{bail, Result};
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use cli::args::{MathArg, ModelArgs};
+use cli::eval::EvalArgs;
 use cli::train::TrainArgs;
 use tapeplan_planner::io::exchange::Rename;
 
@@ -59,15 +60,30 @@ enum Command {
     /// Train a plan (classification or regression, any optimizer) through the no_std runtime,
     /// on the bundled digits or a CSV data set; without a plan, plan the model options first.
     Train(Box<TrainArgs>),
+    /// Evaluate parameters without training: run a plan's forward entry over every row of a
+    /// data set's split (the held-out test split `train` reports on, by default) and report
+    /// accuracy and mean cross-entropy (classification) or MSE and MAE (regression).
+    ///
+    /// The parameters come from a checkpoint, a safetensors file under the plan's names, or the
+    /// final `param` lines of a device's transcript; `--json` prints one JSON object.
+    Eval(Box<EvalArgs>),
     /// Convert a checkpoint's model parameters and buffers to a safetensors file under their
     /// plan (PyTorch state_dict) names; the --layers MLP's with nn.Sequential names and layouts
     /// (`w1 -> 0.weight` transposed, `b1 -> 0.bias`, ...).
+    ///
+    /// With --transcript, the final parameters a device sent at the end of its training
+    /// transcript (its `param` lines, checked against its `digest` line) instead.
+    #[command(group(clap::ArgGroup::new("source").required(true).args(["checkpoint", "transcript"])))]
     Export {
-        /// The plan the checkpoint belongs to.
+        /// The plan the checkpoint (or the device's run) belongs to.
         plan: PathBuf,
         /// The checkpoint (from `tapeplan train --checkpoint` or `tapeplan import`).
         #[arg(long)]
-        checkpoint: PathBuf,
+        checkpoint: Option<PathBuf>,
+        /// A device's training transcript (`tapeplan verify`'s input; `-` for standard
+        /// input): export the final parameters it holds.
+        #[arg(long, value_name = "FILE")]
+        transcript: Option<PathBuf>,
         /// Where to write the safetensors file.
         #[arg(short, long, default_value = "model.safetensors")]
         output: PathBuf,
@@ -248,12 +264,21 @@ fn run(cli: Cli) -> Result<ExitCode> {
             model,
         } => cli::describe::describe(plan, tape, error_report, &model),
         Command::Train(args) => cli::train::train(*args),
+        Command::Eval(args) => cli::eval::eval(*args),
         Command::Export {
             plan,
             checkpoint,
+            transcript,
             output,
             rename,
-        } => cli::exchange::export(&plan, &checkpoint, &output, &rename),
+        } => {
+            let from = match (checkpoint, transcript) {
+                (Some(c), _) => cli::exchange::From::Checkpoint(c),
+                (None, Some(t)) => cli::exchange::From::Transcript(t),
+                (None, None) => bail!("give --checkpoint CKPT or --transcript FILE"),
+            };
+            cli::exchange::export(&plan, &from, &output, &rename)
+        }
         Command::Import {
             safetensors,
             plan,

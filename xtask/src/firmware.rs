@@ -632,7 +632,7 @@ fn verify(
     run_file: &Path,
 ) -> Result<(String, String)> {
     let mut cmd = Command::new(tapeplan);
-    // From the repository's root: the paths in a `plan=` run are relative to it.
+    // The paths of a `plan=` run are relative to its file's folder, from wherever it is run.
     cmd.arg("verify")
         .arg(transcript_path)
         .arg("--config")
@@ -913,7 +913,7 @@ fn train_and_verify_over(
     fs::write(&transcript_path, b"")
         .with_context(|| format!("writing {}", transcript_path.display()))?;
     let mut cmd = Command::new(tapeplan);
-    // From the repository's root: the paths in a `plan=` run are relative to it.
+    // The paths of a `plan=` run are relative to its file's folder, from wherever it is run.
     cmd.arg("verify")
         .arg("--serial")
         .arg(&transcript_path)
@@ -1068,10 +1068,10 @@ fn feature_cnn_run(
 fn device_accuracy(run_file: &Path, transcript: &str) -> Result<(f32, usize)> {
     use tapeplan_planner::exec::transcript::Transcript;
     use tapeplan_planner::model::RunConfig;
-    let text =
-        fs::read_to_string(run_file).with_context(|| format!("reading {}", run_file.display()))?;
-    let cfg = RunConfig::parse(&text).with_context(|| format!("{}", run_file.display()))?;
-    let t = Transcript::parse(transcript).context("reading the device's transcript")?;
+    let cfg = RunConfig::from_file(run_file).with_context(|| format!("{}", run_file.display()))?;
+    let dir = run_file.parent().unwrap_or(Path::new(""));
+    let t = Transcript::parse_against(transcript, dir, &cfg)
+        .context("reading the device's transcript")?;
     let params: Vec<(String, Vec<f32>)> = t
         .params
         .iter()
@@ -1129,7 +1129,10 @@ fn full_run(ctx: &Ctx, transcript: Option<&Path>, wall_secs: Option<f64>) -> Res
         .with_context(|| format!("reading {}", transcript_path.display()))?;
     let (bitwise, params) = verify(&ctx.root, &tapeplan, name, &transcript_path, &run_file)?;
     let (accuracy, rows) = device_accuracy(&run_file, &text)?;
-    let t = tapeplan_planner::exec::transcript::Transcript::parse(&text)?;
+    let t = tapeplan_planner::exec::transcript::Transcript::parse_in(
+        &text,
+        run_file.parent().unwrap_or(Path::new("")),
+    )?;
     let digest = t
         .digest
         .ok_or_else(|| anyhow!("the transcript has no digest line"))?;

@@ -446,7 +446,8 @@ fn target_dir(ctx: &Ctx) -> PathBuf {
 /// `meta.txt`. Answers the folder.
 fn write_cases(ctx: &Ctx) -> Result<PathBuf> {
     let dir = target_dir(ctx).join("matrix-cases");
-    // The runs' data paths are relative to the repository's root.
+    // The runs' own paths are relative to their files' folders (`RunConfig::from_file`); the
+    // folders below are the repository's.
     std::env::set_current_dir(&ctx.root)?;
     let le = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
     let put = |key: &str, files: &[(&str, &[u8])]| -> Result<()> {
@@ -462,9 +463,7 @@ fn write_cases(ctx: &Ctx) -> Result<PathBuf> {
         |digests: &[u64]| -> Vec<u8> { digests.iter().flat_map(|d| d.to_le_bytes()).collect() };
     for &(key, run) in WASM_CASES {
         let path = ctx.root.join("firmware-demo").join("models").join(run);
-        let text =
-            fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        let cfg = RunConfig::parse(&text).with_context(|| format!("{}", path.display()))?;
+        let cfg = RunConfig::from_file(&path).with_context(|| format!("{}", path.display()))?;
         let job = cfg.job()?;
         let init: Vec<f32> = cfg.initial_parameters(&job)?.concat();
         let params: Vec<String> = job

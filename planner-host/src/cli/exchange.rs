@@ -2,7 +2,7 @@
 //! safetensors file under their PyTorch `state_dict` names (`tapeplan_planner::io::exchange`),
 //! with `--rename` key remaps.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
@@ -10,19 +10,25 @@ use anyhow::{Context, Result};
 use tapeplan_planner::io::exchange::{self, Rename};
 use tapeplan_planner::model::run::plan_model_tensors;
 
-use super::{parse_plan, read};
+use super::{parse_plan, read, transcript_parameters};
 
-/// `tapeplan export PLAN --checkpoint CKPT -o OUT [--rename FROM=TO …]`.
+/// Where `export` takes the parameters from.
+pub enum From {
+    /// A checkpoint of the plan.
+    Checkpoint(PathBuf),
+    /// A device's transcript: the final parameters at its end (`-`: standard input).
+    Transcript(PathBuf),
+}
+
+/// `tapeplan export PLAN (--checkpoint CKPT | --transcript FILE) -o OUT [--rename FROM=TO …]`.
 ///
 /// # Errors
-/// Unreadable files, a rejected plan or checkpoint, a rule that renames nothing, an
-/// unwritable `output`.
-pub fn export(
-    plan: &Path,
-    checkpoint: &Path,
-    output: &Path,
-    renames: &[Rename],
-) -> Result<ExitCode> {
+/// Unreadable files, a rejected plan, checkpoint or transcript (one without its final
+/// parameters, one whose parameters are not the plan's), a rule that renames nothing, an
+/// unwritable `output` (checked before anything is read; an existing file is replaced only
+/// once the export succeeded).
+pub fn export(plan: &Path, from: &From, output: &Path, renames: &[Rename]) -> Result<ExitCode> {
+    exchange::check_writable(output)?;
     let bytes = read(plan)?;
     let parsed = parse_plan(plan, &bytes)?;
     let map = exchange::with_suffix(plan, exchange::NAMES_SUFFIX);
@@ -40,9 +46,31 @@ pub fn export(
     } else {
         (renames.to_vec(), 0)
     };
-    let st = exchange::export_checkpoint(&parsed, &read(checkpoint)?, &rules)
-        .with_context(|| format!("exporting {}", checkpoint.display()))?;
-    std::fs::write(output, &st).with_context(|| format!("writing {}", output.display()))?;
+    let st = match from {
+        From::Checkpoint(checkpoint) => {
+            exchange::export_checkpoint(&parsed, &read(checkpoint)?, &rules)
+                .with_context(|| format!("exporting {}", checkpoint.display()))?
+        }
+        From::Transcript(path) => {
+            let base = vec![0.0f32; parsed.persistent_elems()];
+            let (values, fin) = transcript_parameters(&parsed, &base, path)?;
+            let st = exchange::export_plan_params_renamed(&parsed, &values, &rules)
+                .with_context(|| format!("exporting {}", path.display()))?;
+            println!(
+                "the final parameters of {} ({}parameter digest {})",
+                path.display(),
+                fin.target
+                    .as_deref()
+                    .map(|t| format!("target {t}, "))
+                    .unwrap_or_default(),
+                fin.digest
+                    .map(|d| format!("0x{d:016x}, checked"))
+                    .unwrap_or_else(|| "not sent".into())
+            );
+            st
+        }
+    };
+    exchange::write_atomic(output, &st)?;
     println!("wrote {} ({} bytes)", output.display(), st.len());
     if restored > 0 {
         println!(

@@ -5,6 +5,7 @@ pub mod args;
 pub mod demo;
 pub mod describe;
 pub mod emit;
+pub mod eval;
 pub mod exchange;
 pub mod plan;
 pub mod train;
@@ -13,6 +14,7 @@ pub mod verify;
 use anyhow::{bail, Context, Result};
 
 use args::{ArithArg, MathArg, ModelArgs};
+use tapeplan_planner::exec::transcript::{final_parameters, FinalParameters};
 
 /// The bytes of `path`, or an error naming it.
 pub fn read(path: &std::path::Path) -> Result<Vec<u8>> {
@@ -44,6 +46,36 @@ pub fn planning_options_need_no_plan(model: &ModelArgs, plan: &std::path::Path) 
         );
     }
     Ok(())
+}
+
+/// The persistent region of `plan` with its model tensors from the final parameters of the
+/// device transcript at `path` (`-`: standard input), the rest from `base`; and what the
+/// transcript said about them.
+///
+/// # Shapes
+/// `base: [persistent_elems]`; answers `[persistent_elems]`.
+///
+/// # Errors
+/// An unreadable file; a transcript without its final parameters or damaged
+/// ([`final_parameters`]), of another plan, or whose parameters do not fit the plan's.
+pub fn transcript_parameters(
+    plan: &tapeplan_runtime::Plan<'_>,
+    base: &[f32],
+    path: &std::path::Path,
+) -> Result<(Vec<f32>, FinalParameters)> {
+    let text = if path.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin())
+    } else {
+        std::fs::read_to_string(path)
+    }
+    .with_context(|| format!("reading {}", path.display()))?;
+    let fin = final_parameters(&text).with_context(|| format!("{}", path.display()))?;
+    fin.check_plan_id(plan.plan_id())
+        .with_context(|| format!("{}", path.display()))?;
+    let values =
+        tapeplan_planner::io::exchange::persistent_from_transcript(plan, base, &fin.params)
+            .with_context(|| format!("{}", path.display()))?;
+    Ok((values, fin))
 }
 
 /// A clear error for the common mix-up of passing a checkpoint where a plan goes.

@@ -90,7 +90,7 @@ pub struct TrainArgs {
     #[command(flatten)]
     pub outputs: TrainOutputs,
     /// Write the run description of this run (`plan=… plan_digest=… seed=… split_seed=…
-    /// samples=… epochs=… data=… init=…`, paths as given here) to FILE after training, so
+    /// samples=… epochs=… data=… init=…`, paths relative to FILE's folder, as a run description's are) to FILE after training, so
     /// `tapeplan verify` and the firmware replay the same run. Refused with the options a
     /// description cannot say: --scale, --standardize, --target-columns, --train-fraction
     /// other than the default, --resume.
@@ -106,7 +106,7 @@ pub struct TrainArgs {
 const PLANNED_PATH: &str = "model.plan";
 
 /// What the plan trains: class labels, or `n_targets` float targets per row.
-fn task_of(info: &PlanInfo, classes: Option<ClassNames>) -> Result<Task> {
+pub(super) fn task_of(info: &PlanInfo, classes: Option<ClassNames>) -> Result<Task> {
     if info
         .binding_shape(ENTRY_TRAIN_STEP, BindingKind::Input, INPUT_LABELS)
         .is_some()
@@ -129,7 +129,11 @@ fn task_of(info: &PlanInfo, classes: Option<ClassNames>) -> Result<Task> {
 }
 
 /// The data set `train` reads: the bundled digits, or `--data` read for `task`.
-fn load_data(data_path: Option<&Path>, task: &Task, target_columns: &[String]) -> Result<Table> {
+pub(super) fn load_data(
+    data_path: Option<&Path>,
+    task: &Task,
+    target_columns: &[String],
+) -> Result<Table> {
     match data_path {
         None => {
             if let Task::Regression { .. } = task {
@@ -245,7 +249,7 @@ fn plan_model_options(args: &TrainArgs, table: &Table) -> Result<PathBuf> {
 }
 
 /// The class names saved beside `plan`, if any.
-fn saved_class_names(plan: &Path) -> Result<Option<ClassNames>> {
+pub(super) fn saved_class_names(plan: &Path) -> Result<Option<ClassNames>> {
     let path = exchange::with_suffix(plan, CLASSES_SUFFIX);
     match std::fs::read_to_string(&path) {
         Ok(text) => table::class_names_from_json(&text)
@@ -259,7 +263,7 @@ fn saved_class_names(plan: &Path) -> Result<Option<ClassNames>> {
 /// The suffix of the class-name mapping's file beside a plan.
 const CLASSES_SUFFIX: &str = ".classes.json";
 /// The suffix of the standardization's file beside a plan.
-const STANDARDIZE_SUFFIX: &str = ".standardize.json";
+pub(super) const STANDARDIZE_SUFFIX: &str = ".standardize.json";
 
 /// `tapeplan train`.
 ///
@@ -592,6 +596,7 @@ pub fn train(args: TrainArgs) -> Result<ExitCode> {
     }
     if let Some(out) = &write_run {
         let line = run_line(
+            out,
             &plan,
             data_path.as_deref(),
             init.as_deref(),
@@ -661,15 +666,18 @@ const DEFAULT_TRAIN_FRACTION: f64 = 0.8;
 /// The run description of a `train` run, its files pinned by their digests, checked by
 /// parsing it back ([`RunConfig::parse`]).
 fn run_line(
+    out: &Path,
     plan: &Path,
     data: Option<&Path>,
     init: Option<&Path>,
     (seed, split_seed, samples, epochs): (u64, u64, usize, usize),
 ) -> Result<String> {
+    // A run description's paths are relative to its own folder.
+    let dir = out.parent().unwrap_or(Path::new(""));
     let pinned = |key: &str, path: &Path| -> Result<String> {
         Ok(format!(
             " {key}={} {key}_digest={:016x}",
-            path.display(),
+            relative_path(path, dir)?.display(),
             file_digest(&read(path)?)
         ))
     };
@@ -681,14 +689,42 @@ fn run_line(
     if let Some(i) = init {
         line += &pinned("init", i)?;
     }
-    RunConfig::parse(&line).with_context(|| format!("--write-run: the run `{line}`"))?;
+    RunConfig::parse_in(&line, dir).with_context(|| format!("--write-run: the run `{line}`"))?;
     Ok(line)
+}
+
+/// `path` (relative to the current folder, or absolute) as a path relative to folder `dir`
+/// (relative to the current folder; empty: the current folder itself): `path` itself when
+/// absolute or when `dir` is the current folder, else the way from `dir` to it (`../data.csv`).
+///
+/// # Errors
+/// A path or folder that cannot be resolved (it does not exist).
+fn relative_path(path: &Path, dir: &Path) -> Result<PathBuf> {
+    if path.is_absolute() || dir.as_os_str().is_empty() || dir == Path::new(".") {
+        return Ok(path.to_path_buf());
+    }
+    let canon = |p: &Path| {
+        p.canonicalize()
+            .with_context(|| format!("--write-run: resolving {}", p.display()))
+    };
+    let (to, from) = (canon(path)?, canon(dir)?);
+    let common = to
+        .components()
+        .zip(from.components())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let mut rel = PathBuf::new();
+    for _ in from.components().skip(common) {
+        rel.push("..");
+    }
+    rel.extend(to.components().skip(common));
+    Ok(rel)
 }
 
 /// The training split's rows and, of them, the validation rows for a data set of `len` rows:
 /// `--train-fraction` of them (default: the digits' training split, or 80 % of a CSV's rows),
 /// then `--val-fraction` of those (both checked in range before).
-fn split_rows(
+pub(super) fn split_rows(
     len: usize,
     train_fraction: Option<f64>,
     data_given: bool,
@@ -754,16 +790,16 @@ fn initial_parameters(
 }
 
 /// A split evaluated with the `forward` entry.
-struct Evaluation<'a> {
-    set: &'a data::Dataset,
-    d_in: usize,
-    batch: usize,
+pub(super) struct Evaluation<'a> {
+    pub(super) set: &'a data::Dataset,
+    pub(super) d_in: usize,
+    pub(super) batch: usize,
 }
 
 impl Evaluation<'_> {
     /// `accuracy A` (classification) or `MSE M, MAE A` (regression); `None` for an empty
     /// split.
-    fn metrics(&self, model: &mut RuntimeModel<'_>) -> Result<Option<String>> {
+    pub(super) fn metrics(&self, model: &mut RuntimeModel<'_>) -> Result<Option<String>> {
         let s = self.set;
         if s.is_empty() {
             return Ok(None);

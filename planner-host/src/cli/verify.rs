@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 
 use tapeplan_planner::exec::report::Report;
 use tapeplan_planner::exec::transcript::Transcript;
-use tapeplan_planner::exec::verify::{verify as verify_run, StreamVerifier};
+use tapeplan_planner::exec::verify::{verify as verify_run, StreamVerifier, VerifyError};
 use tapeplan_planner::model::run::{file_digest, FileKind};
 use tapeplan_planner::model::RunConfig;
 
@@ -28,11 +28,48 @@ pub fn verify(transcript: &Path, config: Option<&Path>) -> Result<ExitCode> {
         };
         r.with_context(|| format!("cannot read {}", path.display()))
     };
-    let t = Transcript::parse(&read(transcript)?)?;
-    let expected = config.map(read).transpose()?;
-    let expected = expected.as_deref().map(RunConfig::parse).transpose()?;
+    // The run description's relative paths are relative to its folder; so are those of the
+    // device's `config` line (its description's, as written) when one is given.
+    let text = read(transcript)?;
+    let expected = config.map(run_file).transpose()?;
+    let t = match (&expected, config) {
+        (Some(e), Some(c)) => {
+            Transcript::parse_against(&text, c.parent().unwrap_or(Path::new("")), e)?
+        }
+        _ => Transcript::parse(&text).map_err(|e| {
+            let missing = matches!(&e, VerifyError::Transcript { message, .. }
+                if message.contains("No such file"));
+            let e = anyhow::Error::from(e);
+            if missing {
+                // A device sends its run description's paths as written: relative to the
+                // description's folder, which only --config says.
+                e.context(
+                    "without --config the transcript's config line is read from the current                      folder; give --config RUN (the run description the device ran) to read                      its files from RUN's folder",
+                )
+            } else {
+                e
+            }
+        })?,
+    };
     let report = verify_run(&t, expected.as_ref())?;
     Ok(show(&report))
+}
+
+/// The run description in file `path` (`-`: standard input, relative to the current folder),
+/// its relative paths read from its folder ([`RunConfig::from_file`]).
+///
+/// # Errors
+/// An unreadable file; as [`RunConfig::parse`].
+fn run_file(path: &Path) -> Result<RunConfig> {
+    if path.as_os_str() == "-" {
+        let text = std::io::read_to_string(std::io::stdin())
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        return Ok(RunConfig::parse(&text)?);
+    }
+    if let Err(e) = std::fs::metadata(path) {
+        return Err(e).with_context(|| format!("cannot read {}", path.display()));
+    }
+    Ok(RunConfig::from_file(path)?)
 }
 
 /// Prints a report as `tapeplan verify` does; answers the exit code.
@@ -78,10 +115,9 @@ pub fn verify_serial(
     baud: u32,
     idle_timeout_secs: u64,
 ) -> Result<ExitCode> {
-    let text = std::fs::read_to_string(config)
-        .with_context(|| format!("cannot read {}", config.display()))?;
-    let expected = RunConfig::parse(&text)?;
-    let mut verifier = StreamVerifier::spawn(&expected);
+    let expected = run_file(config)?;
+    let mut verifier =
+        StreamVerifier::spawn(&expected).relative_to(config.parent().unwrap_or(Path::new("")));
     eprintln!(
         "verify --serial: retraining `{expected}` ({} steps) on the host; reading {}",
         expected.total_steps(),

@@ -13,7 +13,8 @@ use crate::model::run::plan_model_tensors;
 use crate::model::run::{RunData, RunInit, RunModel, RunOptimizer};
 use crate::model::{Activation, Loss, RunConfig};
 use crate::protocol::{
-    Fnv1a64, TranscriptWriter, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, INPUT_Y, TRANSCRIPT_MAGIC,
+    digest_f32, Fnv1a64, TranscriptWriter, ENTRY_TRAIN_STEP, INPUT_LABELS, INPUT_X, INPUT_Y,
+    TRANSCRIPT_MAGIC,
 };
 
 /// A parsed transcript; see the [module docs](self) for its format.
@@ -121,6 +122,17 @@ pub struct TranscriptReader {
     started: bool,
     ended: bool,
     config: Option<RunConfig>,
+    /// Whether the `config` line has been read (parsed or, without `parse_config`, kept as
+    /// text).
+    config_seen: bool,
+    /// Whether the `config` line is parsed into a [`RunConfig`] (which reads the files it
+    /// names); [`final_parameters`] reads a transcript without them.
+    parse_config: bool,
+    /// The folder the `config` line's relative paths are read from (empty: the current one).
+    dir: std::path::PathBuf,
+    /// The run the device is expected to have run: its files stand for any path the `config`
+    /// line pins with their digests ([`RunConfig::parse_against`]).
+    expected: Option<RunConfig>,
     t: Transcript,
 }
 
@@ -137,6 +149,10 @@ impl TranscriptReader {
             started: false,
             ended: false,
             config: None,
+            config_seen: false,
+            parse_config: true,
+            dir: std::path::PathBuf::new(),
+            expected: None,
             t: Transcript {
                 config: RunConfig {
                     model: RunModel::Mlp,
@@ -169,6 +185,22 @@ impl TranscriptReader {
                 info: Vec::new(),
             },
         }
+    }
+
+    /// This reader, reading the relative paths of the `config` line (a device sends its run
+    /// description's paths as written) from folder `dir`: the run description's own folder
+    /// ([`RunConfig::parse_in`]).
+    pub fn relative_to(mut self, dir: &std::path::Path) -> TranscriptReader {
+        self.dir = dir.to_path_buf();
+        self
+    }
+
+    /// This reader, for a device expected to run `expected`: a file the `config` line pins
+    /// with the digest of one of `expected`'s files is that file, whatever its spelling
+    /// ([`RunConfig::parse_against`]).
+    pub fn expecting(mut self, expected: &RunConfig) -> TranscriptReader {
+        self.expected = Some(expected.clone());
+        self
     }
 
     /// The transcript read so far (its `config` is a placeholder until
@@ -219,10 +251,17 @@ impl TranscriptReader {
         let fields: Vec<&str> = rest.split(' ').filter(|f| !f.is_empty()).collect();
         let record = match kind {
             "config" => {
-                if self.config.is_some() {
+                if self.config_seen {
                     return Err(bad("a second `config` line".into()));
                 }
-                self.config = Some(RunConfig::parse(rest).map_err(|e| bad(e.to_string()))?);
+                if self.parse_config {
+                    let cfg = match &self.expected {
+                        Some(e) => RunConfig::parse_against(rest, &self.dir, e),
+                        None => RunConfig::parse_in(rest, &self.dir),
+                    };
+                    self.config = Some(cfg.map_err(|e| bad(e.to_string()))?);
+                }
+                self.config_seen = true;
                 Record::Config
             }
             "target" => {
@@ -295,7 +334,7 @@ impl TranscriptReader {
                         list.len() + 1
                     )));
                 }
-                if self.config.is_none() {
+                if !self.config_seen {
                     return Err(bad(format!("`{kind}` before `config`")));
                 }
                 list.push(hex32(bits).ok_or_else(|| bad(format!("bits {bits:?}")))?);
@@ -408,12 +447,129 @@ impl Transcript {
     /// for a missing header, `config` or `end` line, [`VerifyError::DeviceError`] for
     /// `end error …`.
     pub fn parse(text: &str) -> Result<Transcript, VerifyError> {
-        let mut reader = TranscriptReader::new();
+        Transcript::parse_in(text, std::path::Path::new(""))
+    }
+
+    /// [`Transcript::parse`], the `config` line's relative paths read from folder `dir` (the
+    /// folder of the run description the device ran: [`RunConfig::from_file`]).
+    ///
+    /// # Errors
+    /// As [`Transcript::parse`].
+    pub fn parse_in(text: &str, dir: &std::path::Path) -> Result<Transcript, VerifyError> {
+        Transcript::parse_with(text, TranscriptReader::new().relative_to(dir))
+    }
+
+    /// [`Transcript::parse_in`] for a device expected to run `expected`
+    /// ([`TranscriptReader::expecting`]): its files are compared by digest, not by the
+    /// spelling of their paths.
+    ///
+    /// # Errors
+    /// As [`Transcript::parse`].
+    pub fn parse_against(
+        text: &str,
+        dir: &std::path::Path,
+        expected: &RunConfig,
+    ) -> Result<Transcript, VerifyError> {
+        Transcript::parse_with(
+            text,
+            TranscriptReader::new().relative_to(dir).expecting(expected),
+        )
+    }
+
+    fn parse_with(text: &str, mut reader: TranscriptReader) -> Result<Transcript, VerifyError> {
         for (i, line) in text.lines().enumerate() {
             reader.line(i + 1, line)?;
         }
         reader.finish()
     }
+}
+
+/// What a transcript holds at its end: the device's final model tensors (its `param` lines),
+/// read by [`final_parameters`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct FinalParameters {
+    /// Each model tensor's final values by name, in the order of the `param` lines (row-major,
+    /// as the plan lays the tensor out).
+    pub params: Vec<(String, Vec<f32>)>,
+    /// The `digest` line, checked against the values ([`digest_f32`] of them all, in order).
+    pub digest: Option<u64>,
+    /// What ran it (the `target` line), if said.
+    pub target: Option<String>,
+    /// The plan id the device reported (the `plan` line), if sent.
+    pub plan_id: Option<u32>,
+}
+
+impl FinalParameters {
+    /// Whether the device said it ran a plan other than the one with id `plan_id`.
+    ///
+    /// # Errors
+    /// [`VerifyError::Mismatch`] naming both plan ids.
+    pub fn check_plan_id(&self, plan_id: u32) -> Result<(), VerifyError> {
+        match self.plan_id {
+            Some(id) if id != plan_id => Err(VerifyError::Mismatch(format!(
+                "the device ran plan {id:08x}, not this plan ({plan_id:08x})"
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The final parameters of a complete transcript (its `param` lines, checked against its
+/// `digest` line), without reading the files its `config` line names: a device's trained model,
+/// to export (`tapeplan export --transcript`) or evaluate (`tapeplan eval --transcript`). Every
+/// line is checked as [`Transcript::parse`] checks it, but the `config` line is not parsed.
+///
+/// # Errors
+/// [`VerifyError::Transcript`] for a malformed line; [`VerifyError::Incomplete`] for a
+/// transcript without its first line, its `config` line, its `end ok` line or any `param`
+/// line, or whose `digest` differs from the digest of its `param` values (a damaged
+/// transcript); [`VerifyError::DeviceError`] for `end error …` (a run that failed has no final
+/// parameters).
+pub fn final_parameters(text: &str) -> Result<FinalParameters, VerifyError> {
+    let mut reader = TranscriptReader::new();
+    reader.parse_config = false;
+    for (i, line) in text.lines().enumerate() {
+        reader.line(i + 1, line)?;
+    }
+    if !reader.started {
+        return Err(VerifyError::Incomplete(format!(
+            "no {TRANSCRIPT_MAGIC:?} line: not a transcript"
+        )));
+    }
+    if !reader.config_seen {
+        return Err(VerifyError::Incomplete("no `config` line".into()));
+    }
+    if !reader.ended {
+        return Err(VerifyError::Incomplete(
+            "no `end ok` line: the transcript is truncated, so its parameters may be too".into(),
+        ));
+    }
+    let t = reader.t;
+    if t.params.is_empty() {
+        return Err(VerifyError::Incomplete(
+            "no `param` lines: the device sent no final parameters".into(),
+        ));
+    }
+    let params: Vec<(String, Vec<f32>)> = t
+        .params
+        .into_iter()
+        .map(|(name, bits)| (name, bits.into_iter().map(f32::from_bits).collect()))
+        .collect();
+    if let Some(d) = t.digest {
+        let all: Vec<f32> = params.iter().flat_map(|(_, v)| v.iter().copied()).collect();
+        let found = digest_f32(&all);
+        if found != d {
+            return Err(VerifyError::Incomplete(format!(
+                "the `param` lines' digest is {found:016x}, the `digest` line says {d:016x}: a damaged transcript"
+            )));
+        }
+    }
+    Ok(FinalParameters {
+        params,
+        digest: t.digest,
+        target: t.target,
+        plan_id: t.plan.map(|(id, _)| id),
+    })
 }
 
 /// Writes the transcript the host oracle itself would send for `cfg`: what a correct device

@@ -455,11 +455,19 @@ impl StreamVerifier {
         StreamVerifier {
             expected: expected.clone(),
             host,
-            reader: TranscriptReader::new(),
+            reader: TranscriptReader::new().expecting(expected),
             queued: std::collections::VecDeque::new(),
             line_checked: 0,
             steps_checked: 0,
         }
+    }
+
+    /// This verifier, reading the relative paths of the device's `config` line from folder
+    /// `dir` (the run description's folder, as [`RunConfig::from_file`] reads it); call it
+    /// before the first line.
+    pub fn relative_to(mut self, dir: &std::path::Path) -> StreamVerifier {
+        self.reader = self.reader.relative_to(dir);
+        self
     }
 
     /// Steps whose loss has been checked identical so far (the state digest of the last one

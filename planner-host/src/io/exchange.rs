@@ -108,6 +108,10 @@ pub enum ExchangeError {
         /// The plan's (see `forward_activation`).
         plan: &'static str,
     },
+    /// A device transcript's `param` lines do not hold the plan's model tensors (a name
+    /// missing or not the plan's, another element count).
+    #[error("the transcript's parameters do not fit the plan: {0}")]
+    TranscriptParameters(String),
     /// A checkpoint was rejected.
     #[error("checkpoint rejected: {0}")]
     Checkpoint(#[from] CheckpointError),
@@ -1005,6 +1009,72 @@ pub fn export_checkpoint(
     ckpt.check_plan(plan)?;
     let values: Vec<f32> = ckpt.values().collect();
     export_plan_params_renamed(plan, &values, renames)
+}
+
+/// A new persistent region for `plan`: `base` (a fresh model's region, or zeros) with every
+/// model tensor (`crate::model::run::plan_model_tensors`: the parameters and buffers, not the
+/// optimizer's state) replaced by a device transcript's final values of the same name
+/// (`crate::exec::transcript::final_parameters`), checked finite.
+///
+/// # Shapes
+/// `base: [persistent_elems]`; each of `params` `[elems of the plan's tensor of that name]`;
+/// answers `[persistent_elems]`.
+///
+/// # Errors
+/// [`ExchangeError::TranscriptParameters`] naming a model tensor the transcript does not hold,
+/// a name in the transcript the plan has no model tensor for, or another element count;
+/// [`ExchangeError::NonFiniteParameter`] for a diverged device.
+pub fn persistent_from_transcript(
+    plan: &RtPlan<'_>,
+    base: &[f32],
+    params: &[(String, Vec<f32>)],
+) -> Result<Vec<f32>, ExchangeError> {
+    let tensors = crate::model::run::plan_model_tensors(plan);
+    let bad = |m: String| ExchangeError::TranscriptParameters(m);
+    if let Some((name, _)) = params
+        .iter()
+        .find(|(n, _)| !tensors.iter().any(|(t, _)| t == n))
+    {
+        return Err(bad(format!(
+            "it holds {name:?}, which is not a model tensor of the plan (the plan's: {})",
+            tensors
+                .iter()
+                .map(|(t, _)| t.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    let mut values = base.to_vec();
+    for b in plan.parameters() {
+        if !tensors.iter().any(|(t, _)| t == b.name) {
+            continue;
+        }
+        let Some((_, v)) = params.iter().find(|(n, _)| n == b.name) else {
+            return Err(bad(format!(
+                "it has no `param {}` lines (the plan's {} {})",
+                b.name, b.name, b.shape
+            )));
+        };
+        if v.len() != b.shape.elems() {
+            return Err(bad(format!(
+                "`param {}` has {} values, the plan's {} {} has {}",
+                b.name,
+                v.len(),
+                b.name,
+                b.shape,
+                b.shape.elems()
+            )));
+        }
+        let Some(slot) = values.get_mut(b.range()) else {
+            return Err(bad(format!(
+                "{} lies outside the persistent region",
+                b.name
+            )));
+        };
+        slot.copy_from_slice(v);
+    }
+    check_finite_parameters(plan, &values)?;
+    Ok(values)
 }
 
 /// `tapeplan import`: a checkpoint of `plan` whose model tensors come from the safetensors

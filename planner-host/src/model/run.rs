@@ -55,7 +55,12 @@
 //!   as targets for `mse`, class names sorted), whose bytes must have the FNV-1a 64 digest
 //!   `data_digest` (16 hex digits; `tapeplan verify` prints it when it differs), split with
 //!   [`Dataset::split_seeded`]`(split_seed, round(0.8 · rows))` (`train`'s default split).
-//!   Paths are relative to the current folder.
+//!   A relative path is relative to the folder of the run description's file
+//!   ([`RunConfig::from_file`], [`RunConfig::parse_in`]; the current folder for
+//!   [`RunConfig::parse`] of a text), wherever it is read from (the firmware build, `tapeplan
+//!   verify --config`); it is kept as written in [`RunConfig::to_line`], the transcript's
+//!   `config` line. Files are compared by digest, not by spelling: two runs that name one
+//!   file by two paths are the same run, one path naming two different files is not.
 //! - **initial parameters**: [`glorot_uniform`]`(shapes, seed)`; with `init=PATH`, the
 //!   safetensors file (`tapeplan export`'s names and layouts), whose bytes must have the digest
 //!   `init_digest`.
@@ -165,12 +170,53 @@ pub fn digits_cnn(channels: [usize; 2], seed: u64) -> Sequential {
 }
 
 /// A plan file a run trains (`plan=PATH plan_digest=HEX`), with what its bindings say.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Two are equal when their files' digests are: the file, not the spelling of its path, is
+/// the run's (`plan=a.plan` and `plan=./a.plan` agree; one path naming two different files
+/// does not).
+#[derive(Clone, Debug)]
 pub struct RunPlan {
-    /// The path, as written.
+    /// The path, as written (relative to the run description's folder, or absolute).
     pub path: String,
     /// FNV-1a 64 of the file's bytes.
     pub digest: u64,
+    /// Where the file is read from: `path` resolved against the run description's folder
+    /// ([`RunConfig::parse_in`]).
+    pub file: String,
+}
+
+impl PartialEq for RunPlan {
+    fn eq(&self, other: &Self) -> bool {
+        self.digest == other.digest
+    }
+}
+
+impl Eq for RunPlan {}
+
+/// Where the files a run description names are read from: relative paths from its folder,
+/// and any path whose digest is one of `known`'s from that file (a device's description of the
+/// expected run may spell a file otherwise).
+struct Resolver<'a> {
+    /// The description's folder (empty: the current folder).
+    dir: &'a std::path::Path,
+    /// Files already pinned by digest (an expected run's), as `(digest, file)`.
+    known: &'a [(u64, String)],
+}
+
+impl Resolver<'_> {
+    /// The file to read for `path` pinned by `digest`: a known file of that digest, else
+    /// `path` itself when absolute (or the folder is the current one), else `dir/path`.
+    fn file(&self, path: &str, digest: u64) -> String {
+        if let Some((_, f)) = self.known.iter().find(|(d, _)| *d == digest) {
+            return f.clone();
+        }
+        let p = std::path::Path::new(path);
+        if p.is_absolute() || self.dir.as_os_str().is_empty() {
+            path.to_owned()
+        } else {
+            self.dir.join(p).to_string_lossy().into_owned()
+        }
+    }
 }
 
 /// The model a run trains.
@@ -189,8 +235,9 @@ pub enum RunModel {
     Plan(RunPlan),
 }
 
-/// Where a run's rows come from.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Where a run's rows come from. Two CSVs are equal when their digests are, whatever the
+/// spelling of their paths.
+#[derive(Clone, Debug)]
 pub enum RunData {
     /// The bundled digits set (`data=digits`, the default).
     Digits,
@@ -198,26 +245,57 @@ pub enum RunData {
     Mnist1d,
     /// A CSV file (`data=PATH data_digest=HEX`).
     Csv {
-        /// The path, as written.
+        /// The path, as written (relative to the run description's folder, or absolute).
         path: String,
         /// FNV-1a 64 of the file's bytes.
         digest: u64,
+        /// Where the file is read from: `path` resolved against the run description's folder.
+        file: String,
     },
 }
 
-/// Where a run's initial parameters come from.
-#[derive(Clone, Debug, PartialEq, Eq)]
+impl PartialEq for RunData {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (RunData::Digits, RunData::Digits) | (RunData::Mnist1d, RunData::Mnist1d) => true,
+            (RunData::Csv { digest: a, .. }, RunData::Csv { digest: b, .. }) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for RunData {}
+
+/// Where a run's initial parameters come from. Two files are equal when their digests are,
+/// whatever the spelling of their paths.
+#[derive(Clone, Debug)]
 pub enum RunInit {
     /// [`glorot_uniform`] with the run's seed (`init=glorot`, the default).
     Glorot,
     /// A safetensors file (`init=PATH init_digest=HEX`).
     Safetensors {
-        /// The path, as written.
+        /// The path, as written (relative to the run description's folder, or absolute).
         path: String,
         /// FNV-1a 64 of the file's bytes.
         digest: u64,
+        /// Where the file is read from: `path` resolved against the run description's folder.
+        file: String,
     },
 }
+
+impl PartialEq for RunInit {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (RunInit::Glorot, RunInit::Glorot) => true,
+            (RunInit::Safetensors { digest: a, .. }, RunInit::Safetensors { digest: b, .. }) => {
+                a == b
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Eq for RunInit {}
 
 /// A run's optimizer (its learning rate is [`RunConfig::lr`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -455,8 +533,8 @@ fn hex(values: &BTreeMap<&str, &str>, k: &str) -> Result<u64, RunConfigError> {
         .ok_or_else(|| config_err(format!("{k}={v}: 16 hex digits")))
 }
 
-/// The keys `data` and `data_digest`.
-fn parse_data(values: &BTreeMap<&str, &str>) -> Result<RunData, RunConfigError> {
+/// The keys `data` and `data_digest`, a path resolved against `dir`.
+fn parse_data(values: &BTreeMap<&str, &str>, at: &Resolver<'_>) -> Result<RunData, RunConfigError> {
     let opt = |k: &str| values.get(k).copied();
     Ok(match opt("data") {
         None | Some("digits") | Some("mnist1d") => {
@@ -469,15 +547,19 @@ fn parse_data(values: &BTreeMap<&str, &str>) -> Result<RunData, RunConfigError> 
                 RunData::Digits
             }
         }
-        Some(path) => RunData::Csv {
-            path: path.to_owned(),
-            digest: hex(values, "data_digest")?,
-        },
+        Some(path) => {
+            let digest = hex(values, "data_digest")?;
+            RunData::Csv {
+                path: path.to_owned(),
+                digest,
+                file: at.file(path, digest),
+            }
+        }
     })
 }
 
-/// The keys `init` and `init_digest`.
-fn parse_init(values: &BTreeMap<&str, &str>) -> Result<RunInit, RunConfigError> {
+/// The keys `init` and `init_digest`, a path resolved against `dir`.
+fn parse_init(values: &BTreeMap<&str, &str>, at: &Resolver<'_>) -> Result<RunInit, RunConfigError> {
     Ok(match values.get("init").copied() {
         None | Some("glorot") => {
             if values.contains_key("init_digest") {
@@ -485,10 +567,14 @@ fn parse_init(values: &BTreeMap<&str, &str>) -> Result<RunInit, RunConfigError> 
             }
             RunInit::Glorot
         }
-        Some(path) => RunInit::Safetensors {
-            path: path.to_owned(),
-            digest: hex(values, "init_digest")?,
-        },
+        Some(path) => {
+            let digest = hex(values, "init_digest")?;
+            RunInit::Safetensors {
+                path: path.to_owned(),
+                digest,
+                file: at.file(path, digest),
+            }
+        }
     })
 }
 
@@ -619,7 +705,9 @@ impl RunConfig {
     /// `model=64,32,10 activation=tanh loss=ce batch=32 lr=0.1 seed=42 split_seed=0
     /// samples=256 epochs=10`. A `plan=PATH` description instead gives `plan`,
     /// `plan_digest`, `seed`, `split_seed`, `samples`, `epochs` (and `data`, `init`), and
-    /// reads the plan file (paths relative to the current folder) for what it fixes; see the
+    /// reads the plan file (paths relative to the current folder; [`RunConfig::from_file`] and
+    /// [`RunConfig::parse_in`] read them relative to the description's folder) for what it
+    /// fixes; see the
     /// [module docs](self).
     ///
     /// # Errors
@@ -629,6 +717,66 @@ impl RunConfig {
     /// plan whose bindings a run cannot feed; [`RunConfigError::File`] for a plan file that
     /// cannot be read or has another digest.
     pub fn parse(text: &str) -> Result<RunConfig, RunConfigError> {
+        RunConfig::parse_in(text, std::path::Path::new(""))
+    }
+
+    /// Reads and parses the run description in file `path` ([`RunConfig::parse_in`] with its
+    /// folder): the paths it names are relative to the file's own folder, wherever it is read
+    /// from.
+    ///
+    /// # Errors
+    /// [`RunConfigError::File`] for an unreadable file; as [`RunConfig::parse`].
+    pub fn from_file(path: &std::path::Path) -> Result<RunConfig, RunConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| RunConfigError::File {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        RunConfig::parse_in(&text, path.parent().unwrap_or(std::path::Path::new("")))
+    }
+
+    /// [`RunConfig::parse`] for a description whose relative paths (`plan=`, `data=`,
+    /// `init=`) are relative to folder `dir` (the run file's folder; empty: the current
+    /// folder). The paths are kept as written ([`RunConfig::to_line`] writes them so, a
+    /// device's transcript sends them so) and read from `dir`.
+    ///
+    /// # Errors
+    /// As [`RunConfig::parse`].
+    pub fn parse_in(text: &str, dir: &std::path::Path) -> Result<RunConfig, RunConfigError> {
+        RunConfig::parse_at(text, &Resolver { dir, known: &[] })
+    }
+
+    /// [`RunConfig::parse_in`] for a device's description of the run `expected` (a
+    /// transcript's `config` line): a file it pins with the digest of one of `expected`'s files
+    /// is that file, however the device spells its path (files are compared by content, not by
+    /// name); other relative paths are read from `dir`.
+    ///
+    /// # Errors
+    /// As [`RunConfig::parse`].
+    pub fn parse_against(
+        text: &str,
+        dir: &std::path::Path,
+        expected: &RunConfig,
+    ) -> Result<RunConfig, RunConfigError> {
+        let known = expected.files();
+        RunConfig::parse_at(text, &Resolver { dir, known: &known })
+    }
+
+    /// The files the run names (its plan, data and initial values), as `(digest, file)`.
+    pub fn files(&self) -> Vec<(u64, String)> {
+        let mut files = Vec::new();
+        if let RunModel::Plan(p) = &self.model {
+            files.push((p.digest, p.file.clone()));
+        }
+        if let RunData::Csv { digest, file, .. } = &self.data {
+            files.push((*digest, file.clone()));
+        }
+        if let RunInit::Safetensors { digest, file, .. } = &self.init {
+            files.push((*digest, file.clone()));
+        }
+        files
+    }
+
+    fn parse_at(text: &str, at: &Resolver<'_>) -> Result<RunConfig, RunConfigError> {
         let mut values: BTreeMap<&str, &str> = BTreeMap::new();
         for line in text.lines() {
             let line = line.split('#').next().unwrap_or("");
@@ -649,7 +797,7 @@ impl RunConfig {
             }
         }
         if values.contains_key("plan") || values.contains_key("plan_digest") {
-            return Self::parse_plan_run(&values);
+            return Self::parse_plan_run(&values, at);
         }
         let get = |k: &str| {
             values
@@ -717,8 +865,8 @@ impl RunConfig {
         if weight_decay.is_some() && !matches!(optimizer, RunOptimizer::AdamW(_)) {
             return Err(config_err("weight_decay= applies to optimizer=adamw"));
         }
-        let data = parse_data(&values)?;
-        let init = parse_init(&values)?;
+        let data = parse_data(&values, at)?;
+        let init = parse_init(&values, at)?;
         let dropout = opt("dropout")
             .map(|v| num::<f32>("dropout", v))
             .transpose()?
@@ -782,7 +930,10 @@ impl RunConfig {
     ];
 
     /// A `plan=PATH plan_digest=HEX` run (see [`RunConfig::parse`]).
-    fn parse_plan_run(values: &BTreeMap<&str, &str>) -> Result<RunConfig, RunConfigError> {
+    fn parse_plan_run(
+        values: &BTreeMap<&str, &str>,
+        at: &Resolver<'_>,
+    ) -> Result<RunConfig, RunConfigError> {
         if let Some(k) = Self::PLAN_FIXED_KEYS
             .iter()
             .find(|k| values.contains_key(*k))
@@ -808,12 +959,14 @@ impl RunConfig {
             num("samples", get("samples")?)?,
             num("epochs", get("epochs")?)?,
         );
-        let bytes = checked_file(path, digest, "plan_digest")?;
+        let file = at.file(path, digest);
+        let bytes = checked_file(&file, digest, "plan_digest")?;
         let io = PlanIo::of(&bytes).map_err(|e| config_err(format!("plan={path}: {e}")))?;
         let cfg = RunConfig {
             model: RunModel::Plan(RunPlan {
                 path: path.to_owned(),
                 digest,
+                file,
             }),
             layers: vec![io.d_in, io.d_out],
             activation: Activation::Tanh,
@@ -833,8 +986,8 @@ impl RunConfig {
             arith: io.arith,
             optimizer: RunOptimizer::Sgd,
             dropout: 0.0,
-            data: parse_data(values)?,
-            init: parse_init(values)?,
+            data: parse_data(values, at)?,
+            init: parse_init(values, at)?,
         };
         cfg.check()?;
         Ok(cfg)
@@ -847,7 +1000,7 @@ impl RunConfig {
     /// [`RunConfigError::File`] for an unreadable file or another digest.
     pub fn plan_bytes(&self) -> Result<Option<Vec<u8>>, RunConfigError> {
         match &self.model {
-            RunModel::Plan(p) => checked_file(&p.path, p.digest, "plan_digest").map(Some),
+            RunModel::Plan(p) => checked_file(&p.file, p.digest, "plan_digest").map(Some),
             _ => Ok(None),
         }
     }
@@ -873,12 +1026,12 @@ impl RunConfig {
             .map_err(|e| config_err(format!("plan rejected: {e}")))?;
         let base = replay.persistent().to_vec();
         let plan_path = match &self.model {
-            RunModel::Plan(p) => p.path.as_str(),
+            RunModel::Plan(p) => p.file.as_str(),
             _ => "the plan",
         };
         let file = match &self.init {
-            RunInit::Safetensors { path, digest } => {
-                Some((path.clone(), checked_file(path, *digest, "init_digest")?))
+            RunInit::Safetensors { file, digest, .. } => {
+                Some((file.clone(), checked_file(file, *digest, "init_digest")?))
             }
             RunInit::Glorot => {
                 let beside = format!("{plan_path}{INIT_SUFFIX}");
@@ -1093,11 +1246,11 @@ impl RunConfig {
         match &self.data {
             RunData::Digits => {}
             RunData::Mnist1d => *line += " data=mnist1d",
-            RunData::Csv { path, digest } => {
+            RunData::Csv { path, digest, .. } => {
                 *line += &format!(" data={path} data_digest={digest:016x}");
             }
         }
-        if let RunInit::Safetensors { path, digest } = &self.init {
+        if let RunInit::Safetensors { path, digest, .. } = &self.init {
             *line += &format!(" init={path} init_digest={digest:016x}");
         }
     }
@@ -1213,8 +1366,8 @@ impl RunConfig {
                 let idx: Vec<usize> = (0..self.samples).collect();
                 return Ok(all.subset(&idx));
             }
-            RunData::Csv { path, digest } => {
-                let bytes = checked_file(path, *digest, "data_digest")?;
+            RunData::Csv { path, file, digest } => {
+                let bytes = checked_file(file, *digest, "data_digest")?;
                 let d_out = self.layers.last().copied().unwrap_or(0);
                 let task = if self.loss == Loss::SoftmaxCrossEntropy {
                     Task::Classification { classes: None }
@@ -1339,8 +1492,8 @@ impl RunConfig {
                 Ok(job.initial_parameters())
             }
             RunInit::Glorot => Ok(glorot_uniform(&shapes, self.seed)),
-            RunInit::Safetensors { path, digest } => {
-                let bytes = checked_file(path, *digest, "init_digest")?;
+            RunInit::Safetensors { file, digest, .. } => {
+                let bytes = checked_file(file, *digest, "init_digest")?;
                 let mut params: Vec<Param> = shapes
                     .iter()
                     .map(|(name, shape)| Param {

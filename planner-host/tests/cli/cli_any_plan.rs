@@ -5,26 +5,11 @@
 
 use crate::common;
 
-use std::path::Path;
-
-use common::{ok, scratch_dir, tapeplan};
+use common::{fails, ok, scratch_dir, tapeplan};
 use safetensors::SafeTensors;
 
 use tapeplan_planner::io::exchange::{export_safetensors, Param};
 use tapeplan_planner::model::glorot_uniform;
-
-/// Runs a command that must fail; answers its standard error.
-fn fails(dir: &Path, args: &[&str]) -> String {
-    let out = tapeplan(dir, args);
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(
-        !out.status.success(),
-        "tapeplan {args:?} succeeded:\n{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    stderr
-}
 
 /// A deterministic uniform number in `[-1, 1)` (a 32-bit LCG), exactly representable.
 fn uniform(state: &mut u32) -> f32 {

@@ -6,16 +6,7 @@ use crate::common;
 
 use std::path::Path;
 
-use common::{ok, scratch_dir, tapeplan};
-
-/// Runs a command that must fail without panicking; answers its standard error.
-fn fails(dir: &Path, args: &[&str]) -> String {
-    let out = tapeplan(dir, args);
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!out.status.success(), "tapeplan {args:?} succeeded");
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    stderr
-}
+use common::{fails, ok, scratch_dir};
 
 /// 40 rows of two features and a label 0/1 (or `label` for every row).
 fn csv(dir: &Path, name: &str, label: Option<&str>) {

@@ -24,6 +24,34 @@ pub fn ok(dir: &Path, args: &[&str]) -> String {
     stdout
 }
 
+/// Runs `tapeplan args` in `dir`, which must fail without a panic; answers its standard
+/// error.
+pub fn fails(dir: &Path, args: &[&str]) -> String {
+    let out = tapeplan(dir, args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success(),
+        "tapeplan {args:?} succeeded:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    stderr
+}
+
+/// The run description `plan=PLAN plan_digest=… REST` of the plan file `dir/PLAN` (`PLAN`
+/// as written, relative to `dir`).
+pub fn plan_run(dir: &Path, plan: &str, rest: &str) -> String {
+    let digest = tapeplan_planner::model::run::file_digest(&std::fs::read(dir.join(plan)).unwrap());
+    format!("plan={plan} plan_digest={digest:016x} {rest}\n")
+}
+
+/// The transcript a device sends for the run description `run` of folder `dir` (the host
+/// runtime's run of it: `runtime_transcript`).
+pub fn device_transcript(dir: &Path, run: &str) -> String {
+    let cfg = tapeplan_planner::model::RunConfig::parse_in(run, dir).unwrap();
+    tapeplan_planner::exec::transcript::runtime_transcript(&cfg, "host runtime").unwrap()
+}
+
 /// A new, empty folder for test `name` under the system's temporary folder.
 pub fn scratch_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("tapeplan-{name}-{}", std::process::id()));
