@@ -80,7 +80,10 @@ struct AifesFigures {
     /// `-O2` or `-Os`.
     opt: &'static str,
     instructions_median: u64,
+    /// The image's code less the baseline harness's.
     code_bytes: u64,
+    /// That difference by origin (the harness's share: its AIfES calls).
+    shares: CodeShares,
     parameter_bytes: u64,
     training_bytes: u64,
     batch_bytes: u64,
@@ -200,6 +203,22 @@ pub fn verb_aifes(ctx: &Ctx, args: &[String]) -> Result<()> {
         let base = link(&out, &lib, &sources, &harness, &script, opt, true, tag)?;
         let report = run_qemu(&elf, &out.join(format!("aifes-{tag}.out")))?;
         let (code, base_code) = (code_bytes(&elf)?, code_bytes(&base)?);
+        let shares = code_shares(
+            &out.join(format!("aifes-{tag}.map")),
+            &out.join(format!("obj-{tag}")).join("aifes"),
+        )?;
+        let base_shares = code_shares(
+            &out.join(format!("baseline-{tag}.map")),
+            &out.join(format!("obj-{tag}")).join("aifes"),
+        )?;
+        if shares.aifes + shares.harness + shares.libraries > code {
+            bail!(
+                "AIfES {opt}: the link map's input sections ({} + {} + {} B) exceed the image's code ({code} B)",
+                shares.aifes,
+                shares.harness,
+                shares.libraries
+            );
+        }
         figures.push(check(
             opt,
             &report,
@@ -207,7 +226,18 @@ pub fn verb_aifes(ctx: &Ctx, args: &[String]) -> Result<()> {
             &oracle.epoch_means,
             &oracle.losses,
             &oracle_params,
-            code.saturating_sub(base_code),
+            (
+                code.saturating_sub(base_code),
+                CodeShares {
+                    aifes: shares.aifes,
+                    harness: shares.harness.saturating_sub(base_shares.harness),
+                    // The rest: the toolchain's libraries, and alignment fill.
+                    libraries: code
+                        .saturating_sub(base_code)
+                        .saturating_sub(shares.aifes)
+                        .saturating_sub(shares.harness.saturating_sub(base_shares.harness)),
+                },
+            ),
         )?);
     }
 
@@ -251,7 +281,14 @@ pub fn verb_aifes(ctx: &Ctx, args: &[String]) -> Result<()> {
             f.stack_bytes
         );
     }
-    println!("\nAIfES training RAM = parameters + aialgo_sizeof_training_memory + batch tensors:");
+    println!("\nAIfES code = image less the baseline harness = AIfES's objects + newlib/libgcc it pulls in (and alignment fill) + the harness's AIfES calls:");
+    for f in &figures {
+        println!(
+            "  {}: {} = {} + {} + {} B",
+            f.opt, f.code_bytes, f.shares.aifes, f.shares.libraries, f.shares.harness
+        );
+    }
+    println!("AIfES training RAM = parameters + aialgo_sizeof_training_memory + batch tensors:");
     for f in &figures {
         println!(
             "  {}: {} + {} + {} B",
@@ -275,7 +312,7 @@ pub fn verb_aifes(ctx: &Ctx, args: &[String]) -> Result<()> {
             );
         }
     }
-    println!("\nthe same training (AIfES against tapeplan's oracle; not bitwise: its own sum order and newlib's expf/tanhf):");
+    println!("\nthe same training (AIfES against tapeplan's oracle; not bitwise: its own sum order, a tanh from newlib's expf, a softmax on an approximate exp):");
     for f in &figures {
         println!(
             "  {}: first step's loss {:.2e} relative from the oracle's; epoch mean loss {:.6} -> {:.6} (oracle {:.6} -> {:.6}); max relative difference of an epoch's mean loss {:.2e} (tolerance {LOSS_REL_TOL:.0e}); max absolute difference of a final parameter {:.2e} (tolerance {PARAM_ABS_TOL:.0e})",
@@ -406,8 +443,8 @@ fn write_header(
     fs::write(path, g).with_context(|| format!("writing {}", path.display()))
 }
 
-/// Compiles AIfES and the harness with `opt` and links the image (`baseline`: the harness
-/// without AIfES).
+/// Compiles AIfES (into `obj-<tag>/aifes/`) and the harness with `opt` and links the image
+/// (`baseline`: the harness without AIfES), with a link map.
 #[allow(clippy::too_many_arguments)]
 fn link(
     out: &Path,
@@ -424,25 +461,58 @@ fn link(
     } else {
         format!("aifes-{tag}")
     };
+    let compile = |src: &Path, obj: &Path, extra: &[&str]| -> Result<()> {
+        let mut cmd = Command::new("arm-none-eabi-gcc");
+        cmd.args(CPU_FLAGS)
+            .arg(opt)
+            .args([
+                "-std=gnu11",
+                "-ffunction-sections",
+                "-fdata-sections",
+                "-fno-common",
+                "-w",
+                "-c",
+            ])
+            .args(extra)
+            .arg("-I")
+            .arg(lib)
+            .arg("-I")
+            .arg(out)
+            .arg("-o")
+            .arg(obj)
+            .arg(src);
+        run(cmd).with_context(|| format!("compiling {}", src.display()))
+    };
+    let objs = out.join(format!("obj-{tag}"));
+    let aifes_objs = objs.join("aifes");
+    fs::create_dir_all(&aifes_objs)
+        .with_context(|| format!("creating {}", aifes_objs.display()))?;
+    let harness_obj = objs.join(format!("{name}-harness.o"));
+    compile(
+        harness,
+        &harness_obj,
+        if baseline { &["-DBASELINE"] } else { &[] },
+    )?;
+    let mut inputs = vec![harness_obj];
+    if !baseline {
+        for src in sources {
+            let stem = src
+                .file_stem()
+                .ok_or_else(|| anyhow!("{}: no file name", src.display()))?;
+            let obj = aifes_objs.join(stem).with_extension("o");
+            compile(src, &obj, &[])?;
+            inputs.push(obj);
+        }
+    }
     let elf = out.join(format!("{name}.elf"));
     let mut cmd = Command::new("arm-none-eabi-gcc");
     cmd.args(CPU_FLAGS)
-        .arg(opt)
         .args([
-            "-std=gnu11",
-            "-ffunction-sections",
-            "-fdata-sections",
-            "-fno-common",
-            "-w",
             "-nostartfiles",
             "--specs=nano.specs",
             "--specs=nosys.specs",
             "-Wl,--gc-sections",
         ])
-        .arg("-I")
-        .arg(lib)
-        .arg("-I")
-        .arg(out)
         .arg("-T")
         .arg(script)
         .arg(format!(
@@ -451,15 +521,61 @@ fn link(
         ))
         .arg("-o")
         .arg(&elf)
-        .arg(harness);
-    if baseline {
-        cmd.arg("-DBASELINE");
-    } else {
-        cmd.args(sources);
-    }
-    cmd.arg("-lm");
-    run(cmd).with_context(|| format!("building {name}"))?;
+        .args(&inputs)
+        .arg("-lm");
+    run(cmd).with_context(|| format!("linking {name}"))?;
     Ok(elf)
+}
+
+/// Flash code bytes of an image by where they come from, from its link map: input sections of
+/// `.vector_table`, `.text`, `.rodata` and `.data` (its flash copy), from AIfES's objects, the
+/// harness, and the toolchain's libraries (newlib's libc and libm, libgcc).
+#[derive(Clone, Copy, Default)]
+struct CodeShares {
+    aifes: u64,
+    harness: u64,
+    libraries: u64,
+}
+
+fn code_shares(map: &Path, aifes_objs: &Path) -> Result<CodeShares> {
+    let aifes_prefix = format!("{}/", aifes_objs.to_string_lossy());
+    let text = fs::read_to_string(map).with_context(|| format!("reading {}", map.display()))?;
+    let body = text
+        .split_once("Linker script and memory map")
+        .map(|(_, b)| b)
+        .ok_or_else(|| anyhow!("{}: not a GNU ld link map", map.display()))?;
+    let mut shares = CodeShares::default();
+    let mut counted = false;
+    for line in body.lines() {
+        if line.starts_with('.') {
+            let name = line.split_whitespace().next().unwrap_or("");
+            counted = matches!(name, ".vector_table" | ".text" | ".rodata" | ".data");
+            continue;
+        }
+        if !counted || line.starts_with(' ') && line.trim_start().starts_with("*fill*") {
+            continue;
+        }
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let Some(i) = (0..f.len().saturating_sub(2))
+            .find(|&i| f[i].starts_with("0x") && f[i + 1].starts_with("0x"))
+        else {
+            continue;
+        };
+        let path = f[i + 2];
+        if !(path.ends_with(".o") || path.ends_with(".o)")) {
+            continue;
+        }
+        let size = u64::from_str_radix(f[i + 1].trim_start_matches("0x"), 16)
+            .with_context(|| format!("{}: size in `{line}`", map.display()))?;
+        if path.starts_with(&aifes_prefix) {
+            shares.aifes += size;
+        } else if path.ends_with("-harness.o") {
+            shares.harness += size;
+        } else {
+            shares.libraries += size;
+        }
+    }
+    Ok(shares)
 }
 
 /// `.text` + `.rodata` (+ `.data`'s flash copy) of an image, from `arm-none-eabi-size -A`.
@@ -540,7 +656,7 @@ fn check(
     oracle_epochs: &[f32],
     oracle_losses: &[f32],
     oracle_params: &[f32],
-    code_bytes: u64,
+    (code_bytes, shares): (u64, CodeShares),
 ) -> Result<AifesFigures> {
     if let Some(e) = report.lines().find_map(|l| l.strip_prefix("error ")) {
         bail!("AIfES {opt}: the harness reported error {e}");
@@ -612,6 +728,7 @@ fn check(
         opt,
         instructions_median: median,
         code_bytes,
+        shares,
         parameter_bytes: field(report, "mem parameter_bytes ")?,
         training_bytes: field(report, "mem training_bytes ")?,
         batch_bytes: field(report, "mem batch_bytes ")?,
