@@ -1719,3 +1719,65 @@ fn compare_snapshot(path: &Path, all: &BTreeMap<String, Sizes>) -> Result<()> {
     eprintln!("sizes: within the snapshot ({})", path.display());
     Ok(())
 }
+
+/// Tapeplan's side of `cargo xtask aifes`: the Cortex-M4F firmware of `models/demo.run`
+/// (precise math) and its `size-baseline` twin, built, trained under QEMU with `-icount
+/// shift=0` and verified bitwise against the oracle, as `cargo xtask firmware --core m4f
+/// --icount` does.
+pub(crate) struct M4fFigures {
+    /// The median over the epochs of each epoch's mean instructions per `train_step`.
+    pub instructions_median: u64,
+    /// Epochs the median is over.
+    pub epochs: usize,
+    /// The runtime's code (`.text` + `.rodata` of the firmware less its `size-baseline` twin).
+    pub runtime_code_bytes: u64,
+    /// The plan.
+    pub plan_bytes: u64,
+    /// The arena.
+    pub arena_bytes: u64,
+    /// The stack's high-water mark, painted.
+    pub stack_bytes: u64,
+}
+
+/// Builds, trains and verifies the M4F firmware under `-icount` (see [`M4fFigures`]).
+///
+/// # Errors
+/// A missing tool, a build failure, a failed or unverified run.
+pub(crate) fn m4f_figures(ctx: &Ctx) -> Result<M4fFigures> {
+    ensure_tools(ctx)?;
+    let dir = ctx.root.join("firmware-demo");
+    let out = dir.join("target").join("xtask");
+    fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    run(ctx.cargo(["build", "--release", "-p", "tapeplan-planner"]))?;
+    let target_dir = env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| ctx.root.join("target"));
+    let tapeplan = target_dir.join("release").join("tapeplan");
+    let v = Variant {
+        core: &CORES[0],
+        math: MathProfile::Precise,
+    };
+    let name = v.name();
+    let elf = build(ctx, &dir, &out, v.core.target, &v.features(&[]), &name)?;
+    let baseline = build(
+        ctx,
+        &dir,
+        &out,
+        v.core.target,
+        &v.features(&["size-baseline"]),
+        &format!("{name}-baseline"),
+    )?;
+    let run_file = dir.join("models").join(v.core.run);
+    let (transcript, _, _) =
+        train_and_verify(ctx, v.core, &name, &elf, &out, &tapeplan, &run_file, true)?;
+    let s = speed(&transcript)?;
+    let sz = sizes(&elf, &baseline, &transcript)?;
+    Ok(M4fFigures {
+        instructions_median: s.median,
+        epochs: s.epochs,
+        runtime_code_bytes: sz["flash_runtime"],
+        plan_bytes: sz["flash_plan"],
+        arena_bytes: sz["ram_arena"],
+        stack_bytes: sz["ram_stack"],
+    })
+}

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 
+mod aifes;
 mod bench;
 mod browser;
 mod docs;
@@ -240,6 +241,12 @@ const VERBS: &[Verb] = &[
         usage: "firmware [--core m4f|m3|m0|all] [--math precise|fast|both] [--icount] [--bless] | firmware --full [--transcript PATH --wall-secs S]",
         about: "build the Cortex-M firmware, train it under QEMU, verify it bitwise against the oracle, check its sizes (default: every core precise, the M4F fast too; --math: precise, fast or both; --icount: count instructions per train step, fast vs precise; --bless: rewrite the size snapshot; --full: MNIST-1D's whole schedule on the M4F once, hours, its result into firmware-demo/full-run.txt; not in CI)",
         run: firmware::verb_firmware,
+    },
+    Verb {
+        name: "aifes",
+        usage: "aifes --aifes-src PATH [--skip-tapeplan]",
+        about: "the on-device peer: the firmware demo's run trained with AIfES (the user's checkout of it, AGPL: never in this repository; arm-none-eabi-gcc -O2 and -Os) beside tapeplan's firmware on QEMU mps2-an386 under -icount: instructions per train step, code, training RAM, stack; AIfES's losses and final parameters checked against the oracle within a tolerance (not in CI)",
+        run: aifes::verb_aifes,
     },
     Verb {
         name: "bench",

@@ -1,0 +1,239 @@
+/* The AIfES side of `cargo xtask aifes` (tapeplan's own code, not AIfES's): builds the digits
+ * MLP of firmware-demo/models/demo.run with AIfES's public API, trains it on the rows, epoch
+ * orders and initial parameters the planner exported into the generated header (`run.h`),
+ * times every `aialgo_train_model` call with SysTick, and reports over semihosting.
+ *
+ * Built with -DBASELINE it does everything but call AIfES (the same rows loaded, the same
+ * report): the code-size difference between the two images is AIfES's code.
+ *
+ * Report lines (stdout, semihosting SYS_WRITE0), numbers decimal, `f32` as 8 hex digits of
+ * their bits:
+ *   aifes-harness 1
+ *   mem parameter_bytes P training_bytes T batch_bytes B
+ *   loss STEP HEX          the batch's loss before the step (not timed)
+ *   epoch_ticks E TICKS steps N
+ *   param INDEX HEX        every final parameter, in the planner's order (w1 b1 w2 b2)
+ *   stack_bytes S
+ *   end
+ */
+#include <stdint.h>
+#include <string.h>
+#include "run.h"
+#ifndef BASELINE
+#include "aifes.h"
+#endif
+
+/* ---- semihosting and the exit ---- */
+static int semihost(int op, const void *arg)
+{
+    register int r0 __asm__("r0") = op;
+    register const void *r1 __asm__("r1") = arg;
+    __asm__ volatile("bkpt 0xab" : "+r"(r0) : "r"(r1) : "memory");
+    return r0;
+}
+
+static void put(const char *s) { semihost(0x04, s); }
+
+static void put_line(const char *key, uint32_t a, int hex, uint32_t b, int has_b)
+{
+    char buf[64];
+    char *p = buf;
+    while (*key) *p++ = *key++;
+    *p++ = ' ';
+    char tmp[12];
+    int n = 0;
+    do { tmp[n++] = (char)('0' + a % 10); a /= 10; } while (a);
+    while (n) *p++ = tmp[--n];
+    if (has_b) {
+        *p++ = ' ';
+        if (hex) {
+            for (int i = 7; i >= 0; i--) *p++ = "0123456789abcdef"[(b >> (4 * i)) & 15];
+        } else {
+            do { tmp[n++] = (char)('0' + b % 10); b /= 10; } while (b);
+            while (n) *p++ = tmp[--n];
+        }
+    }
+    *p++ = '\n';
+    *p = 0;
+    put(buf);
+}
+
+static void put_kv(const char *key, uint32_t v) { put_line(key, v, 0, 0, 0); }
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+__attribute__((noreturn)) static void exit_with(int failed)
+{
+    /* SYS_EXIT with ADP_Stopped_ApplicationExit (0x20026) or ADP_Stopped_InternalError. */
+    semihost(0x18, (const void *)(uintptr_t)(failed ? 0x20024 : 0x20026));
+    for (;;) {
+    }
+}
+
+/* ---- SysTick: free-running on the core clock, 24 bits, counting down ---- */
+#define SYST_CSR (*(volatile uint32_t *)0xE000E010u)
+#define SYST_RVR (*(volatile uint32_t *)0xE000E014u)
+#define SYST_CVR (*(volatile uint32_t *)0xE000E018u)
+
+/* ---- stack painting, as firmware-demo/src/rt.rs does ---- */
+extern uint32_t _sbss, _ebss, _sdata, _edata, _sidata, _stack_top;
+#define PAINT 0x5AC3A55Au
+
+__attribute__((noinline)) static void paint_stack(void)
+{
+    uint32_t sp;
+    __asm__ volatile("mov %0, sp" : "=r"(sp));
+    for (uint32_t *w = &_ebss; (uint32_t)w < sp - 64; w++) *w = PAINT;
+}
+
+static uint32_t stack_high_water_bytes(void)
+{
+    uint32_t *w = &_ebss;
+    while ((uint32_t)w < (uint32_t)&_stack_top && *w == PAINT) w++;
+    return (uint32_t)&_stack_top - (uint32_t)w;
+}
+
+/* ---- the run ---- */
+static float batch_x[RUN_BATCH * RUN_D_IN];
+static float batch_t[RUN_BATCH * RUN_D_OUT];
+#ifndef BASELINE
+static uint8_t parameter_memory[RUN_PARAMS * 4 + 64] __attribute__((aligned(8)));
+static uint8_t training_memory[RUN_TRAINING_MEMORY_CAP] __attribute__((aligned(8)));
+#endif
+
+static void load_batch(const uint16_t *rows)
+{
+    for (uint32_t r = 0; r < RUN_BATCH; r++) {
+        const uint8_t *px = &RUN_PIXELS[(uint32_t)rows[r] * RUN_D_IN];
+        for (uint32_t i = 0; i < RUN_D_IN; i++) batch_x[r * RUN_D_IN + i] = (float)px[i] * RUN_PIXEL_SCALE;
+        for (uint32_t k = 0; k < RUN_D_OUT; k++) batch_t[r * RUN_D_OUT + k] = 0.0f;
+        batch_t[r * RUN_D_OUT + RUN_LABELS[rows[r]]] = 1.0f;
+    }
+}
+
+static float init_value(uint32_t i)
+{
+    float f;
+    memcpy(&f, &RUN_INIT_BITS[i], 4);
+    return f;
+}
+
+__attribute__((noinline)) static int run(void)
+{
+    put("aifes-harness 1\n");
+    SYST_RVR = 0x00FFFFFFu;
+    SYST_CVR = 0;
+    SYST_CSR = 5; /* enable, core clock, no exception */
+#ifndef BASELINE
+    uint16_t input_layer_shape[] = {RUN_BATCH, RUN_D_IN};
+    ailayer_input_f32_t input_layer = AILAYER_INPUT_F32_A(2, input_layer_shape);
+    ailayer_dense_f32_t dense_1 = AILAYER_DENSE_F32_A(RUN_HIDDEN);
+    ailayer_tanh_f32_t tanh_1 = AILAYER_TANH_F32_A();
+    ailayer_dense_f32_t dense_2 = AILAYER_DENSE_F32_A(RUN_D_OUT);
+    ailayer_softmax_f32_t softmax_2 = AILAYER_SOFTMAX_F32_A();
+    ailoss_crossentropy_f32_t ce;
+    aimodel_t model;
+    ailayer_t *x;
+    model.input_layer = ailayer_input_f32_default(&input_layer);
+    x = ailayer_dense_f32_default(&dense_1, model.input_layer);
+    x = ailayer_tanh_f32_default(&tanh_1, x);
+    x = ailayer_dense_f32_default(&dense_2, x);
+    x = ailayer_softmax_f32_default(&softmax_2, x);
+    model.output_layer = x;
+    /* The mean over the batch, as tapeplan's loss=ce: the deltas are scaled by 1/batch. */
+    model.loss = ailoss_crossentropy_mean_f32_default(&ce, model.output_layer);
+    if (aialgo_compile_model(&model) != 0) return 1;
+    uint32_t parameter_bytes = aialgo_sizeof_parameter_memory(&model);
+    if (parameter_bytes > sizeof parameter_memory) return 2;
+    aialgo_distribute_parameter_memory(&model, parameter_memory, parameter_bytes);
+    /* The planner's initial parameters: w1 [64, 32] b1 [32] w2 [32, 10] b2 [10], row-major;
+       AIfES's dense weights are [inputs, neurons] (y = x W + b), the same layout. */
+    float *dst[4] = {dense_1.weights.data, dense_1.bias.data, dense_2.weights.data, dense_2.bias.data};
+    uint32_t len[4] = {RUN_D_IN * RUN_HIDDEN, RUN_HIDDEN, RUN_HIDDEN * RUN_D_OUT, RUN_D_OUT};
+    uint32_t at = 0;
+    for (int p = 0; p < 4; p++)
+        for (uint32_t i = 0; i < len[p]; i++) dst[p][i] = init_value(at++);
+    aiopti_sgd_f32_t sgd = AIOPTI_SGD_F32(RUN_LR);
+    aiopti_t *optimizer = aiopti_sgd_f32_default(&sgd);
+    uint32_t training_bytes = aialgo_sizeof_training_memory(&model, optimizer);
+    if (training_bytes > sizeof training_memory) return 3;
+    aialgo_schedule_training_memory(&model, optimizer, training_memory, training_bytes);
+    aialgo_init_model_for_training(&model, optimizer);
+    uint16_t x_shape[] = {RUN_BATCH, RUN_D_IN};
+    uint16_t t_shape[] = {RUN_BATCH, RUN_D_OUT};
+    aitensor_t x_tensor = AITENSOR_2D_F32(x_shape, batch_x);
+    aitensor_t t_tensor = AITENSOR_2D_F32(t_shape, batch_t);
+#else
+    uint32_t parameter_bytes = 0, training_bytes = 0;
+#endif
+    put_line("mem parameter_bytes", parameter_bytes, 0, 0, 0);
+    put_line("mem training_bytes", training_bytes, 0, 0, 0);
+    put_line("mem batch_bytes", (uint32_t)(sizeof batch_x + sizeof batch_t), 0, 0, 0);
+    uint32_t step = 0;
+    for (uint32_t e = 0; e < RUN_EPOCHS; e++) {
+        uint32_t epoch_ticks = 0;
+        for (uint32_t s = 0; s < RUN_SAMPLES / RUN_BATCH; s++) {
+            load_batch(&RUN_ORDER[e * RUN_SAMPLES + s * RUN_BATCH]);
+            float loss = 0.0f;
+#ifndef BASELINE
+            if (aialgo_calc_loss_model_f32(&model, &x_tensor, &t_tensor, &loss) != 0) return 4;
+            uint32_t t0 = SYST_CVR;
+            if (aialgo_train_model(&model, &x_tensor, &t_tensor, optimizer, RUN_BATCH) != 0) return 5;
+            uint32_t t1 = SYST_CVR;
+#else
+            uint32_t t0 = SYST_CVR, t1 = SYST_CVR;
+#endif
+            epoch_ticks += (t0 - t1) & 0x00FFFFFFu;
+            step++;
+            put_line("loss", step, 1, f32_bits(loss), 1);
+        }
+        put_line("epoch_ticks", e + 1, 0, epoch_ticks, 1);
+    }
+#ifndef BASELINE
+    at = 0;
+    for (int p = 0; p < 4; p++)
+        for (uint32_t i = 0; i < len[p]; i++, at++) put_line("param", at, 1, f32_bits(dst[p][i]), 1);
+#endif
+    return 0;
+}
+
+int main(void)
+{
+    paint_stack();
+    int failed = run();
+    if (failed) put_kv("error", (uint32_t)failed);
+    put_kv("stack_bytes", stack_high_water_bytes());
+    put("end\n");
+    exit_with(failed);
+}
+
+/* ---- reset and vectors ---- */
+__attribute__((noreturn)) void reset_handler(void)
+{
+    uint32_t *src = &_sidata;
+    for (uint32_t *d = &_sdata; d < &_edata;) *d++ = *src++;
+    for (uint32_t *d = &_sbss; d < &_ebss;) *d++ = 0;
+    /* CP10 and CP11 full access: the FPU on, before any floating-point code. */
+    *(volatile uint32_t *)0xE000ED88u |= 0xFu << 20;
+    __asm__ volatile("dsb\n isb" ::: "memory");
+    main();
+    exit_with(1);
+}
+
+__attribute__((noreturn)) static void fault_handler(void)
+{
+    put("error fault\n");
+    exit_with(1);
+}
+
+__attribute__((section(".vector_table"), used)) static const void *const vectors[16] = {
+    &_stack_top, (const void *)reset_handler, (const void *)fault_handler, (const void *)fault_handler,
+    (const void *)fault_handler, (const void *)fault_handler, (const void *)fault_handler, 0, 0, 0, 0,
+    (const void *)fault_handler, (const void *)fault_handler, 0, (const void *)fault_handler,
+    (const void *)fault_handler,
+};

@@ -1,0 +1,742 @@
+//! `cargo xtask aifes --aifes-src PATH [--skip-tapeplan]`: the on-device peer. Trains the
+//! firmware demo's run (`firmware-demo/models/demo.run`: the digits MLP 64-32-10 tanh, softmax
+//! cross-entropy, SGD lr 0.1, batch 32, 256 rows, 30 epochs = 240 steps) with
+//! [AIfES](https://github.com/Fraunhofer-IMS/AIfES_for_Arduino) on the same QEMU Cortex-M4F
+//! (`mps2-an386`) as tapeplan's firmware, from the same rows, epoch orders and initial
+//! parameters, and prints tapeplan beside AIfES: instructions per train step under `-icount
+//! shift=0`, code bytes, training RAM and stack. Not a CI step: CI has no AIfES.
+//!
+//! AIfES is AGPL-3.0: nothing of it is in this repository. The user passes a checkout of it
+//! (`--aifes-src`, the folder holding `src/aifes.h`); its sources are compiled into
+//! `target/aifes/` and linked with tapeplan's own harness (`xtask/aifes/harness.c`, written
+//! against AIfES's documented public API) and startup (`xtask/aifes/link.ld`).
+//!
+//! - **The same training**: the planner exports the run's rows (the digits' pixel counts and
+//!   labels), every epoch's row order (the run protocol's `epoch_shuffle`) and the Glorot
+//!   initial parameters into a generated header, `target/aifes/run.h`; the harness loads each
+//!   batch of 32 rows (pixels × 1/16, one-hot targets) and calls `aialgo_train_model` once per
+//!   step with the input layer's batch dimension 32 (AIfES's batch mode: one forward and
+//!   backward pass over the whole batch) and `ailoss_crossentropy_mean_f32_default` (the
+//!   deltas scaled by 1/32, as tapeplan's mean loss). AIfES has its own summation order, a tanh
+//!   from newlib's `expf` and a softmax on an approximate exponential (see [`LOSS_REL_TOL`]),
+//!   so the check is a tolerance, not bits: every epoch's mean loss
+//!   within [`LOSS_REL_TOL`] of the oracle's, and the final parameters within
+//!   [`PARAM_ABS_TOL`].
+//! - **Counted the same**: SysTick on the core clock around the step call only (the batch is
+//!   loaded before, the loss is computed by a separate untimed `aialgo_calc_loss_model_f32`:
+//!   AIfES's train call does not report it, tapeplan's step does), under `-icount shift=0`,
+//!   `ticks · 10^9 / Hz` instructions, the median over the epochs of each epoch's mean step;
+//!   the stack painted from the end of `.bss` as `firmware-demo` does.
+//! - **Code**: `.text` + `.rodata` of the image less that of the same harness built with
+//!   `-DBASELINE` (no AIfES call): AIfES's code that the training links, with what it pulls in
+//!   from newlib (`expf`, `logf`, `memcpy`), against tapeplan's runtime code measured the same
+//!   way (`cargo xtask firmware`'s firmware less its `size-baseline` twin).
+//! - **Training RAM**: AIfES: parameters (`aialgo_sizeof_parameter_memory`) + training memory
+//!   (`aialgo_sizeof_training_memory`: results, deltas, gradients) + the batch's input and
+//!   target tensors; tapeplan: the arena (which holds the batch's inputs too) + the plan.
+//!
+//! Outputs go to `target/aifes/`: `run.h`, per variant `<variant>.elf`, `<variant>.map` and
+//! `<variant>.out` (what the harness printed).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{anyhow, bail, Context, Result};
+use tapeplan_planner::exec::oracle::oracle_run;
+use tapeplan_planner::model::run::RunConfig;
+use tapeplan_runtime::protocol::epoch_shuffle;
+
+use crate::{output, run, show, Ctx};
+
+/// Relative tolerance on each epoch's mean loss against the oracle's. AIfES's softmax
+/// (`aimath_f32_default_softmax`) takes its exponentials from `aimath_f32_default_expf_fast`,
+/// Schraudolph's approximation (the float's bits as `2^23/ln 2 · x + 127 · 2^23`, off by up to a
+/// few percent), not `expf`: the first step's loss, from the same parameters and batch, already
+/// differs by about 1e-3 relative, and over 240 steps the epoch means drift up to about 7e-3
+/// (measured: 7.4e-3 at -O2). A training that differed in kind (the loss summed, not averaged,
+/// over the batch: 32 times the step; another batch order or initialization) is far outside.
+const LOSS_REL_TOL: f64 = 1e-2;
+/// Absolute tolerance on each final parameter against the oracle's (measured: 2.8e-3 at -O2).
+const PARAM_ABS_TOL: f64 = 1e-2;
+/// QEMU `mps2-an386`'s core clock (firmware-demo/build.rs), which SysTick counts.
+const CORE_HZ: u64 = 25_000_000;
+/// The harness's training-memory buffer (bytes); the harness fails if AIfES asks for more.
+const TRAINING_MEMORY_CAP: usize = 65_536;
+/// Wall-clock limit of one QEMU run.
+const QEMU_TIMEOUT_SECS: u32 = 600;
+/// The Cortex-M4F with its single-precision FPU, hard-float ABI.
+const CPU_FLAGS: &[&str] = &[
+    "-mcpu=cortex-m4",
+    "-mthumb",
+    "-mfpu=fpv4-sp-d16",
+    "-mfloat-abi=hard",
+];
+
+const USAGE: &str = "usage: cargo xtask aifes --aifes-src PATH [--skip-tapeplan]";
+
+/// What one AIfES build measured.
+struct AifesFigures {
+    /// `-O2` or `-Os`.
+    opt: &'static str,
+    instructions_median: u64,
+    /// The image's code less the baseline harness's.
+    code_bytes: u64,
+    /// That difference by origin (the harness's share: its AIfES calls).
+    shares: CodeShares,
+    parameter_bytes: u64,
+    training_bytes: u64,
+    batch_bytes: u64,
+    stack_bytes: u64,
+    /// Largest relative difference of an epoch's mean loss from the oracle's.
+    loss_rel_max: f64,
+    /// Largest absolute difference of a final parameter from the oracle's.
+    param_abs_max: f64,
+    /// Relative difference of the first step's loss (same parameters, same batch: the forward
+    /// pass alone) from the oracle's.
+    step1_rel: f64,
+    first_epoch_loss: f32,
+    last_epoch_loss: f32,
+}
+
+pub fn verb_aifes(ctx: &Ctx, args: &[String]) -> Result<()> {
+    let mut src: Option<PathBuf> = None;
+    let mut skip_tapeplan = false;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--aifes-src" => {
+                src =
+                    Some(PathBuf::from(it.next().ok_or_else(|| {
+                        anyhow!("--aifes-src needs a path\n{USAGE}")
+                    })?))
+            }
+            "--skip-tapeplan" => skip_tapeplan = true,
+            other => bail!("unknown argument `{other}`\n{USAGE}"),
+        }
+    }
+    let src = src.ok_or_else(|| anyhow!("--aifes-src PATH is required\n{USAGE}"))?;
+    let lib = src.join("src");
+    if !lib.join("aifes.h").is_file() {
+        bail!(
+            "{}: no src/aifes.h there; pass a checkout of AIfES_for_Arduino (release 2.2.0)",
+            src.display()
+        );
+    }
+    for tool in ["arm-none-eabi-gcc", "arm-none-eabi-size", "qemu-system-arm"] {
+        if Command::new(tool)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| !s.success())
+            .unwrap_or(true)
+        {
+            bail!("`{tool}` is missing (apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi binutils-arm-none-eabi qemu-system-arm)");
+        }
+    }
+    let commit = Command::new("git")
+        .args(["-C"])
+        .arg(&src)
+        .args(["rev-parse", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown (not a git checkout)".into());
+    let version = fs::read_to_string(src.join("library.properties"))
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("version=").map(str::to_string))
+        })
+        .unwrap_or_else(|| "unknown".into());
+
+    let out = ctx.root.join("target").join("aifes");
+    fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+
+    // The run, its data, orders and initial parameters, and the oracle's losses.
+    let run_path = ctx.root.join("firmware-demo/models/demo.run");
+    let text =
+        fs::read_to_string(&run_path).with_context(|| format!("reading {}", run_path.display()))?;
+    let cfg = RunConfig::parse(&text).map_err(|e| anyhow!("{}: {e}", run_path.display()))?;
+    let job = cfg.job().map_err(|e| anyhow!("planning the run: {e}"))?;
+    let train = cfg
+        .training_set()
+        .map_err(|e| anyhow!("the run's rows: {e}"))?;
+    let init = cfg
+        .initial_parameters(&job)
+        .map_err(|e| anyhow!("the run's initial parameters: {e}"))?;
+    let oracle =
+        oracle_run(&cfg, &job, &train, &init).map_err(|e| anyhow!("the oracle's run: {e}"))?;
+    let oracle_params: Vec<f32> = oracle
+        .oracle
+        .params
+        .iter()
+        .flat_map(|p| p.data.iter().copied())
+        .collect();
+    write_header(
+        &out.join("run.h"),
+        &cfg,
+        &train.pixels,
+        &train.labels,
+        &init,
+    )?;
+
+    // AIfES's sources: every C file of its basic and CNN packages (the linker keeps what the
+    // training calls; `--gc-sections`).
+    let mut sources = Vec::new();
+    for sub in ["basic/base", "basic/default", "cnn/base", "cnn/default"] {
+        collect_c(&lib.join(sub), &mut sources)?;
+    }
+    sources.sort();
+    if sources.is_empty() {
+        bail!("{}: no C sources under src/basic", src.display());
+    }
+    let harness = ctx.root.join("xtask/aifes/harness.c");
+    let script = ctx.root.join("xtask/aifes/link.ld");
+
+    let mut figures = Vec::new();
+    for opt in ["-O2", "-Os"] {
+        let tag = opt.trim_start_matches('-');
+        let elf = link(&out, &lib, &sources, &harness, &script, opt, false, tag)?;
+        let base = link(&out, &lib, &sources, &harness, &script, opt, true, tag)?;
+        let report = run_qemu(&elf, &out.join(format!("aifes-{tag}.out")))?;
+        let (code, base_code) = (code_bytes(&elf)?, code_bytes(&base)?);
+        let shares = code_shares(
+            &out.join(format!("aifes-{tag}.map")),
+            &out.join(format!("obj-{tag}")).join("aifes"),
+        )?;
+        let base_shares = code_shares(
+            &out.join(format!("baseline-{tag}.map")),
+            &out.join(format!("obj-{tag}")).join("aifes"),
+        )?;
+        if shares.aifes + shares.harness + shares.libraries > code {
+            bail!(
+                "AIfES {opt}: the link map's input sections ({} + {} + {} B) exceed the image's code ({code} B)",
+                shares.aifes,
+                shares.harness,
+                shares.libraries
+            );
+        }
+        figures.push(check(
+            opt,
+            &report,
+            &cfg,
+            &oracle.epoch_means,
+            &oracle.losses,
+            &oracle_params,
+            (
+                code.saturating_sub(base_code),
+                CodeShares {
+                    aifes: shares.aifes,
+                    harness: shares.harness.saturating_sub(base_shares.harness),
+                    // The rest: the toolchain's libraries, and alignment fill.
+                    libraries: code
+                        .saturating_sub(base_code)
+                        .saturating_sub(shares.aifes)
+                        .saturating_sub(shares.harness.saturating_sub(base_shares.harness)),
+                },
+            ),
+        )?);
+    }
+
+    let tapeplan = if skip_tapeplan {
+        None
+    } else {
+        Some(crate::firmware::m4f_figures(ctx)?)
+    };
+
+    println!(
+        "\nAIfES {version} (commit {commit}) beside tapeplan on QEMU mps2-an386 (Cortex-M4F), {} ({} steps; -icount shift=0):",
+        cfg,
+        cfg.total_steps()
+    );
+    println!(
+        "{:<28} {:>14} {:>12} {:>18} {:>8}",
+        "", "instr./step", "code B", "training RAM B", "stack B"
+    );
+    if let Some(t) = &tapeplan {
+        println!(
+            "{:<28} {:>14} {:>12} {:>18} {:>8}",
+            "tapeplan (Rust, opt s, lto)",
+            t.instructions_median,
+            t.runtime_code_bytes,
+            format!(
+                "{} ({} + plan {})",
+                t.arena_bytes + t.plan_bytes,
+                t.arena_bytes,
+                t.plan_bytes
+            ),
+            t.stack_bytes
+        );
+    }
+    for f in &figures {
+        println!(
+            "{:<28} {:>14} {:>12} {:>18} {:>8}",
+            format!("AIfES 2.2.0 (C, gcc {})", f.opt),
+            f.instructions_median,
+            f.code_bytes,
+            f.parameter_bytes + f.training_bytes + f.batch_bytes,
+            f.stack_bytes
+        );
+    }
+    println!("\nAIfES code = image less the baseline harness = AIfES's objects + newlib/libgcc it pulls in (and alignment fill) + the harness's AIfES calls:");
+    for f in &figures {
+        println!(
+            "  {}: {} = {} + {} + {} B",
+            f.opt, f.code_bytes, f.shares.aifes, f.shares.libraries, f.shares.harness
+        );
+    }
+    println!("AIfES training RAM = parameters + aialgo_sizeof_training_memory + batch tensors:");
+    for f in &figures {
+        println!(
+            "  {}: {} + {} + {} B",
+            f.opt, f.parameter_bytes, f.training_bytes, f.batch_bytes
+        );
+    }
+    if let Some(t) = &tapeplan {
+        println!(
+            "tapeplan: median of {} epoch means; the device's losses are the oracle's bit for bit (verify --serial)",
+            t.epochs
+        );
+        for f in &figures {
+            println!(
+                "tapeplan / AIfES {}: instructions {:.3}, code {:.3}, training RAM {:.3}, stack {:.3}",
+                f.opt,
+                t.instructions_median as f64 / f.instructions_median.max(1) as f64,
+                t.runtime_code_bytes as f64 / f.code_bytes.max(1) as f64,
+                (t.arena_bytes + t.plan_bytes) as f64
+                    / (f.parameter_bytes + f.training_bytes + f.batch_bytes).max(1) as f64,
+                t.stack_bytes as f64 / f.stack_bytes.max(1) as f64,
+            );
+        }
+    }
+    println!("\nthe same training (AIfES against tapeplan's oracle; not bitwise: its own sum order, a tanh from newlib's expf, a softmax on an approximate exp):");
+    for f in &figures {
+        println!(
+            "  {}: first step's loss {:.2e} relative from the oracle's; epoch mean loss {:.6} -> {:.6} (oracle {:.6} -> {:.6}); max relative difference of an epoch's mean loss {:.2e} (tolerance {LOSS_REL_TOL:.0e}); max absolute difference of a final parameter {:.2e} (tolerance {PARAM_ABS_TOL:.0e})",
+            f.opt,
+            f.step1_rel,
+            f.first_epoch_loss,
+            f.last_epoch_loss,
+            oracle.epoch_means[0],
+            oracle.epoch_means[oracle.epoch_means.len() - 1],
+            f.loss_rel_max,
+            f.param_abs_max
+        );
+    }
+    Ok(())
+}
+
+/// Every `.c` file under `dir`, recursively.
+fn collect_c(dir: &Path, into: &mut Vec<PathBuf>) -> Result<()> {
+    if !dir.is_dir() {
+        return Ok(());
+    }
+    for entry in fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry?.path();
+        if path.is_dir() {
+            collect_c(&path, into)?;
+        } else if path.extension().is_some_and(|e| e == "c") {
+            into.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// The generated header: the run's sizes, rows, labels, every epoch's order and the initial
+/// parameters (as `f32` bits), the tables in section `.dataset` (flash, not counted as code).
+fn write_header(
+    path: &Path,
+    cfg: &RunConfig,
+    pixels: &[u8],
+    labels: &[u8],
+    init: &[Vec<f32>],
+) -> Result<()> {
+    use std::fmt::Write;
+    let [d_in, hidden, d_out] = cfg.layers[..] else {
+        bail!(
+            "the harness trains a 2-layer MLP; the run has layers {:?}",
+            cfg.layers
+        );
+    };
+    let n = cfg.samples;
+    if pixels.len() < n * d_in || labels.len() < n {
+        bail!(
+            "the run's training set has {} pixel counts and {} labels, the run needs {} and {n}",
+            pixels.len(),
+            labels.len(),
+            n * d_in
+        );
+    }
+    let params: Vec<f32> = init.iter().flatten().copied().collect();
+    let expected = d_in * hidden + hidden + hidden * d_out + d_out;
+    if params.len() != expected {
+        bail!(
+            "the initial parameters have {} values, the MLP {expected}",
+            params.len()
+        );
+    }
+    let mut g = String::new();
+    let _ = writeln!(
+        g,
+        "/* Generated by `cargo xtask aifes` from firmware-demo/models/demo.run: `{cfg}`. */"
+    );
+    let _ = writeln!(g, "#include <stdint.h>");
+    for (k, v) in [
+        ("RUN_D_IN", d_in),
+        ("RUN_HIDDEN", hidden),
+        ("RUN_D_OUT", d_out),
+        ("RUN_BATCH", cfg.batch),
+        ("RUN_SAMPLES", n),
+        ("RUN_EPOCHS", cfg.epochs),
+        ("RUN_PARAMS", expected),
+        ("RUN_TRAINING_MEMORY_CAP", TRAINING_MEMORY_CAP),
+    ] {
+        let _ = writeln!(g, "#define {k} {v}u");
+    }
+    let _ = writeln!(g, "#define RUN_LR {:?}f", cfg.lr);
+    let _ = writeln!(g, "#define RUN_PIXEL_SCALE 0.0625f");
+    let table = |g: &mut String, decl: &str, items: Vec<String>| {
+        let _ = writeln!(
+            g,
+            "static const {decl} __attribute__((section(\".dataset\"), used)) = {{"
+        );
+        for chunk in items.chunks(16) {
+            let _ = writeln!(g, "  {},", chunk.join(", "));
+        }
+        let _ = writeln!(g, "}};");
+    };
+    table(
+        &mut g,
+        &format!("uint8_t RUN_PIXELS[{}]", n * d_in),
+        pixels[..n * d_in].iter().map(u8::to_string).collect(),
+    );
+    table(
+        &mut g,
+        &format!("uint8_t RUN_LABELS[{n}]"),
+        labels[..n].iter().map(u8::to_string).collect(),
+    );
+    let mut orders = Vec::with_capacity(cfg.epochs * n);
+    for epoch in 0..cfg.epochs {
+        let mut idx: Vec<u16> = (0..n as u16).collect();
+        epoch_shuffle(cfg.seed, epoch, &mut idx);
+        if idx.iter().map(|&i| usize::from(i)).collect::<Vec<_>>() != cfg.epoch_order(epoch) {
+            bail!("epoch {epoch}: the exported order is not the run's");
+        }
+        orders.extend(idx.iter().map(u16::to_string));
+    }
+    table(
+        &mut g,
+        &format!("uint16_t RUN_ORDER[{}]", cfg.epochs * n),
+        orders,
+    );
+    table(
+        &mut g,
+        &format!("uint32_t RUN_INIT_BITS[{expected}]"),
+        params
+            .iter()
+            .map(|v| format!("{:#010x}u", v.to_bits()))
+            .collect(),
+    );
+    fs::write(path, g).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Compiles AIfES (into `obj-<tag>/aifes/`) and the harness with `opt` and links the image
+/// (`baseline`: the harness without AIfES), with a link map.
+#[allow(clippy::too_many_arguments)]
+fn link(
+    out: &Path,
+    lib: &Path,
+    sources: &[PathBuf],
+    harness: &Path,
+    script: &Path,
+    opt: &str,
+    baseline: bool,
+    tag: &str,
+) -> Result<PathBuf> {
+    let name = if baseline {
+        format!("baseline-{tag}")
+    } else {
+        format!("aifes-{tag}")
+    };
+    let compile = |src: &Path, obj: &Path, extra: &[&str]| -> Result<()> {
+        let mut cmd = Command::new("arm-none-eabi-gcc");
+        cmd.args(CPU_FLAGS)
+            .arg(opt)
+            .args([
+                "-std=gnu11",
+                "-ffunction-sections",
+                "-fdata-sections",
+                "-fno-common",
+                "-w",
+                "-c",
+            ])
+            .args(extra)
+            .arg("-I")
+            .arg(lib)
+            .arg("-I")
+            .arg(out)
+            .arg("-o")
+            .arg(obj)
+            .arg(src);
+        run(cmd).with_context(|| format!("compiling {}", src.display()))
+    };
+    let objs = out.join(format!("obj-{tag}"));
+    let aifes_objs = objs.join("aifes");
+    fs::create_dir_all(&aifes_objs)
+        .with_context(|| format!("creating {}", aifes_objs.display()))?;
+    let harness_obj = objs.join(format!("{name}-harness.o"));
+    compile(
+        harness,
+        &harness_obj,
+        if baseline { &["-DBASELINE"] } else { &[] },
+    )?;
+    let mut inputs = vec![harness_obj];
+    if !baseline {
+        for src in sources {
+            let stem = src
+                .file_stem()
+                .ok_or_else(|| anyhow!("{}: no file name", src.display()))?;
+            let obj = aifes_objs.join(stem).with_extension("o");
+            compile(src, &obj, &[])?;
+            inputs.push(obj);
+        }
+    }
+    let elf = out.join(format!("{name}.elf"));
+    let mut cmd = Command::new("arm-none-eabi-gcc");
+    cmd.args(CPU_FLAGS)
+        .args([
+            "-nostartfiles",
+            "--specs=nano.specs",
+            "--specs=nosys.specs",
+            "-Wl,--gc-sections",
+        ])
+        .arg("-T")
+        .arg(script)
+        .arg(format!(
+            "-Wl,-Map={}",
+            out.join(format!("{name}.map")).display()
+        ))
+        .arg("-o")
+        .arg(&elf)
+        .args(&inputs)
+        .arg("-lm");
+    run(cmd).with_context(|| format!("linking {name}"))?;
+    Ok(elf)
+}
+
+/// Flash code bytes of an image by where they come from, from its link map: input sections of
+/// `.vector_table`, `.text`, `.rodata` and `.data` (its flash copy), from AIfES's objects, the
+/// harness, and the toolchain's libraries (newlib's libc and libm, libgcc).
+#[derive(Clone, Copy, Default)]
+struct CodeShares {
+    aifes: u64,
+    harness: u64,
+    libraries: u64,
+}
+
+fn code_shares(map: &Path, aifes_objs: &Path) -> Result<CodeShares> {
+    let aifes_prefix = format!("{}/", aifes_objs.to_string_lossy());
+    let text = fs::read_to_string(map).with_context(|| format!("reading {}", map.display()))?;
+    let body = text
+        .split_once("Linker script and memory map")
+        .map(|(_, b)| b)
+        .ok_or_else(|| anyhow!("{}: not a GNU ld link map", map.display()))?;
+    let mut shares = CodeShares::default();
+    let mut counted = false;
+    for line in body.lines() {
+        if line.starts_with('.') {
+            let name = line.split_whitespace().next().unwrap_or("");
+            counted = matches!(name, ".vector_table" | ".text" | ".rodata" | ".data");
+            continue;
+        }
+        if !counted || line.starts_with(' ') && line.trim_start().starts_with("*fill*") {
+            continue;
+        }
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let Some(i) = (0..f.len().saturating_sub(2))
+            .find(|&i| f[i].starts_with("0x") && f[i + 1].starts_with("0x"))
+        else {
+            continue;
+        };
+        let path = f[i + 2];
+        if !(path.ends_with(".o") || path.ends_with(".o)")) {
+            continue;
+        }
+        let size = u64::from_str_radix(f[i + 1].trim_start_matches("0x"), 16)
+            .with_context(|| format!("{}: size in `{line}`", map.display()))?;
+        if path.starts_with(&aifes_prefix) {
+            shares.aifes += size;
+        } else if path.ends_with("-harness.o") {
+            shares.harness += size;
+        } else {
+            shares.libraries += size;
+        }
+    }
+    Ok(shares)
+}
+
+/// `.text` + `.rodata` (+ `.data`'s flash copy) of an image, from `arm-none-eabi-size -A`.
+fn code_bytes(elf: &Path) -> Result<u64> {
+    let mut cmd = Command::new("arm-none-eabi-size");
+    cmd.arg("-A").arg(elf);
+    let text = output(cmd)?;
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            match (f.next(), f.next().and_then(|s| s.parse::<u64>().ok())) {
+                (Some(".text" | ".rodata" | ".data" | ".vector_table"), Some(n)) => Some(n),
+                _ => None,
+            }
+        })
+        .sum())
+}
+
+/// Runs the image under QEMU with `-icount shift=0`; answers what it printed (semihosting).
+fn run_qemu(elf: &Path, save: &Path) -> Result<String> {
+    let mut cmd = Command::new("timeout");
+    cmd.arg(QEMU_TIMEOUT_SECS.to_string())
+        .args([
+            "qemu-system-arm",
+            "-machine",
+            "mps2-an386",
+            "-cpu",
+            "cortex-m4",
+            "-icount",
+            "shift=0",
+            "-nographic",
+            "-monitor",
+            "none",
+            "-serial",
+            "null",
+            "-semihosting-config",
+            "enable=on,target=native",
+            "-kernel",
+        ])
+        .arg(elf)
+        .stdin(Stdio::null());
+    let shown = show(&cmd);
+    eprintln!("$ {shown}");
+    let result = cmd
+        .output()
+        .with_context(|| format!("could not start `{shown}`"))?;
+    // QEMU writes the semihosting console (SYS_WRITE0) to its standard error.
+    let text = String::from_utf8_lossy(&result.stderr).into_owned();
+    fs::write(save, &text).with_context(|| format!("writing {}", save.display()))?;
+    if !result.status.success() || !text.lines().any(|l| l == "end") {
+        let tail: Vec<&str> = text.lines().rev().take(5).collect();
+        bail!(
+            "{}: the harness failed under QEMU ({}); last lines:\n{}",
+            elf.display(),
+            result.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+    }
+    Ok(text)
+}
+
+/// The value after `key` on the line starting with `prefix`.
+fn field(report: &str, prefix: &str) -> Result<u64> {
+    report
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| anyhow!("the harness's report has no `{prefix}N` line"))
+}
+
+/// Reads the harness's report, checks its training against the oracle within the tolerances,
+/// and answers its figures.
+fn check(
+    opt: &'static str,
+    report: &str,
+    cfg: &RunConfig,
+    oracle_epochs: &[f32],
+    oracle_losses: &[f32],
+    oracle_params: &[f32],
+    (code_bytes, shares): (u64, CodeShares),
+) -> Result<AifesFigures> {
+    if let Some(e) = report.lines().find_map(|l| l.strip_prefix("error ")) {
+        bail!("AIfES {opt}: the harness reported error {e}");
+    }
+    let hex = |s: &str| u32::from_str_radix(s, 16).map(f32::from_bits);
+    let mut losses = Vec::new();
+    let mut params = Vec::new();
+    let mut epoch_insns = Vec::new();
+    let steps = cfg.steps_per_epoch() as u64;
+    for line in report.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        match f[..] {
+            ["loss", _, v] => losses.push(hex(v)?),
+            ["param", _, v] => params.push(hex(v)?),
+            ["epoch_ticks", _, t] => {
+                let ticks: u64 = t.parse()?;
+                epoch_insns.push(ticks * 1_000_000_000 / CORE_HZ / steps.max(1));
+            }
+            _ => {}
+        }
+    }
+    if losses.len() != cfg.total_steps() || epoch_insns.len() != cfg.epochs {
+        bail!(
+            "AIfES {opt}: {} losses and {} epochs reported, the run has {} steps in {} epochs",
+            losses.len(),
+            epoch_insns.len(),
+            cfg.total_steps(),
+            cfg.epochs
+        );
+    }
+    if params.len() != oracle_params.len() {
+        bail!(
+            "AIfES {opt}: {} final parameters reported, the oracle has {}",
+            params.len(),
+            oracle_params.len()
+        );
+    }
+    let step1_rel = (f64::from(losses[0]) - f64::from(oracle_losses[0])).abs()
+        / f64::from(oracle_losses[0]).abs().max(1e-12);
+    // Each epoch's mean as a device computes it (the f32 sum of its losses over its steps).
+    let per = cfg.steps_per_epoch();
+    let means: Vec<f32> = losses
+        .chunks(per)
+        .map(|c| c.iter().sum::<f32>() / per as f32)
+        .collect();
+    let loss_rel_max = means
+        .iter()
+        .zip(oracle_epochs)
+        .map(|(&a, &o)| (f64::from(a) - f64::from(o)).abs() / f64::from(o).abs().max(1e-12))
+        .fold(0.0, f64::max);
+    let param_abs_max = params
+        .iter()
+        .zip(oracle_params)
+        .map(|(&a, &o)| (f64::from(a) - f64::from(o)).abs())
+        .fold(0.0, f64::max);
+    if !(loss_rel_max <= LOSS_REL_TOL && param_abs_max <= PARAM_ABS_TOL) {
+        bail!(
+            "AIfES {opt} does not train what tapeplan trains: max relative difference of an epoch's mean loss {loss_rel_max:.3e} (tolerance {LOSS_REL_TOL:.0e}), max absolute difference of a final parameter {param_abs_max:.3e} (tolerance {PARAM_ABS_TOL:.0e}); epoch means {means:?}, oracle {oracle_epochs:?}"
+        );
+    }
+    epoch_insns.sort_unstable();
+    let n = epoch_insns.len();
+    let median = if n % 2 == 1 {
+        epoch_insns[n / 2]
+    } else {
+        (epoch_insns[n / 2 - 1] + epoch_insns[n / 2]) / 2
+    };
+    Ok(AifesFigures {
+        opt,
+        instructions_median: median,
+        code_bytes,
+        shares,
+        parameter_bytes: field(report, "mem parameter_bytes ")?,
+        training_bytes: field(report, "mem training_bytes ")?,
+        batch_bytes: field(report, "mem batch_bytes ")?,
+        stack_bytes: field(report, "stack_bytes ")?,
+        loss_rel_max,
+        param_abs_max,
+        step1_rel,
+        first_epoch_loss: means[0],
+        last_epoch_loss: means[n - 1],
+    })
+}
