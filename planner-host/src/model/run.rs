@@ -5,7 +5,7 @@
 //! (`ce` over labels or `mse` over float targets), `batch`, `lr`, `seed`, `split_seed`, `samples`
 //! and `epochs`, and optionally the math profile (`math=precise|fast`; absent means `precise`,
 //! and the canonical line names it only when it is `fast`), the arithmetic profile
-//! (`arith=separate|fma`; absent means `separate`, named only when `fma`), fusion (`fusion=on|off`), the
+//! (`arith=separate|fma`; absent means `separate`, named only when `fma`), fusion (`fusion=on|off|auto`), the
 //! optimizer (`optimizer=sgd|momentum|nesterov|adam|adamw`, with `momentum=` and
 //! `weight_decay=`; absent means SGD), an MLP's dropout (`dropout=P` after every hidden
 //! activation, its generator keyed by `seed`; absent means none), the data (`data=digits`, the default, or
@@ -78,7 +78,7 @@ use crate::model::job::{JobOptions, TrainingJob};
 use crate::model::mlp::{glorot_uniform, Activation, Loss, Mlp};
 use crate::model::nn::{Conv1d, Conv2d, Flatten, Linear, MaxPool2d, ReLU, Sequential};
 use crate::model::optim::Optimizer;
-use crate::plan::{PlanOptions, PlanningError};
+use crate::plan::{FusionPolicy, PlanOptions, PlanningError};
 use crate::protocol::{data_digest, epoch_shuffle, Fnv1a64};
 
 /// Why a run description is refused, or its job or data could not be made.
@@ -555,10 +555,12 @@ pub struct RunConfig {
     pub samples: usize,
     /// Passes over the training set.
     pub epochs: usize,
-    /// Fuse elementwise chains in the plan (optional key `fusion=on|off`, default `off`: the
-    /// demo firmware links its runtime without feature `fusion`, to keep it within its flash
-    /// budget).
-    pub fusion: bool,
+    /// Which elementwise chains the plan fuses (optional key `fusion=on|off|auto`, default
+    /// `off`: the demo firmware links its runtime without feature `fusion`, to keep it within
+    /// its flash budget). `on` fuses every chain ([`FusionPolicy::All`]); `auto` decides per
+    /// chain for a device without the kernel catalog ([`FusionPolicy::Device`]: a chain stays
+    /// fused only where unfusing it would grow the arena, since there it is slower).
+    pub fusion: FusionPolicy,
     /// The math profile of the plan and the oracle (optional key `math`; `precise` when absent).
     pub math: MathProfile,
     /// The arithmetic profile of the plan and the oracle (optional key `arith`; `separate`
@@ -743,9 +745,10 @@ impl RunConfig {
             samples: num("samples", get("samples")?)?,
             epochs: num("epochs", get("epochs")?)?,
             fusion: match values.get("fusion").copied() {
-                None | Some("off") => false,
-                Some("on") => true,
-                Some(other) => return Err(config_err(format!("fusion={other}: on or off"))),
+                None | Some("off") => FusionPolicy::Off,
+                Some("on") => FusionPolicy::All,
+                Some("auto") => FusionPolicy::Device,
+                Some(other) => return Err(config_err(format!("fusion={other}: on, off or auto"))),
             },
             math: match values.get("math") {
                 None => MathProfile::Precise,
@@ -828,7 +831,7 @@ impl RunConfig {
             split_seed,
             samples,
             epochs,
-            fusion: false,
+            fusion: FusionPolicy::Off,
             math: io.math,
             arith: io.arith,
             optimizer: RunOptimizer::Sgd,
@@ -1062,7 +1065,11 @@ impl RunConfig {
             self.split_seed,
             self.samples,
             self.epochs
-        ) + if self.fusion { " fusion=on" } else { "" };
+        ) + match self.fusion {
+            FusionPolicy::Off => "",
+            FusionPolicy::Device | FusionPolicy::Auto => " fusion=auto",
+            FusionPolicy::All => " fusion=on",
+        };
         match self.optimizer {
             RunOptimizer::Sgd => {}
             RunOptimizer::Momentum(m) => line += &format!(" optimizer=momentum momentum={m}"),
@@ -1144,7 +1151,7 @@ impl RunConfig {
     /// [`RunConfigError::Plan`].
     pub fn job(&self) -> Result<TrainingJob, RunConfigError> {
         let planning = PlanOptions {
-            fuse: self.fusion,
+            fusion: self.fusion,
             math: self.math,
             arith: self.arith,
             ..PlanOptions::default()
