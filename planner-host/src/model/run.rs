@@ -1503,6 +1503,38 @@ pub(crate) mod tests {
         }
     }
 
+    /// The firmware's own runs (firmware-demo/models) with `fusion=auto`, a device's per-chain
+    /// decision: no chain is faster there, so only the chains the arena needs stay fused (the
+    /// arena of `fusion=on`, with fewer chains; a plan with none needs no feature `fusion`).
+    #[test]
+    fn a_device_keeps_only_the_chains_the_arena_needs() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../firmware-demo/models");
+        for run in ["demo.run", "digits_cnn.run", "mnist1d.run"] {
+            let text = std::fs::read_to_string(dir.join(run)).unwrap();
+            let mut c = RunConfig::parse(&text).unwrap();
+            let mut plan = |f| {
+                c.fusion = f;
+                let s = c.job().unwrap().schedule;
+                let fused = s
+                    .entries
+                    .iter()
+                    .flat_map(|e| &e.instrs)
+                    .filter(|i| i.fuse_next);
+                (fused.count(), s.arena_elems)
+            };
+            let (off, device, all) = (
+                plan(FusionPolicy::Off),
+                plan(FusionPolicy::Device),
+                plan(FusionPolicy::All),
+            );
+            eprintln!("{run}: (fused instructions, arena elements) off {off:?}, auto {device:?}, on {all:?}");
+            assert!(all.0 > 0, "{run}: fusion=on has chains");
+            assert!(device.0 < all.0, "{run}: fusion=auto unfuses some");
+            assert!(device.1 <= all.1, "{run}: no larger arena than fusion=on");
+            assert!(all.1 <= off.1);
+        }
+    }
+
     #[test]
     fn the_digits_cnn_run_parses_plans_and_refuses_what_cannot_work() {
         let line = "model=digits_cnn activation=relu loss=ce batch=8 lr=0.003 seed=42 \

@@ -57,10 +57,10 @@ impl Fusion {
             if !drop.contains(&order[lo]) {
                 continue;
             }
-            for p in lo..=hi {
+            for (p, v) in order.iter().enumerate().take(hi + 1).skip(lo) {
                 f.step[p] = p;
                 f.fuse_next[p] = false;
-                f.registers.remove(&order[p]);
+                f.registers.remove(v);
             }
         }
         f
@@ -217,6 +217,16 @@ pub fn slower_chains(
         })
         .map(|(lo, _)| order[lo])
         .collect()
+}
+
+/// The fused chains among `instrs` (an entry's, in schedule order).
+pub fn chain_count(instrs: &[crate::plan::Instr]) -> usize {
+    let after = std::iter::once(false).chain(instrs.iter().map(|i| i.fuse_next));
+    instrs
+        .iter()
+        .zip(after)
+        .filter(|(i, prev)| i.fuse_next && !prev)
+        .count()
 }
 
 /// Memory first, then time: from `kept`, an entry's plan with every chain fused (its scratch

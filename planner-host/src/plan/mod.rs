@@ -372,6 +372,18 @@ fn plan_tape(
             kept = fusion::unfuse_slower(kept, &slower, |drop| {
                 attempt(true, order, Some(high + 1), drop)
             })?;
+            // Chains left only because unfusing them grows the scratch in this order, when an
+            // unfused plan in another order fits: that plan.
+            let left = &kept.0 .2;
+            if !left.is_empty() && left.len() == fusion::chain_count(&kept.0 .1.instrs) {
+                for &o in orders {
+                    let unfused = attempt(false, o, Some(kept.1 + 1), &no_drop)?;
+                    if let Some(p) = unfused.filter(|p| p.1 <= kept.1) {
+                        kept = p;
+                        break;
+                    }
+                }
+            }
         }
         let ((kept_tensors, mut entry, ..), high) = kept;
         entry.report.tape_order_bytes = entry.report.persistent_bytes + tape_order_high * 4;
