@@ -226,8 +226,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "{}: `{cfg}` plans fused chains, but the firmware is built without its feature \
              `fusion` (its runtime would reject the plan at boot): build with `--features \
              fusion` (about 4 KiB more flash), or plan without fused chains (a run description: \
-             drop `fusion=on`; a plan file: `tapeplan plan --no-fusion`, or in the library \
-             `JobOptions {{ planning: PlanOptions {{ fuse: false, .. }}, .. }}`)",
+             drop `fusion=on` / `fusion=auto`; a plan file: `tapeplan plan --no-fusion`, or in the \
+             library `JobOptions {{ planning: PlanOptions {{ fusion: FusionPolicy::Off, .. }}, .. }}`)",
             run_path.display()
         )
         .into());

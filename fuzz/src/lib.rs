@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use tapeplan_core::format::{plan_crc, Header, CRC_OFFSET, HEADER_BYTES};
 use tapeplan_planner::model::optim::{Optimizer, Sgd};
 use tapeplan_planner::model::{Activation, JobOptions, Loss, Mlp, TrainingJob};
-use tapeplan_planner::plan::PlanOptions;
+use tapeplan_planner::plan::{FusionPolicy, PlanOptions};
 use tapeplan_planner::Schedule;
 use tapeplan_runtime::{BindingKind, Decoded, EntryId, ExecError, Plan, Session};
 
@@ -110,7 +110,7 @@ pub fn seeds() -> &'static [Seed] {
                     dropout,
                     seed: 7,
                     planning: PlanOptions {
-                        fuse,
+                        fusion: FusionPolicy::all_or_off(fuse),
                         ..PlanOptions::default()
                     },
                     ..JobOptions::default()

@@ -6,8 +6,9 @@
 //! - W4: MLP 64-32-10, tanh, softmax cross-entropy, Adam, batch 32, unguarded (the optimizer
 //!   with the longest elementwise chains).
 //!
-//! Plans are fused (the default); `W<n>-unfused` is W<n> planned without fusion, to measure
-//! what fused chains cost or save in time (their bits are the same). `W<n>-fma` is W<n>
+//! Plans fuse chains per chain (the default, `FusionPolicy::Auto`); `W<n>-unfused` is W<n>
+//! planned without fusion and `W<n>-allfused` with every chain fused (`FusionPolicy::All`), to
+//! measure what fused chains cost or save in time (their bits are the same). `W<n>-fma` is W<n>
 //! planned under the `fma` arithmetic profile (one fused multiply-add per matrix-product step:
 //! the hardware instruction where the build has the `fma` target feature, `libm::fmaf`
 //! otherwise; other bits than W<n>'s).
@@ -35,7 +36,7 @@ use tapeplan_planner::model::optim::{Optimizer, Sgd};
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
 use tapeplan_planner::model::{JobOptions, TrainingJob};
 use tapeplan_planner::protocol::SplitMix64;
-use tapeplan_planner::PlanOptions;
+use tapeplan_planner::{FusionPolicy, PlanOptions};
 use tapeplan_runtime::catalog::CATALOG;
 use tapeplan_runtime::{Decoded, Plan, Session};
 
@@ -84,7 +85,13 @@ fn workload(
     loss: Loss,
     batch: usize,
 ) {
-    let fuse = !id.ends_with("-unfused");
+    let fusion = if id.ends_with("-unfused") {
+        FusionPolicy::Off
+    } else if id.ends_with("-allfused") {
+        FusionPolicy::All
+    } else {
+        FusionPolicy::Auto
+    };
     let arith = if id.ends_with("-fma") {
         ArithProfile::Fma
     } else {
@@ -111,7 +118,7 @@ fn workload(
         batch,
         JobOptions {
             planning: PlanOptions {
-                fuse,
+                fusion,
                 arith,
                 ..PlanOptions::default()
             },
@@ -190,7 +197,14 @@ fn workload(
 }
 
 fn benches(c: &mut Criterion) {
-    for id in ["W1", "W1-unfused", "W4", "W4-unfused"] {
+    for id in [
+        "W1",
+        "W1-unfused",
+        "W1-allfused",
+        "W4",
+        "W4-unfused",
+        "W4-allfused",
+    ] {
         workload(
             c,
             id,
@@ -201,7 +215,7 @@ fn benches(c: &mut Criterion) {
             32,
         );
     }
-    for id in ["W2", "W2-unfused", "W2-fma"] {
+    for id in ["W2", "W2-unfused", "W2-allfused", "W2-fma"] {
         workload(
             c,
             id,
@@ -215,6 +229,7 @@ fn benches(c: &mut Criterion) {
     for (id, run) in [
         ("W3", Run::Program),
         ("W3-unfused", Run::Program),
+        ("W3-allfused", Run::Program),
         ("W3-run", Run::Records),
         ("W3-run-decoded", Run::Attached),
     ] {

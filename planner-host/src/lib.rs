@@ -27,5 +27,6 @@ pub mod plan;
 pub mod protocol;
 
 pub use plan::{
-    plan, plan_with, EntrySpec, MemoryReport, PlanOptions, PlanningError, Root, Schedule,
+    plan, plan_with, ChainCost, EntrySpec, FusionPolicy, MemoryReport, PlanOptions, PlanningError,
+    Root, Schedule,
 };

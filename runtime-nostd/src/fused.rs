@@ -309,9 +309,12 @@ fn chain_step<O: Ops>(
         return Ok(());
     }
     let len = dst.len();
+    // The destination's values are copied out only when an argument is the destination
+    // (`Src::Out`): the reference kernel reads its arguments and writes `dst` separately.
     let mut copy = [0.0f32; TILE_ELEMS];
-    let copy = copy.get_mut(..len).ok_or(bad)?;
-    copy.copy_from_slice(dst);
+    let reads_dst = matches!(a, Src::Out) || (m.arity == 2 && matches!(b, Src::Out));
+    let copy = copy.get_mut(..if reads_dst { len } else { 0 }).ok_or(bad)?;
+    copy.copy_from_slice(dst.get(..copy.len()).ok_or(bad)?);
     let copy: &[f32] = copy;
     let args: [&[f32]; 2] = [a, b].map(|s| match s {
         Src::Out => copy,

@@ -21,11 +21,14 @@ const PEAK_GFLOPS: f64 = 270.0;
 const WORKLOADS: &[(&str, &str)] = &[
     ("W1", "MLP 64-32-10 tanh, softmax CE, SGD, batch 32"),
     ("W1-unfused", "W1 planned without fusion"),
+    ("W1-allfused", "W1 with every chain fused (--fusion all)"),
     ("W2", "MLP 784-128-10 relu, softmax CE, SGD, batch 64"),
     ("W2-unfused", "W2 planned without fusion"),
+    ("W2-allfused", "W2 with every chain fused (--fusion all)"),
     ("W2-fma", "W2 planned with --arith fma"),
     ("W3", "MLP 2-16-16-1 tanh, MSE, SGD, batch 1"),
     ("W3-unfused", "W3 planned without fusion"),
+    ("W3-allfused", "W3 with every chain fused (--fusion all)"),
     ("W3-run", "W3 through Session::run: records read every step"),
     (
         "W3-run-decoded",
@@ -36,6 +39,7 @@ const WORKLOADS: &[(&str, &str)] = &[
         "MLP 64-32-10 tanh, softmax CE, Adam, batch 32, unguarded",
     ),
     ("W4-unfused", "W4 planned without fusion"),
+    ("W4-allfused", "W4 with every chain fused (--fusion all)"),
 ];
 
 /// One benchmark's figures.

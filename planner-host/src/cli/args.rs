@@ -12,7 +12,7 @@ use tapeplan_planner::model::run::RunOptimizer;
 use tapeplan_planner::model::{
     trainable_subset, Activation, JobOptions, Loss, Mlp, Model, TrainingJob,
 };
-use tapeplan_planner::plan::PlanOptions;
+use tapeplan_planner::plan::{FusionPolicy, PlanOptions};
 
 /// `tapeplan train`'s state files and outputs.
 #[derive(Args, Clone)]
@@ -76,6 +76,30 @@ impl From<MathArg> for tapeplan_core::MathProfile {
         match m {
             MathArg::Precise => tapeplan_core::MathProfile::Precise,
             MathArg::Fast => tapeplan_core::MathProfile::Fast,
+        }
+    }
+}
+
+/// Which elementwise chains to fuse (`tapeplan_planner::FusionPolicy`).
+#[derive(Clone, Copy, ValueEnum)]
+pub enum FusionArg {
+    /// None (as --no-fusion): every value in the arena.
+    Off,
+    /// Every chain: the smallest arena.
+    All,
+    /// Per chain, for a host with the kernel catalog: fused where not slower, or where unfusing would grow the arena (the default).
+    Auto,
+    /// Per chain, for a device without the kernel catalog (the firmware): fused only where unfusing would grow the arena.
+    Device,
+}
+
+impl From<FusionArg> for FusionPolicy {
+    fn from(f: FusionArg) -> Self {
+        match f {
+            FusionArg::Off => FusionPolicy::Off,
+            FusionArg::All => FusionPolicy::All,
+            FusionArg::Auto => FusionPolicy::Auto,
+            FusionArg::Device => FusionPolicy::Device,
         }
     }
 }
@@ -157,9 +181,12 @@ pub struct ModelArgs {
     /// step only when its loss and every update are finite.
     #[arg(long)]
     pub no_guard: bool,
-    /// Plan without fusing elementwise chains (every value in the arena; same bits).
-    #[arg(long)]
+    /// Plan without fusing elementwise chains (every value in the arena; same bits): --fusion off.
+    #[arg(long, conflicts_with = "fusion")]
     pub no_fusion: bool,
+    /// Which elementwise chains to fuse (same bits whatever is chosen; the arena is never larger than unfused, and auto/device never larger than all).
+    #[arg(long, value_enum)]
+    pub fusion: Option<FusionArg>,
     /// Plan SGD's updates unfused: every weight gradient in a buffer, then the update (by
     /// default, with --no-guard, each update is fused into its weight gradient's product,
     /// `sgd_matmul`, where that makes the arena smaller; same bits).
@@ -280,6 +307,14 @@ impl ModelArgs {
         }
     }
 
+    /// The fusion policy: `--fusion`, `off` with `--no-fusion`, `auto` when neither is given.
+    pub fn fusion_policy(&self) -> FusionPolicy {
+        match (self.no_fusion, self.fusion) {
+            (true, _) => FusionPolicy::Off,
+            (false, f) => f.map_or(FusionPolicy::Auto, Into::into),
+        }
+    }
+
     /// The job options: the guard, dropout, planning.
     fn job_options(&self) -> JobOptions {
         JobOptions {
@@ -287,7 +322,7 @@ impl ModelArgs {
             dropout: self.dropout,
             seed: self.dropout_seed,
             planning: PlanOptions {
-                fuse: !self.no_fusion,
+                fusion: self.fusion_policy(),
                 fuse_sgd: !self.no_sgd_fusion,
                 math: self.math.into(),
                 arith: self.arith.into(),

@@ -49,6 +49,7 @@ pub fn demo(epochs: usize, seed: u64, math: MathArg) -> Result<ExitCode> {
         dropout_seed: 1,
         no_guard: false,
         no_fusion: false,
+        fusion: None,
         no_sgd_fusion: false,
         arena_budget: None,
         math,

@@ -186,7 +186,7 @@ pub fn print_remat(r: &RematReport) {
 /// The fusion line of `tapeplan plan`: chains, registers, and the arena against the same model
 /// planned unfused.
 pub fn print_fusion(job: &TrainingJob, model: &ModelArgs) -> Result<()> {
-    if model.no_fusion {
+    if model.fusion_policy() == tapeplan_planner::FusionPolicy::Off {
         println!("fusion: off");
         return Ok(());
     }

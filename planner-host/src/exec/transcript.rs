@@ -165,7 +165,7 @@ impl TranscriptReader {
                     split_seed: 0,
                     samples: 0,
                     epochs: 0,
-                    fusion: false,
+                    fusion: crate::plan::FusionPolicy::Off,
                     math: MathProfile::Precise,
                     arith: tapeplan_core::ArithProfile::Separate,
                     optimizer: RunOptimizer::Sgd,

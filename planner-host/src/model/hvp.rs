@@ -17,7 +17,7 @@ use tapeplan_runtime::protocol::{Fnv1a64, SplitMix64, INPUT_X, INPUT_Y};
 use tapeplan_runtime::Plan;
 
 use crate::model::mlp::{glorot_uniform, record_loss, Activation, Loss, Mlp};
-use crate::plan::{plan_with, EntrySpec, PlanOptions, PlanningError, Root};
+use crate::plan::{plan_with, EntrySpec, FusionPolicy, PlanOptions, PlanningError, Root};
 
 /// The entry's name.
 pub const HVP_ENTRY: &str = "hvp";
@@ -126,7 +126,7 @@ pub fn hvp_workload() -> Result<HvpWorkload, PlanningError> {
             guarded: false,
         }],
         PlanOptions {
-            fuse: false,
+            fusion: FusionPolicy::Off,
             ..PlanOptions::default()
         },
     )?;

@@ -5,7 +5,7 @@
 //! (`ce` over labels or `mse` over float targets), `batch`, `lr`, `seed`, `split_seed`, `samples`
 //! and `epochs`, and optionally the math profile (`math=precise|fast`; absent means `precise`,
 //! and the canonical line names it only when it is `fast`), the arithmetic profile
-//! (`arith=separate|fma`; absent means `separate`, named only when `fma`), fusion (`fusion=on|off`), the
+//! (`arith=separate|fma`; absent means `separate`, named only when `fma`), fusion (`fusion=on|off|auto`), the
 //! optimizer (`optimizer=sgd|momentum|nesterov|adam|adamw`, with `momentum=` and
 //! `weight_decay=`; absent means SGD), an MLP's dropout (`dropout=P` after every hidden
 //! activation, its generator keyed by `seed`; absent means none), the data (`data=digits`, the default, or
@@ -83,7 +83,7 @@ use crate::model::job::{JobOptions, TrainingJob};
 use crate::model::mlp::{glorot_uniform, Activation, Loss, Mlp};
 use crate::model::nn::{Conv1d, Conv2d, Flatten, Linear, MaxPool2d, ReLU, Sequential};
 use crate::model::optim::Optimizer;
-use crate::plan::{PlanOptions, PlanningError};
+use crate::plan::{FusionPolicy, PlanOptions, PlanningError};
 use crate::protocol::{data_digest, epoch_shuffle, Fnv1a64};
 
 /// Why a run description is refused, or its job or data could not be made.
@@ -641,10 +641,12 @@ pub struct RunConfig {
     pub samples: usize,
     /// Passes over the training set.
     pub epochs: usize,
-    /// Fuse elementwise chains in the plan (optional key `fusion=on|off`, default `off`: the
-    /// demo firmware links its runtime without feature `fusion`, to keep it within its flash
-    /// budget).
-    pub fusion: bool,
+    /// Which elementwise chains the plan fuses (optional key `fusion=on|off|auto`, default
+    /// `off`: the demo firmware links its runtime without feature `fusion`, to keep it within
+    /// its flash budget). `on` fuses every chain ([`FusionPolicy::All`]); `auto` decides per
+    /// chain for a device without the kernel catalog ([`FusionPolicy::Device`]: a chain stays
+    /// fused only where unfusing it would grow the arena, since there it is slower).
+    pub fusion: FusionPolicy,
     /// The math profile of the plan and the oracle (optional key `math`; `precise` when absent).
     pub math: MathProfile,
     /// The arithmetic profile of the plan and the oracle (optional key `arith`; `separate`
@@ -891,9 +893,10 @@ impl RunConfig {
             samples: num("samples", get("samples")?)?,
             epochs: num("epochs", get("epochs")?)?,
             fusion: match values.get("fusion").copied() {
-                None | Some("off") => false,
-                Some("on") => true,
-                Some(other) => return Err(config_err(format!("fusion={other}: on or off"))),
+                None | Some("off") => FusionPolicy::Off,
+                Some("on") => FusionPolicy::All,
+                Some("auto") => FusionPolicy::Device,
+                Some(other) => return Err(config_err(format!("fusion={other}: on, off or auto"))),
             },
             math: match values.get("math") {
                 None => MathProfile::Precise,
@@ -981,7 +984,7 @@ impl RunConfig {
             split_seed,
             samples,
             epochs,
-            fusion: false,
+            fusion: FusionPolicy::Off,
             math: io.math,
             arith: io.arith,
             optimizer: RunOptimizer::Sgd,
@@ -1215,7 +1218,11 @@ impl RunConfig {
             self.split_seed,
             self.samples,
             self.epochs
-        ) + if self.fusion { " fusion=on" } else { "" };
+        ) + match self.fusion {
+            FusionPolicy::Off => "",
+            FusionPolicy::Device | FusionPolicy::Auto => " fusion=auto",
+            FusionPolicy::All => " fusion=on",
+        };
         match self.optimizer {
             RunOptimizer::Sgd => {}
             RunOptimizer::Momentum(m) => line += &format!(" optimizer=momentum momentum={m}"),
@@ -1297,7 +1304,7 @@ impl RunConfig {
     /// [`RunConfigError::Plan`].
     pub fn job(&self) -> Result<TrainingJob, RunConfigError> {
         let planning = PlanOptions {
-            fuse: self.fusion,
+            fusion: self.fusion,
             math: self.math,
             arith: self.arith,
             ..PlanOptions::default()
@@ -1646,6 +1653,38 @@ pub(crate) mod tests {
         ] {
             let e = RunConfig::parse(&bad).unwrap_err().to_string();
             assert!(e.contains(what), "{bad}: {e}");
+        }
+    }
+
+    /// The firmware's own runs (firmware-demo/models) with `fusion=auto`, a device's per-chain
+    /// decision: no chain is faster there, so only the chains the arena needs stay fused (the
+    /// arena of `fusion=on`, with fewer chains; a plan with none needs no feature `fusion`).
+    #[test]
+    fn a_device_keeps_only_the_chains_the_arena_needs() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../firmware-demo/models");
+        for run in ["demo.run", "digits_cnn.run", "mnist1d.run"] {
+            let text = std::fs::read_to_string(dir.join(run)).unwrap();
+            let mut c = RunConfig::parse(&text).unwrap();
+            let mut plan = |f| {
+                c.fusion = f;
+                let s = c.job().unwrap().schedule;
+                let fused = s
+                    .entries
+                    .iter()
+                    .flat_map(|e| &e.instrs)
+                    .filter(|i| i.fuse_next);
+                (fused.count(), s.arena_elems)
+            };
+            let (off, device, all) = (
+                plan(FusionPolicy::Off),
+                plan(FusionPolicy::Device),
+                plan(FusionPolicy::All),
+            );
+            eprintln!("{run}: (fused instructions, arena elements) off {off:?}, auto {device:?}, on {all:?}");
+            assert!(all.0 > 0, "{run}: fusion=on has chains");
+            assert!(device.0 < all.0, "{run}: fusion=auto unfuses some");
+            assert!(device.1 <= all.1, "{run}: no larger arena than fusion=on");
+            assert!(all.1 <= off.1);
         }
     }
 

@@ -1,7 +1,7 @@
 //! Pass: fusion. Elementwise chains run a tile at a time, their intermediates in register
 //! slots out of the arena.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use tapeplan_core::format::{MAX_CHAIN_INSTRS, MAX_REGISTERS};
 use tapeplan_core::{OpClass, Opcode, Tape};
@@ -32,6 +32,40 @@ impl Fusion {
             .map_or(pos, |&s| s as isize)
     }
 
+    /// Its chains, as (first, last) schedule positions, in schedule order.
+    pub fn chains(&self) -> Vec<(usize, usize)> {
+        let mut chains = Vec::new();
+        let mut start = None;
+        for (p, &next) in self.fuse_next.iter().enumerate() {
+            let lo = *start.get_or_insert(p);
+            if !next {
+                if p > lo {
+                    chains.push((lo, p));
+                }
+                start = None;
+            }
+        }
+        chains
+    }
+
+    /// This fusion without the chains whose first instruction computes a node of `drop` (over
+    /// the schedule `order`): their positions become steps of their own again and their values
+    /// go back to the arena. The chains kept are unchanged (a chain's registers are its own).
+    pub fn without(&self, order: &[usize], drop: &BTreeSet<usize>) -> Fusion {
+        let mut f = self.clone();
+        for (lo, hi) in self.chains() {
+            if !drop.contains(&order[lo]) {
+                continue;
+            }
+            for (p, v) in order.iter().enumerate().take(hi + 1).skip(lo) {
+                f.step[p] = p;
+                f.fuse_next[p] = false;
+                f.registers.remove(v);
+            }
+        }
+        f
+    }
+
     /// No chains: every position its own step, every value in the arena (`--no-fusion`).
     pub fn none(steps: usize) -> Fusion {
         Fusion {
@@ -40,6 +74,192 @@ impl Fusion {
             registers: BTreeMap::new(),
         }
     }
+}
+
+/// Which elementwise chains the planner fuses ([`crate::PlanOptions::fusion`]; CLI
+/// `tapeplan plan --fusion off|all|auto|device`). Fusion has two purposes, memory (a chain's
+/// intermediates take no arena) and time (one pass over the data instead of one per
+/// instruction), and they can disagree: on tiny tensors, or on a device whose runtime has no
+/// kernel catalog, a fused chain costs more time than its unfused instructions. The bits are
+/// the same whatever is chosen.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FusionPolicy {
+    /// No chains (`--no-fusion`, `--fusion off`).
+    Off,
+    /// Every chain the pass finds (`--fusion all`): the smallest arena. An entry whose fused
+    /// schedule would need more scratch than its unfused one is still planned unfused.
+    All,
+    /// Per chain (`--fusion auto`, the default): starting from [`FusionPolicy::All`]'s plan,
+    /// each chain that the target's cost model ([`ChainCost`]) finds slower than its unfused
+    /// instructions is unfused, **unless** that raises the entry's scratch peak. Memory first:
+    /// the arena is never larger than with [`FusionPolicy::All`]; only the time changes.
+    #[default]
+    Auto,
+    /// As [`FusionPolicy::Auto`], with the cost model of a device whose runtime runs the
+    /// reference kernels, without the kernel catalog (`--fusion device`; the firmware's
+    /// `fusion=auto`): there a chain runs 16-element tiles through the reference kernels, one
+    /// kernel call per member per tile, so almost every chain is slower fused and stays fused
+    /// only where the arena needs it.
+    Device,
+}
+
+impl FusionPolicy {
+    /// The on/off switch of before the policy: [`FusionPolicy::All`] or [`FusionPolicy::Off`].
+    pub fn all_or_off(on: bool) -> FusionPolicy {
+        if on {
+            FusionPolicy::All
+        } else {
+            FusionPolicy::Off
+        }
+    }
+
+    /// Whether the pass runs at all.
+    pub fn fuses(self) -> bool {
+        self != FusionPolicy::Off
+    }
+
+    /// The cost model chains are weighed with (`None`: every chain is kept).
+    pub fn cost(self) -> Option<ChainCost> {
+        match self {
+            FusionPolicy::Off | FusionPolicy::All => None,
+            FusionPolicy::Auto => Some(ChainCost::HOST),
+            FusionPolicy::Device => Some(ChainCost::DEVICE),
+        }
+    }
+}
+
+/// A cost model of a fused chain against its unfused instructions, for one class of target,
+/// in that target's unit (nanoseconds on the host, instructions on the device). A chain of
+/// `m` members over `n` elements costs, unfused, `m · (instr + n · elem_unfused)`, and fused
+/// `chain + ⌈n / tile_elems⌉ · m · tile_member + m · n · elem_fused`. The constants are
+/// measured (`cargo run --release -p tapeplan-planner --example chain_cost [--features simd]`,
+/// docs/benchmarks.md, "Fusion per chain"); a member's own arithmetic (its transcendental, say)
+/// is the same kernel either way and cancels out. Broadcast members are counted like the rest.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ChainCost {
+    /// One unfused instruction's dispatch (decoding, the kernel call's setup).
+    pub instr: f64,
+    /// A chain's setup (finding its end, decoding its members).
+    pub chain: f64,
+    /// One member over one tile (its kernel call's setup).
+    pub tile_member: f64,
+    /// The runtime's tile, in elements.
+    pub tile_elems: usize,
+    /// Per member and element, unfused (arena in, arena out).
+    pub elem_unfused: f64,
+    /// Per member and element, fused (register tiles in cache).
+    pub elem_fused: f64,
+}
+
+impl ChainCost {
+    /// A host whose runtime has the kernel catalog (1 024-element tiles), in nanoseconds:
+    /// measured with the example `chain_cost` (x86-64, SSE2 catalog, one core): an unfused
+    /// instruction about 10 ns of dispatch, a chain about 12 ns plus 19 ns per member and tile,
+    /// 0.15 ns per member and element unfused. Fused elements cost the same in that example
+    /// (its unfused chain runs in place, in cache); the 0.05 ns fused elements save is what
+    /// the Adam MLP (W4, 26 chains over 2 048-element tensors) gains fused, 0.71x the unfused
+    /// time (docs/benchmarks.md). A chain that fits one tile then stays fused from about
+    /// 180 + 240 / members elements on.
+    pub const HOST: ChainCost = ChainCost {
+        instr: 10.0,
+        chain: 12.0,
+        tile_member: 19.0,
+        tile_elems: 1024,
+        elem_unfused: 0.15,
+        elem_fused: 0.10,
+    };
+
+    /// A device whose runtime has no kernel catalog (16-element tiles through the reference
+    /// kernels, each member of each tile a reference-kernel call like an unfused instruction,
+    /// and, reading the plan's records, the member decoded again per tile), in instructions:
+    /// a fused chain is slower at every size (the M4F's 1-D CNN ran 356 650 instructions per
+    /// step fused against 148 787 unfused). The figures are that structure's, not a fit: an
+    /// instruction's dispatch and a member's tile call about 400 instructions each, a chain's
+    /// setup 300, an element 12 unfused and 13 fused (the tile copy).
+    pub const DEVICE: ChainCost = ChainCost {
+        instr: 400.0,
+        chain: 300.0,
+        tile_member: 400.0,
+        tile_elems: 16,
+        elem_unfused: 12.0,
+        elem_fused: 13.0,
+    };
+
+    /// The unfused instructions' cost: `members` instructions over `elems` elements each.
+    pub fn unfused(&self, members: usize, elems: usize) -> f64 {
+        members as f64 * (self.instr + elems as f64 * self.elem_unfused)
+    }
+
+    /// The fused chain's cost.
+    pub fn fused(&self, members: usize, elems: usize) -> f64 {
+        let tiles = elems.div_ceil(self.tile_elems.max(1)).max(1);
+        self.chain
+            + (tiles * members) as f64 * self.tile_member
+            + (members * elems) as f64 * self.elem_fused
+    }
+}
+
+/// The chains of `fusion` (over the schedule `order`) that `cost` finds slower fused than
+/// unfused, each named by the node its first instruction computes.
+pub fn slower_chains(
+    tape: &Tape,
+    order: &[usize],
+    fusion: &Fusion,
+    cost: &ChainCost,
+) -> Vec<usize> {
+    let nodes = tape.nodes();
+    fusion
+        .chains()
+        .into_iter()
+        .filter(|&(lo, hi)| {
+            let (members, elems) = (hi - lo + 1, nodes[order[lo]].shape.elems());
+            cost.fused(members, elems) > cost.unfused(members, elems)
+        })
+        .map(|(lo, _)| order[lo])
+        .collect()
+}
+
+/// The fused chains among `instrs` (an entry's, in schedule order).
+pub fn chain_count(instrs: &[crate::plan::Instr]) -> usize {
+    let after = std::iter::once(false).chain(instrs.iter().map(|i| i.fuse_next));
+    instrs
+        .iter()
+        .zip(after)
+        .filter(|(i, prev)| i.fuse_next && !prev)
+        .count()
+}
+
+/// Memory first, then time: from `kept`, an entry's plan with every chain fused (its scratch
+/// high-water mark `.1`), unfuses the chains of `slower` (first nodes), all at once when that
+/// keeps the scratch within `kept`'s, else one at a time in schedule order, each only where it
+/// does. `attempt` plans the entry without the chains it is given (`None`: no better plan).
+///
+/// # Errors
+/// What `attempt` answers.
+pub fn unfuse_slower<T, E>(
+    kept: (T, usize),
+    slower: &[usize],
+    mut attempt: impl FnMut(&BTreeSet<usize>) -> Result<Option<(T, usize)>, E>,
+) -> Result<(T, usize), E> {
+    if slower.is_empty() {
+        return Ok(kept);
+    }
+    let all: BTreeSet<usize> = slower.iter().copied().collect();
+    let high = kept.1;
+    if let Some(p) = attempt(&all)?.filter(|p| p.1 <= high) {
+        return Ok(p);
+    }
+    let (mut kept, mut dropped) = (kept, BTreeSet::new());
+    for &c in slower {
+        dropped.insert(c);
+        match attempt(&dropped)?.filter(|p| p.1 <= high) {
+            Some(p) => kept = p,
+            None => {
+                dropped.remove(&c);
+            }
+        }
+    }
+    Ok(kept)
 }
 
 /// Fuses an entry's elementwise chains. A value becomes a register when it is neither an output nor an update, and
@@ -165,6 +385,64 @@ mod tests {
         let slots: Vec<(usize, usize)> = f.registers.into_iter().collect();
         assert_eq!(slots, vec![(a.index(), 0), (b.index(), 0)]);
         assert_eq!(Fusion::none(3).registers.len(), 0);
+    }
+
+    #[test]
+    fn a_chain_is_named_by_its_first_node_and_can_be_left_out() {
+        let mut tape = Tape::new();
+        let x = tape.input("x", Shape::vector(8));
+        let w = tape.parameter("w", Shape::matrix(8, 8));
+        let (a, c, e) = {
+            let mut t = tape.trace();
+            let a = t.neg(&x).unwrap();
+            let b = t.exp(&a).unwrap();
+            let c = t.tanh(&b).unwrap();
+            let r = t.reshape(&c, Shape::matrix(1, 8)).unwrap();
+            let m = t.matmul(&r, &w).unwrap();
+            let d = t.neg(&m).unwrap();
+            let e = t.exp(&d).unwrap();
+            (a, c, t.tanh(&e).unwrap())
+        };
+        let _ = c;
+        let (order, f) = fusion_of(&tape, &[x.index(), w.index()], &[e.index()]);
+        let chains = f.chains();
+        assert_eq!(chains, vec![(0, 2), (5, 7)], "two chains of three");
+        let d = order[5];
+        let g = f.without(&order, &[d].into_iter().collect());
+        assert_eq!(g.chains(), vec![(0, 2)], "the second chain left out");
+        assert_eq!(g.step[5..], [5, 6, 7]);
+        assert!(g.registers.keys().all(|&v| v == a.index() || v == order[1]));
+        assert_eq!(f.without(&order, &BTreeSet::new()), f);
+    }
+
+    #[test]
+    fn the_cost_models_weigh_tiles_against_dispatch() {
+        let host = ChainCost::HOST;
+        // Tiny tensors: a chain's setup and per-member tile call outweigh the dispatch saved.
+        assert!(host.fused(3, 16) > host.unfused(3, 16));
+        // Tensors of thousands of elements: the cheaper element loop wins.
+        assert!(host.fused(3, 8192) < host.unfused(3, 8192));
+        // A device without the catalog: every member costs a reference-kernel call per
+        // 16-element tile, slower than one call per instruction at every size.
+        let dev = ChainCost::DEVICE;
+        for n in [1, 16, 17, 256, 8192] {
+            assert!(dev.fused(4, n) > dev.unfused(4, n), "{n} elements");
+        }
+    }
+
+    #[test]
+    fn unfusing_keeps_the_scratch_within_the_fused_plans() {
+        // Three slower chains, 10, 20, 30; the plan without 20 needs more scratch.
+        let attempt = |drop: &BTreeSet<usize>| -> Result<Option<(Vec<usize>, usize)>, ()> {
+            let high = if drop.contains(&20) { 120 } else { 100 };
+            Ok(Some((drop.iter().copied().collect(), high)))
+        };
+        let kept = unfuse_slower((vec![], 100), &[10, 20, 30], attempt).unwrap();
+        assert_eq!(kept, (vec![10, 30], 100), "20 stays fused: memory first");
+        let all = unfuse_slower((vec![], 130), &[10, 20, 30], attempt).unwrap();
+        assert_eq!(all, (vec![10, 20, 30], 120), "all at once where it fits");
+        let none = unfuse_slower((vec![1], 100), &[], attempt).unwrap();
+        assert_eq!(none, (vec![1], 100));
     }
 
     #[test]

@@ -39,6 +39,8 @@ pub mod roots;
 pub mod sgd_fusion;
 pub mod writer;
 
+use std::collections::BTreeSet;
+
 use tapeplan_core::format::{TensorKind, ALIGN_ELEMS};
 use tapeplan_core::{ArithProfile, MathProfile, NodeId, Opcode, Shape, Tape, TapeError};
 
@@ -46,6 +48,7 @@ pub use memory::MemoryReport;
 pub use rewrite::{Passes, RewriteStats};
 
 use fusion::Fusion;
+pub use fusion::{ChainCost, FusionPolicy};
 use persistent::Persistent;
 
 /// What an entry must produce.
@@ -176,11 +179,13 @@ pub struct Instr {
 /// How to plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PlanOptions {
-    /// Fuse elementwise chains (see [`fusion::fuse`]): values that live only between
-    /// neighbouring elementwise instructions of one shape become registers, out of the arena. On
-    /// by default; the bits are the same either way (a test checks). Never costs memory: an entry
-    /// whose fused schedule would need more scratch than its unfused one is planned unfused.
-    pub fuse: bool,
+    /// Which elementwise chains to fuse (see [`fusion::fuse`]): values that live only between
+    /// neighbouring elementwise instructions of one shape become registers, out of the arena.
+    /// [`FusionPolicy::Auto`] by default: per chain, fused where the host's cost model finds it
+    /// not slower, or where unfusing it would grow the arena. The bits are the same whatever is
+    /// chosen (a test checks). Never costs memory: an entry whose fused schedule would need more
+    /// scratch than its unfused one is planned unfused.
+    pub fusion: FusionPolicy,
     /// The math profile the schedule records (header flag bit 0), which every reader runs it
     /// under: `precise` by default. Planning itself computes nothing; a caller that folded
     /// constants first ([`rewrite::rewrite`]) folds them under the same profile.
@@ -206,7 +211,7 @@ pub struct PlanOptions {
 impl Default for PlanOptions {
     fn default() -> Self {
         PlanOptions {
-            fuse: true,
+            fusion: FusionPolicy::Auto,
             math: MathProfile::Precise,
             arith: ArithProfile::Separate,
             interleave_updates: true,
@@ -316,16 +321,23 @@ fn plan_tape(
     let mut planned = Vec::new();
     for spec in entries {
         // Each attempt plans into its own copy of the tensor list; the kept one replaces it.
-        let attempt = |fuse: bool, order: Order, beat: Option<usize>| {
+        // A fused attempt leaves out the chains (first nodes) of `drop`, and answers the chains
+        // it kept that the policy's cost model finds slower.
+        let no_drop = BTreeSet::new();
+        let attempt = |fuse: bool, order: Order, beat: Option<usize>, drop: &BTreeSet<usize>| {
             let mut t = tensors.clone();
-            let e = plan_entry(tape, spec, &mut t, &region, fuse, order, beat)?;
-            Ok::<_, PlanningError>(e.map(|e| (t, e)))
+            let chains = fuse.then_some(Chains {
+                drop,
+                cost: options.fusion.cost(),
+            });
+            let e = plan_entry(tape, spec, &mut t, &region, chains, order, beat)?;
+            Ok::<_, PlanningError>(e.map(|(e, high, slower)| ((t, e, slower, fuse, order), high)))
         };
         // Neither fusion nor the memory-aware orders ever cost memory: each is kept only where
         // it does not make the entry's scratch larger (the greedy offsets can land either way; a
         // guarded entry's updates live to its end in any order). On a tie the tape's order is
         // kept, so plans that gain nothing keep their bytes.
-        let fusions: &[bool] = if options.fuse {
+        let fusions: &[bool] = if options.fusion.fuses() {
             &[true, false]
         } else {
             &[false]
@@ -335,29 +347,48 @@ fn plan_tape(
         } else {
             &[Order::Tape]
         };
-        let first = attempt(fusions[0], Order::Tape, None)?;
+        let first = attempt(fusions[0], Order::Tape, None, &no_drop)?;
         let mut kept = first.ok_or(PlanningError::TooLarge)?;
-        let mut tape_order_high = kept.1 .1;
+        let mut tape_order_high = kept.1;
         for &fuse in fusions {
             for &order in orders {
                 if (fuse, order) == (fusions[0], Order::Tape) {
                     continue;
                 }
-                let Some(other) = attempt(fuse, order, Some(kept.1 .1))? else {
+                let Some(other) = attempt(fuse, order, Some(kept.1), &no_drop)? else {
                     continue;
                 };
                 if order == Order::Tape {
-                    tape_order_high = tape_order_high.min(other.1 .1);
+                    tape_order_high = tape_order_high.min(other.1);
                 }
-                if other.1 .1 < kept.1 .1 {
+                if other.1 < kept.1 {
                     kept = other;
                 }
             }
         }
-        let (kept_tensors, mut kept) = kept;
-        kept.0.report.tape_order_bytes = kept.0.report.persistent_bytes + tape_order_high * 4;
+        // Then, per chain, time where memory allows (`FusionPolicy::Auto`).
+        let (slower, fuse, order, high) = (kept.0 .2.clone(), kept.0 .3, kept.0 .4, kept.1);
+        if fuse {
+            kept = fusion::unfuse_slower(kept, &slower, |drop| {
+                attempt(true, order, Some(high + 1), drop)
+            })?;
+            // Chains left only because unfusing them grows the scratch in this order, when an
+            // unfused plan in another order fits: that plan.
+            let left = &kept.0 .2;
+            if !left.is_empty() && left.len() == fusion::chain_count(&kept.0 .1.instrs) {
+                for &o in orders {
+                    let unfused = attempt(false, o, Some(kept.1 + 1), &no_drop)?;
+                    if let Some(p) = unfused.filter(|p| p.1 <= kept.1) {
+                        kept = p;
+                        break;
+                    }
+                }
+            }
+        }
+        let ((kept_tensors, mut entry, ..), high) = kept;
+        entry.report.tape_order_bytes = entry.report.persistent_bytes + tape_order_high * 4;
         tensors = kept_tensors;
-        planned.push(kept);
+        planned.push((entry, high));
     }
     let scratch_high = planned.iter().map(|(_, h)| *h).max().unwrap_or(0);
     let arena_elems = region.elems + scratch_high;
@@ -440,10 +471,10 @@ fn plan_entry(
     spec: &EntrySpec,
     tensors: &mut Vec<TensorInfo>,
     region: &Persistent,
-    fuse: bool,
+    chains: Option<Chains<'_>>,
     order_kind: Order,
     beat: Option<usize>,
-) -> Result<Option<(PlannedEntry, usize)>, PlanningError> {
+) -> Result<Option<(PlannedEntry, usize, Vec<usize>)>, PlanningError> {
     check_name(&spec.name)?;
     let roots = roots::entry_roots(tape, spec)?;
     let live = prune::prune(tape, &roots.nodes);
@@ -461,10 +492,15 @@ fn plan_entry(
     };
     let leaves = order::leaves(tape, &live);
     let iv = liveness::liveness(tape, &order, &leaves, &roots.nodes);
-    let fusion = if fuse {
-        fusion::fuse(tape, &order, &iv, &roots.nodes)
-    } else {
-        Fusion::none(order.len())
+    let (fusion, slower) = match chains {
+        Some(c) => {
+            let f = fusion::fuse(tape, &order, &iv, &roots.nodes).without(&order, c.drop);
+            let slower = c.cost.map_or_else(Vec::new, |cost| {
+                fusion::slower_chains(tape, &order, &f, &cost)
+            });
+            (f, slower)
+        }
+        None => (Fusion::none(order.len()), Vec::new()),
     };
     let param_name = |p: usize| {
         region
@@ -527,7 +563,15 @@ fn plan_entry(
             tape_order_bytes: persistent_bytes + high * 4,
         },
     };
-    Ok(Some((entry, high)))
+    Ok(Some((entry, high, slower)))
+}
+
+/// The chains a fused planning attempt leaves out (by their first instructions' nodes), and
+/// the cost model that names the slower ones among those it keeps.
+#[derive(Clone, Copy)]
+struct Chains<'a> {
+    drop: &'a BTreeSet<usize>,
+    cost: Option<ChainCost>,
 }
 
 impl Schedule {
@@ -624,7 +668,7 @@ mod tests {
         let (tape, entries) = small();
         let fused = plan(&tape, &entries).unwrap();
         let plain = PlanOptions {
-            fuse: false,
+            fusion: FusionPolicy::Off,
             ..PlanOptions::default()
         };
         let plain = plan_with(&tape, &entries, plain).unwrap();

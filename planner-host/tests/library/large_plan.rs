@@ -39,7 +39,7 @@ fn a_plan_over_the_stack_scratch_loads_with_parse_alloc_and_trains_bitwise() {
         // debug build; the plan's size is what it is about.
         .options(JobOptions {
             planning: PlanOptions {
-                fuse: false,
+                fusion: tapeplan_planner::FusionPolicy::Off,
                 fuse_sgd: false,
                 interleave_updates: false,
                 ..PlanOptions::default()

@@ -11,9 +11,10 @@
 use tapeplan_core::MathProfile;
 use tapeplan_planner::model::optim::Optimizer;
 use tapeplan_planner::model::{Activation, JobOptions, Loss, Mlp, TrainingJob};
-use tapeplan_planner::plan::PlanOptions;
+use tapeplan_planner::plan::{FusionPolicy, PlanOptions};
 use tapeplan_planner::protocol::Fnv1a64;
 
+#[allow(clippy::too_many_arguments)]
 fn digest(
     sizes: &[usize],
     loss: Loss,
@@ -22,14 +23,23 @@ fn digest(
     options: JobOptions,
     interleave_updates: bool,
     fuse_sgd: bool,
+    per_chain: bool,
 ) -> u64 {
     // The SGD update fused with its weight gradient (`PlanOptions::fuse_sgd`, a later planning
     // choice than both tables) is off: these pins are about the recorded tape and the planner
-    // they name. The fused plans are pinned below (`fused_sgd_plan_bytes_are_pinned`).
+    // they name. The fused plans are pinned below (`fused_sgd_plan_bytes_are_pinned`). So is
+    // the per-chain fusion decision (`FusionPolicy::Auto`, the default since branch
+    // `chainfuse`): the tables were made fusing every chain, which `FusionPolicy::All` still
+    // does byte for byte; the per-chain plans are pinned in `per_chain_plan_bytes_are_pinned`.
+    let fusion = match options.planning.fusion {
+        FusionPolicy::Auto if !per_chain => FusionPolicy::All,
+        f => f,
+    };
     let options = JobOptions {
         planning: PlanOptions {
             interleave_updates,
             fuse_sgd,
+            fusion,
             ..options.planning
         },
         ..options
@@ -44,9 +54,11 @@ fn digest(
     h.finish()
 }
 
-fn cases(interleave: bool) -> Vec<(&'static str, u64)> {
+fn cases(interleave: bool, per_chain: bool) -> Vec<(&'static str, u64)> {
     let digest = |sizes: &[usize], loss, opt, batch, options| {
-        digest(sizes, loss, opt, batch, options, interleave, false)
+        digest(
+            sizes, loss, opt, batch, options, interleave, false, per_chain,
+        )
     };
     let ce = Loss::SoftmaxCrossEntropy;
     let mse = Loss::MeanSquaredError;
@@ -95,7 +107,7 @@ fn cases(interleave: bool) -> Vec<(&'static str, u64)> {
                 4,
                 JobOptions {
                     planning: PlanOptions {
-                        fuse: false,
+                        fusion: tapeplan_planner::FusionPolicy::Off,
                         math: MathProfile::Fast,
                         ..PlanOptions::default()
                     },
@@ -109,7 +121,7 @@ fn cases(interleave: bool) -> Vec<(&'static str, u64)> {
 #[test]
 fn mlp_plan_bytes_are_pinned() {
     for (interleave, pinned) in [(false, &TAPE_ORDER), (true, &DEFAULT)] {
-        let got = cases(interleave);
+        let got = cases(interleave, false);
         for (name, h) in &got {
             println!("interleave {interleave} {name}: {h:#018x}");
         }
@@ -150,7 +162,16 @@ fn fused_sgd_plan_bytes_are_pinned() {
     let ce = Loss::SoftmaxCrossEntropy;
     let d = JobOptions::default;
     let got = [
-        digest(&[64, 32, 10], ce, Optimizer::sgd(0.1), 32, d(), true, true),
+        digest(
+            &[64, 32, 10],
+            ce,
+            Optimizer::sgd(0.1),
+            32,
+            d(),
+            true,
+            true,
+            false,
+        ),
         digest(
             &[4, 3, 2],
             Loss::MeanSquaredError,
@@ -159,6 +180,7 @@ fn fused_sgd_plan_bytes_are_pinned() {
             d(),
             true,
             true,
+            false,
         ),
     ];
     println!("fused sgd: {:#018x}, mse: {:#018x}", got[0], got[1]);
@@ -167,3 +189,64 @@ fn fused_sgd_plan_bytes_are_pinned() {
 
 /// `sgd` and `mse` of [`DEFAULT`] with the SGD update fused.
 const FUSED_SGD: [u64; 2] = [0xea30df48a1532f82, 0x867938cdae3e2ecd];
+
+/// The cases of [`DEFAULT`] and [`FUSED_SGD`] planned as the default now plans them: fusion
+/// decided per chain (`FusionPolicy::Auto`, branch `chainfuse`). Every case with chains moved
+/// (its chains over a few elements, biases and narrow layers' activations, are unfused where
+/// the arena allows); `unfused+fast`, planned without fusion, did not. The arena is never
+/// larger than [`DEFAULT`]'s (tests/tests/cross/fusion.rs checks that on every policy).
+#[test]
+fn per_chain_plan_bytes_are_pinned() {
+    let got = cases(true, true);
+    for (name, h) in &got {
+        println!("per chain {name}: {h:#018x}");
+    }
+    let ce = Loss::SoftmaxCrossEntropy;
+    let d = JobOptions::default;
+    let sgd = [
+        digest(
+            &[64, 32, 10],
+            ce,
+            Optimizer::sgd(0.1),
+            32,
+            d(),
+            true,
+            true,
+            true,
+        ),
+        digest(
+            &[4, 3, 2],
+            Loss::MeanSquaredError,
+            Optimizer::sgd(0.05),
+            8,
+            d(),
+            true,
+            true,
+            true,
+        ),
+    ];
+    println!(
+        "per chain fused sgd: {:#018x}, mse: {:#018x}",
+        sgd[0], sgd[1]
+    );
+    assert_eq!(got.len(), PER_CHAIN.len());
+    for ((name, h), (pname, ph)) in got.iter().zip(&PER_CHAIN) {
+        assert_eq!(name, pname);
+        assert_eq!(h, ph, "{name} (per chain): plan bytes moved");
+    }
+    assert_eq!(sgd, PER_CHAIN_FUSED_SGD);
+}
+
+/// [`DEFAULT`]'s cases with fusion decided per chain.
+const PER_CHAIN: [(&str, u64); 7] = [
+    ("sgd", 0x3a396d37cbbf9582),
+    ("mse", 0xb0bdf332080d0680),
+    ("adam", 0x33def6fff0b01584),
+    ("adamw", 0xb4213049ef3c2e7a),
+    ("nesterov", 0xa1318a2f71d65bc8),
+    ("dropout+guard", 0xce3275b3ff3eb3ce),
+    ("unfused+fast", 0x9c9d4a3dfe6a6d7e),
+];
+
+/// [`FUSED_SGD`]'s cases with fusion decided per chain.
+const PER_CHAIN_FUSED_SGD: [u64; 2] = [0xed816a8175c283c0, 0x67adf3cf2f4dfd27];

@@ -524,7 +524,7 @@ fn a_bias_costs_no_output_sized_buffer_in_a_fused_plan() {
             guarded: false,
         };
         let options = tapeplan_planner::plan::PlanOptions {
-            fuse,
+            fusion: tapeplan_planner::FusionPolicy::all_or_off(fuse),
             ..Default::default()
         };
         tapeplan_planner::plan::plan_with(&tape, &[spec], options)

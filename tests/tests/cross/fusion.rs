@@ -13,7 +13,7 @@ use tapeplan_planner::model::optim::Optimizer;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
 use tapeplan_planner::model::{JobOptions, TrainingJob};
 use tapeplan_planner::protocol::SplitMix64;
-use tapeplan_planner::{plan_with, EntrySpec, PlanOptions, Root, Schedule};
+use tapeplan_planner::{plan_with, EntrySpec, FusionPolicy, PlanOptions, Root, Schedule};
 use tapeplan_runtime::{Decoded, Session};
 
 fn bits(v: &[f32]) -> Vec<u32> {
@@ -49,7 +49,7 @@ fn train_both(c: &Config) {
         activation: c.activation,
     };
     let batch = 7;
-    let job = |fuse: bool| {
+    let job = |fusion: FusionPolicy| {
         TrainingJob::build_with(
             mlp.clone(),
             c.loss,
@@ -60,7 +60,7 @@ fn train_both(c: &Config) {
                 dropout: c.dropout,
                 seed: 5,
                 planning: PlanOptions {
-                    fuse,
+                    fusion,
                     ..PlanOptions::default()
                 },
                 ..Default::default()
@@ -68,17 +68,26 @@ fn train_both(c: &Config) {
         )
         .unwrap()
     };
-    let (fused, plain) = (job(true), job(false));
+    // Every chain, none, and the per-chain decisions for a host and for a device.
+    let (fused, plain) = (job(FusionPolicy::All), job(FusionPolicy::Off));
+    let (auto, device) = (job(FusionPolicy::Auto), job(FusionPolicy::Device));
     let (n_fused, n_registers) = chains(&fused.schedule);
     assert!(n_fused > 0 && n_registers > 0, "the fused plan has chains");
     assert_eq!(chains(&plain.schedule), (0, 0), "the unfused plan has none");
     assert!(fused.schedule.arena_elems <= plain.schedule.arena_elems);
+    for per_chain in [&auto, &device] {
+        assert!(per_chain.schedule.arena_elems <= fused.schedule.arena_elems);
+        assert!(chains(&per_chain.schedule).0 <= n_fused);
+    }
 
-    let (fb, pb) = (fused.schedule.to_bytes(), plain.schedule.to_bytes());
-    let mut models = [
-        RuntimeModel::new(&fb).unwrap(),
-        RuntimeModel::new(&pb).unwrap(),
-    ];
+    let bytes: Vec<Vec<u8>> = [&fused, &plain, &auto, &device]
+        .iter()
+        .map(|j| j.schedule.to_bytes())
+        .collect();
+    let mut models: Vec<RuntimeModel> = bytes
+        .iter()
+        .map(|b| RuntimeModel::new(b).unwrap())
+        .collect();
     let shapes = fused.parameter_shapes();
     let init = glorot_uniform(&shapes, 11);
     for m in &mut models {
@@ -97,20 +106,41 @@ fn train_both(c: &Config) {
             Loss::SoftmaxCrossEntropy => (0..batch).map(|_| rng.below(d_out) as f32).collect(),
             _ => (0..batch * d_out).map(|_| rng.next_f32()).collect(),
         };
-        let l_fused = models[0].train_step(&x, &target).unwrap();
-        let l_plain = models[1].train_step(&x, &target).unwrap();
         let l_oracle = oracle.step(&x, &target).unwrap();
-        assert_eq!(l_fused.to_bits(), l_plain.to_bits(), "step {step}: loss");
+        let l_fused = models[0].train_step(&x, &target).unwrap();
         assert_eq!(l_fused.to_bits(), l_oracle.to_bits(), "step {step}: oracle");
+        let lf = models[0].logits(&x).unwrap();
         for (k, (n, _)) in shapes.iter().enumerate() {
             let f = models[0].parameter(n).unwrap();
-            let p = models[1].parameter(n).unwrap();
-            assert_eq!(bits(&f), bits(&p), "step {step}: {n}");
             assert_eq!(bits(&f), bits(&oracle.params[k].data), "step {step}: {n}");
         }
-        let (lf, lp) = (models[0].logits(&x).unwrap(), models[1].logits(&x).unwrap());
-        assert_eq!(bits(&lf), bits(&lp), "step {step}: logits");
+        for (i, m) in models.iter_mut().enumerate().skip(1) {
+            let l = m.train_step(&x, &target).unwrap();
+            assert_eq!(
+                l_fused.to_bits(),
+                l.to_bits(),
+                "step {step}: loss, plan {i}"
+            );
+            for (n, _) in &shapes {
+                let (f, p) = (models_param(m, n), oracle_bits(&oracle, &shapes, n));
+                assert_eq!(f, p, "step {step}: {n}, plan {i}");
+            }
+            assert_eq!(
+                bits(&lf),
+                bits(&m.logits(&x).unwrap()),
+                "step {step}: logits, plan {i}"
+            );
+        }
     }
+}
+
+fn models_param(m: &mut RuntimeModel, name: &str) -> Vec<u32> {
+    bits(&m.parameter(name).unwrap())
+}
+
+fn oracle_bits(oracle: &Oracle, shapes: &[(String, Shape)], name: &str) -> Vec<u32> {
+    let k = shapes.iter().position(|(n, _)| n == name).unwrap();
+    bits(&oracle.params[k].data)
 }
 
 #[test]
@@ -244,7 +274,7 @@ fn long_chains_and_odd_lengths_match_the_oracle() {
             &tape,
             &spec,
             PlanOptions {
-                fuse: false,
+                fusion: FusionPolicy::Off,
                 ..PlanOptions::default()
             },
         )
@@ -287,4 +317,66 @@ fn long_chains_and_odd_lengths_match_the_oracle() {
             assert_eq!(bits(&host[o..o + n]), want_z, "n = {n}: host interpreter");
         }
     }
+}
+
+/// W3 (2-16-16-1 tanh, mean squared error, SGD, batch 1) and a wide layer's model (64-128-10
+/// relu, batch 64) planned under each fusion policy: the per-chain decision (`Auto`: the host's
+/// cost model) unfuses W3's chains over 1–16 elements where the arena allows, keeps the wide
+/// model's chains over 8 192 elements, and never makes the arena larger than fusing every
+/// chain; for a device (`Device`) chains stay only where the arena needs them. The bits of
+/// every plan are compared in `fused_and_unfused_plans_train_to_the_same_bits`.
+#[test]
+fn per_chain_fusion_unfuses_tiny_chains_where_the_arena_allows() {
+    let job = |sizes: &[usize], act, batch, fusion| {
+        TrainingJob::build_with(
+            Mlp {
+                sizes: sizes.to_vec(),
+                activation: act,
+            },
+            Loss::MeanSquaredError,
+            Optimizer::Sgd { lr: 0.01 },
+            batch,
+            JobOptions {
+                planning: PlanOptions {
+                    fusion,
+                    ..PlanOptions::default()
+                },
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .schedule
+    };
+    let w3 = |f| job(&[2, 16, 16, 1], Activation::Tanh, 1, f);
+    let wide = |f| job(&[64, 128, 10], Activation::Relu, 64, f);
+    for model in [&w3 as &dyn Fn(FusionPolicy) -> Schedule, &wide] {
+        let all = model(FusionPolicy::All);
+        let auto = model(FusionPolicy::Auto);
+        let device = model(FusionPolicy::Device);
+        let off = model(FusionPolicy::Off);
+        assert!(auto.arena_elems <= all.arena_elems && device.arena_elems <= all.arena_elems);
+        assert!(all.arena_elems <= off.arena_elems);
+        assert!(chains(&device).0 <= chains(&auto).0 && chains(&auto).0 <= chains(&all).0);
+        eprintln!(
+            "chains fused (instructions with FUSE_NEXT, registers): all {:?}, auto {:?}, device {:?}; arena {} / {} / {} / off {} elements",
+            chains(&all),
+            chains(&auto),
+            chains(&device),
+            all.arena_elems,
+            auto.arena_elems,
+            device.arena_elems,
+            off.arena_elems
+        );
+    }
+    let (all, auto) = (w3(FusionPolicy::All), w3(FusionPolicy::Auto));
+    assert!(
+        chains(&auto).0 < chains(&all).0,
+        "W3: some tiny chain unfused"
+    );
+    let (all, auto) = (wide(FusionPolicy::All), wide(FusionPolicy::Auto));
+    assert!(
+        chains(&auto).0 > 0,
+        "the wide model keeps chains over 8 192 elements"
+    );
+    assert!(chains(&auto).0 <= chains(&all).0);
 }

@@ -21,7 +21,7 @@ use tapeplan_planner::model::optim::Optimizer;
 use tapeplan_planner::model::{glorot_uniform, Activation, Loss, Mlp};
 use tapeplan_planner::model::{JobOptions, TrainingJob};
 use tapeplan_planner::protocol::SplitMix64;
-use tapeplan_planner::{plan_with, EntrySpec, PlanOptions, Root, Schedule};
+use tapeplan_planner::{plan_with, EntrySpec, FusionPolicy, PlanOptions, Root, Schedule};
 use tapeplan_runtime::{Decoded, ExecError, Session};
 // Named, so it shadows proptest's prelude trait of that name.
 use tapeplan_tests::builder::Builder;
@@ -421,12 +421,19 @@ fn host(p: &Schedule, entry: &str, ins: &[Vec<f32>], ps: &[Vec<f32>], names: &[S
 /// (fused and unfused alike).
 fn check_model(m: &Model, guarded: bool, rng: &mut Rng) -> Option<usize> {
     let specs = specs(m, guarded);
-    let fused = plan_with(&m.tape, &specs, PlanOptions::default());
+    let fused = plan_with(
+        &m.tape,
+        &specs,
+        PlanOptions {
+            fusion: FusionPolicy::All,
+            ..PlanOptions::default()
+        },
+    );
     let plain = plan_with(
         &m.tape,
         &specs,
         PlanOptions {
-            fuse: false,
+            fusion: FusionPolicy::Off,
             ..PlanOptions::default()
         },
     );
@@ -456,6 +463,22 @@ fn check_model(m: &Model, guarded: bool, rng: &mut Rng) -> Option<usize> {
             );
         }
     }
+    // Fusion decided per chain (a host's cost model, or a device's): a subset of the fused
+    // plan's chains, never a larger arena, the same results.
+    let per_chain = plan_with(
+        &m.tape,
+        &specs,
+        PlanOptions {
+            fusion: if guarded {
+                FusionPolicy::Device
+            } else {
+                FusionPolicy::Auto
+            },
+            ..PlanOptions::default()
+        },
+    )
+    .expect("planned fused, so planned per chain");
+    assert!(per_chain.arena_elems <= fused.arena_elems);
     let n_fused = fused
         .entries
         .iter()
@@ -463,8 +486,8 @@ fn check_model(m: &Model, guarded: bool, rng: &mut Rng) -> Option<usize> {
         .filter(|i| i.fuse_next)
         .count();
     let names: Vec<String> = (0..m.outputs.len()).map(|i| format!("y{i}")).collect();
-    let (fb, pb) = (fused.to_bytes(), plain.to_bytes());
-    for bytes in [&fb, &pb] {
+    let (fb, pb, cb) = (fused.to_bytes(), plain.to_bytes(), per_chain.to_bytes());
+    for bytes in [&fb, &pb, &cb] {
         if let Err(e) = tapeplan_runtime::Plan::parse(bytes) {
             panic!(
                 "the runtime rejects a planned plan: {e}\n{:#?}",
@@ -476,7 +499,7 @@ fn check_model(m: &Model, guarded: bool, rng: &mut Rng) -> Option<usize> {
         let (ins, ps) = values(m, rng);
         for spec in &specs {
             let want = oracle(m, spec, &ins, &ps);
-            for (p, bytes) in [(&fused, &fb), (&plain, &pb)] {
+            for (p, bytes) in [(&fused, &fb), (&plain, &pb), (&per_chain, &cb)] {
                 for decoded in [false, true] {
                     let got = runtime(bytes, &spec.name, m.outputs.len(), &ins, &ps, decoded);
                     assert_eq!(got, want, "{}: runtime (decoded {decoded})", spec.name);
@@ -575,7 +598,10 @@ fn job_bytes(optimizer: Optimizer, guarded: bool) -> Vec<u8> {
         2,
         JobOptions {
             guarded,
-            planning: PlanOptions::default(),
+            planning: PlanOptions {
+                fusion: FusionPolicy::All,
+                ..PlanOptions::default()
+            },
             ..Default::default()
         },
     )
@@ -728,7 +754,7 @@ proptest! {
                     dropout,
                     seed,
                     planning: PlanOptions {
-                        fuse,
+                        fusion: FusionPolicy::all_or_off(fuse),
                         ..PlanOptions::default()
                     },
                     ..Default::default()
