@@ -13,7 +13,7 @@ use tapeplan_planner::model::optim::{Optimizer, Sgd};
 use tapeplan_planner::model::run::mnist1d_cnn;
 use tapeplan_planner::model::{glorot_uniform, Activation, JobOptions, Loss, Mlp, TrainingJob};
 use tapeplan_planner::protocol::SplitMix64;
-use tapeplan_planner::PlanOptions;
+use tapeplan_planner::{FusionPolicy, PlanOptions};
 use tapeplan_runtime::{Decoded, Plan, Session};
 
 /// This thread's allocations (reallocations included) while `f` runs, counted by
@@ -44,7 +44,7 @@ fn mlp_job(
         batch,
         JobOptions {
             planning: PlanOptions {
-                fuse,
+                fusion: FusionPolicy::all_or_off(fuse),
                 ..PlanOptions::default()
             },
             ..Default::default()
