@@ -17,25 +17,7 @@ use crate::{Attr, Element, Opcode, Recordable, Shape};
 /// extents differ.
 #[inline(always)]
 pub fn infer(op: Opcode, _attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
-    let (a, b) = (super::nth(args, 0), super::nth(args, 1));
-    for s in [a, b] {
-        if s.rank() != 2 && s.rank() != 3 {
-            return Err(OpError::NotMatrix { op, shape: s });
-        }
-    }
-    let bad = OpError::ShapeMismatch { op, lhs: a, rhs: b };
-    if a.rank() != b.rank() {
-        return Err(bad);
-    }
-    let ([batch, m, k], [batch2, k2, n]) = (batched(a), batched(b));
-    if k != k2 || batch != batch2 {
-        return Err(bad);
-    }
-    if a.rank() == 2 {
-        Ok(Shape::new(&[m, n])?)
-    } else {
-        Ok(Shape::new(&[batch, m, n])?)
-    }
+    infer_transposed(op, args, Transposed { a: false, b: false })
 }
 
 /// `[batch, rows, cols]` of a matrix (`batch = 1`) or of a batch of matrices.
@@ -104,6 +86,111 @@ fn accumulate<E: Element>(
                 *o = step(x, y, *o);
             }
         }
+    }
+}
+
+/// Which operands a product reads transposed: `matmul_tn` reads `a` transposed, `matmul_nt`
+/// reads `b` transposed (BLAS's `transa` / `transb`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transposed {
+    /// `a` is stored `[k, m]` and read as `aᵀ: [m, k]`.
+    pub a: bool,
+    /// `b` is stored `[n, k]` and read as `bᵀ: [k, n]`.
+    pub b: bool,
+}
+
+/// The reference kernel of a product that reads an operand transposed (`matmul_tn`,
+/// `matmul_nt`): `out = op(a) · op(b)` with `op(x) = xᵀ` where `t` says so. Row-major storage:
+/// `a: [m, k]` (or `[k, m]` when `t.a`), `b: [k, n]` (or `[n, k]` when `t.b`), `out: [m, n]`.
+///
+/// # Arithmetic order (the definition of the bits)
+/// [`kernel`]'s (or, with `fma`, [`kernel_fma`]'s) over the transposed operand: each output
+/// element starts from `+0.0` and accumulates `op(a)[i, p] · op(b)[p, j]` over
+/// `p = 0, 1, …, k-1` in increasing order, so the result is bit for bit `matmul` of the
+/// materialized transpose (a transpose is a permutation: exact).
+///
+/// Writes nothing if a buffer is shorter than its shape needs.
+pub fn kernel_transposed<E: Element>(
+    a: &[E],
+    b: &[E],
+    out: &mut [E],
+    (m, k, n): (usize, usize, usize),
+    t: Transposed,
+    fma: bool,
+) {
+    if a.len() < m * k || b.len() < k * n || out.len() < m * n {
+        return;
+    }
+    // A build without the `fma` profile links no fused multiply-add (its readers refuse such
+    // plans before anything runs).
+    let fma = fma && cfg!(feature = "arith-fma");
+    // Element strides of `op(a)[i, p]` and `op(b)[p, j]` in storage.
+    let (ai, ap) = if t.a { (1, m) } else { (k, 1) };
+    let (bp, bj) = if t.b { (1, k) } else { (n, 1) };
+    for i in 0..m {
+        for j in 0..n {
+            let mut acc = E::ZERO;
+            for p in 0..k {
+                let (x, y) = (a[i * ai + p * ap], b[p * bp + j * bj]);
+                acc = if fma {
+                    x.fused_mul_add(y, acc)
+                } else {
+                    acc + x * y
+                };
+            }
+            out[i * n + j] = acc;
+        }
+    }
+}
+
+/// [`kernel_transposed`] once per batch index, for the `node` kernels of `matmul_tn` and
+/// `matmul_nt`: the product's `[batch, m, k, n]` from the argument shapes (`t` says which are
+/// stored transposed).
+pub(crate) fn eval_transposed<E: Element>(
+    k: Kernel<'_, E>,
+    t: Transposed,
+) -> Result<(), OpError> {
+    let ([batch, a0, a1], [_, b0, b1]) = (batched(k.shape(0)), batched(k.shape(1)));
+    let (m, kk) = if t.a { (a1, a0) } else { (a0, a1) };
+    let n = if t.b { b0 } else { b1 };
+    let fma = k.arith == crate::ArithProfile::Fma;
+    let (a, b) = (k.arg(0), k.arg(1));
+    let (ra, rb, ro) = (m * kk, kk * n, m * n);
+    for i in 0..batch {
+        if let (Some(a), Some(b), Some(out)) = (
+            a.get(i * ra..(i + 1) * ra),
+            b.get(i * rb..(i + 1) * rb),
+            k.out.get_mut(i * ro..(i + 1) * ro),
+        ) {
+            kernel_transposed(a, b, out, (m, kk, n), t, fma);
+        }
+    }
+    Ok(())
+}
+
+/// The shape rule of a product that reads operands transposed (`t`): `matmul`'s over the
+/// transposed shapes.
+pub(crate) fn infer_transposed(op: Opcode, args: &[Shape], t: Transposed) -> Result<Shape, OpError> {
+    let (a, b) = (super::nth(args, 0), super::nth(args, 1));
+    for s in [a, b] {
+        if s.rank() != 2 && s.rank() != 3 {
+            return Err(OpError::NotMatrix { op, shape: s });
+        }
+    }
+    let bad = OpError::ShapeMismatch { op, lhs: a, rhs: b };
+    if a.rank() != b.rank() {
+        return Err(bad);
+    }
+    let ([batch, a0, a1], [batch2, b0, b1]) = (batched(a), batched(b));
+    let (m, k) = if t.a { (a1, a0) } else { (a0, a1) };
+    let (k2, n) = if t.b { (b1, b0) } else { (b0, b1) };
+    if k != k2 || batch != batch2 {
+        return Err(bad);
+    }
+    if a.rank() == 2 {
+        Ok(Shape::new(&[m, n])?)
+    } else {
+        Ok(Shape::new(&[batch, m, n])?)
     }
 }
 
