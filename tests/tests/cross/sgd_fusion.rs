@@ -286,10 +286,11 @@ fn hostile_sgd_matmul_operands_are_refused() {
 
 #[test]
 fn a_selective_build_without_sgd_matmul_refuses_a_fused_plan() {
+    // (`matmul_nt`: the folded transpose of the input gradient `ḡ · wᵀ`.)
     op_set!(struct Unfused = [Fill, Add, Sub, Mul, Div, Neg, Exp, Log, Tanh, Detach, MatMul,
-        Transpose, Reshape, Broadcast, SumTo, MaxTo, OneHot]);
+        Transpose, Reshape, Broadcast, SumTo, MaxTo, OneHot, MatMulTn, MatMulNt]);
     op_set!(struct Fused = [Fill, Add, Sub, Mul, Div, Neg, Exp, Log, Tanh, Detach, MatMul,
-        Transpose, Reshape, Broadcast, SumTo, MaxTo, OneHot, SgdMatMul]);
+        Transpose, Reshape, Broadcast, SumTo, MaxTo, OneHot, SgdMatMul, MatMulTn, MatMulNt]);
     let (bytes, _) = fused_plan(&[5, 4, 3], 2);
     let plan = Plan::parse(&bytes).unwrap();
     let used = plan.op_set();
