@@ -7,7 +7,10 @@
 //!   with the longest elementwise chains).
 //!
 //! Plans are fused (the default); `W<n>-unfused` is W<n> planned without fusion, to measure
-//! what fused chains cost or save in time (their bits are the same). `W<n>-fma` is W<n>
+//! what fused chains cost or save in time (their bits are the same); `W<n>-unfolded` is W<n>
+//! planned without folding transposes into the products that read them
+//! (`PlanOptions::fold_transposes` off: every `transpose` materialized, as before
+//! `matmul_tn` / `matmul_nt`; the same bits). `W<n>-fma` is W<n>
 //! planned under the `fma` arithmetic profile (one fused multiply-add per matrix-product step:
 //! the hardware instruction where the build has the `fma` target feature, `libm::fmaf`
 //! otherwise; other bits than W<n>'s).
@@ -85,6 +88,7 @@ fn workload(
     batch: usize,
 ) {
     let fuse = !id.ends_with("-unfused");
+    let fold_transposes = !id.ends_with("-unfolded");
     let arith = if id.ends_with("-fma") {
         ArithProfile::Fma
     } else {
@@ -113,6 +117,7 @@ fn workload(
             planning: PlanOptions {
                 fuse,
                 arith,
+                fold_transposes,
                 ..PlanOptions::default()
             },
             ..Default::default()
@@ -201,7 +206,7 @@ fn benches(c: &mut Criterion) {
             32,
         );
     }
-    for id in ["W2", "W2-unfused", "W2-fma"] {
+    for id in ["W2", "W2-unfolded", "W2-unfused", "W2-fma"] {
         workload(
             c,
             id,

@@ -22,6 +22,7 @@ const WORKLOADS: &[(&str, &str)] = &[
     ("W1", "MLP 64-32-10 tanh, softmax CE, SGD, batch 32"),
     ("W1-unfused", "W1 planned without fusion"),
     ("W2", "MLP 784-128-10 relu, softmax CE, SGD, batch 64"),
+    ("W2-unfolded", "W2 planned without transpose folding"),
     ("W2-unfused", "W2 planned without fusion"),
     ("W2-fma", "W2 planned with --arith fma"),
     ("W3", "MLP 2-16-16-1 tanh, MSE, SGD, batch 1"),

@@ -146,10 +146,7 @@ pub fn kernel_transposed<E: Element>(
 /// [`kernel_transposed`] once per batch index, for the `node` kernels of `matmul_tn` and
 /// `matmul_nt`: the product's `[batch, m, k, n]` from the argument shapes (`t` says which are
 /// stored transposed).
-pub(crate) fn eval_transposed<E: Element>(
-    k: Kernel<'_, E>,
-    t: Transposed,
-) -> Result<(), OpError> {
+pub(crate) fn eval_transposed<E: Element>(k: Kernel<'_, E>, t: Transposed) -> Result<(), OpError> {
     let ([batch, a0, a1], [_, b0, b1]) = (batched(k.shape(0)), batched(k.shape(1)));
     let (m, kk) = if t.a { (a1, a0) } else { (a0, a1) };
     let n = if t.b { b0 } else { b1 };
@@ -170,7 +167,11 @@ pub(crate) fn eval_transposed<E: Element>(
 
 /// The shape rule of a product that reads operands transposed (`t`): `matmul`'s over the
 /// transposed shapes.
-pub(crate) fn infer_transposed(op: Opcode, args: &[Shape], t: Transposed) -> Result<Shape, OpError> {
+pub(crate) fn infer_transposed(
+    op: Opcode,
+    args: &[Shape],
+    t: Transposed,
+) -> Result<Shape, OpError> {
     let (a, b) = (super::nth(args, 0), super::nth(args, 1));
     for s in [a, b] {
         if s.rank() != 2 && s.rank() != 3 {

@@ -81,7 +81,11 @@ mod tests {
         for (m, k, n) in [(1, 1, 1), (3, 3, 1), (2, 5, 3), (3, 17, 2)] {
             let val = |i: usize, s: usize| {
                 let x = (i * 7 + s) as f32 * 0.37 - 1.3;
-                if i % 5 == 0 { x * 1e8 } else { x }
+                if i % 5 == 0 {
+                    x * 1e8
+                } else {
+                    x
+                }
             };
             let a: Vec<f32> = (0..m * k).map(|i| val(i, 1)).collect();
             let b: Vec<f32> = (0..k * n).map(|i| val(i, 2)).collect();
@@ -106,7 +110,13 @@ mod tests {
         // 1e8 + 1 − 1e8 in f32, left to right: 0 (k = 3, m = n = 1: storage is the same
         // whichever operand is transposed).
         let mut out = [9.0f32];
-        kernel(&[1e8, 1.0, -1e8], &[1.0, 1.0, 1.0], &mut out, (1, 3, 1), false);
+        kernel(
+            &[1e8, 1.0, -1e8],
+            &[1.0, 1.0, 1.0],
+            &mut out,
+            (1, 3, 1),
+            false,
+        );
         assert_eq!(out, [0.0]);
     }
 
@@ -119,8 +129,14 @@ mod tests {
             Ok(Shape::matrix(2, 4))
         );
         assert!(infer(op, none, &[Shape::matrix(2, 3), Shape::matrix(3, 4)]).is_err());
-        let (a3, b3) = (Shape::new(&[5, 3, 2]).unwrap(), Shape::new(&[5, 3, 4]).unwrap());
-        assert_eq!(infer(op, none, &[a3, b3]), Ok(Shape::new(&[5, 2, 4]).unwrap()));
+        let (a3, b3) = (
+            Shape::new(&[5, 3, 2]).unwrap(),
+            Shape::new(&[5, 3, 4]).unwrap(),
+        );
+        assert_eq!(
+            infer(op, none, &[a3, b3]),
+            Ok(Shape::new(&[5, 2, 4]).unwrap())
+        );
         assert!(infer(op, none, &[a3, Shape::new(&[4, 3, 4]).unwrap()]).is_err());
         assert!(infer(op, none, &[a3, Shape::matrix(3, 4)]).is_err());
         assert!(infer(op, none, &[Shape::vector(3), Shape::matrix(3, 3)]).is_err());

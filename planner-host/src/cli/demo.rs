@@ -50,6 +50,7 @@ pub fn demo(epochs: usize, seed: u64, math: MathArg) -> Result<ExitCode> {
         no_guard: false,
         no_fusion: false,
         no_sgd_fusion: false,
+        no_fold_transposes: false,
         arena_budget: None,
         math,
         arith: ArithArg::Separate,

@@ -502,7 +502,14 @@ pub(crate) fn matmul_fma(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usi
 /// (stored in `out` as `f32`, exactly the accumulator), so each output's sum is the one
 /// sequence over increasing `p`.
 #[cfg(feature = "simd")]
-pub(crate) fn matmul_tn<S: Step>(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, n: usize) {
+pub(crate) fn matmul_tn<S: Step>(
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+    m: usize,
+    k: usize,
+    n: usize,
+) {
     if n == 0 || m == 0 {
         return;
     }
@@ -563,7 +570,14 @@ pub(crate) fn matmul_tn<S: Step>(a: &[f32], b: &[f32], out: &mut [f32], m: usize
 /// [`matmul`] run over it; a later block of `p` continues from the sums in `out`, as in
 /// [`matmul_tn`].
 #[cfg(feature = "simd")]
-pub(crate) fn matmul_nt<S: Step>(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, n: usize) {
+pub(crate) fn matmul_nt<S: Step>(
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+    m: usize,
+    k: usize,
+    n: usize,
+) {
     if n == 0 || m == 0 {
         return;
     }

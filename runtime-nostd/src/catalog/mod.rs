@@ -390,45 +390,73 @@ pub(crate) fn structural<O: Ops>(
             true
         }
         (Opcode::MatMul, [a, b], [da, db]) if on!(MatMul) => {
-            product(a, b, (da, db), out, NOT_TRANSPOSED, |arith, a, b, o, m, k, n| {
-                match arith {
-                    ArithProfile::Separate => lanes::matmul(a, b, o, m, k, n),
-                    #[cfg(feature = "arith-fma")]
-                    ArithProfile::Fma => lanes::matmul_fma(a, b, o, m, k, n),
-                    // Not in this build: the reference path reports it.
-                    #[allow(unreachable_patterns)]
-                    _ => return false,
-                }
-                true
-            }, arith)
+            product(
+                a,
+                b,
+                (da, db),
+                out,
+                NOT_TRANSPOSED,
+                |arith, a, b, o, m, k, n| {
+                    match arith {
+                        ArithProfile::Separate => lanes::matmul(a, b, o, m, k, n),
+                        #[cfg(feature = "arith-fma")]
+                        ArithProfile::Fma => lanes::matmul_fma(a, b, o, m, k, n),
+                        // Not in this build: the reference path reports it.
+                        #[allow(unreachable_patterns)]
+                        _ => return false,
+                    }
+                    true
+                },
+                arith,
+            )
         }
         #[cfg(feature = "simd")]
         (Opcode::MatMulTn, [a, b], [da, db]) if on!(MatMulTn) => {
             let t = Transposed { a: true, b: false };
-            product(a, b, (da, db), out, t, |arith, a, b, o, m, k, n| {
-                match arith {
-                    ArithProfile::Separate => lanes::matmul_tn::<lanes::Separate>(a, b, o, m, k, n),
-                    #[cfg(feature = "arith-fma")]
-                    ArithProfile::Fma => lanes::matmul_tn::<lanes::Fused>(a, b, o, m, k, n),
-                    #[allow(unreachable_patterns)]
-                    _ => return false,
-                }
-                true
-            }, arith)
+            product(
+                a,
+                b,
+                (da, db),
+                out,
+                t,
+                |arith, a, b, o, m, k, n| {
+                    match arith {
+                        ArithProfile::Separate => {
+                            lanes::matmul_tn::<lanes::Separate>(a, b, o, m, k, n)
+                        }
+                        #[cfg(feature = "arith-fma")]
+                        ArithProfile::Fma => lanes::matmul_tn::<lanes::Fused>(a, b, o, m, k, n),
+                        #[allow(unreachable_patterns)]
+                        _ => return false,
+                    }
+                    true
+                },
+                arith,
+            )
         }
         #[cfg(feature = "simd")]
         (Opcode::MatMulNt, [a, b], [da, db]) if on!(MatMulNt) => {
             let t = Transposed { a: false, b: true };
-            product(a, b, (da, db), out, t, |arith, a, b, o, m, k, n| {
-                match arith {
-                    ArithProfile::Separate => lanes::matmul_nt::<lanes::Separate>(a, b, o, m, k, n),
-                    #[cfg(feature = "arith-fma")]
-                    ArithProfile::Fma => lanes::matmul_nt::<lanes::Fused>(a, b, o, m, k, n),
-                    #[allow(unreachable_patterns)]
-                    _ => return false,
-                }
-                true
-            }, arith)
+            product(
+                a,
+                b,
+                (da, db),
+                out,
+                t,
+                |arith, a, b, o, m, k, n| {
+                    match arith {
+                        ArithProfile::Separate => {
+                            lanes::matmul_nt::<lanes::Separate>(a, b, o, m, k, n)
+                        }
+                        #[cfg(feature = "arith-fma")]
+                        ArithProfile::Fma => lanes::matmul_nt::<lanes::Fused>(a, b, o, m, k, n),
+                        #[allow(unreachable_patterns)]
+                        _ => return false,
+                    }
+                    true
+                },
+                arith,
+            )
         }
         (Opcode::Transpose, [x], [dx]) if on!(Transpose) => {
             let [batch, m, n] = batched(dx);

@@ -419,8 +419,18 @@ fn check_transposed(
         Some(bt) => shp(&[bt, d[0], d[1]]),
         None => shp(&d),
     };
-    check(Opcode::MatMulTn, Attr::NONE, &[a, b], &[s([k, m]), s([k, n])])?;
-    check(Opcode::MatMulNt, Attr::NONE, &[a, b], &[s([m, k]), s([n, k])])
+    check(
+        Opcode::MatMulTn,
+        Attr::NONE,
+        &[a, b],
+        &[s([k, m]), s([k, n])],
+    )?;
+    check(
+        Opcode::MatMulNt,
+        Attr::NONE,
+        &[a, b],
+        &[s([m, k]), s([n, k])],
+    )
 }
 
 proptest! {
@@ -471,16 +481,27 @@ fn transposed_products_odd_shapes() {
             }
         }
     }
-    shapes.extend([(784, 64, 128), (32, 10, 32), (64, 10, 128), (3, 300, 5), (5, 257, 3)]);
+    shapes.extend([
+        (784, 64, 128),
+        (32, 10, 32),
+        (64, 10, 128),
+        (3, 300, 5),
+        (5, 257, 3),
+    ]);
     for (m, k, n) in shapes {
-        let val = |i: usize, s: u32| ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(s) >> 8) as f32 / 8_388_608.0 - 1.0;
+        let val = |i: usize, s: u32| {
+            ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(s) >> 8) as f32 / 8_388_608.0 - 1.0
+        };
         let a: Vec<f32> = (0..m * k).map(|i| val(i, 1)).collect();
         let b: Vec<f32> = (0..k * n).map(|i| val(i, 7)).collect();
         check_transposed(None, (m, k, n), &a, &b).unwrap();
     }
     if cfg!(feature = "simd") {
         for op in [Opcode::MatMulTn, Opcode::MatMulNt] {
-            assert!(catalog::has_kernel(op, Attr::NONE, &[shp(&[8, 8]), shp(&[8, 8])]), "{op}");
+            assert!(
+                catalog::has_kernel(op, Attr::NONE, &[shp(&[8, 8]), shp(&[8, 8])]),
+                "{op}"
+            );
         }
     }
 }

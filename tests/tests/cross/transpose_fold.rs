@@ -68,7 +68,8 @@ fn train_both(
         job(model, batch, optimizer.clone(), arith, true),
         job(model, batch, optimizer, arith, false),
     );
-    let products = count(&folded.schedule, Opcode::MatMulTn) + count(&folded.schedule, Opcode::MatMulNt);
+    let products =
+        count(&folded.schedule, Opcode::MatMulTn) + count(&folded.schedule, Opcode::MatMulNt);
     assert!(products > 0, "{arith:?}: nothing folded");
     assert_eq!(count(&plain.schedule, Opcode::MatMulTn), 0);
     assert_eq!(count(&plain.schedule, Opcode::MatMulNt), 0);
@@ -114,13 +115,26 @@ fn train_both(
         session.run_program(&program).unwrap();
         let l_decoded = session.output(train, "loss").unwrap()[0];
         assert_eq!(l_folded.to_bits(), l_plain.to_bits(), "step {step}: loss");
-        assert_eq!(l_folded.to_bits(), l_oracle.to_bits(), "step {step}: oracle");
-        assert_eq!(l_folded.to_bits(), l_decoded.to_bits(), "step {step}: decoded");
+        assert_eq!(
+            l_folded.to_bits(),
+            l_oracle.to_bits(),
+            "step {step}: oracle"
+        );
+        assert_eq!(
+            l_folded.to_bits(),
+            l_decoded.to_bits(),
+            "step {step}: decoded"
+        );
         for (k, s) in folded.parameters.iter().enumerate() {
             let f = models[0].parameter(&s.name).unwrap();
             let p = models[1].parameter(&s.name).unwrap();
             assert_eq!(bits(&f), bits(&p), "step {step}: {} {arith:?}", s.name);
-            assert_eq!(bits(&f), bits(&oracle.params[k].data), "step {step}: {}", s.name);
+            assert_eq!(
+                bits(&f),
+                bits(&oracle.params[k].data),
+                "step {step}: {}",
+                s.name
+            );
             let d = session.parameter(&s.name).unwrap();
             assert_eq!(bits(&f), bits(d), "step {step}: {} decoded", s.name);
         }
@@ -154,7 +168,10 @@ fn folded_and_unfolded_plans_train_to_the_same_bits() {
                 (&linear, (12, 4), 3),
             ] {
                 let (folded, plain) = train_both(model, dims, batch, optimizer.clone(), arith);
-                assert!(folded <= plain, "{arith:?}: folded {folded} > {plain} elements");
+                assert!(
+                    folded <= plain,
+                    "{arith:?}: folded {folded} > {plain} elements"
+                );
             }
         }
     }
@@ -182,16 +199,20 @@ fn folded_plan(sizes: &[usize], batch: usize) -> (Vec<u8>, Vec<usize>) {
         sizes: sizes.to_vec(),
         activation: Activation::Tanh,
     };
-    let j = job(&mlp, batch, Optimizer::adam(0.01), ArithProfile::Separate, true);
+    let j = job(
+        &mlp,
+        batch,
+        Optimizer::adam(0.01),
+        ArithProfile::Separate,
+        true,
+    );
     let bytes = j.schedule.to_bytes();
     let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
     let (n_tensors, n_instrs) = (word(24), word(28));
     let first = HEADER_BYTES + TENSOR_RECORD_BYTES * n_tensors;
     let at: Vec<usize> = (0..n_instrs)
         .map(|i| first + INSTR_RECORD_BYTES * i)
-        .filter(|&r| {
-            bytes[r] == Opcode::MatMulTn.to_u8() || bytes[r] == Opcode::MatMulNt.to_u8()
-        })
+        .filter(|&r| bytes[r] == Opcode::MatMulTn.to_u8() || bytes[r] == Opcode::MatMulNt.to_u8())
         .collect();
     assert!(!at.is_empty());
     (bytes, at)
