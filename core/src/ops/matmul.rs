@@ -235,8 +235,52 @@ pub(crate) fn vjp<R: Recordable>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use alloc::vec;
+    use alloc::vec::Vec;
+
+    /// `kernel` (`matmul_tn`'s or `matmul_nt`'s, reading operands transposed as `t` says) gives
+    /// the bits of `matmul` over the materialized transposes, in both arithmetic profiles: odd
+    /// extents, sums that round, and the order over `p` that shows (`1e8 + 1 − 1e8`).
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn assert_same_bits_as_matmul_of_the_transpose(
+        t: Transposed,
+        kernel: fn(&[f32], &[f32], &mut [f32], (usize, usize, usize), bool),
+    ) {
+        let transposed = |x: &[f32], r: usize, c: usize| {
+            let mut out = vec![0.0f32; r * c];
+            crate::ops::transpose::kernel(x, &mut out, r, c);
+            out
+        };
+        for (m, k, n) in [(1, 1, 1), (3, 3, 1), (2, 5, 3), (3, 17, 2), (17, 33, 3)] {
+            let val = |i: usize, s: usize| {
+                let x = (i * 7 + s) as f32 * 0.37 - 1.3;
+                if i % 5 == 0 {
+                    x * 1e8
+                } else {
+                    x
+                }
+            };
+            let a: Vec<f32> = (0..m * k).map(|i| val(i, 1)).collect();
+            let b: Vec<f32> = (0..k * n).map(|i| val(i, 2)).collect();
+            // Stored as the product reads them: `a` as `[k, m]`, `b` as `[n, k]`, when transposed.
+            let sa = if t.a { transposed(&a, m, k) } else { a.clone() };
+            let sb = if t.b { transposed(&b, k, n) } else { b.clone() };
+            for fma in [false, cfg!(feature = "arith-fma")] {
+                let mut plain = vec![0.0f32; m * n];
+                if fma {
+                    kernel_fma(&a, &b, &mut plain, m, k, n);
+                } else {
+                    super::kernel(&a, &b, &mut plain, m, k, n);
+                }
+                let mut out = vec![9.0f32; m * n];
+                kernel(&sa, &sb, &mut out, (m, k, n), fma);
+                let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&out), bits(&plain), "{m}x{k}x{n}, fma {fma}");
+            }
+        }
+    }
 
     #[test]
     fn literal() {

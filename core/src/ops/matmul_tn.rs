@@ -64,45 +64,9 @@ pub(crate) fn vjp<R: Recordable>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::matmul;
-    use alloc::vec;
-    use alloc::vec::Vec;
-
-    /// `x: [r, c]` transposed.
-    fn transposed(x: &[f32], r: usize, c: usize) -> Vec<f32> {
-        let mut t = vec![0.0f32; r * c];
-        crate::ops::transpose::kernel(x, &mut t, r, c);
-        t
-    }
-
     #[test]
     fn same_bits_as_matmul_of_the_transpose() {
-        // Odd extents, sums that round, and the order over `p` that shows (1e8 + 1 − 1e8).
-        for (m, k, n) in [(1, 1, 1), (3, 3, 1), (2, 5, 3), (3, 17, 2)] {
-            let val = |i: usize, s: usize| {
-                let x = (i * 7 + s) as f32 * 0.37 - 1.3;
-                if i % 5 == 0 {
-                    x * 1e8
-                } else {
-                    x
-                }
-            };
-            let a: Vec<f32> = (0..m * k).map(|i| val(i, 1)).collect();
-            let b: Vec<f32> = (0..k * n).map(|i| val(i, 2)).collect();
-            for fma in [false, cfg!(feature = "arith-fma")] {
-                let mut plain = vec![0.0f32; m * n];
-                if fma {
-                    matmul::kernel_fma(&a, &b, &mut plain, m, k, n);
-                } else {
-                    matmul::kernel(&a, &b, &mut plain, m, k, n);
-                }
-                let (sa, sb) = (transposed(&a, m, k), b.clone());
-                let mut out = vec![9.0f32; m * n];
-                kernel(&sa, &sb, &mut out, (m, k, n), fma);
-                let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&out), bits(&plain), "{m}x{k}x{n}, fma {fma}");
-            }
-        }
+        crate::ops::matmul::tests::assert_same_bits_as_matmul_of_the_transpose(T, kernel);
     }
 
     #[test]

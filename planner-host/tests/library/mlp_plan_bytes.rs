@@ -22,14 +22,17 @@ fn digest(
     options: JobOptions,
     interleave_updates: bool,
     fuse_sgd: bool,
+    fold_transposes: bool,
 ) -> u64 {
-    // The SGD update fused with its weight gradient (`PlanOptions::fuse_sgd`, a later planning
-    // choice than both tables) is off: these pins are about the recorded tape and the planner
-    // they name. The fused plans are pinned below (`fused_sgd_plan_bytes_are_pinned`).
+    // The SGD update fused with its weight gradient (`PlanOptions::fuse_sgd`) and the
+    // transposes folded into their products (`PlanOptions::fold_transposes`), later planning
+    // choices than both tables, are off there: those pins are about the recorded tape and the
+    // planner they name. The fused and folded plans are pinned below.
     let options = JobOptions {
         planning: PlanOptions {
             interleave_updates,
             fuse_sgd,
+            fold_transposes,
             ..options.planning
         },
         ..options
@@ -46,7 +49,7 @@ fn digest(
 
 fn cases(interleave: bool) -> Vec<(&'static str, u64)> {
     let digest = |sizes: &[usize], loss, opt, batch, options| {
-        digest(sizes, loss, opt, batch, options, interleave, false)
+        digest(sizes, loss, opt, batch, options, interleave, false, false)
     };
     let ce = Loss::SoftmaxCrossEntropy;
     let mse = Loss::MeanSquaredError;
@@ -150,7 +153,16 @@ fn fused_sgd_plan_bytes_are_pinned() {
     let ce = Loss::SoftmaxCrossEntropy;
     let d = JobOptions::default;
     let got = [
-        digest(&[64, 32, 10], ce, Optimizer::sgd(0.1), 32, d(), true, true),
+        digest(
+            &[64, 32, 10],
+            ce,
+            Optimizer::sgd(0.1),
+            32,
+            d(),
+            true,
+            true,
+            false,
+        ),
         digest(
             &[4, 3, 2],
             Loss::MeanSquaredError,
@@ -159,6 +171,7 @@ fn fused_sgd_plan_bytes_are_pinned() {
             d(),
             true,
             true,
+            false,
         ),
     ];
     println!("fused sgd: {:#018x}, mse: {:#018x}", got[0], got[1]);
@@ -167,3 +180,65 @@ fn fused_sgd_plan_bytes_are_pinned() {
 
 /// `sgd` and `mse` of [`DEFAULT`] with the SGD update fused.
 const FUSED_SGD: [u64; 2] = [0xea30df48a1532f82, 0x867938cdae3e2ecd];
+
+/// The default plans, transposes folded into the products that read them (`matmul_tn`,
+/// `matmul_nt`; branch `mmt`): `sgd` and `mse` with the SGD update fused, `adam` and `adamw`.
+#[test]
+fn folded_plan_bytes_are_pinned() {
+    let ce = Loss::SoftmaxCrossEntropy;
+    let d = JobOptions::default;
+    let got = [
+        digest(
+            &[64, 32, 10],
+            ce,
+            Optimizer::sgd(0.1),
+            32,
+            d(),
+            true,
+            true,
+            true,
+        ),
+        digest(
+            &[4, 3, 2],
+            Loss::MeanSquaredError,
+            Optimizer::sgd(0.05),
+            8,
+            d(),
+            true,
+            true,
+            true,
+        ),
+        digest(
+            &[64, 16, 10],
+            ce,
+            Optimizer::adam(0.01),
+            16,
+            d(),
+            true,
+            true,
+            true,
+        ),
+        digest(
+            &[8, 6, 4, 3],
+            ce,
+            Optimizer::adamw(0.01),
+            4,
+            d(),
+            true,
+            true,
+            true,
+        ),
+    ];
+    for h in &got {
+        println!("folded: {h:#018x}");
+    }
+    assert_eq!(got, FOLDED);
+}
+
+/// `sgd`, `mse` (SGD update fused), `adam` and `adamw` of [`DEFAULT`] with transposes folded.
+const FOLDED: [u64; 4] = [
+    0x0067dc41c63cdf03,
+    0xc563880877fae7d9,
+    0x73feaf6e5f49e49a,
+    0x2a6bed1c0f0ca9e5,
+];

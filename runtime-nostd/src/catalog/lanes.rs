@@ -510,11 +510,7 @@ pub(crate) fn matmul_tn<S: Step>(
     k: usize,
     n: usize,
 ) {
-    if n == 0 || m == 0 {
-        return;
-    }
-    if k == 0 {
-        out.fill(0.0);
+    if empty(out, m, k, n) {
         return;
     }
     let kb = k.min(256);
@@ -548,11 +544,7 @@ pub(crate) fn matmul_tn<S: Step>(
             let (Some(bs), Some(os)) = (b.get(p0 * n..), out.get_mut(i0 * n..)) else {
                 return;
             };
-            if p0 == 0 {
-                block::<S, false>(&panel, bs, os, g);
-            } else {
-                block::<S, true>(&panel, bs, os, g);
-            }
+            block_from::<S>(p0, &panel, bs, os, g);
             i0 += mc;
         }
         p0 += kc;
@@ -578,11 +570,7 @@ pub(crate) fn matmul_nt<S: Step>(
     k: usize,
     n: usize,
 ) {
-    if n == 0 || m == 0 {
-        return;
-    }
-    if k == 0 {
-        out.fill(0.0);
+    if empty(out, m, k, n) {
         return;
     }
     let nb = n.min(64);
@@ -616,14 +604,33 @@ pub(crate) fn matmul_nt<S: Step>(
             let (Some(asl), Some(os)) = (a.get(p0..), out.get_mut(j0..)) else {
                 return;
             };
-            if p0 == 0 {
-                block::<S, false>(asl, &panel, os, g);
-            } else {
-                block::<S, true>(asl, &panel, os, g);
-            }
+            block_from::<S>(p0, asl, &panel, os, g);
             p0 += kc;
         }
         j0 += nc;
+    }
+}
+
+/// True when the product `[m, k] x [k, n]` has nothing to multiply: no output (`m` or `n`
+/// zero), or an empty sum (`k` zero: every output `+0.0`, written here).
+#[cfg(feature = "simd")]
+#[inline(always)]
+fn empty(out: &mut [f32], m: usize, k: usize, n: usize) -> bool {
+    if k == 0 && m != 0 && n != 0 {
+        out.fill(0.0);
+    }
+    n == 0 || m == 0 || k == 0
+}
+
+/// [`block`] over the block of `p` starting at `p0`: the accumulators start from `+0.0` for the
+/// first block, from the sums in `out` for a later one.
+#[cfg(feature = "simd")]
+#[inline(always)]
+fn block_from<S: Step>(p0: usize, a: &[f32], b: &[f32], out: &mut [f32], g: Block) {
+    if p0 == 0 {
+        block::<S, false>(a, b, out, g);
+    } else {
+        block::<S, true>(a, b, out, g);
     }
 }
 
@@ -651,11 +658,7 @@ struct Block {
 #[cfg(feature = "simd")]
 #[inline(always)]
 fn matmul_with<S: Step>(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, n: usize) {
-    if n == 0 || m == 0 {
-        return;
-    }
-    if k == 0 {
-        out.fill(0.0);
+    if empty(out, m, k, n) {
         return;
     }
     let g = Block {

@@ -413,50 +413,12 @@ pub(crate) fn structural<O: Ops>(
         #[cfg(feature = "simd")]
         (Opcode::MatMulTn, [a, b], [da, db]) if on!(MatMulTn) => {
             let t = Transposed { a: true, b: false };
-            product(
-                a,
-                b,
-                (da, db),
-                out,
-                t,
-                |arith, a, b, o, m, k, n| {
-                    match arith {
-                        ArithProfile::Separate => {
-                            lanes::matmul_tn::<lanes::Separate>(a, b, o, m, k, n)
-                        }
-                        #[cfg(feature = "arith-fma")]
-                        ArithProfile::Fma => lanes::matmul_tn::<lanes::Fused>(a, b, o, m, k, n),
-                        #[allow(unreachable_patterns)]
-                        _ => return false,
-                    }
-                    true
-                },
-                arith,
-            )
+            product(a, b, (da, db), out, t, by_arith!(matmul_tn), arith)
         }
         #[cfg(feature = "simd")]
         (Opcode::MatMulNt, [a, b], [da, db]) if on!(MatMulNt) => {
             let t = Transposed { a: false, b: true };
-            product(
-                a,
-                b,
-                (da, db),
-                out,
-                t,
-                |arith, a, b, o, m, k, n| {
-                    match arith {
-                        ArithProfile::Separate => {
-                            lanes::matmul_nt::<lanes::Separate>(a, b, o, m, k, n)
-                        }
-                        #[cfg(feature = "arith-fma")]
-                        ArithProfile::Fma => lanes::matmul_nt::<lanes::Fused>(a, b, o, m, k, n),
-                        #[allow(unreachable_patterns)]
-                        _ => return false,
-                    }
-                    true
-                },
-                arith,
-            )
+            product(a, b, (da, db), out, t, by_arith!(matmul_nt), arith)
         }
         (Opcode::Transpose, [x], [dx]) if on!(Transpose) => {
             let [batch, m, n] = batched(dx);
@@ -493,6 +455,26 @@ pub(crate) fn structural<O: Ops>(
         _ => false,
     }
 }
+
+/// The kernel `lanes::$f::<S>` (generic over the step, `lanes::Step`) of the arithmetic profile
+/// asked, as [`product`] takes it: `false` for a profile this build leaves out.
+#[cfg(feature = "simd")]
+macro_rules! by_arith {
+    ($f:ident) => {
+        |arith, a, b, o, m, k, n| {
+            match arith {
+                ArithProfile::Separate => lanes::$f::<lanes::Separate>(a, b, o, m, k, n),
+                #[cfg(feature = "arith-fma")]
+                ArithProfile::Fma => lanes::$f::<lanes::Fused>(a, b, o, m, k, n),
+                #[allow(unreachable_patterns)]
+                _ => return false,
+            }
+            true
+        }
+    };
+}
+#[cfg(feature = "simd")]
+use by_arith;
 
 /// `matmul` reads neither operand transposed.
 const NOT_TRANSPOSED: Transposed = Transposed { a: false, b: false };
