@@ -256,7 +256,7 @@ pub(crate) mod tests {
         for (m, k, n) in [(1, 1, 1), (3, 3, 1), (2, 5, 3), (3, 17, 2), (17, 33, 3)] {
             let val = |i: usize, s: usize| {
                 let x = (i * 7 + s) as f32 * 0.37 - 1.3;
-                if i % 5 == 0 {
+                if i.is_multiple_of(5) {
                     x * 1e8
                 } else {
                     x

@@ -20,9 +20,7 @@ fn digest(
     opt: Optimizer,
     batch: usize,
     options: JobOptions,
-    interleave_updates: bool,
-    fuse_sgd: bool,
-    fold_transposes: bool,
+    (interleave_updates, fuse_sgd, fold_transposes): (bool, bool, bool),
 ) -> u64 {
     // The SGD update fused with its weight gradient (`PlanOptions::fuse_sgd`) and the
     // transposes folded into their products (`PlanOptions::fold_transposes`), later planning
@@ -49,7 +47,7 @@ fn digest(
 
 fn cases(interleave: bool) -> Vec<(&'static str, u64)> {
     let digest = |sizes: &[usize], loss, opt, batch, options| {
-        digest(sizes, loss, opt, batch, options, interleave, false, false)
+        digest(sizes, loss, opt, batch, options, (interleave, false, false))
     };
     let ce = Loss::SoftmaxCrossEntropy;
     let mse = Loss::MeanSquaredError;
@@ -159,9 +157,7 @@ fn fused_sgd_plan_bytes_are_pinned() {
             Optimizer::sgd(0.1),
             32,
             d(),
-            true,
-            true,
-            false,
+            (true, true, false),
         ),
         digest(
             &[4, 3, 2],
@@ -169,9 +165,7 @@ fn fused_sgd_plan_bytes_are_pinned() {
             Optimizer::sgd(0.05),
             8,
             d(),
-            true,
-            true,
-            false,
+            (true, true, false),
         ),
     ];
     println!("fused sgd: {:#018x}, mse: {:#018x}", got[0], got[1]);
@@ -194,9 +188,7 @@ fn folded_plan_bytes_are_pinned() {
             Optimizer::sgd(0.1),
             32,
             d(),
-            true,
-            true,
-            true,
+            (true, true, true),
         ),
         digest(
             &[4, 3, 2],
@@ -204,9 +196,7 @@ fn folded_plan_bytes_are_pinned() {
             Optimizer::sgd(0.05),
             8,
             d(),
-            true,
-            true,
-            true,
+            (true, true, true),
         ),
         digest(
             &[64, 16, 10],
@@ -214,9 +204,7 @@ fn folded_plan_bytes_are_pinned() {
             Optimizer::adam(0.01),
             16,
             d(),
-            true,
-            true,
-            true,
+            (true, true, true),
         ),
         digest(
             &[8, 6, 4, 3],
@@ -224,9 +212,7 @@ fn folded_plan_bytes_are_pinned() {
             Optimizer::adamw(0.01),
             4,
             d(),
-            true,
-            true,
-            true,
+            (true, true, true),
         ),
     ];
     for h in &got {

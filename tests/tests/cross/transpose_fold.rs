@@ -65,7 +65,7 @@ fn train_both(
     arith: ArithProfile,
 ) -> (usize, usize) {
     let (folded, plain) = (
-        job(model, batch, optimizer.clone(), arith, true),
+        job(model, batch, optimizer, arith, true),
         job(model, batch, optimizer, arith, false),
     );
     let products =
@@ -167,7 +167,7 @@ fn folded_and_unfolded_plans_train_to_the_same_bits() {
                 (&deep, (17, 3), 4),
                 (&linear, (12, 4), 3),
             ] {
-                let (folded, plain) = train_both(model, dims, batch, optimizer.clone(), arith);
+                let (folded, plain) = train_both(model, dims, batch, optimizer, arith);
                 assert!(
                     folded <= plain,
                     "{arith:?}: folded {folded} > {plain} elements"
