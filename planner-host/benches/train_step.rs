@@ -1,7 +1,8 @@
 //! Train-step time through the `no_std` runtime, one step per call, on fixed workloads:
 //!
 //! - W1: MLP 64-32-10, tanh, softmax cross-entropy, SGD, batch 32 (the digits demo).
-//! - W2: MLP 784-128-10, relu, softmax cross-entropy, SGD, batch 64.
+//! - W2: MLP 784-128-10, relu, softmax cross-entropy, SGD, batch 64 (`W2-adam`: Adam, as W4's,
+//!   whose weight gradients `xᵀ · ḡ` are products, not fused updates).
 //! - W3: MLP 2-16-16-1, tanh, mean squared error, SGD, batch 1 (online learning).
 //! - W4: MLP 64-32-10, tanh, softmax cross-entropy, Adam, batch 32, unguarded (the optimizer
 //!   with the longest elementwise chains).
@@ -94,7 +95,7 @@ fn workload(
     } else {
         ArithProfile::Separate
     };
-    let optimizer = if id.starts_with("W4") {
+    let optimizer = if id.starts_with("W4") || id.contains("-adam") {
         Optimizer::Adam {
             lr: 0.001,
             beta1: 0.9,
@@ -206,7 +207,14 @@ fn benches(c: &mut Criterion) {
             32,
         );
     }
-    for id in ["W2", "W2-unfolded", "W2-unfused", "W2-fma"] {
+    for id in [
+        "W2",
+        "W2-unfolded",
+        "W2-unfused",
+        "W2-fma",
+        "W2-adam",
+        "W2-adam-unfolded",
+    ] {
         workload(
             c,
             id,

@@ -25,6 +25,11 @@ const WORKLOADS: &[(&str, &str)] = &[
     ("W2-unfolded", "W2 planned without transpose folding"),
     ("W2-unfused", "W2 planned without fusion"),
     ("W2-fma", "W2 planned with --arith fma"),
+    ("W2-adam", "W2 with Adam"),
+    (
+        "W2-adam-unfolded",
+        "W2 with Adam, planned without transpose folding",
+    ),
     ("W3", "MLP 2-16-16-1 tanh, MSE, SGD, batch 1"),
     ("W3-unfused", "W3 planned without fusion"),
     ("W3-run", "W3 through Session::run: records read every step"),
