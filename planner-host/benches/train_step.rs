@@ -43,7 +43,8 @@ use tapeplan_planner::PlanOptions;
 use tapeplan_runtime::catalog::CATALOG;
 use tapeplan_runtime::{Decoded, Plan, Session};
 
-/// Floating-point operations of one run of `entry`: `2·m·k·n` per `matmul`, one per output
+/// Floating-point operations of one run of `entry`: `2·m·k·n` per `matmul` (and `matmul_tn`,
+/// `matmul_nt`; not `sgd_matmul`), one per output
 /// element of every elementwise instruction (transcendentals included) and of `select`, one
 /// per input element of `sum_to` and `max_to`; copies (`broadcast`, `transpose`, `reshape`,
 /// `fill`, `one_hot`) count nothing.
@@ -54,10 +55,12 @@ fn flops(job: &TrainingJob, entry: &str) -> u64 {
     e.instrs
         .iter()
         .map(|i| match i.op {
-            Opcode::MatMul => {
-                let a = plan.tensors[i.args[0] as usize].shape.dims();
-                let b = plan.tensors[i.args[1] as usize].shape.dims();
-                2 * (a[0] * a[1] * b[1]) as u64
+            // The inner extent: `a`'s last, or (`matmul_tn`, `a: [k, m]`) its first.
+            Opcode::MatMul | Opcode::MatMulNt => {
+                2 * elems(i.out) * plan.tensors[i.args[0] as usize].shape.dims()[1] as u64
+            }
+            Opcode::MatMulTn => {
+                2 * elems(i.out) * plan.tensors[i.args[0] as usize].shape.dims()[0] as u64
             }
             Opcode::SumTo | Opcode::MaxTo => elems(i.args[0]),
             op if op.class() == tapeplan_core::OpClass::Elementwise || op == Opcode::Select => {
