@@ -10,17 +10,11 @@
 
 use tapeplan_core::format::{HEADER_BYTES, INSTR_RECORD_BYTES, TENSOR_RECORD_BYTES};
 use tapeplan_core::{op_set, ArithProfile, Opcode};
-use tapeplan_planner::exec::{Oracle, RuntimeModel};
 use tapeplan_planner::model::nn::{Linear, ReLU, Sequential, Tanh};
 use tapeplan_planner::model::optim::Optimizer;
 use tapeplan_planner::model::{Activation, JobOptions, Loss, Mlp, Model, TrainingJob};
-use tapeplan_planner::protocol::SplitMix64;
 use tapeplan_planner::{PlanOptions, Schedule};
-use tapeplan_runtime::{Decoded, Limits, Plan, Scratch, Session};
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
+use tapeplan_runtime::{Limits, Plan, Scratch};
 
 /// How many of a plan's `train_step` instructions have opcode `op`.
 fn count(s: &Schedule, op: Opcode) -> usize {
@@ -77,68 +71,14 @@ fn train_both(
         count(&folded.schedule, Opcode::Transpose) < count(&plain.schedule, Opcode::Transpose),
         "the folded plan computes fewer transposes"
     );
-    let (fb, pb) = (folded.schedule.to_bytes(), plain.schedule.to_bytes());
-    let mut models = [
-        RuntimeModel::new(&fb).unwrap(),
-        RuntimeModel::new(&pb).unwrap(),
-    ];
-    for m in &mut models {
-        for s in &folded.parameters {
-            m.load_parameter(&s.name, &s.init).unwrap();
-        }
-    }
-    let rt = Plan::parse(&fb).unwrap();
-    let train = rt.entry("train_step").unwrap();
-    let mut arena = vec![0.0f32; rt.arena_elems()];
-    let mut session = Session::bind(&rt, &mut arena).unwrap();
-    // Adam's state starts from the plan's `init` entry, as `RuntimeModel::new` runs it.
-    if let Some(init) = rt.entry("init") {
-        session.run(init).unwrap();
-    }
-    for s in &folded.parameters {
-        session.load_parameter(&s.name, &s.init).unwrap();
-    }
-    let mut buf = vec![Decoded::EMPTY; rt.entry_instrs(train).unwrap()];
-    let mut oracle = Oracle::with_initial_parameters(&folded).unwrap();
-    let mut rng = SplitMix64::new(29);
-    for step in 0..6 {
-        let x: Vec<f32> = (0..batch * d_in)
-            .map(|_| rng.next_f32() * 4.0 - 2.0)
-            .collect();
-        let labels: Vec<f32> = (0..batch).map(|_| rng.below(classes) as f32).collect();
-        let l_folded = models[0].train_step(&x, &labels).unwrap();
-        let l_plain = models[1].train_step(&x, &labels).unwrap();
-        let l_oracle = oracle.step(&x, &labels).unwrap();
-        session.set_input(train, "x", &x).unwrap();
-        session.set_labels(train, "labels", &labels).unwrap();
-        let program = session.decode(train, &mut buf).unwrap();
-        session.run_program(&program).unwrap();
-        let l_decoded = session.output(train, "loss").unwrap()[0];
-        assert_eq!(l_folded.to_bits(), l_plain.to_bits(), "step {step}: loss");
-        assert_eq!(
-            l_folded.to_bits(),
-            l_oracle.to_bits(),
-            "step {step}: oracle"
-        );
-        assert_eq!(
-            l_folded.to_bits(),
-            l_decoded.to_bits(),
-            "step {step}: decoded"
-        );
-        for (k, s) in folded.parameters.iter().enumerate() {
-            let f = models[0].parameter(&s.name).unwrap();
-            let p = models[1].parameter(&s.name).unwrap();
-            assert_eq!(bits(&f), bits(&p), "step {step}: {} {arith:?}", s.name);
-            assert_eq!(
-                bits(&f),
-                bits(&oracle.params[k].data),
-                "step {step}: {}",
-                s.name
-            );
-            let d = session.parameter(&s.name).unwrap();
-            assert_eq!(bits(&f), bits(d), "step {step}: {} decoded", s.name);
-        }
-    }
+    tapeplan_tests::alike::train_alike(
+        &folded,
+        &plain,
+        (d_in, classes),
+        batch,
+        (6, 29),
+        &format!("{arith:?}"),
+    );
     (folded.schedule.arena_elems, plain.schedule.arena_elems)
 }
 
