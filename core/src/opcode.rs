@@ -68,6 +68,8 @@ macro_rules! opcode_table {
             0x28 Pad          "pad"           1 Structural  Window ext  grad node       pad           "Zero padding around `x` along one axis (slice's adjoint).";
             0x29 Concat       "concat"        2 Structural  Axis   ext  grad node       concat        "`a` then `b` along one axis (attribute: `Axis`).";
             0x2A SgdMatMul    "sgd_matmul"    3 Structural  Lr     core grad node       sgd_matmul    "SGD's update fused with its weight gradient: `w − lr · (aᵀ · b)`, `w: [m, n]`, `a: [k, m]`, `b: [k, n]`; in place over `w`.";
+            0x2B MatMulTn     "matmul_tn"     2 Structural  None   core grad node       matmul_tn     "Matrix product with `a` read transposed: `aᵀ · b`, `[k, m] x [k, n] -> [m, n]`; batched `[b, k, m] x [b, k, n] -> [b, m, n]`.";
+            0x2C MatMulNt     "matmul_nt"     2 Structural  None   core grad node       matmul_nt     "Matrix product with `b` read transposed: `a · bᵀ`, `[m, k] x [n, k] -> [m, n]`; batched `[b, m, k] x [b, n, k] -> [b, m, n]`.";
             0x30 Sign         "sign"          1 Elementwise None   ext  zero unary      sign          "`1`, `-1` or `0` by the sign of `x`; NaN stays NaN.";
             0x31 Pow          "pow"           1 Elementwise Pow    ext  grad node       pow           "`libm::powf(x, p)` (`fast`: `math::fast::powf`), `p` the attribute.";
             0x32 Maximum      "maximum"       2 Elementwise None   ext  grad binary     maximum       "The larger of `a` and `b` (ties: `a`; NaN wins).";

@@ -769,6 +769,28 @@ pub trait Recordable {
         let k = self.fill(c, s)?;
         self.mul(x, &k)
     }
+    /// The matrix product `aᵀ · b` reading `a` transposed, bit for bit
+    /// `matmul(transpose(a), b)` (see [`crate::ops::matmul_tn`]).
+    ///
+    /// # Shapes
+    /// `a: [k, m]`, `b: [k, n]` to `[m, n]`; batched `[b, k, m]`, `[b, k, n]` to `[b, m, n]`.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn matmul_tn(&mut self, a: &Self::Value, b: &Self::Value) -> Result<Self::Value, Self::Error> {
+        self.apply(Opcode::MatMulTn, Attr::NONE, &[a, b])
+    }
+    /// The matrix product `a · bᵀ` reading `b` transposed, bit for bit
+    /// `matmul(a, transpose(b))` (see [`crate::ops::matmul_nt`]).
+    ///
+    /// # Shapes
+    /// `a: [m, k]`, `b: [n, k]` to `[m, n]`; batched `[b, m, k]`, `[b, n, k]` to `[b, m, n]`.
+    ///
+    /// # Errors
+    /// As [`Recordable::apply`].
+    fn matmul_nt(&mut self, a: &Self::Value, b: &Self::Value) -> Result<Self::Value, Self::Error> {
+        self.apply(Opcode::MatMulNt, Attr::NONE, &[a, b])
+    }
     /// Plain SGD's step fused with its weight gradient: `w − lr · (aᵀ · b)` in one instruction,
     /// bit for bit `sub(w, scale(matmul(transpose(a), b), lr))` (see [`crate::ops::sgd_matmul`]).
     ///

@@ -1,14 +1,18 @@
 //! Train-step time through the `no_std` runtime, one step per call, on fixed workloads:
 //!
 //! - W1: MLP 64-32-10, tanh, softmax cross-entropy, SGD, batch 32 (the digits demo).
-//! - W2: MLP 784-128-10, relu, softmax cross-entropy, SGD, batch 64.
+//! - W2: MLP 784-128-10, relu, softmax cross-entropy, SGD, batch 64 (`W2-adam`: Adam, as W4's,
+//!   whose weight gradients `xᵀ · ḡ` are products, not fused updates).
 //! - W3: MLP 2-16-16-1, tanh, mean squared error, SGD, batch 1 (online learning).
 //! - W4: MLP 64-32-10, tanh, softmax cross-entropy, Adam, batch 32, unguarded (the optimizer
 //!   with the longest elementwise chains).
 //!
 //! Plans fuse chains per chain (the default, `FusionPolicy::Auto`); `W<n>-unfused` is W<n>
 //! planned without fusion and `W<n>-allfused` with every chain fused (`FusionPolicy::All`), to
-//! measure what fused chains cost or save in time (their bits are the same). `W<n>-fma` is W<n>
+//! measure what fused chains cost or save in time (their bits are the same); `W<n>-unfolded` is
+//! W<n> planned without folding transposes into the products that read them
+//! (`PlanOptions::fold_transposes` off: every `transpose` materialized, as before
+//! `matmul_tn` / `matmul_nt`; the same bits). `W<n>-fma` is W<n>
 //! planned under the `fma` arithmetic profile (one fused multiply-add per matrix-product step:
 //! the hardware instruction where the build has the `fma` target feature, `libm::fmaf`
 //! otherwise; other bits than W<n>'s).
@@ -40,7 +44,8 @@ use tapeplan_planner::{FusionPolicy, PlanOptions};
 use tapeplan_runtime::catalog::CATALOG;
 use tapeplan_runtime::{Decoded, Plan, Session};
 
-/// Floating-point operations of one run of `entry`: `2·m·k·n` per `matmul`, one per output
+/// Floating-point operations of one run of `entry`: `2·m·k·n` per `matmul` (and `matmul_tn`,
+/// `matmul_nt`; not `sgd_matmul`), one per output
 /// element of every elementwise instruction (transcendentals included) and of `select`, one
 /// per input element of `sum_to` and `max_to`; copies (`broadcast`, `transpose`, `reshape`,
 /// `fill`, `one_hot`) count nothing.
@@ -51,10 +56,12 @@ fn flops(job: &TrainingJob, entry: &str) -> u64 {
     e.instrs
         .iter()
         .map(|i| match i.op {
-            Opcode::MatMul => {
-                let a = plan.tensors[i.args[0] as usize].shape.dims();
-                let b = plan.tensors[i.args[1] as usize].shape.dims();
-                2 * (a[0] * a[1] * b[1]) as u64
+            // The inner extent: `a`'s last, or (`matmul_tn`, `a: [k, m]`) its first.
+            Opcode::MatMul | Opcode::MatMulNt => {
+                2 * elems(i.out) * plan.tensors[i.args[0] as usize].shape.dims()[1] as u64
+            }
+            Opcode::MatMulTn => {
+                2 * elems(i.out) * plan.tensors[i.args[0] as usize].shape.dims()[0] as u64
             }
             Opcode::SumTo | Opcode::MaxTo => elems(i.args[0]),
             op if op.class() == tapeplan_core::OpClass::Elementwise || op == Opcode::Select => {
@@ -92,12 +99,13 @@ fn workload(
     } else {
         FusionPolicy::Auto
     };
+    let fold_transposes = !id.ends_with("-unfolded");
     let arith = if id.ends_with("-fma") {
         ArithProfile::Fma
     } else {
         ArithProfile::Separate
     };
-    let optimizer = if id.starts_with("W4") {
+    let optimizer = if id.starts_with("W4") || id.contains("-adam") {
         Optimizer::Adam {
             lr: 0.001,
             beta1: 0.9,
@@ -120,6 +128,7 @@ fn workload(
             planning: PlanOptions {
                 fusion,
                 arith,
+                fold_transposes,
                 ..PlanOptions::default()
             },
             ..Default::default()
@@ -215,7 +224,15 @@ fn benches(c: &mut Criterion) {
             32,
         );
     }
-    for id in ["W2", "W2-unfused", "W2-allfused", "W2-fma"] {
+    for id in [
+        "W2",
+        "W2-unfolded",
+        "W2-unfused",
+        "W2-allfused",
+        "W2-fma",
+        "W2-adam",
+        "W2-adam-unfolded",
+    ] {
         workload(
             c,
             id,

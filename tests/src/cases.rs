@@ -793,6 +793,25 @@ pub fn cases() -> Vec<Case> {
                 t.broadcast(&l, s).unwrap()
             },
         },
+        // Last: cases added later draw their random points after the others' (the tests
+        // that sample points from one generator keep the earlier cases' points).
+        Case {
+            name: "matmul_tn",
+            covers: &[Opcode::MatMulTn, Opcode::MatMulNt, Opcode::MatMul],
+            inputs: &[(&[4, 3], -1.0, 1.0), (&[4, 2], -1.0, 1.0)],
+            wrt: &[true, true],
+            body: |t, x| t.matmul_tn(&x[0], &x[1]).unwrap(),
+        },
+        Case {
+            name: "matmul_nt_batched",
+            covers: &[Opcode::MatMulNt, Opcode::MatMulTn, Opcode::MatMul],
+            inputs: &[(&[2, 3, 4], -1.0, 1.0), (&[2, 5, 4], -1.0, 1.0)],
+            wrt: &[true, true],
+            body: |t, x| {
+                let y = t.matmul_nt(&x[0], &x[1]).unwrap();
+                t.mul(&y, &y).unwrap()
+            },
+        },
     ]
 }
 

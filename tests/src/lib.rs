@@ -6,6 +6,7 @@
 //! executable for them instead of one per file.
 #![allow(missing_docs, clippy::unwrap_used, clippy::indexing_slicing)]
 
+pub mod alike;
 /// The runtime tests' plan builder, record editors and host helpers, included by path: the
 /// runtime's own tests cannot depend on this crate, and the fused-chain suite moved here from
 /// them builds its plans with it.

@@ -17,25 +17,7 @@ use crate::{Attr, Element, Opcode, Recordable, Shape};
 /// extents differ.
 #[inline(always)]
 pub fn infer(op: Opcode, _attr: Attr, args: &[Shape]) -> Result<Shape, OpError> {
-    let (a, b) = (super::nth(args, 0), super::nth(args, 1));
-    for s in [a, b] {
-        if s.rank() != 2 && s.rank() != 3 {
-            return Err(OpError::NotMatrix { op, shape: s });
-        }
-    }
-    let bad = OpError::ShapeMismatch { op, lhs: a, rhs: b };
-    if a.rank() != b.rank() {
-        return Err(bad);
-    }
-    let ([batch, m, k], [batch2, k2, n]) = (batched(a), batched(b));
-    if k != k2 || batch != batch2 {
-        return Err(bad);
-    }
-    if a.rank() == 2 {
-        Ok(Shape::new(&[m, n])?)
-    } else {
-        Ok(Shape::new(&[batch, m, n])?)
-    }
+    infer_transposed(op, args, Transposed { a: false, b: false })
 }
 
 /// `[batch, rows, cols]` of a matrix (`batch = 1`) or of a batch of matrices.
@@ -107,6 +89,112 @@ fn accumulate<E: Element>(
     }
 }
 
+/// Which operands a product reads transposed: `matmul_tn` reads `a` transposed, `matmul_nt`
+/// reads `b` transposed (BLAS's `transa` / `transb`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transposed {
+    /// `a` is stored `[k, m]` and read as `aᵀ: [m, k]`.
+    pub a: bool,
+    /// `b` is stored `[n, k]` and read as `bᵀ: [k, n]`.
+    pub b: bool,
+}
+
+/// The reference kernel of a product that reads an operand transposed (`matmul_tn`,
+/// `matmul_nt`): `out = op(a) · op(b)` with `op(x) = xᵀ` where `t` says so. Row-major storage:
+/// `a: [m, k]` (or `[k, m]` when `t.a`), `b: [k, n]` (or `[n, k]` when `t.b`), `out: [m, n]`.
+///
+/// # Arithmetic order (the definition of the bits)
+/// [`kernel`]'s (or, with `fma`, [`kernel_fma`]'s) over the transposed operand: each output
+/// element starts from `+0.0` and accumulates `op(a)[i, p] · op(b)[p, j]` over
+/// `p = 0, 1, …, k-1` in increasing order, so the result is bit for bit `matmul` of the
+/// materialized transpose (a transpose is a permutation: exact).
+///
+/// Writes nothing if a buffer is shorter than its shape needs.
+pub fn kernel_transposed<E: Element>(
+    a: &[E],
+    b: &[E],
+    out: &mut [E],
+    (m, k, n): (usize, usize, usize),
+    t: Transposed,
+    fma: bool,
+) {
+    if a.len() < m * k || b.len() < k * n || out.len() < m * n {
+        return;
+    }
+    // A build without the `fma` profile links no fused multiply-add (its readers refuse such
+    // plans before anything runs).
+    let fma = fma && cfg!(feature = "arith-fma");
+    // Element strides of `op(a)[i, p]` and `op(b)[p, j]` in storage.
+    let (ai, ap) = if t.a { (1, m) } else { (k, 1) };
+    let (bp, bj) = if t.b { (1, k) } else { (n, 1) };
+    for i in 0..m {
+        for j in 0..n {
+            let mut acc = E::ZERO;
+            for p in 0..k {
+                let (x, y) = (a[i * ai + p * ap], b[p * bp + j * bj]);
+                acc = if fma {
+                    x.fused_mul_add(y, acc)
+                } else {
+                    acc + x * y
+                };
+            }
+            out[i * n + j] = acc;
+        }
+    }
+}
+
+/// [`kernel_transposed`] once per batch index, for the `node` kernels of `matmul_tn` and
+/// `matmul_nt`: the product's `[batch, m, k, n]` from the argument shapes (`t` says which are
+/// stored transposed).
+pub(crate) fn eval_transposed<E: Element>(k: Kernel<'_, E>, t: Transposed) -> Result<(), OpError> {
+    let ([batch, a0, a1], [_, b0, b1]) = (batched(k.shape(0)), batched(k.shape(1)));
+    let (m, kk) = if t.a { (a1, a0) } else { (a0, a1) };
+    let n = if t.b { b0 } else { b1 };
+    let fma = k.arith == crate::ArithProfile::Fma;
+    let (a, b) = (k.arg(0), k.arg(1));
+    let (ra, rb, ro) = (m * kk, kk * n, m * n);
+    for i in 0..batch {
+        if let (Some(a), Some(b), Some(out)) = (
+            a.get(i * ra..(i + 1) * ra),
+            b.get(i * rb..(i + 1) * rb),
+            k.out.get_mut(i * ro..(i + 1) * ro),
+        ) {
+            kernel_transposed(a, b, out, (m, kk, n), t, fma);
+        }
+    }
+    Ok(())
+}
+
+/// The shape rule of a product that reads operands transposed (`t`): `matmul`'s over the
+/// transposed shapes.
+pub(crate) fn infer_transposed(
+    op: Opcode,
+    args: &[Shape],
+    t: Transposed,
+) -> Result<Shape, OpError> {
+    let (a, b) = (super::nth(args, 0), super::nth(args, 1));
+    for s in [a, b] {
+        if s.rank() != 2 && s.rank() != 3 {
+            return Err(OpError::NotMatrix { op, shape: s });
+        }
+    }
+    let bad = OpError::ShapeMismatch { op, lhs: a, rhs: b };
+    if a.rank() != b.rank() {
+        return Err(bad);
+    }
+    let ([batch, a0, a1], [batch2, b0, b1]) = (batched(a), batched(b));
+    let (m, k) = if t.a { (a1, a0) } else { (a0, a1) };
+    let (k2, n) = if t.b { (b1, b0) } else { (b0, b1) };
+    if k != k2 || batch != batch2 {
+        return Err(bad);
+    }
+    if a.rank() == 2 {
+        Ok(Shape::new(&[m, n])?)
+    } else {
+        Ok(Shape::new(&[batch, m, n])?)
+    }
+}
+
 /// Through [`kernel`] (or [`kernel_fma`] under the `fma` arithmetic profile), once per batch index (a matrix is one batch).
 pub(crate) fn eval<E: Element>(k: Kernel<'_, E>) -> Result<(), OpError> {
     let [batch, m, kk] = batched(k.shape(0));
@@ -147,8 +235,52 @@ pub(crate) fn vjp<R: Recordable>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use alloc::vec;
+    use alloc::vec::Vec;
+
+    /// `kernel` (`matmul_tn`'s or `matmul_nt`'s, reading operands transposed as `t` says) gives
+    /// the bits of `matmul` over the materialized transposes, in both arithmetic profiles: odd
+    /// extents, sums that round, and the order over `p` that shows (`1e8 + 1 − 1e8`).
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn assert_same_bits_as_matmul_of_the_transpose(
+        t: Transposed,
+        kernel: fn(&[f32], &[f32], &mut [f32], (usize, usize, usize), bool),
+    ) {
+        let transposed = |x: &[f32], r: usize, c: usize| {
+            let mut out = vec![0.0f32; r * c];
+            crate::ops::transpose::kernel(x, &mut out, r, c);
+            out
+        };
+        for (m, k, n) in [(1, 1, 1), (3, 3, 1), (2, 5, 3), (3, 17, 2), (17, 33, 3)] {
+            let val = |i: usize, s: usize| {
+                let x = (i * 7 + s) as f32 * 0.37 - 1.3;
+                if i.is_multiple_of(5) {
+                    x * 1e8
+                } else {
+                    x
+                }
+            };
+            let a: Vec<f32> = (0..m * k).map(|i| val(i, 1)).collect();
+            let b: Vec<f32> = (0..k * n).map(|i| val(i, 2)).collect();
+            // Stored as the product reads them: `a` as `[k, m]`, `b` as `[n, k]`, when transposed.
+            let sa = if t.a { transposed(&a, m, k) } else { a.clone() };
+            let sb = if t.b { transposed(&b, k, n) } else { b.clone() };
+            for fma in [false, cfg!(feature = "arith-fma")] {
+                let mut plain = vec![0.0f32; m * n];
+                if fma {
+                    kernel_fma(&a, &b, &mut plain, m, k, n);
+                } else {
+                    super::kernel(&a, &b, &mut plain, m, k, n);
+                }
+                let mut out = vec![9.0f32; m * n];
+                kernel(&sa, &sb, &mut out, (m, k, n), fma);
+                let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&out), bits(&plain), "{m}x{k}x{n}, fma {fma}");
+            }
+        }
+    }
 
     #[test]
     fn literal() {

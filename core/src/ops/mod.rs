@@ -39,6 +39,8 @@ pub mod leaf;
 pub mod log;
 pub mod logsumexp;
 pub mod matmul;
+pub mod matmul_nt;
+pub mod matmul_tn;
 pub mod max_pool;
 pub mod max_pool_gather;
 pub mod max_pool_scatter;
@@ -380,10 +382,16 @@ pub fn work(op: Opcode, args: &[Shape], out: Shape) -> u64 {
     };
     let arg = |i: usize| nth(args, i);
     match op {
-        Opcode::MatMul => {
+        Opcode::MatMul | Opcode::MatMulNt => {
             // The inner extent: the last of `a` (`[m, k]` or `[b, m, k]`).
             let a = arg(0);
             let k = a.dim(a.rank().saturating_sub(1)).unwrap_or(0) as u64;
+            elems(out).saturating_mul(k.max(1))
+        }
+        // The inner extent: `a`'s second to last (`[k, m]` or `[b, k, m]`).
+        Opcode::MatMulTn => {
+            let a = arg(0);
+            let k = a.dim(a.rank().saturating_sub(2)).unwrap_or(0) as u64;
             elems(out).saturating_mul(k.max(1))
         }
         // A dot product over the batch `k` (the first extent of `a`) per element of `w`.

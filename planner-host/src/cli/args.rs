@@ -192,6 +192,11 @@ pub struct ModelArgs {
     /// `sgd_matmul`, where that makes the arena smaller; same bits).
     #[arg(long)]
     pub no_sgd_fusion: bool,
+    /// Plan every `transpose` into the arena (by default a transpose read only by matrix
+    /// products is folded into them, `matmul_tn` / `matmul_nt`, unless that makes the arena
+    /// larger; same bits).
+    #[arg(long)]
+    pub no_fold_transposes: bool,
     /// Keep the arena within BYTES by recomputing forward values in the backward pass
     /// (rematerialization; the same bits, more work: `plan` prints how much). Refused, with the
     /// smallest arena found, when no recomputation brings it there.
@@ -324,6 +329,7 @@ impl ModelArgs {
             planning: PlanOptions {
                 fusion: self.fusion_policy(),
                 fuse_sgd: !self.no_sgd_fusion,
+                fold_transposes: !self.no_fold_transposes,
                 math: self.math.into(),
                 arith: self.arith.into(),
                 ..PlanOptions::default()

@@ -51,6 +51,7 @@ pub fn demo(epochs: usize, seed: u64, math: MathArg) -> Result<ExitCode> {
         no_fusion: false,
         fusion: None,
         no_sgd_fusion: false,
+        no_fold_transposes: false,
         arena_budget: None,
         math,
         arith: ArithArg::Separate,

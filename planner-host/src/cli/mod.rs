@@ -30,7 +30,7 @@ pub fn parse_plan<'b>(
         .map_err(|e| anyhow::anyhow!("{}: plan rejected: {e}", path.display()))
 }
 
-/// `--math fast`, `--arith fma`, `--fusion`, `--no-fusion` or `--no-sgd-fusion` beside a plan file: the plan already records how it was
+/// `--math fast`, `--arith fma`, `--fusion`, `--no-fusion`, `--no-sgd-fusion` or `--no-fold-transposes` beside a plan file: the plan already records how it was
 /// planned, so the options would be silently ignored.
 pub fn planning_options_need_no_plan(model: &ModelArgs, plan: &std::path::Path) -> Result<()> {
     if matches!(model.math, MathArg::Fast)
@@ -38,10 +38,11 @@ pub fn planning_options_need_no_plan(model: &ModelArgs, plan: &std::path::Path) 
         || model.no_fusion
         || model.fusion.is_some()
         || model.no_sgd_fusion
+        || model.no_fold_transposes
     {
         bail!(
             "{} records its own math and arithmetic profiles and fusion; --math, --arith, \
-             --fusion, --no-fusion / --no-sgd-fusion apply when \
+             --fusion, --no-fusion / --no-sgd-fusion / --no-fold-transposes apply when \
              planning (`tapeplan plan`, or `train`/`describe --tape` without a plan)",
             plan.display()
         );

@@ -4,6 +4,8 @@
 //! 1. [`rewrite`] (optional, before planning): bit-preserving constant folding and
 //!    common-subexpression elimination, replaying the tape into a new one; [`sgd_fusion`]
 //!    (optional, in [`plan_with`]): SGD updates fused with their weight gradients' products;
+//!    then [`transpose_fold`] (optional, in [`plan_with`]): transposes folded into the matrix
+//!    products that read them;
 //! 2. [`persistent`]: the persistent region, every parameter an entry reaches, at the start of
 //!    the arena;
 //!
@@ -37,6 +39,7 @@ pub mod remat;
 pub mod rewrite;
 pub mod roots;
 pub mod sgd_fusion;
+pub mod transpose_fold;
 pub mod writer;
 
 use std::collections::BTreeSet;
@@ -206,6 +209,11 @@ pub struct PlanOptions {
     /// both ways; on a tie the unfused plan is kept, so plans that gain nothing keep their
     /// bytes). Same bits either way (a test checks).
     pub fuse_sgd: bool,
+    /// Fold each `transpose` read only by matrix products into them ([`transpose_fold`]:
+    /// `matmul_tn`, `matmul_nt`; the transpose never touches the arena). On by default, and
+    /// kept unless it makes the arena larger (on a tie the folded plan is kept: it computes no
+    /// transposes). Same bits either way (a test checks).
+    pub fold_transposes: bool,
 }
 
 impl Default for PlanOptions {
@@ -216,6 +224,7 @@ impl Default for PlanOptions {
             arith: ArithProfile::Separate,
             interleave_updates: true,
             fuse_sgd: true,
+            fold_transposes: true,
         }
     }
 }
@@ -290,18 +299,22 @@ pub fn plan_with(
     entries: &[EntrySpec],
     options: PlanOptions,
 ) -> Result<Schedule, PlanningError> {
+    let plan = |t: &Tape, e: &[EntrySpec]| plan_tape(t, e, options);
     let plain = plan_tape(tape, entries, options)?;
     if !options.fuse_sgd {
-        return Ok(plain);
+        return transpose_fold::keep_if_not_larger(tape, entries, options, plain, plan);
     }
     let (fused_tape, map, fused) = sgd_fusion::fuse_sgd_updates(tape, entries)?;
     if fused == 0 {
-        return Ok(plain);
+        return transpose_fold::keep_if_not_larger(tape, entries, options, plain, plan);
     }
-    let mut schedule = plan_tape(&fused_tape, &rewrite::remap_entries(entries, &map), options)?;
+    let fused_entries = rewrite::remap_entries(entries, &map);
+    let mut schedule = plan_tape(&fused_tape, &fused_entries, options)?;
     if schedule.arena_elems >= plain.arena_elems {
-        return Ok(plain);
+        return transpose_fold::keep_if_not_larger(tape, entries, options, plain, plan);
     }
+    schedule =
+        transpose_fold::keep_if_not_larger(&fused_tape, &fused_entries, options, schedule, plan)?;
     // The fused tape keeps every node's index: name the caller's nodes.
     for (_, _, node) in &mut schedule.parameters {
         *node = tape.id(node.index())?;

@@ -48,72 +48,22 @@ pub fn fuse_sgd_updates(
     entries: &[EntrySpec],
 ) -> Result<(Tape, Vec<NodeId>, usize), TapeError> {
     let found = fusable(tape, entries);
-    let mut out = Tape::new();
-    let mut map: Vec<NodeId> = Vec::with_capacity(tape.len());
-    for (index, node) in tape.nodes().iter().enumerate() {
-        let id = match node.op {
-            Opcode::Input => out.input(node.name.as_deref().unwrap_or("input"), node.shape),
-            Opcode::Parameter => out.parameter(node.name.as_deref().unwrap_or("param"), node.shape),
-            op => match found.iter().find(|f| f.update == index) {
-                Some(f) => out.push(
-                    Opcode::SgdMatMul,
-                    Attr::Lr(f.lr),
-                    &[map[f.weight], map[f.a], map[f.b]],
-                )?,
-                None => {
-                    let args: Vec<NodeId> = node
-                        .arg_indices()
-                        .iter()
-                        .map(|&a| map[a as usize])
-                        .collect();
-                    out.push(op, node.attr, &args)?
-                }
-            },
-        };
-        map.push(id);
-    }
+    let (out, map) = super::transpose_fold::replay(tape, |index| {
+        found
+            .iter()
+            .find(|f| f.update == index)
+            .map(|f| (Opcode::SgdMatMul, Attr::Lr(f.lr), vec![f.weight, f.a, f.b]))
+    })?;
     Ok((out, map, found.len()))
 }
 
 /// The updates of `entries` that fuse.
 fn fusable(tape: &Tape, entries: &[EntrySpec]) -> Vec<Fusable> {
     let nodes = tape.nodes();
-    let n = nodes.len();
     // Readers among the roots' ancestors (a dead node's reading does not count), and the roots
-    // themselves.
-    let mut live = vec![false; n];
-    let mut stack: Vec<usize> = Vec::new();
-    let mut readers = vec![0usize; n];
-    for e in entries {
-        for r in &e.roots {
-            match r {
-                Root::Output { node, .. } => {
-                    stack.push(node.index());
-                    readers[node.index()] += 1;
-                }
-                // An update reads its value too (a value that is also another parameter's
-                // update, or an output, must exist: it is not fused away).
-                Root::Update { value, .. } => {
-                    stack.push(value.index());
-                    readers[value.index()] += 1;
-                }
-                // A kept parameter is a leaf: it reads nothing.
-                Root::Keep { .. } => {}
-            }
-        }
-    }
-    while let Some(v) = stack.pop() {
-        if v >= n || live[v] {
-            continue;
-        }
-        live[v] = true;
-        stack.extend(nodes[v].arg_indices().iter().map(|&a| a as usize));
-    }
-    for (node, _) in nodes.iter().zip(&live).filter(|(_, &l)| l) {
-        for &a in node.arg_indices() {
-            readers[a as usize] += 1;
-        }
-    }
+    // themselves (an update reads its value too: a value that is also another parameter's
+    // update, or an output, must exist, so it is not fused away).
+    let (_, readers) = super::transpose_fold::live_readers(tape, entries);
     // The update nodes of guarded entries, and those named by more than one root.
     let mut guarded: HashSet<usize> = HashSet::new();
     let mut seen: HashSet<usize> = HashSet::new();

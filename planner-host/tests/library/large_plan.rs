@@ -35,12 +35,13 @@ fn a_plan_over_the_stack_scratch_loads_with_parse_alloc_and_trains_bitwise() {
         .loss(Loss::SoftmaxCrossEntropy)
         .optimizer(Optimizer::sgd(0.05))
         .batch(BATCH)
-        // One planning attempt per entry (tape order, unfused, no SGD fusion), so the test stays quick in a
-        // debug build; the plan's size is what it is about.
+        // One planning attempt per entry (tape order, unfused, no SGD fusion, no transpose
+        // folding), so the test stays quick in a debug build; the plan's size is what it is about.
         .options(JobOptions {
             planning: PlanOptions {
                 fusion: tapeplan_planner::FusionPolicy::Off,
                 fuse_sgd: false,
+                fold_transposes: false,
                 interleave_updates: false,
                 ..PlanOptions::default()
             },

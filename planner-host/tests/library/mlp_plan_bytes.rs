@@ -21,13 +21,13 @@ fn digest(
     opt: Optimizer,
     batch: usize,
     options: JobOptions,
-    interleave_updates: bool,
-    fuse_sgd: bool,
+    (interleave_updates, fuse_sgd, fold_transposes): (bool, bool, bool),
     per_chain: bool,
 ) -> u64 {
-    // The SGD update fused with its weight gradient (`PlanOptions::fuse_sgd`, a later planning
-    // choice than both tables) is off: these pins are about the recorded tape and the planner
-    // they name. The fused plans are pinned below (`fused_sgd_plan_bytes_are_pinned`). So is
+    // The SGD update fused with its weight gradient (`PlanOptions::fuse_sgd`) and the
+    // transposes folded into their products (`PlanOptions::fold_transposes`), later planning
+    // choices than both tables, are off there: those pins are about the recorded tape and the
+    // planner they name. The fused and folded plans are pinned below. So is
     // the per-chain fusion decision (`FusionPolicy::Auto`, the default since branch
     // `chainfuse`): the tables were made fusing every chain, which `FusionPolicy::All` still
     // does byte for byte; the per-chain plans are pinned in `per_chain_plan_bytes_are_pinned`.
@@ -39,6 +39,7 @@ fn digest(
         planning: PlanOptions {
             interleave_updates,
             fuse_sgd,
+            fold_transposes,
             fusion,
             ..options.planning
         },
@@ -57,7 +58,13 @@ fn digest(
 fn cases(interleave: bool, per_chain: bool) -> Vec<(&'static str, u64)> {
     let digest = |sizes: &[usize], loss, opt, batch, options| {
         digest(
-            sizes, loss, opt, batch, options, interleave, false, per_chain,
+            sizes,
+            loss,
+            opt,
+            batch,
+            options,
+            (interleave, false, false),
+            per_chain,
         )
     };
     let ce = Loss::SoftmaxCrossEntropy;
@@ -168,8 +175,7 @@ fn fused_sgd_plan_bytes_are_pinned() {
             Optimizer::sgd(0.1),
             32,
             d(),
-            true,
-            true,
+            (true, true, false),
             false,
         ),
         digest(
@@ -178,8 +184,7 @@ fn fused_sgd_plan_bytes_are_pinned() {
             Optimizer::sgd(0.05),
             8,
             d(),
-            true,
-            true,
+            (true, true, false),
             false,
         ),
     ];
@@ -210,8 +215,7 @@ fn per_chain_plan_bytes_are_pinned() {
             Optimizer::sgd(0.1),
             32,
             d(),
-            true,
-            true,
+            (true, true, false),
             true,
         ),
         digest(
@@ -220,8 +224,7 @@ fn per_chain_plan_bytes_are_pinned() {
             Optimizer::sgd(0.05),
             8,
             d(),
-            true,
-            true,
+            (true, true, false),
             true,
         ),
     ];
@@ -250,3 +253,62 @@ const PER_CHAIN: [(&str, u64); 7] = [
 
 /// [`FUSED_SGD`]'s cases with fusion decided per chain.
 const PER_CHAIN_FUSED_SGD: [u64; 2] = [0xed816a8175c283c0, 0x67adf3cf2f4dfd27];
+
+/// The default plans, transposes folded into the products that read them (`matmul_tn`,
+/// `matmul_nt`; branch `mmt`): `sgd` and `mse` with the SGD update fused, `adam` and `adamw`;
+/// every chain fused (`FusionPolicy::All`, as they were pinned before the per-chain decision).
+#[test]
+fn folded_plan_bytes_are_pinned() {
+    let ce = Loss::SoftmaxCrossEntropy;
+    let d = JobOptions::default;
+    let got = [
+        digest(
+            &[64, 32, 10],
+            ce,
+            Optimizer::sgd(0.1),
+            32,
+            d(),
+            (true, true, true),
+            false,
+        ),
+        digest(
+            &[4, 3, 2],
+            Loss::MeanSquaredError,
+            Optimizer::sgd(0.05),
+            8,
+            d(),
+            (true, true, true),
+            false,
+        ),
+        digest(
+            &[64, 16, 10],
+            ce,
+            Optimizer::adam(0.01),
+            16,
+            d(),
+            (true, true, true),
+            false,
+        ),
+        digest(
+            &[8, 6, 4, 3],
+            ce,
+            Optimizer::adamw(0.01),
+            4,
+            d(),
+            (true, true, true),
+            false,
+        ),
+    ];
+    for h in &got {
+        println!("folded: {h:#018x}");
+    }
+    assert_eq!(got, FOLDED);
+}
+
+/// `sgd`, `mse` (SGD update fused), `adam` and `adamw` of [`DEFAULT`] with transposes folded.
+const FOLDED: [u64; 4] = [
+    0x0067dc41c63cdf03,
+    0xc563880877fae7d9,
+    0x73feaf6e5f49e49a,
+    0x2a6bed1c0f0ca9e5,
+];

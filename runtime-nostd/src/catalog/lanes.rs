@@ -490,90 +490,294 @@ pub(crate) fn matmul_fma(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usi
     matmul_with::<Fused>(a, b, out, m, k, n);
 }
 
+/// `out = aᵀ · b` for row-major `a: [k, m]`, `b: [k, n]`, `out: [m, n]` (`matmul_tn`; lengths
+/// checked by the caller), under the profile's step `S` ([`Separate`], or [`Fused`] for `fma`).
+///
+/// # Arithmetic order
+/// [`matmul`]'s over `aᵀ`: each `out[i, j]` starts at `+0.0` and accumulates over
+/// `p = 0, 1, …, k-1` in increasing order (`tapeplan_core::ops::matmul_tn::kernel`'s bits).
+/// Blocks of at most 256 `p` by [`PACK_ELEMS`]` / 256` rows of `aᵀ` are packed into a panel on
+/// the stack (a read of `a`'s rows, contiguous), and the register tiles of [`matmul`] run over
+/// the panel; the accumulators of a later block of `p` start from the earlier blocks' sums
+/// (stored in `out` as `f32`, exactly the accumulator), so each output's sum is the one
+/// sequence over increasing `p`.
+#[cfg(feature = "simd")]
+pub(crate) fn matmul_tn<S: Step>(
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+    m: usize,
+    k: usize,
+    n: usize,
+) {
+    if empty(out, m, k, n) {
+        return;
+    }
+    let kb = k.min(256);
+    let mb = (PACK_ELEMS / kb).min(m);
+    let mut panel = [0.0f32; PACK_ELEMS];
+    let mut p0 = 0;
+    while p0 < k {
+        let kc = kb.min(k - p0);
+        let mut i0 = 0;
+        while i0 < m {
+            let mc = mb.min(m - i0);
+            // panel[r, pp] = aᵀ[i0 + r, p0 + pp] = a[p0 + pp, i0 + r].
+            for pp in 0..kc {
+                let at = (p0 + pp) * m + i0;
+                if let Some(src) = a.get(at..at + mc) {
+                    for (r, &v) in src.iter().enumerate() {
+                        if let Some(d) = panel.get_mut(r * kc + pp) {
+                            *d = v;
+                        }
+                    }
+                }
+            }
+            let g = Block {
+                m: mc,
+                k: kc,
+                n,
+                lda: kc,
+                ldb: n,
+                ldo: n,
+            };
+            let (Some(bs), Some(os)) = (b.get(p0 * n..), out.get_mut(i0 * n..)) else {
+                return;
+            };
+            block_from::<S>(p0, &panel, bs, os, g);
+            i0 += mc;
+        }
+        p0 += kc;
+    }
+}
+
+/// `out = a · bᵀ` for row-major `a: [m, k]`, `b: [n, k]`, `out: [m, n]` (`matmul_nt`; lengths
+/// checked by the caller), under the profile's step `S`.
+///
+/// # Arithmetic order
+/// [`matmul`]'s over `bᵀ`: each `out[i, j]` starts at `+0.0` and accumulates over
+/// `p = 0, 1, …, k-1` in increasing order (`tapeplan_core::ops::matmul_nt::kernel`'s bits).
+/// `bᵀ` is not contiguous across `j`: blocks of at most 64 columns by [`PACK_ELEMS`]` / 64`
+/// `p` are packed into a panel on the stack, `[p, j]` row-major, and the register tiles of
+/// [`matmul`] run over it; a later block of `p` continues from the sums in `out`, as in
+/// [`matmul_tn`].
+#[cfg(feature = "simd")]
+pub(crate) fn matmul_nt<S: Step>(
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+    m: usize,
+    k: usize,
+    n: usize,
+) {
+    if empty(out, m, k, n) {
+        return;
+    }
+    let nb = n.min(64);
+    let kb = (PACK_ELEMS / nb).min(k);
+    let mut panel = [0.0f32; PACK_ELEMS];
+    let mut j0 = 0;
+    while j0 < n {
+        let nc = nb.min(n - j0);
+        let mut p0 = 0;
+        while p0 < k {
+            let kc = kb.min(k - p0);
+            // panel[pp, jj] = bᵀ[p0 + pp, j0 + jj] = b[j0 + jj, p0 + pp].
+            for jj in 0..nc {
+                let at = (j0 + jj) * k + p0;
+                if let Some(src) = b.get(at..at + kc) {
+                    for (pp, &v) in src.iter().enumerate() {
+                        if let Some(d) = panel.get_mut(pp * nc + jj) {
+                            *d = v;
+                        }
+                    }
+                }
+            }
+            let g = Block {
+                m,
+                k: kc,
+                n: nc,
+                lda: k,
+                ldb: nc,
+                ldo: n,
+            };
+            let (Some(asl), Some(os)) = (a.get(p0..), out.get_mut(j0..)) else {
+                return;
+            };
+            block_from::<S>(p0, asl, &panel, os, g);
+            p0 += kc;
+        }
+        j0 += nc;
+    }
+}
+
+/// True when the product `[m, k] x [k, n]` has nothing to multiply: no output (`m` or `n`
+/// zero), or an empty sum (`k` zero: every output `+0.0`, written here).
+#[cfg(feature = "simd")]
+#[inline(always)]
+fn empty(out: &mut [f32], m: usize, k: usize, n: usize) -> bool {
+    if k == 0 && m != 0 && n != 0 {
+        out.fill(0.0);
+    }
+    n == 0 || m == 0 || k == 0
+}
+
+/// [`block`] over the block of `p` starting at `p0`: the accumulators start from `+0.0` for the
+/// first block, from the sums in `out` for a later one.
+#[cfg(feature = "simd")]
+#[inline(always)]
+fn block_from<S: Step>(p0: usize, a: &[f32], b: &[f32], out: &mut [f32], g: Block) {
+    if p0 == 0 {
+        block::<S, false>(a, b, out, g);
+    } else {
+        block::<S, true>(a, b, out, g);
+    }
+}
+
+/// The stack panel of [`matmul_tn`] and [`matmul_nt`], in `f32` elements: 1024 (4 KiB). The
+/// runtime is heap-free; the SIMD catalog runs on hosts and in browsers, and a Cortex-M build
+/// (the scalar catalog) runs the reference kernels and has no panel.
+#[cfg(feature = "simd")]
+pub const PACK_ELEMS: usize = 1024;
+
+/// A register-tiled product's geometry: `[m, k] x [k, n] -> [m, n]`, each operand row-major
+/// with its own row stride in elements (`lda`, `ldb`, `ldo`: a block of a larger matrix, or a
+/// packed panel).
+#[cfg(feature = "simd")]
+#[derive(Clone, Copy)]
+struct Block {
+    m: usize,
+    k: usize,
+    n: usize,
+    lda: usize,
+    ldb: usize,
+    ldo: usize,
+}
+
 /// The register-tiled product with the step `S` (see [`matmul`]).
 #[cfg(feature = "simd")]
 #[inline(always)]
 fn matmul_with<S: Step>(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, n: usize) {
-    if n == 0 || m == 0 {
+    if empty(out, m, k, n) {
         return;
     }
-    if k == 0 {
-        out.fill(0.0);
+    let g = Block {
+        m,
+        k,
+        n,
+        lda: k,
+        ldb: n,
+        ldo: n,
+    };
+    block::<S, false>(a, b, out, g);
+}
+
+/// Every row of `g`: tiles of `MR` rows, then of 2 and 1. With `LOAD`, each accumulator starts
+/// from `out`'s element (a later block of `p` continuing the sums), else from `+0.0`.
+#[cfg(feature = "simd")]
+#[inline(always)]
+fn block<S: Step, const LOAD: bool>(a: &[f32], b: &[f32], out: &mut [f32], g: Block) {
+    if g.k == 0 {
         return;
     }
-    let mut done = rows::<S, MR>(a, b, out, k, n);
+    let mut done = rows::<S, MR, LOAD>(a, b, out, g, 0);
     for step in [2usize, 1] {
-        if done >= m {
+        if done >= g.m {
             break;
         }
-        let (Some(ar), Some(or)) = (a.get(done * k..), out.get_mut(done * n..)) else {
-            return;
-        };
         done += match step {
-            2 => rows::<S, 2>(ar, b, or, k, n),
-            _ => rows::<S, 1>(ar, b, or, k, n),
+            2 => rows::<S, 2, LOAD>(a, b, out, g, done),
+            _ => rows::<S, 1, LOAD>(a, b, out, g, done),
         };
     }
 }
 
-/// Runs as many whole blocks of `R` rows as fit; answers the rows done.
+/// Runs as many whole blocks of `R` rows from row `from` as fit; answers the rows done.
 #[cfg(feature = "simd")]
-fn rows<S: Step, const R: usize>(
+fn rows<S: Step, const R: usize, const LOAD: bool>(
     a: &[f32],
     b: &[f32],
     out: &mut [f32],
-    k: usize,
-    n: usize,
+    g: Block,
+    from: usize,
 ) -> usize {
-    let mut done = 0;
-    for (ab, ob) in a.chunks_exact(R * k).zip(out.chunks_exact_mut(R * n)) {
-        row_block::<S, R>(ab, b, ob, k, n);
-        done += R;
+    let mut i = from;
+    while i + R <= g.m {
+        let (Some(ab), Some(ob)) = (a.get(i * g.lda..), out.get_mut(i * g.ldo..)) else {
+            break;
+        };
+        row_block::<S, R, LOAD>(ab, b, ob, g);
+        i += R;
     }
-    done
+    i - from
 }
 
 #[cfg(feature = "simd")]
 #[inline(always)]
-fn row_block<S: Step, const R: usize>(a: &[f32], b: &[f32], out: &mut [f32], k: usize, n: usize) {
+fn row_block<S: Step, const R: usize, const LOAD: bool>(
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+    g: Block,
+) {
     use width::NR;
+    let n = g.n;
     let mut j = 0;
     while j + NR * L <= n {
-        tile::<S, R, NR>(a, b, out, j, k, n);
+        tile::<S, R, NR, LOAD>(a, b, out, j, g);
         j += NR * L;
     }
     if NR > 2 && j + 2 * L <= n {
-        tile::<S, R, 2>(a, b, out, j, k, n);
+        tile::<S, R, 2, LOAD>(a, b, out, j, g);
         j += 2 * L;
     }
     while j + L <= n {
-        tile::<S, R, 1>(a, b, out, j, k, n);
+        tile::<S, R, 1, LOAD>(a, b, out, j, g);
         j += L;
     }
     if j < n {
-        tile_partial::<S, R>(a, b, out, j, n - j, k, n);
+        tile_partial::<S, R, LOAD>(a, b, out, j, n - j, g);
     }
+}
+
+/// The first `k` elements of each of `R` rows `lda` apart.
+#[cfg(feature = "simd")]
+#[inline(always)]
+fn a_rows<const R: usize>(a: &[f32], g: Block) -> [&[f32]; R] {
+    core::array::from_fn(|r| a.get(r * g.lda..r * g.lda + g.k).unwrap_or(&[]))
 }
 
 /// Columns `j..j + C·L` of rows `0..R` of the block.
 #[cfg(feature = "simd")]
 #[inline(always)]
-fn tile<S: Step, const R: usize, const C: usize>(
+fn tile<S: Step, const R: usize, const C: usize, const LOAD: bool>(
     a: &[f32],
     b: &[f32],
     out: &mut [f32],
     j: usize,
-    k: usize,
-    n: usize,
+    g: Block,
 ) {
-    let mut acc = [[V::splat(0.0); C]; R];
-    let a_rows: [&[f32]; R] = core::array::from_fn(|r| a.get(r * k..(r + 1) * k).unwrap_or(&[]));
+    let (k, ldb, ldo) = (g.k, g.ldb, g.ldo);
+    let a_rows = a_rows::<R>(a, g);
     // Checked once, so the loop's own checks fold away.
-    if a_rows.iter().any(|r| r.len() != k) || j + C * L > n || b.len() < k * n {
+    if a_rows.iter().any(|r| r.len() != k) || j + C * L > g.n || b.len() < (k - 1) * ldb + g.n {
         return;
     }
+    let mut acc = [[V::splat(0.0); C]; R];
+    if LOAD {
+        for (r, acc_r) in acc.iter_mut().enumerate() {
+            let at = r * ldo + j;
+            let Some(os) = out.get(at..at + C * L) else {
+                return;
+            };
+            let (oc, _) = os.as_chunks::<L>();
+            for (s, o) in acc_r.iter_mut().zip(oc) {
+                *s = V::new(*o);
+            }
+        }
+    }
     for p in 0..k {
-        let at = p * n + j;
+        let at = p * ldb + j;
         let Some(bs) = b.get(at..at + C * L) else {
             return;
         };
@@ -587,7 +791,7 @@ fn tile<S: Step, const R: usize, const C: usize>(
         }
     }
     for (r, acc_r) in acc.iter().enumerate() {
-        let at = r * n + j;
+        let at = r * ldo + j;
         let Some(os) = out.get_mut(at..at + C * L) else {
             return;
         };
@@ -623,26 +827,36 @@ fn row_vector(b: &[f32], at: usize, w: usize) -> V {
 /// the unused lanes computed on zeros and never stored.
 #[cfg(feature = "simd")]
 #[inline(always)]
-fn tile_partial<S: Step, const R: usize>(
+fn tile_partial<S: Step, const R: usize, const LOAD: bool>(
     a: &[f32],
     b: &[f32],
     out: &mut [f32],
     j: usize,
     w: usize,
-    k: usize,
-    n: usize,
+    g: Block,
 ) {
+    let (ldb, ldo) = (g.ldb, g.ldo);
     let mut acc = [V::splat(0.0); R];
-    let a_rows: [&[f32]; R] = core::array::from_fn(|r| a.get(r * k..(r + 1) * k).unwrap_or(&[]));
-    for p in 0..b.len() / n.max(1) {
-        let y = row_vector(b, p * n + j, w);
+    if LOAD {
+        for (r, s) in acc.iter_mut().enumerate() {
+            let mut lanes = [0.0f32; L];
+            let at = r * ldo + j;
+            if let (Some(dst), Some(src)) = (lanes.get_mut(..w), out.get(at..at + w)) {
+                dst.copy_from_slice(src);
+            }
+            *s = V::new(lanes);
+        }
+    }
+    let a_rows = a_rows::<R>(a, g);
+    for p in 0..g.k {
+        let y = row_vector(b, p * ldb + j, w);
         for (s, a_r) in acc.iter_mut().zip(&a_rows) {
             let x = V::splat(a_r.get(p).copied().unwrap_or(0.0));
             *s = S::v(*s, x, y);
         }
     }
     for (r, s) in acc.iter().enumerate() {
-        let at = r * n + j;
+        let at = r * ldo + j;
         if let (Some(dst), Some(src)) = (out.get_mut(at..at + w), s.as_array().get(..w)) {
             dst.copy_from_slice(src);
         }

@@ -56,6 +56,7 @@
 //! index never exceeds a buffer's length, which fits in `usize`), so it cannot overflow.
 #![allow(clippy::arithmetic_side_effects)]
 
+use tapeplan_core::ops::matmul::Transposed;
 use tapeplan_core::ops::{exp, log, pow, sigmoid, softplus, tanh, Attr, OpError};
 use tapeplan_core::{ArithProfile, MathProfile, OpSet, Opcode, Ops, Shape, MAX_RANK};
 
@@ -424,20 +425,13 @@ pub(crate) fn structural<O: Ops>(
             true
         }
         (Opcode::MatMul, [a, b], [da, db]) if on!(MatMul) => {
-            let ([batch, m, k], [batch_b, k_b, n]) = (batched(da), batched(db));
-            if da.rank != db.rank || batch != batch_b || k_b != k {
-                return false;
-            }
-            let (ra, rb, ro) = (m * k, k * n, m * n);
-            if a.len() != batch * ra || b.len() != batch * rb || out.len() != batch * ro {
-                return false;
-            }
-            for i in 0..batch {
-                if let (Some(a), Some(b), Some(o)) = (
-                    a.get(i * ra..(i + 1) * ra),
-                    b.get(i * rb..(i + 1) * rb),
-                    out.get_mut(i * ro..(i + 1) * ro),
-                ) {
+            product(
+                a,
+                b,
+                (da, db),
+                out,
+                NOT_TRANSPOSED,
+                |arith, a, b, o, m, k, n| {
                     match arith {
                         ArithProfile::Separate => lanes::matmul(a, b, o, m, k, n),
                         #[cfg(feature = "arith-fma")]
@@ -446,9 +440,20 @@ pub(crate) fn structural<O: Ops>(
                         #[allow(unreachable_patterns)]
                         _ => return false,
                     }
-                }
-            }
-            true
+                    true
+                },
+                arith,
+            )
+        }
+        #[cfg(feature = "simd")]
+        (Opcode::MatMulTn, [a, b], [da, db]) if on!(MatMulTn) => {
+            let t = Transposed { a: true, b: false };
+            product(a, b, (da, db), out, t, by_arith!(matmul_tn), arith)
+        }
+        #[cfg(feature = "simd")]
+        (Opcode::MatMulNt, [a, b], [da, db]) if on!(MatMulNt) => {
+            let t = Transposed { a: false, b: true };
+            product(a, b, (da, db), out, t, by_arith!(matmul_nt), arith)
         }
         (Opcode::Transpose, [x], [dx]) if on!(Transpose) => {
             let [batch, m, n] = batched(dx);
@@ -484,6 +489,67 @@ pub(crate) fn structural<O: Ops>(
         (Opcode::MaxTo, [x], [dx]) if on!(MaxTo) => max_to(x, dx, out, out_dims),
         _ => false,
     }
+}
+
+/// The kernel `lanes::$f::<S>` (generic over the step, `lanes::Step`) of the arithmetic profile
+/// asked, as [`product`] takes it: `false` for a profile this build leaves out.
+#[cfg(feature = "simd")]
+macro_rules! by_arith {
+    ($f:ident) => {
+        |arith, a, b, o, m, k, n| {
+            match arith {
+                ArithProfile::Separate => lanes::$f::<lanes::Separate>(a, b, o, m, k, n),
+                #[cfg(feature = "arith-fma")]
+                ArithProfile::Fma => lanes::$f::<lanes::Fused>(a, b, o, m, k, n),
+                #[allow(unreachable_patterns)]
+                _ => return false,
+            }
+            true
+        }
+    };
+}
+#[cfg(feature = "simd")]
+use by_arith;
+
+/// `matmul` reads neither operand transposed.
+const NOT_TRANSPOSED: Transposed = Transposed { a: false, b: false };
+
+/// A matrix product (`matmul`, `matmul_tn`, `matmul_nt`: operands stored transposed as `t`
+/// says) run by `kernel(arith, a, b, out, m, k, n)` once per batch index; `false`, having
+/// written nothing, when the shapes or lengths do not fit (the reference then runs) or the
+/// kernel has no such profile.
+#[inline(always)]
+fn product(
+    a: &[f32],
+    b: &[f32],
+    (da, db): (&Dims, &Dims),
+    out: &mut [f32],
+    t: Transposed,
+    kernel: impl Fn(ArithProfile, &[f32], &[f32], &mut [f32], usize, usize, usize) -> bool,
+    arith: ArithProfile,
+) -> bool {
+    let ([batch, a0, a1], [batch_b, b0, b1]) = (batched(da), batched(db));
+    let (m, k) = if t.a { (a1, a0) } else { (a0, a1) };
+    let (k_b, n) = if t.b { (b1, b0) } else { (b0, b1) };
+    if da.rank != db.rank || batch != batch_b || k_b != k {
+        return false;
+    }
+    let (ra, rb, ro) = (m * k, k * n, m * n);
+    if a.len() != batch * ra || b.len() != batch * rb || out.len() != batch * ro {
+        return false;
+    }
+    for i in 0..batch {
+        if let (Some(a), Some(b), Some(o)) = (
+            a.get(i * ra..(i + 1) * ra),
+            b.get(i * rb..(i + 1) * rb),
+            out.get_mut(i * ro..(i + 1) * ro),
+        ) {
+            if !kernel(arith, a, b, o, m, k, n) {
+                return false;
+            }
+        }
+    }
+    true
 }
 
 /// `out[j, i] = x[i, j]` for `x: [m, n]`: 8×8 tiles through a local block (whole rows read,
@@ -884,6 +950,7 @@ pub fn has_kernel(op: Opcode, attr: Attr, arg_shapes: &[Shape]) -> bool {
         Opcode::Fill | Opcode::MatMul | Opcode::Transpose | Opcode::Reshape | Opcode::Select => {
             true
         }
+        Opcode::MatMulTn | Opcode::MatMulNt => cfg!(feature = "simd"),
         Opcode::Conv => {
             cfg!(feature = "simd")
                 && match arg_shapes {

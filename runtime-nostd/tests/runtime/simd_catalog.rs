@@ -73,7 +73,7 @@ fn check(op: Opcode, attr: Attr, args: &[&[f32]], shapes: &[Shape]) -> Result<()
         ArithProfile::Fma,
     );
     let mut profiles = vec![(p, s), (MathProfile::Fast, s)];
-    if op == Opcode::MatMul {
+    if matches!(op, Opcode::MatMul | Opcode::MatMulTn | Opcode::MatMulNt) {
         profiles.push((p, f));
     }
     {
@@ -472,6 +472,105 @@ fn catalog_names_itself() {
     } else {
         assert_eq!(c, "scalar");
         assert_eq!(lanes, 1);
+    }
+}
+
+/// `matmul_tn` (`a: [k, m]`) and `matmul_nt` (`b: [n, k]`) over `[m, k] x [k, n]`'s operands,
+/// batched when `bt` is some.
+fn check_transposed(
+    bt: Option<usize>,
+    (m, k, n): (usize, usize, usize),
+    a: &[f32],
+    b: &[f32],
+) -> Result<(), TestCaseError> {
+    let s = |d: [usize; 2]| match bt {
+        Some(bt) => shp(&[bt, d[0], d[1]]),
+        None => shp(&d),
+    };
+    check(
+        Opcode::MatMulTn,
+        Attr::NONE,
+        &[a, b],
+        &[s([k, m]), s([k, n])],
+    )?;
+    check(
+        Opcode::MatMulNt,
+        Attr::NONE,
+        &[a, b],
+        &[s([m, k]), s([n, k])],
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    #[test]
+    fn transposed_products_match_reference(
+        (m, k, n, a, b) in (0usize..=21, 0usize..=37, 0usize..=70).prop_flat_map(|(m, k, n)| {
+            (Just(m), Just(k), Just(n), values(m * k), values(k * n))
+        })
+    ) {
+        check_transposed(None, (m, k, n), &a, &b)?;
+    }
+
+    #[test]
+    fn transposed_products_ordinary_values_match_reference(
+        (m, k, n, a, b) in (1usize..=13, 1usize..=600, 1usize..=140).prop_flat_map(|(m, k, n)| {
+            (Just(m), Just(k), Just(n),
+             prop::collection::vec(-2.0f32..2.0, m * k), prop::collection::vec(-2.0f32..2.0, k * n))
+        })
+    ) {
+        // Long sums (past the 256 `p` of one packed block of `matmul_tn`, and the `1024 / n`
+        // of `matmul_nt`'s), columns past one 64-column panel: a change of order shows.
+        check_transposed(None, (m, k, n), &a, &b)?;
+    }
+
+    #[test]
+    fn batched_transposed_products_match_reference(
+        (bt, m, k, n, a, b) in (0usize..=4, 0usize..=9, 0usize..=21, 0usize..=40)
+            .prop_flat_map(|(bt, m, k, n)| {
+                (Just(bt), Just(m), Just(k), Just(n), values(bt * m * k), values(bt * k * n))
+            })
+    ) {
+        check_transposed(Some(bt), (m, k, n), &a, &b)?;
+    }
+}
+
+/// The odd extents 1, 3, 17, 33 (and the training shapes of W1 and W2) in every combination,
+/// ordinary values: each transposed product's catalog kernel gives the reference bits.
+#[test]
+fn transposed_products_odd_shapes() {
+    let dims = [1usize, 3, 17, 33, 65];
+    let mut shapes: Vec<(usize, usize, usize)> = Vec::new();
+    for &m in &dims {
+        for &k in &dims {
+            for &n in &dims {
+                shapes.push((m, k, n));
+            }
+        }
+    }
+    shapes.extend([
+        (784, 64, 128),
+        (32, 10, 32),
+        (64, 10, 128),
+        (3, 300, 5),
+        (5, 257, 3),
+    ]);
+    for (m, k, n) in shapes {
+        let val = |i: usize, s: u32| {
+            ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(s) >> 8) as f32 / 8_388_608.0 - 1.0
+        };
+        let a: Vec<f32> = (0..m * k).map(|i| val(i, 1)).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| val(i, 7)).collect();
+        check_transposed(None, (m, k, n), &a, &b).unwrap();
+    }
+    if cfg!(feature = "simd") {
+        for op in [Opcode::MatMulTn, Opcode::MatMulNt] {
+            assert!(
+                catalog::has_kernel(op, Attr::NONE, &[shp(&[8, 8]), shp(&[8, 8])]),
+                "{op}"
+            );
+        }
     }
 }
 

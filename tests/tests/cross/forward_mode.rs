@@ -207,6 +207,7 @@ const TOLERANCE: f32 = 1e-6;
 ///   and `ln(acc) + c`; the rule's transpose is `Σ t·exp(x − y)`;
 /// - `bce_with_logits`: the dual differentiates the stable form (`x − x·z + log1p(e^−x)` or its
 ///   other branch), `t − (t·z + x·t_z) − t·e^−x/(1 + e^−x)`; the rule is `t·(σ(x) − z) − x·t_z`;
+/// - `matmul_tn`, `matmul_nt`: as `matmul` (the same accumulation over a transposed operand);
 /// - `sgd_matmul`: as `matmul` for its product `aᵀ·b` (then `mul` by `lr` and `sub` from `w`,
 ///   which the rule's transpose forms alike);
 /// - `conv`, `conv_transpose`, `conv_weight_grad`: as `matmul`, bilinear kernels whose dual
@@ -215,8 +216,10 @@ const TOLERANCE: f32 = 1e-6;
 ///
 /// Every other kernel applies to its element the arithmetic its rule's transpose records (the
 /// dual's slopes are formed as the rules form them), so the two readings reach the same bits.
-const ROUNDS_APART: [Opcode; 11] = [
+const ROUNDS_APART: [Opcode; 13] = [
     Opcode::MatMul,
+    Opcode::MatMulTn,
+    Opcode::MatMulNt,
     Opcode::SgdMatMul,
     Opcode::Sigmoid,
     Opcode::Softplus,

@@ -32,3 +32,4 @@ mod sgd_fusion;
 mod simd_training;
 mod spec;
 mod training;
+mod transpose_fold;

@@ -8,17 +8,11 @@
 
 use tapeplan_core::format::{HEADER_BYTES, INSTR_RECORD_BYTES, TENSOR_RECORD_BYTES};
 use tapeplan_core::{op_set, ArithProfile, Opcode, Ops};
-use tapeplan_planner::exec::{Oracle, RuntimeModel};
 use tapeplan_planner::model::nn::{Linear, ReLU, Sequential, Tanh};
 use tapeplan_planner::model::optim::Optimizer;
 use tapeplan_planner::model::{Activation, JobOptions, Loss, Mlp, Model, TrainingJob};
-use tapeplan_planner::protocol::SplitMix64;
 use tapeplan_planner::{PlanOptions, Schedule};
-use tapeplan_runtime::{Decoded, Limits, Plan, Scratch, Session};
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
+use tapeplan_runtime::{Limits, Plan, Scratch};
 
 /// The `sgd_matmul` instructions of a plan's `train_step`.
 fn fused_updates(s: &Schedule) -> usize {
@@ -72,61 +66,14 @@ fn train_both(
     );
     assert_eq!(fused_updates(&fused.schedule), expect_fused, "{arith:?}");
     assert_eq!(fused_updates(&plain.schedule), 0);
-    let (fb, pb) = (fused.schedule.to_bytes(), plain.schedule.to_bytes());
-    let mut models = [
-        RuntimeModel::new(&fb).unwrap(),
-        RuntimeModel::new(&pb).unwrap(),
-    ];
-    for m in &mut models {
-        for s in &fused.parameters {
-            m.load_parameter(&s.name, &s.init).unwrap();
-        }
-    }
-    // The decoded path (`Session::run_program`) over the fused plan, by hand.
-    let rt = Plan::parse(&fb).unwrap();
-    let train = rt.entry("train_step").unwrap();
-    let mut arena = vec![0.0f32; rt.arena_elems()];
-    let mut session = Session::bind(&rt, &mut arena).unwrap();
-    for s in &fused.parameters {
-        session.load_parameter(&s.name, &s.init).unwrap();
-    }
-    let mut buf = vec![Decoded::EMPTY; rt.entry_instrs(train).unwrap()];
-    let mut oracle = Oracle::with_initial_parameters(&fused).unwrap();
-    let mut rng = SplitMix64::new(17);
-    for step in 0..6 {
-        let x: Vec<f32> = (0..batch * d_in)
-            .map(|_| rng.next_f32() * 4.0 - 2.0)
-            .collect();
-        let labels: Vec<f32> = (0..batch).map(|_| rng.below(classes) as f32).collect();
-        let l_fused = models[0].train_step(&x, &labels).unwrap();
-        let l_plain = models[1].train_step(&x, &labels).unwrap();
-        let l_oracle = oracle.step(&x, &labels).unwrap();
-        session.set_input(train, "x", &x).unwrap();
-        session.set_labels(train, "labels", &labels).unwrap();
-        let program = session.decode(train, &mut buf).unwrap();
-        session.run_program(&program).unwrap();
-        let l_decoded = session.output(train, "loss").unwrap()[0];
-        assert_eq!(l_fused.to_bits(), l_plain.to_bits(), "step {step}: loss");
-        assert_eq!(l_fused.to_bits(), l_oracle.to_bits(), "step {step}: oracle");
-        assert_eq!(
-            l_fused.to_bits(),
-            l_decoded.to_bits(),
-            "step {step}: decoded"
-        );
-        for (k, s) in fused.parameters.iter().enumerate() {
-            let f = models[0].parameter(&s.name).unwrap();
-            let p = models[1].parameter(&s.name).unwrap();
-            assert_eq!(bits(&f), bits(&p), "step {step}: {} {arith:?}", s.name);
-            assert_eq!(
-                bits(&f),
-                bits(&oracle.params[k].data),
-                "step {step}: {}",
-                s.name
-            );
-            let d = session.parameter(&s.name).unwrap();
-            assert_eq!(bits(&f), bits(d), "step {step}: {} decoded", s.name);
-        }
-    }
+    tapeplan_tests::alike::train_alike(
+        &fused,
+        &plain,
+        (d_in, classes),
+        batch,
+        (6, 17),
+        &format!("{arith:?}"),
+    );
     (
         train_step_bytes(&fused.schedule),
         train_step_bytes(&plain.schedule),
@@ -286,10 +233,11 @@ fn hostile_sgd_matmul_operands_are_refused() {
 
 #[test]
 fn a_selective_build_without_sgd_matmul_refuses_a_fused_plan() {
+    // (`matmul_nt`: the folded transpose of the input gradient `ḡ · wᵀ`.)
     op_set!(struct Unfused = [Fill, Add, Sub, Mul, Div, Neg, Exp, Log, Tanh, Detach, MatMul,
-        Transpose, Reshape, Broadcast, SumTo, MaxTo, OneHot]);
+        Transpose, Reshape, Broadcast, SumTo, MaxTo, OneHot, MatMulTn, MatMulNt]);
     op_set!(struct Fused = [Fill, Add, Sub, Mul, Div, Neg, Exp, Log, Tanh, Detach, MatMul,
-        Transpose, Reshape, Broadcast, SumTo, MaxTo, OneHot, SgdMatMul]);
+        Transpose, Reshape, Broadcast, SumTo, MaxTo, OneHot, SgdMatMul, MatMulTn, MatMulNt]);
     let (bytes, _) = fused_plan(&[5, 4, 3], 2);
     let plan = Plan::parse(&bytes).unwrap();
     let used = plan.op_set();
