@@ -64,6 +64,8 @@ use lanes::UnOp;
 #[cfg(feature = "simd")]
 mod conv_adjoint;
 #[cfg(feature = "simd")]
+mod conv_narrow;
+#[cfg(feature = "simd")]
 mod vecmath;
 
 /// Which catalog this build carries: `"scalar"`, or `"simd-avx512"`, `"simd-avx2"`,
@@ -667,12 +669,15 @@ fn conv(attr: Attr, args: &[&[f32]], shapes: &[Shape], out: &mut [f32]) -> bool 
     if x.len() != g.x_elems() || w.len() != g.w_elems() || out.len() != g.y_elems() {
         return false;
     }
-    if g.axes[1].output < MIN_SIMD_COLUMNS {
-        return false;
-    }
     #[cfg(feature = "simd")]
     {
-        lanes::conv(x, w, out, &g);
+        if g.axes[1].output >= MIN_SIMD_COLUMNS {
+            lanes::conv(x, w, out, &g);
+        } else if conv_narrow::fits(&g, false) {
+            conv_narrow::run(x, w, out, &g, false);
+        } else {
+            return false;
+        }
         true
     }
     #[cfg(not(feature = "simd"))]
@@ -747,13 +752,17 @@ fn conv_adjoint(
     }
     #[cfg(feature = "simd")]
     {
-        if !conv_adjoint::fits(&g, op == Opcode::ConvTranspose) {
-            return false;
-        }
-        if op == Opcode::ConvTranspose {
-            conv_adjoint::conv_transpose(a, b, out, &g);
+        let transpose = op == Opcode::ConvTranspose;
+        if conv_adjoint::fits(&g, transpose) {
+            if transpose {
+                conv_adjoint::conv_transpose(a, b, out, &g);
+            } else {
+                conv_adjoint::conv_weight_grad(a, b, out, &g);
+            }
+        } else if transpose && conv_narrow::fits(&g, true) {
+            conv_narrow::run(a, b, out, &g, true);
         } else {
-            conv_adjoint::conv_weight_grad(a, b, out, &g);
+            return false;
         }
         true
     }
@@ -894,7 +903,18 @@ pub fn has_kernel(op: Opcode, attr: Attr, arg_shapes: &[Shape]) -> bool {
                         *w,
                         (*x, *w),
                     )
-                    .is_ok_and(|g| g.axes[1].output >= MIN_SIMD_COLUMNS),
+                    .is_ok_and(|g| {
+                        g.axes[1].output >= MIN_SIMD_COLUMNS || {
+                            #[cfg(feature = "simd")]
+                            {
+                                conv_narrow::fits(&g, false)
+                            }
+                            #[cfg(not(feature = "simd"))]
+                            {
+                                false
+                            }
+                        }
+                    }),
                     _ => false,
                 }
         }
@@ -910,7 +930,11 @@ pub fn has_kernel(op: Opcode, attr: Attr, arg_shapes: &[Shape]) -> bool {
                     arg_shapes.get(1).copied().unwrap_or(Shape::SCALAR),
                 ),
             ) {
-                ([_, _], Ok((g, _))) => conv_adjoint::fits(&g, op == Opcode::ConvTranspose),
+                ([_, _], Ok((g, _))) => {
+                    let transpose = op == Opcode::ConvTranspose;
+                    conv_adjoint::fits(&g, transpose)
+                        || (transpose && conv_narrow::fits(&g, true))
+                }
                 _ => false,
             }
         }
