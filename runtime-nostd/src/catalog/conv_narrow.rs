@@ -63,7 +63,10 @@ pub(crate) fn fits(g: &Geometry, transpose: bool) -> bool {
         .all(|a| a.kernel >= 1 && a.kernel <= MAX_KERNEL && a.stride >= 1)
         && width <= MAX_WIDTH
         && dst_g >= MIN_CHANNELS.min(L)
-        && src_g.checked_mul(taps).and_then(|v| v.checked_mul(L)).is_some_and(|v| v <= PACK)
+        && src_g
+            .checked_mul(taps)
+            .and_then(|v| v.checked_mul(L))
+            .is_some_and(|v| v <= PACK)
 }
 
 /// For one destination position along an axis: the taps `k` that pair with a source position,
@@ -237,10 +240,9 @@ fn tile<const P: usize>(g: &Src<'_>, rt: &Taps, cols: &[Taps], qw: usize) -> [V;
     let Some(ct) = cols.get(qw..qw + P) else {
         return acc;
     };
-    for (sc, pc) in g
-        .s
-        .chunks_exact(g.plane.max(1))
-        .zip(g.pack.chunks_exact(g.taps.max(1)))
+    for (sc, pc) in
+        g.s.chunks_exact(g.plane.max(1))
+            .zip(g.pack.chunks_exact(g.taps.max(1)))
     {
         for (kh, sh) in rt.iter() {
             let srow = sc.get(sh * g.width..).unwrap_or(&[]);

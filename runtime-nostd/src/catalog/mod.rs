@@ -43,9 +43,14 @@
 //!   skipping padding, the reference's order; lanes are output channels (4, 8 under AVX-512),
 //!   a register tile holds up to nine taps, the cotangent gathered once per position and shared
 //!   by them; a tile whose channels span groups (depthwise) gathers the input per lane.
-//! - The convolution kernels take rows of at least `MIN_SIMD_COLUMNS` (16) columns and kernels
-//!   of at most 16 taps per axis (`conv_weight_grad`: any width); the reference runs otherwise.
-//!   The executor reaches all three through `convolution` (kernels in `conv_adjoint.rs`).
+//! - The column-lane kernels take rows of at least `MIN_SIMD_COLUMNS` (16) columns and kernels
+//!   of at most 16 taps per axis (`conv_weight_grad`: any width). Narrower `conv` and
+//!   `conv_transpose` rows (the 1-D CNNs' 19, 10, 5 samples) run the channel-lane kernels of
+//!   `conv_narrow.rs` instead: lanes are destination channels (`co`, resp. `ci`), a tile of
+//!   their weights packed on the stack (at most 16 KiB), four positions of a row per register
+//!   tile, the same order per output; they take rows of at most 64 columns and at least four
+//!   destination channels per group (depthwise layers run the reference). The executor
+//!   reaches all three through `convolution` (kernels in `conv_adjoint.rs`, `conv_narrow.rs`).
 //! - **`transpose`** (a permutation, exact whatever the order) in cache-sized blocks, and
 //!   **`fill`**.
 //!
@@ -649,7 +654,8 @@ fn row_reduce(x: &[f32], out: &mut [f32], cols: usize, init: f32, f: impl Fn(f32
 }
 
 /// The narrowest rows (output columns of `conv`, input-gradient columns per stride class of
-/// `conv_transpose`) the `simd` convolution kernels take; narrower ones run the reference. Their
+/// `conv_transpose`) the column-lane convolution kernels take; narrower ones run the
+/// channel-lane kernels of `conv_narrow` when `conv_narrow::fits`, else the reference. Their
 /// border columns run one output at a time, which costs more than the vectors save on narrow
 /// rows: `conv_speed`, SSE2, batch 32, 3×3 padding 1: 8 columns (the digits CNN's first layer)
 /// 0.7× the reference's speed for `conv` and 0.5× for `conv_transpose`, 4 columns 0.5× and
@@ -932,8 +938,7 @@ pub fn has_kernel(op: Opcode, attr: Attr, arg_shapes: &[Shape]) -> bool {
             ) {
                 ([_, _], Ok((g, _))) => {
                     let transpose = op == Opcode::ConvTranspose;
-                    conv_adjoint::fits(&g, transpose)
-                        || (transpose && conv_narrow::fits(&g, true))
+                    conv_adjoint::fits(&g, transpose) || (transpose && conv_narrow::fits(&g, true))
                 }
                 _ => false,
             }
