@@ -89,7 +89,10 @@ impl Taps {
         for k in 0..a.kernel.min(MAX_KERNEL) {
             let source = if transpose {
                 let num = (q + a.pad) as isize - (k * a.dilation) as isize;
-                if num < 0 || num as usize % a.stride != 0 || num as usize / a.stride >= a.output {
+                if num < 0
+                    || !(num as usize).is_multiple_of(a.stride)
+                    || num as usize / a.stride >= a.output
+                {
                     continue;
                 }
                 num as usize / a.stride
