@@ -14,12 +14,13 @@
 //! That is each reference kernel's `# Arithmetic order`.
 //!
 //! The weights of a tile of `L` destination channels are packed, per `(c_s, t)`, into one
-//! vector of `L` lanes on the stack: at most [`PACK`] `f32`s (16 KiB), so a group may have at
-//! most `PACK / L` source channels × taps (1024 with 4 lanes, 256 with 16); the per-column tap
+//! vector of `L` lanes on the stack: at most [`PACK`] `f32`s (32 KiB), so a group may have at
+//! most `PACK / L` source channels × taps (2048 with 4 lanes, 512 with 16); the per-column tap
 //! tables take destination rows of at most [`MAX_WIDTH`] columns, kernels of at most
 //! `conv_adjoint::MAX_KERNEL` taps per axis. [`fits`] says whether a geometry is taken; the
 //! catalog then runs the column-lane kernels or the reference. The catalog runs on hosts and
-//! wasm only (not on the firmware's stacks), where 26 KiB of stack is no concern.
+//! wasm only (not on the firmware's stacks), where about 41 KiB of stack (the pack
+//! and 8.7 KiB of tap tables) is no concern.
 //!
 //! Index arithmetic is bounded by the lengths of buffers the caller checked against the
 //! geometry (see the catalog's module doc), so it cannot overflow.
@@ -29,8 +30,8 @@ use super::conv_adjoint::MAX_KERNEL;
 use super::lanes::{L, V};
 use tapeplan_core::ops::conv::{Axis, Geometry};
 
-/// The packed weights' bound, in `f32`s (16 KiB): a group's source channels × kernel taps × `L`.
-pub(crate) const PACK: usize = 4096;
+/// The packed weights' bound, in `f32`s (32 KiB): a group's source channels × kernel taps × `L`.
+pub(crate) const PACK: usize = 8192;
 
 /// The widest destination row (columns) the per-column tap tables hold.
 pub(crate) const MAX_WIDTH: usize = 64;

@@ -47,7 +47,7 @@
 //!   of at most 16 taps per axis (`conv_weight_grad`: any width). Narrower `conv` and
 //!   `conv_transpose` rows (the 1-D CNNs' 19, 10, 5 samples) run the channel-lane kernels of
 //!   `conv_narrow.rs` instead: lanes are destination channels (`co`, resp. `ci`), a tile of
-//!   their weights packed on the stack (at most 16 KiB), four positions of a row per register
+//!   their weights packed on the stack (at most 32 KiB), four positions of a row per register
 //!   tile, the same order per output; they take rows of at most 64 columns and at least four
 //!   destination channels per group (depthwise layers run the reference). The executor
 //!   reaches all three through `convolution` (kernels in `conv_adjoint.rs`, `conv_narrow.rs`).
