@@ -53,46 +53,99 @@ fn main() {
     );
     let dense = ConvAttr::d2([1, 1], [1, 1], [1, 1], [1, 1], 1);
     let depthwise = ConvAttr::d2([1, 1], [1, 1], [1, 1], [1, 1], 16);
-    let mut layers: Vec<(&str, ConvAttr, usize, [usize; 3])> = Vec::new();
+    // (name, attribute, N, [C_in, C_out], input extents, kernel extents)
+    type Layer = (
+        &'static str,
+        ConvAttr,
+        usize,
+        [usize; 2],
+        Vec<usize>,
+        Vec<usize>,
+    );
+    let mut layers: Vec<Layer> = Vec::new();
     for &n in &batches {
-        layers.push(("3x3 pad 1", dense, n, [c, c, hw]));
-        layers.push(("3x3 pad 1 depthwise", depthwise, n, [c, c, hw]));
+        layers.push(("3x3 pad 1", dense, n, [c, c], vec![hw, hw], vec![k, k]));
+        layers.push((
+            "3x3 pad 1 depthwise",
+            depthwise,
+            n,
+            [c, c],
+            vec![hw, hw],
+            vec![k, k],
+        ));
     }
     // The digits CNN's two layers (planner-host/examples/digits_cnn.rs), batch 32.
-    layers.push(("digits conv1 1->16 8x8", dense, 32, [1, 16, 8]));
-    layers.push(("digits conv2 16->32 4x4", dense, 32, [16, 32, 4]));
-    for (name, a, n, [c_in, c_out, hw]) in layers {
+    layers.push((
+        "digits conv1 1->16 8x8",
+        dense,
+        32,
+        [1, 16],
+        vec![8, 8],
+        vec![k, k],
+    ));
+    layers.push((
+        "digits conv2 16->32 4x4",
+        dense,
+        32,
+        [16, 32],
+        vec![4, 4],
+        vec![k, k],
+    ));
+    // The MNIST-1D CNN's three layers (workload C1 of `cargo xtask bench --peers`), batch 100:
+    // stride 2, padding 1, signals 40 -> 19 -> 10 -> 5.
+    let s2 = ConvAttr::d1(2, 1, 1, 1, 1);
+    layers.push(("C1 conv1 1->25 w40 k5", s2, 100, [1, 25], vec![40], vec![5]));
+    layers.push((
+        "C1 conv2 25->25 w19 k3",
+        s2,
+        100,
+        [25, 25],
+        vec![19],
+        vec![3],
+    ));
+    layers.push((
+        "C1 conv3 25->25 w10 k3",
+        s2,
+        100,
+        [25, 25],
+        vec![10],
+        vec![3],
+    ));
+    for (name, a, n, [c_in, c_out], spatial, kernel) in layers {
         {
             let g = a.groups as usize;
             let c = c_out;
-            let xs = Shape::new(&[n, c_in, hw, hw]).unwrap();
-            let ws = Shape::new(&[c_out, c_in / g, k, k]).unwrap();
+            let xs = Shape::new(&[&[n, c_in][..], &spatial].concat()).unwrap();
+            let ws = Shape::new(&[&[c_out, c_in / g][..], &kernel].concat()).unwrap();
+            let r = spatial.len();
             let e = tapeplan_core::ops::conv::output_extent(&a, xs, ws).unwrap();
-            let ys = Shape::new(&[n, c, e[0], e[1]]).unwrap();
+            let ys = Shape::new(&[&[n, c][..], &e[..r]].concat()).unwrap();
             let (x, w, gy) = (
                 data(xs.elems(), 37, 101),
                 data(ws.elems(), 53, 89),
                 data(ys.elems(), 29, 97),
             );
-            let macs = (n * c * e[0] * e[1] * (c_in / g) * k * k) as f64;
+            let macs = (n * c * (c_in / g)) as f64
+                * e[..r].iter().product::<usize>() as f64
+                * kernel.iter().product::<usize>() as f64;
             let cases: [Case<'_>; 3] = [
                 (
                     Opcode::Conv,
-                    Attr::Conv(a.with_extent(&e)),
+                    Attr::Conv(a.with_extent(&e[..r])),
                     [&x, &w],
                     [xs, ws],
                     ys.elems(),
                 ),
                 (
                     Opcode::ConvTranspose,
-                    Attr::Conv(a.with_extent(&[hw, hw])),
+                    Attr::Conv(a.with_extent(&spatial)),
                     [&gy, &w],
                     [ys, ws],
                     xs.elems(),
                 ),
                 (
                     Opcode::ConvWeightGrad,
-                    Attr::Conv(a.with_extent(&[k, k])),
+                    Attr::Conv(a.with_extent(&kernel)),
                     [&x, &gy],
                     [xs, ys],
                     ws.elems(),

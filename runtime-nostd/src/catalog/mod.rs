@@ -43,9 +43,14 @@
 //!   skipping padding, the reference's order; lanes are output channels (4, 8 under AVX-512),
 //!   a register tile holds up to nine taps, the cotangent gathered once per position and shared
 //!   by them; a tile whose channels span groups (depthwise) gathers the input per lane.
-//! - The convolution kernels take rows of at least `MIN_SIMD_COLUMNS` (16) columns and kernels
-//!   of at most 16 taps per axis (`conv_weight_grad`: any width); the reference runs otherwise.
-//!   The executor reaches all three through `convolution` (kernels in `conv_adjoint.rs`).
+//! - The column-lane kernels take rows of at least `MIN_SIMD_COLUMNS` (16) columns and kernels
+//!   of at most 16 taps per axis (`conv_weight_grad`: any width). Narrower `conv` and
+//!   `conv_transpose` rows (the 1-D CNNs' 19, 10, 5 samples) run the channel-lane kernels of
+//!   `conv_narrow.rs` instead: lanes are destination channels (`co`, resp. `ci`), a tile of
+//!   their weights packed on the stack (at most 32 KiB), four positions of a row per register
+//!   tile, the same order per output; they take rows of at most 64 columns and at least four
+//!   destination channels per group (depthwise layers run the reference). The executor
+//!   reaches all three through `convolution` (kernels in `conv_adjoint.rs`, `conv_narrow.rs`).
 //! - **`transpose`** (a permutation, exact whatever the order) in cache-sized blocks, and
 //!   **`fill`**.
 //!
@@ -64,6 +69,8 @@ mod lanes;
 use lanes::UnOp;
 #[cfg(feature = "simd")]
 mod conv_adjoint;
+#[cfg(feature = "simd")]
+mod conv_narrow;
 #[cfg(feature = "simd")]
 mod vecmath;
 
@@ -713,7 +720,8 @@ fn row_reduce(x: &[f32], out: &mut [f32], cols: usize, init: f32, f: impl Fn(f32
 }
 
 /// The narrowest rows (output columns of `conv`, input-gradient columns per stride class of
-/// `conv_transpose`) the `simd` convolution kernels take; narrower ones run the reference. Their
+/// `conv_transpose`) the column-lane convolution kernels take; narrower ones run the
+/// channel-lane kernels of `conv_narrow` when `conv_narrow::fits`, else the reference. Their
 /// border columns run one output at a time, which costs more than the vectors save on narrow
 /// rows: `conv_speed`, SSE2, batch 32, 3×3 padding 1: 8 columns (the digits CNN's first layer)
 /// 0.7× the reference's speed for `conv` and 0.5× for `conv_transpose`, 4 columns 0.5× and
@@ -733,12 +741,15 @@ fn conv(attr: Attr, args: &[&[f32]], shapes: &[Shape], out: &mut [f32]) -> bool 
     if x.len() != g.x_elems() || w.len() != g.w_elems() || out.len() != g.y_elems() {
         return false;
     }
-    if g.axes[1].output < MIN_SIMD_COLUMNS {
-        return false;
-    }
     #[cfg(feature = "simd")]
     {
-        lanes::conv(x, w, out, &g);
+        if g.axes[1].output >= MIN_SIMD_COLUMNS {
+            lanes::conv(x, w, out, &g);
+        } else if conv_narrow::fits(&g, false) {
+            conv_narrow::run(x, w, out, &g, false);
+        } else {
+            return false;
+        }
         true
     }
     #[cfg(not(feature = "simd"))]
@@ -813,13 +824,17 @@ fn conv_adjoint(
     }
     #[cfg(feature = "simd")]
     {
-        if !conv_adjoint::fits(&g, op == Opcode::ConvTranspose) {
-            return false;
-        }
-        if op == Opcode::ConvTranspose {
-            conv_adjoint::conv_transpose(a, b, out, &g);
+        let transpose = op == Opcode::ConvTranspose;
+        if conv_adjoint::fits(&g, transpose) {
+            if transpose {
+                conv_adjoint::conv_transpose(a, b, out, &g);
+            } else {
+                conv_adjoint::conv_weight_grad(a, b, out, &g);
+            }
+        } else if transpose && conv_narrow::fits(&g, true) {
+            conv_narrow::run(a, b, out, &g, true);
         } else {
-            conv_adjoint::conv_weight_grad(a, b, out, &g);
+            return false;
         }
         true
     }
@@ -961,7 +976,18 @@ pub fn has_kernel(op: Opcode, attr: Attr, arg_shapes: &[Shape]) -> bool {
                         *w,
                         (*x, *w),
                     )
-                    .is_ok_and(|g| g.axes[1].output >= MIN_SIMD_COLUMNS),
+                    .is_ok_and(|g| {
+                        g.axes[1].output >= MIN_SIMD_COLUMNS || {
+                            #[cfg(feature = "simd")]
+                            {
+                                conv_narrow::fits(&g, false)
+                            }
+                            #[cfg(not(feature = "simd"))]
+                            {
+                                false
+                            }
+                        }
+                    }),
                     _ => false,
                 }
         }
@@ -977,7 +1003,10 @@ pub fn has_kernel(op: Opcode, attr: Attr, arg_shapes: &[Shape]) -> bool {
                     arg_shapes.get(1).copied().unwrap_or(Shape::SCALAR),
                 ),
             ) {
-                ([_, _], Ok((g, _))) => conv_adjoint::fits(&g, op == Opcode::ConvTranspose),
+                ([_, _], Ok((g, _))) => {
+                    let transpose = op == Opcode::ConvTranspose;
+                    conv_adjoint::fits(&g, transpose) || (transpose && conv_narrow::fits(&g, true))
+                }
                 _ => false,
             }
         }

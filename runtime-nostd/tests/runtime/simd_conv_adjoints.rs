@@ -138,9 +138,43 @@ fn check(
     Ok(())
 }
 
+/// A narrow convolution (the catalog's channel-lane kernels, `conv_narrow`): batch 1 to 3,
+/// 1-D or 2-D, the last axis 1 to 24 samples wide before the kernel's reach, strides,
+/// dilations and padding as [`axis`]; groups 1 to 3 of 1 to 7 input channels and 3 to 21
+/// output channels (channel counts that are and are not multiples of 4, 8 and 16, partial
+/// tiles, fewer than a vector), or depthwise (1 and 1, which the channel lanes refuse).
+fn narrow_geometry() -> impl Strategy<Value = Geo> {
+    let channels = prop_oneof![
+        4 => (1usize..=3, 1usize..=7, 3usize..=21),
+        1 => (1usize..=2, 3usize..=21, 3usize..=21),
+        1 => (1usize..=20).prop_map(|g| (g, 1, 1)),
+    ];
+    (
+        1usize..=2,
+        1usize..=3,
+        channels,
+        [axis(), axis()],
+        0usize..=18,
+    )
+        .prop_map(|(r, n, (groups, cin_g, cout_g), axes, wide)| {
+            let (x, w, a, e) = conv_geometry(r, n, (groups, cin_g, cout_g), axes, wide);
+            let mut y = vec![n, groups * cout_g];
+            y.extend_from_slice(&e);
+            (x, w, y, a)
+        })
+}
+
 /// A geometry and values for `x`, `w` and `gy` drawn by `v`.
 fn case<S: Strategy<Value = f32> + Clone>(v: S) -> impl Strategy<Value = (Geo, [Vec<f32>; 3])> {
-    geometry().prop_flat_map(move |(x, w, y, a)| {
+    case_of(geometry(), v)
+}
+
+/// A geometry drawn by `geo` and values for `x`, `w` and `gy` drawn by `v`.
+fn case_of<S: Strategy<Value = f32> + Clone>(
+    geo: impl Strategy<Value = Geo>,
+    v: S,
+) -> impl Strategy<Value = (Geo, [Vec<f32>; 3])> {
+    geo.prop_flat_map(move |(x, w, y, a)| {
         let len = |d: &[usize]| d.iter().product::<usize>();
         let vals = [
             prop::collection::vec(v.clone(), len(&x)),
@@ -169,6 +203,54 @@ proptest! {
     fn conv_adjoints_ordinary_values_match_reference((geo, vals) in case(-2.0f32..2.0)) {
         // Sums of ordinary values: any change of order or a fused multiply-add shows.
         check_both(geo, vals)?;
+    }
+
+    #[test]
+    fn narrow_convs_match_reference((geo, vals) in case_of(narrow_geometry(), special())) {
+        check_all(geo, vals)?;
+    }
+
+    #[test]
+    fn narrow_convs_ordinary_values_match_reference(
+        (geo, vals) in case_of(narrow_geometry(), -2.0f32..2.0)
+    ) {
+        check_all(geo, vals)?;
+    }
+}
+
+/// The forward convolution and both adjoints of one geometry against their references.
+fn check_all((x, w, y, a): Geo, [xv, wv, gv]: [Vec<f32>; 3]) -> Result<(), TestCaseError> {
+    let attr = Attr::Conv(a.with_extent(&y[2..]));
+    check(Opcode::Conv, attr, &[&xv, &wv], &[x.clone(), w.clone()])?;
+    check_both((x, w, y, a), [xv, wv, gv])
+}
+
+/// The MNIST-1D CNN's layers (issue 15's workload C1: 25 channels, kernels 5, 3, 3, stride 2,
+/// padding 1, signals 40 → 19 → 10 → 5) have catalog kernels for the convolution and its
+/// input gradient in the `simd` build (the narrow ones: channel lanes).
+#[test]
+fn narrow_cnn_layers_have_simd_kernels() {
+    for (c_in, k, width) in [(1, 5, 40), (25, 3, 19), (25, 3, 10)] {
+        let a = ConvAttr::d1(2, 1, 1, 1, 1);
+        let (x, w) = (vec![100, c_in, width], vec![25, c_in, k]);
+        let e = tapeplan_core::ops::conv::output_extent(&a, shp(&x), shp(&w)).unwrap();
+        let y = vec![100, 25, e[0]];
+        let fwd = [shp(&x), shp(&w)];
+        let conv = Attr::Conv(a.with_extent(&e[..1]));
+        assert_eq!(
+            catalog::has_kernel(Opcode::Conv, conv, &fwd),
+            cfg!(feature = "simd"),
+            "conv {x:?}"
+        );
+        let [(op, attr, dims), _] = adjoints(&x, &w, &y, a);
+        let shapes = [shp(&dims[0]), shp(&dims[1])];
+        // The first layer's (never asked for) has the column lanes: 20 columns per stride
+        // class; the others have the channel lanes.
+        assert_eq!(
+            catalog::has_kernel(op, attr, &shapes),
+            cfg!(feature = "simd"),
+            "{op} {x:?}"
+        );
     }
 }
 

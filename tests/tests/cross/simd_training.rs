@@ -316,7 +316,6 @@ fn fast_profile_odd_widths_tanh_mse() {
 #[test]
 fn cnn_with_catalog_convolutions() {
     use tapeplan_planner::model::nn::{Conv2d, Flatten, Linear, ReLU, Sequential};
-    use tapeplan_planner::model::optim::Optimizer;
     let (batch, steps) = (2usize, 3usize);
     let model = Sequential::new(&[3, 20, 20])
         .push(Conv2d::new(3, 8, 3).padding(1))
@@ -327,7 +326,42 @@ fn cnn_with_catalog_convolutions() {
         .push(Flatten)
         .push(Linear::new(4 * 10 * 10, 5))
         .seed(7);
-    let job = TrainingJob::for_model(&model)
+    train_bitwise(&model, batch, 3 * 20 * 20, 5, steps);
+}
+
+/// The MNIST-1D CNN's shape (issue 15's workload C1, smaller): three `Conv1d`, kernels 5, 3, 3,
+/// stride 2, padding 1, signals 40 -> 19 -> 10 -> 5, channels 6 (not a multiple of 4, 8 or
+/// 16): rows narrower than `MIN_SIMD_COLUMNS`, so `conv` and `conv_transpose` run the
+/// catalog's channel-lane kernels. The loss and every parameter and optimizer state equal the
+/// oracle's after every step.
+#[test]
+fn narrow_1d_cnn_with_catalog_convolutions() {
+    use tapeplan_planner::model::nn::{Conv1d, Flatten, Linear, ReLU, Sequential};
+    let model = Sequential::new(&[1, 40])
+        .push(Conv1d::new(1, 6, 5).stride(2).padding(1))
+        .push(ReLU)
+        .push(Conv1d::new(6, 6, 3).stride(2).padding(1))
+        .push(ReLU)
+        .push(Conv1d::new(6, 6, 3).stride(2).padding(1))
+        .push(ReLU)
+        .push(Flatten)
+        .push(Linear::new(6 * 5, 10))
+        .seed(3);
+    train_bitwise(&model, 5, 40, 10, 3);
+}
+
+/// Trains `model` (`sample` inputs per row, `classes` labels) for `steps` steps of `batch`
+/// rows through the runtime and the oracle, with Adam and softmax cross-entropy: the loss and
+/// every parameter and optimizer state must be equal after every step.
+fn train_bitwise(
+    model: &tapeplan_planner::model::nn::Sequential,
+    batch: usize,
+    sample: usize,
+    classes: usize,
+    steps: usize,
+) {
+    use tapeplan_planner::model::optim::Optimizer;
+    let job = TrainingJob::for_model(model)
         .loss(Loss::SoftmaxCrossEntropy)
         .optimizer(Optimizer::adam(1e-2))
         .batch(batch)
@@ -343,10 +377,10 @@ fn cnn_with_catalog_convolutions() {
     let state: Vec<String> = job.state_specs.iter().map(|s| s.name.clone()).collect();
     let mut rng = SplitMix64::new(99);
     for step in 0..steps {
-        let x: Vec<f32> = (0..batch * 3 * 20 * 20)
+        let x: Vec<f32> = (0..batch * sample)
             .map(|_| rng.next_f32() * 2.0 - 1.0)
             .collect();
-        let labels: Vec<f32> = (0..batch).map(|_| rng.below(5) as f32).collect();
+        let labels: Vec<f32> = (0..batch).map(|_| rng.below(classes) as f32).collect();
         let l_rt = rt.train_step(&x, &labels).unwrap();
         let l_or = oracle.step(&x, &labels).unwrap();
         assert_eq!(

@@ -1,0 +1,264 @@
+//! The `simd` catalog's kernels for narrow convolutions, `conv` and `conv_transpose` over rows
+//! too short for the column lanes of `lanes::conv` and `conv_adjoint::conv_transpose` (fewer
+//! than `MIN_SIMD_COLUMNS` output columns, or columns per residue class of the stride): the
+//! 1-D CNNs of issue 15, whose signals shrink to 19, 10 and 5 samples. Lanes are channels of the
+//! written tensor instead: output channels `co` for `conv`, input channels `ci` for
+//! `conv_transpose`, distinct outputs each, never distinct terms of one sum.
+//!
+//! Both are one loop over a *source* tensor (`x` for `conv`, the cotangent `gy` for
+//! `conv_transpose`) written into a *destination* (`y`, the input gradient `z`): each
+//! destination element `d[n, c_d, q]` starts at `+0.0` and adds `s[n, c_s, q'] · w[…, t]` over
+//! its group's source channels `c_s` in increasing order, then the kernel taps `t = (kh, kw)`
+//! row-major, for the one source position `q'` tap `t` pairs with `q`, skipping taps that pair
+//! with none (the padding for `conv`; off the stride or past the edge for `conv_transpose`).
+//! That is each reference kernel's `# Arithmetic order`.
+//!
+//! The weights of a tile of `L` destination channels are packed, per `(c_s, t)`, into one
+//! vector of `L` lanes on the stack: at most [`PACK`] `f32`s (32 KiB), so a group may have at
+//! most `PACK / L` source channels × taps (2048 with 4 lanes, 512 with 16); the per-column tap
+//! tables take destination rows of at most [`MAX_WIDTH`] columns, kernels of at most
+//! `conv_adjoint::MAX_KERNEL` taps per axis. [`fits`] says whether a geometry is taken; the
+//! catalog then runs the column-lane kernels or the reference. The catalog runs on hosts and
+//! wasm only (not on the firmware's stacks), where about 41 KiB of stack (the pack
+//! and 8.7 KiB of tap tables) is no concern.
+//!
+//! Index arithmetic is bounded by the lengths of buffers the caller checked against the
+//! geometry (see the catalog's module doc), so it cannot overflow.
+#![allow(clippy::arithmetic_side_effects)]
+
+use super::conv_adjoint::MAX_KERNEL;
+use super::lanes::{L, V};
+use tapeplan_core::ops::conv::{Axis, Geometry};
+
+/// The packed weights' bound, in `f32`s (32 KiB): a group's source channels × kernel taps × `L`.
+pub(crate) const PACK: usize = 8192;
+
+/// The widest destination row (columns) the per-column tap tables hold.
+pub(crate) const MAX_WIDTH: usize = 64;
+
+/// Destination positions of one row per register tile (one accumulator vector each).
+const TILE: usize = 4;
+
+/// The fewest destination channels per group the kernels take: with fewer (a depthwise
+/// convolution) most lanes would idle, and the reference or the column lanes run.
+const MIN_CHANNELS: usize = 4;
+
+/// True when the kernels here take geometry `g` for `conv` (`transpose` false) or
+/// `conv_transpose`: kernels of at most `MAX_KERNEL` taps per axis, destination rows of at most
+/// [`MAX_WIDTH`] columns, at least [`MIN_CHANNELS`] destination channels per group (or all of
+/// them, when fewer than a vector), and a group's source channels × taps × `L` within [`PACK`].
+pub(crate) fn fits(g: &Geometry, transpose: bool) -> bool {
+    let (src_g, dst_g) = if transpose {
+        (g.c_out_group(), g.c_in_group())
+    } else {
+        (g.c_in_group(), g.c_out_group())
+    };
+    let (_, _, taps) = g.planes();
+    let width = if transpose {
+        g.axes[1].input
+    } else {
+        g.axes[1].output
+    };
+    g.axes
+        .iter()
+        .all(|a| a.kernel >= 1 && a.kernel <= MAX_KERNEL && a.stride >= 1)
+        && width <= MAX_WIDTH
+        && dst_g >= MIN_CHANNELS.min(L)
+        && src_g
+            .checked_mul(taps)
+            .and_then(|v| v.checked_mul(L))
+            .is_some_and(|v| v <= PACK)
+}
+
+/// For one destination position along an axis: the taps `k` that pair with a source position,
+/// in increasing `k`, and that position, `(k, source)`; `count` of them.
+#[derive(Clone, Copy)]
+struct Taps {
+    at: [(u32, u32); MAX_KERNEL],
+    count: usize,
+}
+
+impl Taps {
+    /// The taps of destination position `q` along axis `a`: for `conv` the input position
+    /// `q · stride + k · dilation − pad` inside the input, for `conv_transpose` the output
+    /// position `o` with `o · stride + k · dilation − pad = q`, when it exists.
+    fn of(a: &Axis, q: usize, transpose: bool) -> Taps {
+        let mut t = Taps {
+            at: [(0, 0); MAX_KERNEL],
+            count: 0,
+        };
+        for k in 0..a.kernel.min(MAX_KERNEL) {
+            let source = if transpose {
+                let num = (q + a.pad) as isize - (k * a.dilation) as isize;
+                if num < 0
+                    || !(num as usize).is_multiple_of(a.stride)
+                    || num as usize / a.stride >= a.output
+                {
+                    continue;
+                }
+                num as usize / a.stride
+            } else {
+                let pos = (q * a.stride + k * a.dilation) as isize - a.pad as isize;
+                if pos < 0 || pos as usize >= a.input {
+                    continue;
+                }
+                pos as usize
+            };
+            if let Some(e) = t.at.get_mut(t.count) {
+                *e = (k as u32, source as u32);
+                t.count += 1;
+            }
+        }
+        t
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.at
+            .iter()
+            .take(self.count)
+            .map(|&(k, s)| (k as usize, s as usize))
+    }
+}
+
+/// `conv` (`transpose` false: `src = x`, `dst = y`) or `conv_transpose` (`src = gy`, `dst = z`)
+/// over row-major buffers of geometry `geo` (lengths checked by the caller; [`fits`] holds).
+///
+/// # Arithmetic order
+/// The reference's (see the module doc): each destination element starts at `+0.0` and
+/// accumulates `acc = acc + s · w` (product rounded, then sum rounded, never fused) over its
+/// group's source channels in increasing order, then the taps `(kh, kw)` row-major, skipping
+/// taps that pair with no source position. Lanes are `L` destination channels of one group (the
+/// last tile of a group partial: its spare lanes compute on zero weights and are never stored);
+/// a register tile holds [`TILE`] consecutive positions of one destination row, one vector
+/// each, over the whole channel and tap loop: every lane and every accumulator is one output's
+/// own sum, in its own order.
+pub(crate) fn run(src: &[f32], w: &[f32], dst: &mut [f32], geo: &Geometry, transpose: bool) {
+    let [ah, aw] = geo.axes;
+    let (hw_in, hw_out, taps) = geo.planes();
+    let (cin_g, cout_g) = (geo.c_in_group(), geo.c_out_group());
+    let (src_g, dst_g, c_src, c_dst, plane_src, plane_dst) = if transpose {
+        (cout_g, cin_g, geo.c_out, geo.c_in, hw_out, hw_in)
+    } else {
+        (cin_g, cout_g, geo.c_in, geo.c_out, hw_in, hw_out)
+    };
+    let (rows, width, src_width) = if transpose {
+        (ah.input, aw.input, aw.output)
+    } else {
+        (ah.output, aw.output, aw.input)
+    };
+    // The taps of every destination column.
+    let mut cols = [Taps {
+        at: [(0, 0); MAX_KERNEL],
+        count: 0,
+    }; MAX_WIDTH];
+    for (q, c) in cols.iter_mut().enumerate().take(width) {
+        *c = Taps::of(&aw, q, transpose);
+    }
+    let mut pack = [V::splat(0.0); PACK / L];
+    for group in 0..geo.groups {
+        let mut d0 = 0;
+        while d0 < dst_g {
+            let lanes = L.min(dst_g - d0);
+            // `pack[c·taps + t]`, lane `l`: the weight of source channel `c` (local), tap `t`,
+            // for destination channel `d0 + l` (local).
+            for c in 0..src_g {
+                for t in 0..taps {
+                    let lane = |l: usize| {
+                        if l >= lanes {
+                            return 0.0;
+                        }
+                        let (co, cil) = if transpose {
+                            (group * cout_g + c, d0 + l)
+                        } else {
+                            (group * cout_g + d0 + l, c)
+                        };
+                        w.get((co * cin_g + cil) * taps + t).copied().unwrap_or(0.0)
+                    };
+                    if let Some(p) = pack.get_mut(c * taps + t) {
+                        *p = V::new(core::array::from_fn(lane));
+                    }
+                }
+            }
+            let pack = pack.get(..src_g * taps).unwrap_or(&[]);
+            for n in 0..geo.batch {
+                let s_at = (n * c_src + group * src_g) * plane_src;
+                let g = Src {
+                    s: src.get(s_at..s_at + src_g * plane_src).unwrap_or(&[]),
+                    pack,
+                    plane: plane_src,
+                    width: src_width,
+                    kw: aw.kernel,
+                    taps,
+                };
+                let d_at = (n * c_dst + group * dst_g + d0) * plane_dst;
+                for qh in 0..rows {
+                    let rt = Taps::of(&ah, qh, transpose);
+                    let mut qw = 0;
+                    while qw < width {
+                        let p = TILE.min(width - qw);
+                        let acc = if p == TILE {
+                            tile::<TILE>(&g, &rt, &cols, qw)
+                        } else {
+                            let mut acc = [V::splat(0.0); TILE];
+                            for (i, a) in acc.iter_mut().enumerate().take(p) {
+                                [*a] = tile::<1>(&g, &rt, &cols, qw + i);
+                            }
+                            acc
+                        };
+                        for (i, a) in acc.iter().enumerate().take(p) {
+                            let q = qh * width + qw + i;
+                            for (l, &v) in a.as_array().iter().enumerate().take(lanes) {
+                                if let Some(o) = dst.get_mut(d_at + l * plane_dst + q) {
+                                    *o = v;
+                                }
+                            }
+                        }
+                        qw += p;
+                    }
+                }
+            }
+            d0 += lanes;
+        }
+    }
+}
+
+/// One batch element and group of a call: the source channels and the packed weights.
+struct Src<'a> {
+    /// The group's source channels, `plane` elements each.
+    s: &'a [f32],
+    /// The packed weights, `taps` vectors per source channel.
+    pack: &'a [V],
+    plane: usize,
+    /// Source row length.
+    width: usize,
+    /// Kernel taps per row (`K_w`) and in all (`K_h · K_w`).
+    kw: usize,
+    taps: usize,
+}
+
+/// The sums of destination positions `qw .. qw + P` of one row (row taps `rt`, column taps
+/// `cols`), one vector of channel lanes each.
+#[inline(always)]
+fn tile<const P: usize>(g: &Src<'_>, rt: &Taps, cols: &[Taps], qw: usize) -> [V; P] {
+    let mut acc = [V::splat(0.0); P];
+    let Some(ct) = cols.get(qw..qw + P) else {
+        return acc;
+    };
+    for (sc, pc) in
+        g.s.chunks_exact(g.plane.max(1))
+            .zip(g.pack.chunks_exact(g.taps.max(1)))
+    {
+        for (kh, sh) in rt.iter() {
+            let srow = sc.get(sh * g.width..).unwrap_or(&[]);
+            let prow = pc.get(kh * g.kw..).unwrap_or(&[]);
+            for (a, c) in acc.iter_mut().zip(ct) {
+                for (kw, sw) in c.iter() {
+                    let xv = srow.get(sw).copied().unwrap_or(0.0);
+                    let wv = prow.get(kw).copied().unwrap_or(V::splat(0.0));
+                    *a += V::splat(xv) * wv;
+                }
+            }
+        }
+    }
+    acc
+}
