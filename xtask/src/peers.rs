@@ -56,9 +56,11 @@ const DEFAULT_ROUNDS: usize = 13;
 const LOSS_RTOL: f64 = 1e-3;
 
 /// [`LOSS_RTOL`] for C1: Adam at lr 1e-2 on a CNN amplifies rounding more, and each system sums
-/// its convolutions in its own order; after its 40 steps of `--smoke`, JAX's `lax.scan` ended
-/// 1.0e-3 from tapeplan's final loss (2026-12-02), so C1 is held to five times that.
-const C1_LOSS_RTOL: f64 = 5e-3;
+/// its convolutions in its own order. Measured 2026-12-02 over C1's 80 steps (3 rounds): the
+/// last epoch's mean loss within 7e-4 and Σ|parameters| within 1.6e-3 of tapeplan's, but the
+/// last step's loss (one batch) 8.7e-3 from JAX's `lax.scan` (1.2880 against 1.2769; JAX jit
+/// 3.7e-3, ONNX Runtime 4.1e-3); after 40 steps it was 1.0e-3. C1 is held to 2e-2.
+const C1_LOSS_RTOL: f64 = 2e-2;
 
 /// How far a peer's test accuracy may be from tapeplan's on workload `w`: for W1 one held-out
 /// row of 357 may fall on the other side of a near tie; for C1, after [`C1_LOSS_RTOL`]'s drift,
