@@ -541,14 +541,16 @@ fn tn_packed<S: Step, const P: usize>(
         let mut i0 = 0;
         while i0 < m {
             let mc = mb.min(m - i0);
-            // panel[r, pp] = aᵀ[i0 + r, p0 + pp] = a[p0 + pp, i0 + r].
-            for pp in 0..kc {
-                let at = (p0 + pp) * m + i0;
-                if let Some(src) = a.get(at..at + mc) {
-                    for (r, &v) in src.iter().enumerate() {
-                        if let Some(d) = panel.get_mut(r * kc + pp) {
-                            *d = v;
-                        }
+            // panel[r, pp] = aᵀ[i0 + r, p0 + pp] = a[p0 + pp, i0 + r], written a panel row at
+            // a time: contiguous stores, strided loads (the other order compiles to scatters,
+            // which cost more than the product on small steps).
+            let (Some(rows), Some(src)) = (panel.get_mut(..mc * kc), a.get(p0 * m + i0..)) else {
+                return;
+            };
+            for (r, row) in rows.chunks_exact_mut(kc).enumerate() {
+                for (pp, d) in row.iter_mut().enumerate() {
+                    if let Some(&v) = src.get(pp * m + r) {
+                        *d = v;
                     }
                 }
             }
@@ -619,14 +621,15 @@ fn nt_packed<S: Step, const P: usize>(
         let mut p0 = 0;
         while p0 < k {
             let kc = kb.min(k - p0);
-            // panel[pp, jj] = bᵀ[p0 + pp, j0 + jj] = b[j0 + jj, p0 + pp].
-            for jj in 0..nc {
-                let at = (j0 + jj) * k + p0;
-                if let Some(src) = b.get(at..at + kc) {
-                    for (pp, &v) in src.iter().enumerate() {
-                        if let Some(d) = panel.get_mut(pp * nc + jj) {
-                            *d = v;
-                        }
+            // panel[pp, jj] = bᵀ[p0 + pp, j0 + jj] = b[j0 + jj, p0 + pp], a panel row at a
+            // time (contiguous stores, as in `matmul_tn`).
+            let (Some(rows), Some(src)) = (panel.get_mut(..kc * nc), b.get(j0 * k + p0..)) else {
+                return;
+            };
+            for (pp, row) in rows.chunks_exact_mut(nc).enumerate() {
+                for (jj, d) in row.iter_mut().enumerate() {
+                    if let Some(&v) = src.get(jj * k + pp) {
+                        *d = v;
                     }
                 }
             }
