@@ -138,16 +138,10 @@ pub fn kernel_transposed<E: Element>(
         // `op(b)[p, j] = b[j, p]`: each output is a dot product with `b`'s row `j`.
         for i in 0..m {
             for j in 0..n {
-                let brow = &b[j * k..(j + 1) * k];
                 let mut acc = E::ZERO;
-                if t.a {
-                    for (p, &y) in brow.iter().enumerate() {
-                        acc = step(a[p * m + i], y, acc);
-                    }
-                } else {
-                    for (&x, &y) in a[i * k..(i + 1) * k].iter().zip(brow) {
-                        acc = step(x, y, acc);
-                    }
+                for (p, &y) in b[j * k..(j + 1) * k].iter().enumerate() {
+                    let x = if t.a { a[p * m + i] } else { a[i * k + p] };
+                    acc = step(x, y, acc);
                 }
                 out[i * n + j] = acc;
             }
