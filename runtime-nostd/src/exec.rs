@@ -291,6 +291,33 @@ fn execute<O: Ops>(plan: &Plan<'_>, arena: &mut [f32], d: &Decoded) -> Result<()
                 *d = a.dims;
             }
         }
+        // `sgd_matmul` over its weight's own range (argument 0 is the output): the catalog's
+        // vector kernel from the decoded operands, without the reference path's reading the
+        // records again (on W3's small steps that re-reading cost more than the update).
+        if cfg!(feature = "simd")
+            && const {
+                OpSet::BUILD
+                    .intersection(O::SET)
+                    .contains(Opcode::SgdMatMul)
+            }
+            && op == Opcode::SgdMatMul
+            && matches!(src(&args[0]), Some(Src::Out))
+        {
+            if let (Some(pa), Some(pb), Some(Src::Buf(a)), Some(Src::Buf(b))) =
+                (&args[1], &args[2], src(&args[1]), src(&args[2]))
+            {
+                let (k, m, n) = (pa.dims.dims[0], pa.dims.dims[1], pb.dims.dims[1]);
+                if pa.dims.rank == 2
+                    && pb.dims.rank == 2
+                    && buf.len() == m.saturating_mul(n)
+                    && a.len() == k.saturating_mul(m)
+                    && b.len() == k.saturating_mul(n)
+                    && catalog::sgd_matmul(buf, a, b, (k, m, n), attr.scalar(), plan.arith())
+                {
+                    return Ok(());
+                }
+            }
+        }
         if cfg!(feature = "simd")
             && disjoint
             && catalog::convolution::<O>(

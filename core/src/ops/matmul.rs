@@ -124,21 +124,42 @@ pub fn kernel_transposed<E: Element>(
     // A build without the `fma` profile links no fused multiply-add (its readers refuse such
     // plans before anything runs).
     let fma = fma && cfg!(feature = "arith-fma");
-    // Element strides of `op(a)[i, p]` and `op(b)[p, j]` in storage.
-    let (ai, ap) = if t.a { (1, m) } else { (k, 1) };
-    let (bp, bj) = if t.b { (1, k) } else { (n, 1) };
-    for i in 0..m {
-        for j in 0..n {
-            let mut acc = E::ZERO;
-            for p in 0..k {
-                let (x, y) = (a[i * ai + p * ap], b[p * bp + j * bj]);
-                acc = if fma {
-                    x.fused_mul_add(y, acc)
-                } else {
-                    acc + x * y
-                };
+    let step = |x: E, y: E, acc: E| {
+        if fma {
+            x.fused_mul_add(y, acc)
+        } else {
+            acc + x * y
+        }
+    };
+    // The loops follow storage, so that the inner one walks contiguous slices (one strided
+    // index per output row at most): on a core without the kernel catalog (Cortex-M) this is
+    // the product's speed. Each output's order over `p` is the same either way.
+    if t.b {
+        // `op(b)[p, j] = b[j, p]`: each output is a dot product with `b`'s row `j`.
+        for i in 0..m {
+            for j in 0..n {
+                let mut acc = E::ZERO;
+                for (p, &y) in b[j * k..(j + 1) * k].iter().enumerate() {
+                    let x = if t.a { a[p * m + i] } else { a[i * k + p] };
+                    acc = step(x, y, acc);
+                }
+                out[i * n + j] = acc;
             }
-            out[i * n + j] = acc;
+        }
+    } else {
+        // `b` stored `[k, n]`: an output row accumulates `b`'s rows in increasing `p`, as
+        // [`kernel`] does.
+        for i in 0..m {
+            let row = &mut out[i * n..(i + 1) * n];
+            for o in row.iter_mut() {
+                *o = E::ZERO;
+            }
+            for p in 0..k {
+                let x = if t.a { a[p * m + i] } else { a[i * k + p] };
+                for (o, &y) in row.iter_mut().zip(&b[p * n..(p + 1) * n]) {
+                    *o = step(x, y, *o);
+                }
+            }
         }
     }
 }

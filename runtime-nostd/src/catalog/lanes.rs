@@ -513,23 +513,44 @@ pub(crate) fn matmul_tn<S: Step>(
     if empty(out, m, k, n) {
         return;
     }
+    // A product whose whole `aᵀ` fits [`SMALL_PACK_ELEMS`] packs into that smaller panel: the
+    // panel is zeroed on every call, which costs more than the product on tiny steps (W3).
+    if k.saturating_mul(m) <= SMALL_PACK_ELEMS {
+        tn_packed::<S, SMALL_PACK_ELEMS>(a, b, out, m, k, n);
+    } else {
+        tn_packed::<S, PACK_ELEMS>(a, b, out, m, k, n);
+    }
+}
+
+/// [`matmul_tn`] over a panel of `P` elements (at least 256).
+#[cfg(feature = "simd")]
+fn tn_packed<S: Step, const P: usize>(
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+    m: usize,
+    k: usize,
+    n: usize,
+) {
     let kb = k.min(256);
-    let mb = (PACK_ELEMS / kb).min(m);
-    let mut panel = [0.0f32; PACK_ELEMS];
+    let mb = (P / kb).min(m);
+    let mut panel = [0.0f32; P];
     let mut p0 = 0;
     while p0 < k {
         let kc = kb.min(k - p0);
         let mut i0 = 0;
         while i0 < m {
             let mc = mb.min(m - i0);
-            // panel[r, pp] = aᵀ[i0 + r, p0 + pp] = a[p0 + pp, i0 + r].
-            for pp in 0..kc {
-                let at = (p0 + pp) * m + i0;
-                if let Some(src) = a.get(at..at + mc) {
-                    for (r, &v) in src.iter().enumerate() {
-                        if let Some(d) = panel.get_mut(r * kc + pp) {
-                            *d = v;
-                        }
+            // panel[r, pp] = aᵀ[i0 + r, p0 + pp] = a[p0 + pp, i0 + r], written a panel row at
+            // a time: contiguous stores, strided loads (the other order compiles to scatters,
+            // which cost more than the product on small steps).
+            let (Some(rows), Some(src)) = (panel.get_mut(..mc * kc), a.get(p0 * m + i0..)) else {
+                return;
+            };
+            for (r, row) in rows.chunks_exact_mut(kc).enumerate() {
+                for (pp, d) in row.iter_mut().enumerate() {
+                    if let Some(&v) = src.get(pp * m + r) {
+                        *d = v;
                     }
                 }
             }
@@ -573,23 +594,42 @@ pub(crate) fn matmul_nt<S: Step>(
     if empty(out, m, k, n) {
         return;
     }
+    // As in [`matmul_tn`]: a whole `bᵀ` that fits [`SMALL_PACK_ELEMS`] takes the smaller panel.
+    if k.saturating_mul(n) <= SMALL_PACK_ELEMS {
+        nt_packed::<S, SMALL_PACK_ELEMS>(a, b, out, m, k, n);
+    } else {
+        nt_packed::<S, PACK_ELEMS>(a, b, out, m, k, n);
+    }
+}
+
+/// [`matmul_nt`] over a panel of `P` elements (at least 64).
+#[cfg(feature = "simd")]
+fn nt_packed<S: Step, const P: usize>(
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+    m: usize,
+    k: usize,
+    n: usize,
+) {
     let nb = n.min(64);
-    let kb = (PACK_ELEMS / nb).min(k);
-    let mut panel = [0.0f32; PACK_ELEMS];
+    let kb = (P / nb).min(k);
+    let mut panel = [0.0f32; P];
     let mut j0 = 0;
     while j0 < n {
         let nc = nb.min(n - j0);
         let mut p0 = 0;
         while p0 < k {
             let kc = kb.min(k - p0);
-            // panel[pp, jj] = bᵀ[p0 + pp, j0 + jj] = b[j0 + jj, p0 + pp].
-            for jj in 0..nc {
-                let at = (j0 + jj) * k + p0;
-                if let Some(src) = b.get(at..at + kc) {
-                    for (pp, &v) in src.iter().enumerate() {
-                        if let Some(d) = panel.get_mut(pp * nc + jj) {
-                            *d = v;
-                        }
+            // panel[pp, jj] = bᵀ[p0 + pp, j0 + jj] = b[j0 + jj, p0 + pp], a panel row at a
+            // time (contiguous stores, as in `matmul_tn`).
+            let (Some(rows), Some(src)) = (panel.get_mut(..kc * nc), b.get(j0 * k + p0..)) else {
+                return;
+            };
+            for (pp, row) in rows.chunks_exact_mut(nc).enumerate() {
+                for (jj, d) in row.iter_mut().enumerate() {
+                    if let Some(&v) = src.get(jj * k + pp) {
+                        *d = v;
                     }
                 }
             }
@@ -639,6 +679,12 @@ fn block_from<S: Step>(p0: usize, a: &[f32], b: &[f32], out: &mut [f32], g: Bloc
 /// (the scalar catalog) runs the reference kernels and has no panel.
 #[cfg(feature = "simd")]
 pub const PACK_ELEMS: usize = 1024;
+
+/// The smaller panel of [`matmul_tn`] and [`matmul_nt`], in `f32` elements: 256 (1 KiB), for
+/// products whose whole transposed operand fits it (one block: a panel's zeroing is then the
+/// size of the work, not 4 KiB).
+#[cfg(feature = "simd")]
+pub const SMALL_PACK_ELEMS: usize = 256;
 
 /// A register-tiled product's geometry: `[m, k] x [k, n] -> [m, n]`, each operand row-major
 /// with its own row stride in elements (`lda`, `ldb`, `ldo`: a block of a larger matrix, or a
