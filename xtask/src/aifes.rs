@@ -1016,3 +1016,59 @@ fn check(
         last_epoch_loss: means[n - 1],
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(line: &str) -> RunConfig {
+        RunConfig::parse(line).expect("the run parses")
+    }
+
+    #[test]
+    fn w1_keeps_the_planners_layout() {
+        let c = cfg("model=64,32,10 activation=tanh loss=ce batch=32 lr=0.1 seed=42 split_seed=0 samples=256 epochs=1");
+        let shapes = vec![vec![64, 32], vec![32], vec![32, 10], vec![10]];
+        let layout = aifes_layout(Model::W1, &c, &shapes).unwrap();
+        assert_eq!(layout, (0..2410).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn the_cnns_dense_weight_is_transposed_and_the_rest_kept() {
+        let c = cfg("model=digits_cnn:4,8 activation=relu loss=ce batch=8 lr=0.003 seed=42 split_seed=0 samples=32 epochs=1 optimizer=adam");
+        let shapes = vec![
+            vec![4, 1, 3, 3],
+            vec![4],
+            vec![8, 4, 3, 3],
+            vec![8],
+            vec![10, 32],
+            vec![10],
+        ];
+        let layout = aifes_layout(Model::DigitsCnn, &c, &shapes).unwrap();
+        let total: usize = shapes.iter().map(|s| s.iter().product::<usize>()).sum();
+        let mut seen = layout.clone();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..total).collect::<Vec<_>>(), "a permutation");
+        // Everything before the dense weight keeps its place.
+        let dense_at = 36 + 4 + 288 + 8;
+        assert_eq!(layout[..dense_at], (0..dense_at).collect::<Vec<_>>());
+        // AIfES's [in, out] element (i, o) is the planner's [out, in] element (o, i).
+        for (i, o) in [(0, 0), (0, 1), (1, 0), (31, 9), (5, 7)] {
+            assert_eq!(layout[dense_at + i * 10 + o], dense_at + o * 32 + i);
+        }
+        assert_eq!(
+            layout[total - 10..],
+            (total - 10..total).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn shapes_the_harness_does_not_build_are_refused() {
+        let c = cfg("model=digits_cnn:4,8 activation=relu loss=ce batch=8 lr=0.003 seed=42 split_seed=0 samples=32 epochs=1 optimizer=adam");
+        let e = aifes_layout(Model::DigitsCnn, &c, &[vec![4, 1, 5, 5]]).unwrap_err();
+        assert!(e.to_string().contains("the harness builds"), "{e}");
+        let w1 = cfg("model=64,32,10 activation=tanh loss=ce batch=32 lr=0.1 seed=42 split_seed=0 samples=256 epochs=1");
+        let e = aifes_layout(Model::DigitsCnn, &w1, &[]).unwrap_err();
+        assert!(e.to_string().contains("model=digits_cnn"), "{e}");
+    }
+}
