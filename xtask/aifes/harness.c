@@ -1,10 +1,20 @@
-/* The AIfES side of `cargo xtask aifes` (tapeplan's own code, not AIfES's): builds the digits
- * MLP of firmware-demo/models/demo.run with AIfES's public API, trains it on the rows, epoch
- * orders and initial parameters the planner exported into the generated header (`run.h`),
- * times every `aialgo_train_model` call with SysTick, and reports over semihosting.
+/* The AIfES side of `cargo xtask aifes` (tapeplan's own code, not AIfES's): builds one of two
+ * networks with AIfES's public API, trains it on the rows, epoch orders and initial parameters
+ * the planner exported into the generated header (`run.h`), times every `aialgo_train_model`
+ * call with SysTick, and reports over semihosting. The header picks the network:
+ *   - RUN_MODEL_CNN 0: the digits MLP of firmware-demo/models/demo.run (64-32-10 tanh, SGD),
+ *     its rows as u8 pixel counts scaled by RUN_PIXEL_SCALE;
+ *   - RUN_MODEL_CNN 1: the digits CNN of firmware-demo/models/digits_cnn.run (Conv2d(1, C1, 3,
+ *     padding 1) -> ReLU -> MaxPool2d(2) -> Conv2d(C1, C2, 3, padding 1) -> ReLU ->
+ *     MaxPool2d(2) -> Flatten -> Linear(4 C2, 10), channels first, Adam), its rows as f32
+ *     features (their bits).
+ * Either way the output is a softmax with the mean cross-entropy over the batch.
  *
  * Built with -DBASELINE it does everything but call AIfES (the same rows loaded, the same
  * report): the code-size difference between the two images is AIfES's code.
+ *
+ * The initial parameters come in AIfES's layouts (the xtask transposes what differs), tensor
+ * after tensor in the model's order; the final ones are reported the same way.
  *
  * Report lines (stdout, semihosting SYS_WRITE0), numbers decimal, `f32` as 8 hex digits of
  * their bits:
@@ -12,7 +22,7 @@
  *   mem parameter_bytes P training_bytes T batch_bytes B
  *   loss STEP HEX          the batch's loss before the step (not timed)
  *   epoch_ticks E TICKS steps N
- *   param INDEX HEX        every final parameter, in the planner's order (w1 b1 w2 b2)
+ *   param INDEX HEX        every final parameter (AIfES's layouts, the model's order)
  *   stack_bytes S
  *   end
  */
@@ -106,22 +116,28 @@ static uint8_t parameter_memory[RUN_PARAMS * 4 + 64] __attribute__((aligned(8)))
 static uint8_t training_memory[RUN_TRAINING_MEMORY_CAP] __attribute__((aligned(8)));
 #endif
 
+static float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 static void load_batch(const uint16_t *rows)
 {
     for (uint32_t r = 0; r < RUN_BATCH; r++) {
+#if RUN_MODEL_CNN
+        const uint32_t *row = &RUN_FEATURE_BITS[(uint32_t)rows[r] * RUN_D_IN];
+        for (uint32_t i = 0; i < RUN_D_IN; i++) batch_x[r * RUN_D_IN + i] = bits_f32(row[i]);
+#else
         const uint8_t *px = &RUN_PIXELS[(uint32_t)rows[r] * RUN_D_IN];
         for (uint32_t i = 0; i < RUN_D_IN; i++) batch_x[r * RUN_D_IN + i] = (float)px[i] * RUN_PIXEL_SCALE;
+#endif
         for (uint32_t k = 0; k < RUN_D_OUT; k++) batch_t[r * RUN_D_OUT + k] = 0.0f;
         batch_t[r * RUN_D_OUT + RUN_LABELS[rows[r]]] = 1.0f;
     }
 }
 
-static float init_value(uint32_t i)
-{
-    float f;
-    memcpy(&f, &RUN_INIT_BITS[i], 4);
-    return f;
-}
 
 __attribute__((noinline)) static int run(void)
 {
@@ -130,20 +146,47 @@ __attribute__((noinline)) static int run(void)
     SYST_CVR = 0;
     SYST_CSR = 5; /* enable, core clock, no exception */
 #ifndef BASELINE
+    aimodel_t model;
+    ailayer_t *x;
+#if RUN_MODEL_CNN
+    uint16_t input_layer_shape[] = {RUN_BATCH, 1, RUN_SIDE, RUN_SIDE};
+    ailayer_input_f32_t input_layer = AILAYER_INPUT_F32_A(4, input_layer_shape);
+    /* PyTorch's Conv2d(c_in, c_out, 3, padding 1): stride 1, dilation 1, zero padding 1 on
+       every side; AIfES's conv2d is a cross-correlation, as PyTorch's. */
+    ailayer_conv2d_f32_t conv_1 = AILAYER_CONV2D_F32_A(RUN_C1, HW(3, 3), HW(1, 1), HW(1, 1), HW(1, 1));
+    ailayer_relu_f32_t relu_1 = AILAYER_RELU_F32_A();
+    ailayer_maxpool2d_f32_t pool_1 = AILAYER_MAXPOOL2D_F32_A(HW(2, 2), HW(2, 2), HW(0, 0));
+    ailayer_conv2d_f32_t conv_2 = AILAYER_CONV2D_F32_A(RUN_C2, HW(3, 3), HW(1, 1), HW(1, 1), HW(1, 1));
+    ailayer_relu_f32_t relu_2 = AILAYER_RELU_F32_A();
+    ailayer_maxpool2d_f32_t pool_2 = AILAYER_MAXPOOL2D_F32_A(HW(2, 2), HW(2, 2), HW(0, 0));
+    ailayer_flatten_f32_t flatten = AILAYER_FLATTEN_F32_A();
+    ailayer_dense_f32_t dense = AILAYER_DENSE_F32_A(RUN_D_OUT);
+    ailayer_softmax_f32_t softmax = AILAYER_SOFTMAX_F32_A();
+    model.input_layer = ailayer_input_f32_default(&input_layer);
+    /* Channels first ([batch, c, h, w], tapeplan's layout): weights [c_out, c_in, k_h, k_w]. */
+    x = ailayer_conv2d_chw_f32_default(&conv_1, model.input_layer);
+    x = ailayer_relu_f32_default(&relu_1, x);
+    x = ailayer_maxpool2d_chw_f32_default(&pool_1, x);
+    x = ailayer_conv2d_chw_f32_default(&conv_2, x);
+    x = ailayer_relu_f32_default(&relu_2, x);
+    x = ailayer_maxpool2d_chw_f32_default(&pool_2, x);
+    x = ailayer_flatten_f32_default(&flatten, x);
+    x = ailayer_dense_f32_default(&dense, x);
+    x = ailayer_softmax_f32_default(&softmax, x);
+#else
     uint16_t input_layer_shape[] = {RUN_BATCH, RUN_D_IN};
     ailayer_input_f32_t input_layer = AILAYER_INPUT_F32_A(2, input_layer_shape);
     ailayer_dense_f32_t dense_1 = AILAYER_DENSE_F32_A(RUN_HIDDEN);
     ailayer_tanh_f32_t tanh_1 = AILAYER_TANH_F32_A();
     ailayer_dense_f32_t dense_2 = AILAYER_DENSE_F32_A(RUN_D_OUT);
     ailayer_softmax_f32_t softmax_2 = AILAYER_SOFTMAX_F32_A();
-    ailoss_crossentropy_f32_t ce;
-    aimodel_t model;
-    ailayer_t *x;
     model.input_layer = ailayer_input_f32_default(&input_layer);
     x = ailayer_dense_f32_default(&dense_1, model.input_layer);
     x = ailayer_tanh_f32_default(&tanh_1, x);
     x = ailayer_dense_f32_default(&dense_2, x);
     x = ailayer_softmax_f32_default(&softmax_2, x);
+#endif
+    ailoss_crossentropy_f32_t ce;
     model.output_layer = x;
     /* The mean over the batch, as tapeplan's loss=ce: the deltas are scaled by 1/batch. */
     model.loss = ailoss_crossentropy_mean_f32_default(&ce, model.output_layer);
@@ -151,22 +194,41 @@ __attribute__((noinline)) static int run(void)
     uint32_t parameter_bytes = aialgo_sizeof_parameter_memory(&model);
     if (parameter_bytes > sizeof parameter_memory) return 2;
     aialgo_distribute_parameter_memory(&model, parameter_memory, parameter_bytes);
-    /* The planner's initial parameters: w1 [64, 32] b1 [32] w2 [32, 10] b2 [10], row-major;
-       AIfES's dense weights are [inputs, neurons] (y = x W + b), the same layout. */
-    float *dst[4] = {dense_1.weights.data, dense_1.bias.data, dense_2.weights.data, dense_2.bias.data};
-    uint32_t len[4] = {RUN_D_IN * RUN_HIDDEN, RUN_HIDDEN, RUN_HIDDEN * RUN_D_OUT, RUN_D_OUT};
+    /* The planner's initial parameters in AIfES's layouts, tensor after tensor. */
+#if RUN_MODEL_CNN
+    aitensor_t *params[] = {&conv_1.weights, &conv_1.bias, &conv_2.weights, &conv_2.bias, &dense.weights, &dense.bias};
+#else
+    /* w1 [64, 32] b1 [32] w2 [32, 10] b2 [10]: AIfES's dense weights are [inputs, neurons]
+       (y = x W + b), the planner's MLP layout. */
+    aitensor_t *params[] = {&dense_1.weights, &dense_1.bias, &dense_2.weights, &dense_2.bias};
+#endif
+    const uint32_t n_params = sizeof params / sizeof params[0];
     uint32_t at = 0;
-    for (int p = 0; p < 4; p++)
-        for (uint32_t i = 0; i < len[p]; i++) dst[p][i] = init_value(at++);
+    for (uint32_t p = 0; p < n_params; p++) {
+        float *d = (float *)params[p]->data;
+        for (uint32_t i = 0; i < aimath_tensor_elements(params[p]); i++) d[i] = bits_f32(RUN_INIT_BITS[at++]);
+    }
+    if (at != RUN_PARAMS) return 6;
+#if RUN_MODEL_CNN
+    /* PyTorch's Adam hyperparameters, tapeplan's (AIfES adds eps to the uncorrected sqrt(v)). */
+    aiopti_adam_f32_t adam = AIOPTI_ADAM_F32(RUN_LR, 0.9f, 0.999f, 1e-8f);
+    aiopti_t *optimizer = aiopti_adam_f32_default(&adam);
+#else
     aiopti_sgd_f32_t sgd = AIOPTI_SGD_F32(RUN_LR);
     aiopti_t *optimizer = aiopti_sgd_f32_default(&sgd);
+#endif
     uint32_t training_bytes = aialgo_sizeof_training_memory(&model, optimizer);
     if (training_bytes > sizeof training_memory) return 3;
     aialgo_schedule_training_memory(&model, optimizer, training_memory, training_bytes);
     aialgo_init_model_for_training(&model, optimizer);
+#if RUN_MODEL_CNN
+    uint16_t x_shape[] = {RUN_BATCH, 1, RUN_SIDE, RUN_SIDE};
+    aitensor_t x_tensor = AITENSOR_4D_F32(x_shape, batch_x);
+#else
     uint16_t x_shape[] = {RUN_BATCH, RUN_D_IN};
-    uint16_t t_shape[] = {RUN_BATCH, RUN_D_OUT};
     aitensor_t x_tensor = AITENSOR_2D_F32(x_shape, batch_x);
+#endif
+    uint16_t t_shape[] = {RUN_BATCH, RUN_D_OUT};
     aitensor_t t_tensor = AITENSOR_2D_F32(t_shape, batch_t);
 #else
     uint32_t parameter_bytes = 0, training_bytes = 0;
@@ -177,7 +239,7 @@ __attribute__((noinline)) static int run(void)
     uint32_t step = 0;
     for (uint32_t e = 0; e < RUN_EPOCHS; e++) {
         uint32_t epoch_ticks = 0;
-        for (uint32_t s = 0; s < RUN_SAMPLES / RUN_BATCH; s++) {
+        for (uint32_t s = 0; s < RUN_STEPS_PER_EPOCH; s++) {
             load_batch(&RUN_ORDER[e * RUN_SAMPLES + s * RUN_BATCH]);
             float loss = 0.0f;
 #ifndef BASELINE
@@ -196,8 +258,10 @@ __attribute__((noinline)) static int run(void)
     }
 #ifndef BASELINE
     at = 0;
-    for (int p = 0; p < 4; p++)
-        for (uint32_t i = 0; i < len[p]; i++, at++) put_line("param", at, 1, f32_bits(dst[p][i]), 1);
+    for (uint32_t p = 0; p < n_params; p++) {
+        const float *d = (const float *)params[p]->data;
+        for (uint32_t i = 0; i < aimath_tensor_elements(params[p]); i++, at++) put_line("param", at, 1, f32_bits(d[i]), 1);
+    }
 #endif
     return 0;
 }

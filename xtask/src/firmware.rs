@@ -1730,10 +1730,9 @@ fn compare_snapshot(path: &Path, all: &BTreeMap<String, Sizes>) -> Result<()> {
     Ok(())
 }
 
-/// Tapeplan's side of `cargo xtask aifes`: the Cortex-M4F firmware of `models/demo.run`
-/// (precise math) and its `size-baseline` twin, built, trained under QEMU with `-icount
-/// shift=0` and verified bitwise against the oracle, as `cargo xtask firmware --core m4f
-/// --icount` does.
+/// Tapeplan's side of `cargo xtask aifes`: a Cortex-M4F firmware run (precise math) and its
+/// `size-baseline` twin, built, trained under QEMU with `-icount shift=0` and verified bitwise
+/// against the oracle, as `cargo xtask firmware --core m4f --icount` does.
 pub(crate) struct M4fFigures {
     /// The median over the epochs of each epoch's mean instructions per `train_step`.
     pub instructions_median: u64,
@@ -1749,11 +1748,21 @@ pub(crate) struct M4fFigures {
     pub stack_bytes: u64,
 }
 
-/// Builds, trains and verifies the M4F firmware under `-icount` (see [`M4fFigures`]).
+/// Which Cortex-M4F run [`m4f_figures`] measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum M4fRun {
+    /// The MLP firmware of `models/demo.run` (the `m4f` variant).
+    Demo,
+    /// The digits CNN, `models/digits_cnn.run`, with feature `cnn` (the `m4f-digits` run of
+    /// [`CNN_RUNS`]); its `size-baseline` twin built with `cnn` and the same run.
+    DigitsCnn,
+}
+
+/// Builds, trains and verifies a Cortex-M4F firmware under `-icount` (see [`M4fFigures`]).
 ///
 /// # Errors
 /// A missing tool, a build failure, a failed or unverified run.
-pub(crate) fn m4f_figures(ctx: &Ctx) -> Result<M4fFigures> {
+pub(crate) fn m4f_figures(ctx: &Ctx, which: M4fRun) -> Result<M4fFigures> {
     ensure_tools(ctx)?;
     let dir = ctx.root.join("firmware-demo");
     let out = dir.join("target").join("xtask");
@@ -1767,17 +1776,35 @@ pub(crate) fn m4f_figures(ctx: &Ctx) -> Result<M4fFigures> {
         core: &CORES[0],
         math: MathProfile::Precise,
     };
-    let name = v.name();
-    let elf = build(ctx, &dir, &out, v.core.target, &v.features(&[]), &name)?;
-    let baseline = build(
+    let (name, features, run_file) = match which {
+        M4fRun::Demo => (v.name(), &[][..], dir.join("models").join(v.core.run)),
+        M4fRun::DigitsCnn => {
+            let &(_, name, run) = CNN_RUNS
+                .iter()
+                .find(|(core, _, _)| *core == v.core.name)
+                .ok_or_else(|| anyhow!("no CNN run for {}", v.core.name))?;
+            (name.to_string(), &["cnn"][..], dir.join("models").join(run))
+        }
+    };
+    let cnn_run = (which == M4fRun::DigitsCnn).then_some(run_file.as_path());
+    let elf = build_with_run(
         ctx,
         &dir,
         &out,
         v.core.target,
-        &v.features(&["size-baseline"]),
-        &format!("{name}-baseline"),
+        &v.features(features),
+        &name,
+        cnn_run,
     )?;
-    let run_file = dir.join("models").join(v.core.run);
+    let baseline = build_with_run(
+        ctx,
+        &dir,
+        &out,
+        v.core.target,
+        &v.features(&[features, &["size-baseline"][..]].concat()),
+        &format!("{name}-baseline"),
+        cnn_run,
+    )?;
     let (transcript, _, _) =
         train_and_verify(ctx, v.core, &name, &elf, &out, &tapeplan, &run_file, true)?;
     let s = speed(&transcript)?;

@@ -244,8 +244,8 @@ const VERBS: &[Verb] = &[
     },
     Verb {
         name: "aifes",
-        usage: "aifes --aifes-src PATH [--skip-tapeplan]",
-        about: "the on-device peer: the firmware demo's run trained with AIfES (the user's checkout of it, AGPL: never in this repository; arm-none-eabi-gcc -O2 and -Os) beside tapeplan's firmware on QEMU mps2-an386 under -icount: instructions per train step, code, training RAM, stack; AIfES's losses and final parameters checked against the oracle within a tolerance (not in CI)",
+        usage: "aifes --aifes-src PATH [--model w1|digits-cnn|all] [--skip-tapeplan]",
+        about: "the on-device peer: the firmware demo's run (W1) and the M4F's digits CNN run (default: both) trained with AIfES (the user's checkout of it, AGPL: never in this repository; arm-none-eabi-gcc -O2 and -Os) beside tapeplan's firmware on QEMU mps2-an386 under -icount: instructions per train step, code, training RAM, stack; AIfES's losses and final parameters checked against the oracle within a tolerance (not in CI)",
         run: aifes::verb_aifes,
     },
     Verb {
