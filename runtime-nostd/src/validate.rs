@@ -1060,14 +1060,16 @@ pub(crate) fn validate<'a, O: Ops, const N: usize>(
 /// `compiler_builtins`' `memmove` (about 1.9 KiB of a firmware's flash, where nothing else
 /// needs them); the same number of moves, one element at a time.
 fn shift_right(list: &mut [u16]) {
-    for i in (1..list.len()).rev() {
-        list.swap(i, i - 1);
+    let n = list.len();
+    for (a, b) in (0..n).zip(1..n).rev() {
+        list.swap(a, b);
     }
 }
 
 /// `list.rotate_left(1)` by adjacent swaps (see [`shift_right`]).
 fn shift_left(list: &mut [u16]) {
-    for i in 1..list.len() {
-        list.swap(i - 1, i);
+    let n = list.len();
+    for (a, b) in (0..n).zip(1..n) {
+        list.swap(a, b);
     }
 }
