@@ -56,7 +56,11 @@ pub const MAX_CHAIN_INSTRS: usize = 16;
 pub const MAX_ATTR_BLOCK_WORDS: usize = 32;
 
 /// The CRC used by the format: CRC-32/ISO-HDLC (the zlib / PNG / Ethernet CRC-32).
-pub const CRC32: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC);
+///
+/// Computed bit by bit (`crc::NoTable`): the byte-wise table is 1 KiB of a firmware's flash,
+/// and a plan is checked once, when it is parsed (about 8 shifts a byte; the same checksum).
+pub const CRC32: crc::Crc<u32, crc::NoTable> =
+    crc::Crc::<u32, crc::NoTable>::new(&crc::CRC_32_ISO_HDLC);
 
 /// The checksum of a whole plan: CRC-32 over every byte except the four at [`CRC_OFFSET`].
 /// Returns `None` when `bytes` is shorter than the header.

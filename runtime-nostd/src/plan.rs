@@ -172,6 +172,7 @@ pub struct Plan<'a> {
     pub(crate) layout: Layout,
 }
 
+#[inline(never)]
 fn record(bytes: &[u8], at: usize, index: usize, size: usize) -> Option<&[u8]> {
     let start = at.checked_add(index.checked_mul(size)?)?;
     bytes.get(start..start.checked_add(size)?)
@@ -432,6 +433,7 @@ impl<'a> Plan<'a> {
         self.entry_bytes(index).map(EntryRecord::decode)
     }
 
+    #[inline(never)]
     pub(crate) fn binding_bytes(&self, index: usize) -> Option<&'a [u8]> {
         if index >= self.layout.n_bindings {
             return None;

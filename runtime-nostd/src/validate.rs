@@ -713,7 +713,7 @@ impl Active<'_> {
     fn insert(&mut self, plan: &Plan<'_>, t: u16, offset: usize) {
         let at = self.position(plan, offset);
         if let Some(tail) = self.list.get_mut(at..=self.len) {
-            tail.rotate_right(1);
+            shift_right(tail);
             if let Some(slot) = tail.first_mut() {
                 *slot = t;
             }
@@ -728,7 +728,7 @@ impl Active<'_> {
             _ => self.live().iter().position(|&x| x == t),
         };
         if let Some(tail) = found.and_then(|at| self.list.get_mut(at..self.len)) {
-            tail.rotate_left(1);
+            shift_left(tail);
             self.len = self.len.saturating_sub(1);
         }
     }
@@ -1054,4 +1054,22 @@ pub(crate) fn validate<'a, O: Ops, const N: usize>(
         }
     }
     Ok(plan)
+}
+
+/// `list.rotate_right(1)` by adjacent swaps: `rotate_*` links `ptr_rotate` and
+/// `compiler_builtins`' `memmove` (about 1.9 KiB of a firmware's flash, where nothing else
+/// needs them); the same number of moves, one element at a time.
+fn shift_right(list: &mut [u16]) {
+    let n = list.len();
+    for (a, b) in (0..n).zip(1..n).rev() {
+        list.swap(a, b);
+    }
+}
+
+/// `list.rotate_left(1)` by adjacent swaps (see [`shift_right`]).
+fn shift_left(list: &mut [u16]) {
+    let n = list.len();
+    for (a, b) in (0..n).zip(1..n) {
+        list.swap(a, b);
+    }
 }

@@ -212,7 +212,13 @@ const REAL_BOARDS: &[RealBoard] = &[
 /// The products that read an operand transposed (branch `mmt`) take the demo to 26 248 B (the
 /// snapshot's 25 396 B + 852 B: `matmul_tn` / `matmul_nt` linked where the plan folds its
 /// transposes), still within 26 KiB; the plan itself shrank 3 632 -> 3 488 B.
-const RUNTIME_BUDGET_BYTES: u64 = 26 * 1024;
+///
+/// 24 KiB again since branch `flash` (issue 14): measured 22 312 B (26 248 B before). No
+/// `memmove` in the link (the validator's live list shifts by swaps, a guarded update is copied
+/// between disjoint slices), `#[inline(never)]` on small shape and record helpers LTO had
+/// copied into every caller, and the plan's CRC-32 computed bit by bit instead of from a 1 KiB
+/// table (`docs/selective-build.md`, "Where the CNN build's bytes go").
+const RUNTIME_BUDGET_BYTES: u64 = 24 * 1024;
 /// The budget of the CNN build's runtime code on the Cortex-M4F (the firmware's feature `cnn`:
 /// the selective build of MNIST-1D's plan, 22 opcodes). Measured 33 656 B (55 236 B with every
 /// opcode linked, before the selective build); issue 14's aim is 24 KiB, which the selective
@@ -228,7 +234,11 @@ const RUNTIME_BUDGET_BYTES: u64 = 26 * 1024;
 /// the CNN's plan folds its dense head's transposes into `matmul_tn` and `matmul_nt`, whose
 /// shape rules and reference kernels it now links beside `matmul`'s (and `transpose`'s where
 /// the plan still has one). The MLP build stays within its budget (26 248 B).
-const CNN_RUNTIME_BUDGET_BYTES: u64 = 36 * 1024;
+///
+/// 32 KiB since branch `flash` (issue 14): measured 31 260 B (35 904 B before), by the changes
+/// [`RUNTIME_BUDGET_BYTES`] lists. Still over the issue's 24 KiB: `docs/selective-build.md`
+/// ("Where the CNN build's bytes go") says where the rest goes.
+const CNN_RUNTIME_BUDGET_BYTES: u64 = 32 * 1024;
 /// Whether going over [`RUNTIME_BUDGET_BYTES`] fails the check (it is always reported).
 ///
 /// On: the firmware builds the runtime without its default features (`all-ops`: the opcodes
@@ -1654,11 +1664,11 @@ fn report_sizes(order: &[String], all: &BTreeMap<String, Sizes>) {
 }
 
 fn render_snapshot(order: &[String], all: &BTreeMap<String, Sizes>) -> String {
-    let mut s = String::from(
+    let mut s = format!(
         "# tapeplan-firmware-demo sizes in bytes, release profile (opt-level \"s\", lto), written by\n\
          # `cargo xtask firmware --bless`. `cargo xtask firmware` fails when a figure grows more than\n\
-         # 15% (and 512 bytes) over this; it reports the runtime's code on m4f against the budget of\n\
-         # 25600 bytes (see RUNTIME_BUDGET_BYTES in xtask/src/firmware.rs).\n\
+         # {GROWTH_TOLERANCE_PCT}% (and {GROWTH_SLACK_BYTES} bytes) over this; it reports the runtime's code on {BUDGET_CORE} against the budget of\n\
+         # {RUNTIME_BUDGET_BYTES} bytes (see RUNTIME_BUDGET_BYTES in xtask/src/firmware.rs).\n\
          # flash_runtime: code + constants of the runtime, its kernels and libm (the firmware minus\n\
          # its `size-baseline` build); ram_stack: the stack's high-water mark, measured on the device.\n",
     );

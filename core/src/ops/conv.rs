@@ -235,6 +235,7 @@ impl Geometry {
     }
 
     /// `x`'s element count.
+    #[inline(never)]
     pub fn x_elems(&self) -> usize {
         let [h, w] = self.axes;
         prod(&[self.batch, self.c_in, h.input, w.input])
@@ -247,6 +248,7 @@ impl Geometry {
     }
 
     /// `y`'s element count.
+    #[inline(never)]
     pub fn y_elems(&self) -> usize {
         let [h, w] = self.axes;
         prod(&[self.batch, self.c_out, h.output, w.output])
@@ -273,12 +275,14 @@ impl Geometry {
 }
 
 /// A product of extents, saturating (a shape the rule accepted never saturates).
+#[inline(never)]
 fn prod(x: &[usize]) -> usize {
     x.iter().fold(1, |a: usize, &b| a.saturating_mul(b))
 }
 
 /// The convolution attribute of `attr` (a neutral one for another kind, which
 /// [`super::infer`] has rejected before any caller gets here).
+#[inline(never)]
 pub fn conv_attr(attr: Attr) -> ConvAttr {
     match attr {
         Attr::Conv(c) => c,

@@ -21,6 +21,7 @@ pub fn infer(op: Opcode, _attr: Attr, args: &[Shape]) -> Result<Shape, OpError> 
 }
 
 /// `[batch, rows, cols]` of a matrix (`batch = 1`) or of a batch of matrices.
+#[inline(never)]
 pub(crate) fn batched(s: Shape) -> [usize; 3] {
     let d = s.dims();
     if s.rank() == 3 {

@@ -290,6 +290,7 @@ impl From<ShapeError> for OpError {
 }
 
 /// The target shape an attribute gives (checked against the opcode's kind by [`infer`]).
+#[inline(never)]
 pub(crate) fn target_of(op: Opcode, attr: Attr) -> Result<Shape, OpError> {
     attr.target_shape().ok_or(OpError::MissingTarget { op })
 }
@@ -446,17 +447,20 @@ pub(crate) struct Kernel<'a, E> {
 
 impl<'a, E: Copy> Kernel<'a, E> {
     /// Argument `i` (empty past the arity: [`eval`] checked it).
+    #[inline(never)]
     pub(crate) fn arg(&self, i: usize) -> &'a [E] {
         self.args.get(i).copied().unwrap_or(&[])
     }
 
     /// Argument `i`'s shape.
+    #[inline(never)]
     pub(crate) fn shape(&self, i: usize) -> Shape {
         nth(self.shapes, i)
     }
 }
 
 /// Argument shape `i` (a scalar past the arity, which [`infer`] checked first): no panic path.
+#[inline(never)]
 pub(crate) fn nth(args: &[Shape], i: usize) -> Shape {
     args.get(i).copied().unwrap_or(Shape::SCALAR)
 }
