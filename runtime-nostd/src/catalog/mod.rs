@@ -72,6 +72,8 @@ mod conv_adjoint;
 #[cfg(feature = "simd")]
 mod conv_narrow;
 #[cfg(feature = "simd")]
+mod conv_wgrad;
+#[cfg(feature = "simd")]
 mod vecmath;
 
 /// Which catalog this build carries: `"scalar"`, or `"simd-avx512"`, `"simd-avx2"`,
@@ -148,14 +150,22 @@ pub(crate) enum Pattern {
     /// `big` is `[rows, cols]` and `small` is its column `[rows, 1]`: the trailing axes
     /// broadcast.
     Cols { rows: usize, cols: usize },
-    /// Neither: the reference kernel handles it.
+    /// `big` is `[lead, kept, trail]` and `small` is `[kept, 1]`: axes broadcast on both
+    /// sides of the kept ones (a convolution's per-channel bias over `[batch, channels,
+    /// positions]`).
+    Block {
+        lead: usize,
+        kept: usize,
+        trail: usize,
+    },
+    /// None of these: the reference kernel handles it.
     Other,
 }
 
 /// Classifies `small` against `big` (the caller has checked `small.broadcasts_to(big)`): align
 /// the extents from the right, drop the extents of 1 in `big`, and mark each remaining axis as
 /// broadcast (`small` has 1) or kept. Broadcast axes all before kept ones: [`Pattern::Rows`];
-/// all after: [`Pattern::Cols`]; none: [`Pattern::Same`].
+/// all after: [`Pattern::Cols`]; both: [`Pattern::Block`]; none: [`Pattern::Same`].
 pub(crate) fn pattern(small: &Dims, big: &Dims) -> Pattern {
     let rank = big.rank;
     if small.rank > rank {
@@ -196,7 +206,7 @@ pub(crate) fn pattern(small: &Dims, big: &Dims) -> Pattern {
             rows: kept,
             cols: trail,
         },
-        (true, true) => Pattern::Other,
+        (true, true) => Pattern::Block { lead, kept, trail },
     }
 }
 
@@ -616,6 +626,15 @@ fn broadcast(x: &[f32], dx: &Dims, out: &mut [f32], dout: &Dims) -> bool {
                 row.fill(v);
             }
         }
+        Pattern::Block { lead, kept, trail }
+            if x.len() == kept && out.len() == lead * kept * trail =>
+        {
+            for block in out.chunks_exact_mut((kept * trail).max(1)) {
+                for (row, &v) in block.chunks_exact_mut(trail.max(1)).zip(x) {
+                    row.fill(v);
+                }
+            }
+        }
         _ => return false,
     }
     true
@@ -642,7 +661,17 @@ fn sum_to(x: &[f32], dx: &Dims, out: &mut [f32], dout: &Dims) -> bool {
             }
         }
         Pattern::Cols { rows, cols } if out.len() == rows && x.len() == rows * cols => {
-            row_reduce(x, out, cols, 0.0, |acc, v| acc + v);
+            row_reduce(x, zeroed(out), cols, |acc, v| acc + v);
+        }
+        Pattern::Block { lead, kept, trail }
+            if out.len() == kept && x.len() == lead * kept * trail =>
+        {
+            // Each output `out[k]` adds `x[l, k, t]` in increasing flat-index order: over `l`,
+            // then `t`; each block `x[l]` continues every output's chain.
+            let out = zeroed(out);
+            for block in x.chunks_exact((kept * trail).max(1)) {
+                row_reduce(block, out, trail, |acc, v| acc + v);
+            }
         }
         _ => return false,
     }
@@ -676,7 +705,16 @@ fn max_to(x: &[f32], dx: &Dims, out: &mut [f32], dout: &Dims) -> bool {
             }
         }
         Pattern::Cols { rows, cols } if out.len() == rows && x.len() == rows * cols => {
-            row_reduce(x, out, cols, f32::NEG_INFINITY, max_step);
+            out.fill(f32::NEG_INFINITY);
+            row_reduce(x, out, cols, max_step);
+        }
+        Pattern::Block { lead, kept, trail }
+            if out.len() == kept && x.len() == lead * kept * trail =>
+        {
+            out.fill(f32::NEG_INFINITY);
+            for block in x.chunks_exact((kept * trail).max(1)) {
+                row_reduce(block, out, trail, max_step);
+            }
         }
         _ => return false,
     }
@@ -688,19 +726,20 @@ fn zeroed(out: &mut [f32]) -> &mut [f32] {
     out
 }
 
-/// `out[r] = fold(init, x[r, 0], x[r, 1], …)` in increasing column order for `x: [rows, cols]`,
-/// eight rows at a time so the eight independent chains overlap.
+/// `out[r] = fold(out[r], x[r, 0], x[r, 1], …)` in increasing column order for
+/// `x: [rows, cols]` (each chain continues from what `out[r]` holds), eight rows at a time so
+/// the eight independent chains overlap.
 #[inline(always)]
-fn row_reduce(x: &[f32], out: &mut [f32], cols: usize, init: f32, f: impl Fn(f32, f32) -> f32) {
+fn row_reduce(x: &[f32], out: &mut [f32], cols: usize, f: impl Fn(f32, f32) -> f32) {
     const R: usize = 8;
     if cols == 0 {
-        out.fill(init);
         return;
     }
     let mut blocks = out.chunks_exact_mut(R);
     let mut xs = x.chunks_exact(R * cols);
     for (o, xb) in (&mut blocks).zip(&mut xs) {
-        let mut acc = [init; R];
+        let mut acc = [0.0; R];
+        acc.copy_from_slice(o);
         for c in 0..cols {
             for (r, a) in acc.iter_mut().enumerate() {
                 if let Some(&v) = xb.get(r * cols + c) {
@@ -715,7 +754,7 @@ fn row_reduce(x: &[f32], out: &mut [f32], cols: usize, init: f32, f: impl Fn(f32
         .iter_mut()
         .zip(xs.remainder().chunks_exact(cols))
     {
-        *o = row.iter().fold(init, |a, &v| f(a, v));
+        *o = row.iter().fold(*o, |a, &v| f(a, v));
     }
 }
 
@@ -825,7 +864,9 @@ fn conv_adjoint(
     #[cfg(feature = "simd")]
     {
         let transpose = op == Opcode::ConvTranspose;
-        if conv_adjoint::fits(&g, transpose) {
+        if !transpose && conv_wgrad::fits(&g) {
+            conv_wgrad::run(a, b, out, &g);
+        } else if conv_adjoint::fits(&g, transpose) {
             if transpose {
                 conv_adjoint::conv_transpose(a, b, out, &g);
             } else {
@@ -1005,7 +1046,9 @@ pub fn has_kernel(op: Opcode, attr: Attr, arg_shapes: &[Shape]) -> bool {
             ) {
                 ([_, _], Ok((g, _))) => {
                     let transpose = op == Opcode::ConvTranspose;
-                    conv_adjoint::fits(&g, transpose) || (transpose && conv_narrow::fits(&g, true))
+                    conv_adjoint::fits(&g, transpose)
+                        || (transpose && conv_narrow::fits(&g, true))
+                        || (!transpose && conv_wgrad::fits(&g))
                 }
                 _ => false,
             }
@@ -1059,7 +1102,26 @@ mod tests {
         assert_eq!(pattern(&d(&[1, 1]), &d(&[1])), Pattern::Other);
         assert_eq!(pattern(&d(&[1]), &d(&[1, 1])), Pattern::Same);
         assert_eq!(pattern(&d(&[2, 1, 4]), &d(&[2, 3, 4])), Pattern::Other);
-        assert_eq!(pattern(&d(&[1, 3, 1]), &d(&[2, 3, 4])), Pattern::Other);
+        assert_eq!(
+            pattern(&d(&[1, 3, 1]), &d(&[2, 3, 4])),
+            Pattern::Block {
+                lead: 2,
+                kept: 3,
+                trail: 4
+            }
+        );
+        assert_eq!(
+            pattern(&d(&[3, 1]), &d(&[2, 1, 3, 4])),
+            Pattern::Block {
+                lead: 2,
+                kept: 3,
+                trail: 4
+            }
+        );
+        assert_eq!(
+            pattern(&d(&[2, 1, 4, 1]), &d(&[2, 3, 4, 5])),
+            Pattern::Other
+        );
         assert_eq!(
             pattern(&d(&[2, 3, 1]), &d(&[2, 3, 4])),
             Pattern::Cols { rows: 6, cols: 4 }
