@@ -782,7 +782,9 @@ fn conv(attr: Attr, args: &[&[f32]], shapes: &[Shape], out: &mut [f32]) -> bool 
     }
     #[cfg(feature = "simd")]
     {
-        if g.axes[1].output >= MIN_SIMD_COLUMNS {
+        if g.axes[1].output >= MIN_SIMD_COLUMNS
+            && !(g.c_in_group() == 1 && conv_narrow::fits(&g, false))
+        {
             lanes::conv(x, w, out, &g);
         } else if conv_narrow::fits(&g, false) {
             conv_narrow::run(x, w, out, &g, false);
