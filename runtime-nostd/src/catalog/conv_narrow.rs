@@ -13,6 +13,12 @@
 //! with none (the padding for `conv`; off the stride or past the edge for `conv_transpose`).
 //! That is each reference kernel's `# Arithmetic order`.
 //!
+//! A row's destination columns split into classes (`Class`: all columns for `conv`, one
+//! residue class modulo the stride for `conv_transpose`) whose members pair with the same
+//! column taps; members whose every tap reads inside the source row run a register tile of
+//! four with each packed weight vector loaded once per tap, the others as single positions (or
+//! tiles of four consecutive columns) through per-column tap tables.
+//!
 //! The weights of a tile of `L` destination channels are packed, per `(c_s, t)`, into one
 //! vector of `L` lanes on the stack: at most [`PACK`] `f32`s (32 KiB), so a group may have at
 //! most `PACK / L` source channels × taps (2048 with 4 lanes, 512 with 16); the per-column tap
@@ -44,7 +50,8 @@ const TILE: usize = 4;
 const MIN_CHANNELS: usize = 4;
 
 /// True when the kernels here take geometry `g` for `conv` (`transpose` false) or
-/// `conv_transpose`: kernels of at most `MAX_KERNEL` taps per axis, destination rows of at most
+/// `conv_transpose`: kernels of at most `MAX_KERNEL` taps per axis (and for `conv_transpose` a
+/// column stride of at most `MAX_KERNEL`: one `Class` per residue), destination rows of at most
 /// [`MAX_WIDTH`] columns, at least [`MIN_CHANNELS`] destination channels per group (or all of
 /// them, when fewer than a vector), and a group's source channels × taps × `L` within [`PACK`].
 pub(crate) fn fits(g: &Geometry, transpose: bool) -> bool {
