@@ -209,7 +209,7 @@ impl Plane<'_> {
                     let i = (b + (ow * aw.stride) as isize) as usize;
                     let xv = V::splat(self.xc.get(i).copied().unwrap_or(0.0));
                     for (ac, g) in ar.iter_mut().zip(&gv) {
-                        *ac = *ac + xv * *g;
+                        *ac += xv * *g;
                     }
                 }
             };
