@@ -165,6 +165,7 @@ pub(crate) fn run(src: &[f32], w: &[f32], dst: &mut [f32], geo: &Geometry, trans
     let mut classes = [Class::EMPTY; MAX_KERNEL];
     let n_classes = Class::all(&aw, transpose, &mut classes);
     let mut pack = [V::splat(0.0); PACK / L];
+    let mut row_out = [V::splat(0.0); MAX_WIDTH];
     for group in 0..geo.groups {
         let mut d0 = 0;
         while d0 < dst_g {
@@ -203,12 +204,11 @@ pub(crate) fn run(src: &[f32], w: &[f32], dst: &mut [f32], geo: &Geometry, trans
                 let d_at = (n * c_dst + group * dst_g + d0) * plane_dst;
                 for qh in 0..rows {
                     let rt = Taps::of(&ah, qh, transpose);
+                    // The row's outputs, one vector of channels per column, written out
+                    // channel by channel after the row.
                     let mut store = |q: usize, a: &V| {
-                        let q = qh * width + q;
-                        for (l, &v) in a.as_array().iter().enumerate().take(lanes) {
-                            if let Some(o) = dst.get_mut(d_at + l * plane_dst + q) {
-                                *o = v;
-                            }
+                        if let Some(o) = row_out.get_mut(q) {
+                            *o = *a;
                         }
                     };
                     for class in classes.iter().take(n_classes) {
@@ -244,6 +244,15 @@ pub(crate) fn run(src: &[f32], w: &[f32], dst: &mut [f32], geo: &Geometry, trans
                                 store(q_of(at + i), a);
                             }
                             j += TILE;
+                        }
+                    }
+                    let row_out = row_out.get(..width).unwrap_or(&[]);
+                    for l in 0..lanes {
+                        let at = d_at + l * plane_dst + qh * width;
+                        if let Some(d) = dst.get_mut(at..at + width) {
+                            for (o, v) in d.iter_mut().zip(row_out) {
+                                *o = v.as_array().get(l).copied().unwrap_or(0.0);
+                            }
                         }
                     }
                 }
