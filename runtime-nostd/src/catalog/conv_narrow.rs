@@ -25,8 +25,9 @@
 //! tables take destination rows of at most [`MAX_WIDTH`] columns, kernels of at most
 //! `conv_adjoint::MAX_KERNEL` taps per axis. [`fits`] says whether a geometry is taken; the
 //! catalog then runs the column-lane kernels or the reference. The catalog runs on hosts and
-//! wasm only (not on the firmware's stacks), where about 41 KiB of stack (the pack
-//! and 8.7 KiB of tap tables) is no concern.
+//! wasm only (not on the firmware's stacks), where about 45 KiB of stack (the pack, 8.7 KiB
+//! of tap tables, one row of outputs: at most [`MAX_WIDTH`] vectors, 4 KiB with 16 lanes)
+//! is no concern.
 //!
 //! Index arithmetic is bounded by the lengths of buffers the caller checked against the
 //! geometry (see the catalog's module doc), so it cannot overflow.

@@ -56,7 +56,7 @@
 //!   tile, the same order per output; they take rows of at most 64 columns and at least four
 //!   destination channels per group (depthwise layers run the reference). A `conv` with one
 //!   input channel per group (a first layer) takes them whatever its width when they fit
-//!   (C1's first layer, 19 columns: 0.60 → 0.22 ns per multiply-accumulate). The executor
+//!   (C1's first layer, 19 columns: 0.60 → 0.16 ns per multiply-accumulate). The executor
 //!   reaches all three through `convolution` (kernels in `conv_adjoint.rs`, `conv_narrow.rs`).
 //! - **`broadcast`**, **`sum_to`**, **`max_to`** also take a block broadcast on both sides
 //!   (`[kept, 1]` against `[lead, kept, trail]`: a convolution's per-channel bias); each sum
