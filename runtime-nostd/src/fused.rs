@@ -213,8 +213,9 @@ fn run_chain<O: Ops>(
 
 /// A `broadcast` member over one tile: `dst[i] = x[source(start + i)]`, NumPy broadcasting of
 /// `x` (extents `from`) to `to`. A copy: any order gives the same bits. A scalar source fills;
-/// a source that is the target's trailing extents (a row repeated) cycles; anything else maps
-/// each element through the broadcasting index rule.
+/// a source that is the target's trailing extents (a row repeated) cycles; a column, or a block
+/// of values broadcast on both sides (`catalog::Pattern::Cols`, `Block`), fills runs; anything
+/// else maps each element through the broadcasting index rule.
 fn broadcast_tile(x: &[f32], from: &Dims, to: &Dims, start: usize, dst: &mut [f32]) {
     if let [v] = x {
         dst.fill(*v);
@@ -241,23 +242,25 @@ fn broadcast_tile(x: &[f32], from: &Dims, to: &Dims, start: usize, dst: &mut [f3
         }
         return;
     }
-    // A column repeated across rows (`[m, 1]` to `[m, n]`): runs of one value.
-    let column = from.rank == to.rank
-        && from.rank >= 1
-        && from.dims.get(from.rank.saturating_sub(1)) == Some(&1)
-        && (0..from.rank.saturating_sub(1)).all(|i| from.dims.get(i) == to.dims.get(i));
-    let width = to.dims.get(to.rank.saturating_sub(1)).copied().unwrap_or(0);
-    if column && width > 0 {
+    // A column repeated across rows (`[m, 1]` to `[m, n]`), or a block of values each repeated
+    // `trail` times, the block repeated (a per-channel bias `[c, 1]` over `[n, c, positions]`):
+    // runs of one value, element `e` of the target taking `x[(e / trail) mod kept]`.
+    let runs = match catalog::pattern(from, to) {
+        catalog::Pattern::Cols { rows, cols } => Some((rows, cols)),
+        catalog::Pattern::Block { kept, trail, .. } => Some((kept, trail)),
+        _ => None,
+    };
+    if let Some((kept, trail)) = runs.filter(|&(kept, trail)| kept == n && trail > 0) {
         let mut e = start;
         let mut rest = dst;
         while !rest.is_empty() {
-            let row = e.checked_div(width).unwrap_or(0);
-            let take = width
-                .saturating_sub(e.checked_rem(width).unwrap_or(0))
+            let run = e.checked_div(trail).unwrap_or(0);
+            let take = trail
+                .saturating_sub(e.checked_rem(trail).unwrap_or(0))
                 .min(rest.len())
                 .max(1);
             let (head, tail) = rest.split_at_mut(take.min(rest.len()));
-            if let Some(&v) = x.get(row) {
+            if let Some(&v) = x.get(run.checked_rem(kept).unwrap_or(0)) {
                 head.fill(v);
             }
             e = e.saturating_add(head.len());

@@ -13,14 +13,21 @@
 //! with none (the padding for `conv`; off the stride or past the edge for `conv_transpose`).
 //! That is each reference kernel's `# Arithmetic order`.
 //!
+//! A row's destination columns split into classes (`Class`: all columns for `conv`, one
+//! residue class modulo the stride for `conv_transpose`) whose members pair with the same
+//! column taps; members whose every tap reads inside the source row run a register tile of
+//! four with each packed weight vector loaded once per tap, the others as single positions (or
+//! tiles of four consecutive columns) through per-column tap tables.
+//!
 //! The weights of a tile of `L` destination channels are packed, per `(c_s, t)`, into one
 //! vector of `L` lanes on the stack: at most [`PACK`] `f32`s (32 KiB), so a group may have at
 //! most `PACK / L` source channels × taps (2048 with 4 lanes, 512 with 16); the per-column tap
 //! tables take destination rows of at most [`MAX_WIDTH`] columns, kernels of at most
 //! `conv_adjoint::MAX_KERNEL` taps per axis. [`fits`] says whether a geometry is taken; the
 //! catalog then runs the column-lane kernels or the reference. The catalog runs on hosts and
-//! wasm only (not on the firmware's stacks), where about 41 KiB of stack (the pack
-//! and 8.7 KiB of tap tables) is no concern.
+//! wasm only (not on the firmware's stacks), where about 45 KiB of stack (the pack, 8.7 KiB
+//! of tap tables, one row of outputs: at most [`MAX_WIDTH`] vectors, 4 KiB with 16 lanes)
+//! is no concern.
 //!
 //! Index arithmetic is bounded by the lengths of buffers the caller checked against the
 //! geometry (see the catalog's module doc), so it cannot overflow.
@@ -44,7 +51,8 @@ const TILE: usize = 4;
 const MIN_CHANNELS: usize = 4;
 
 /// True when the kernels here take geometry `g` for `conv` (`transpose` false) or
-/// `conv_transpose`: kernels of at most `MAX_KERNEL` taps per axis, destination rows of at most
+/// `conv_transpose`: kernels of at most `MAX_KERNEL` taps per axis (and for `conv_transpose` a
+/// column stride of at most `MAX_KERNEL`: one `Class` per residue), destination rows of at most
 /// [`MAX_WIDTH`] columns, at least [`MIN_CHANNELS`] destination channels per group (or all of
 /// them, when fewer than a vector), and a group's source channels × taps × `L` within [`PACK`].
 pub(crate) fn fits(g: &Geometry, transpose: bool) -> bool {
@@ -63,6 +71,7 @@ pub(crate) fn fits(g: &Geometry, transpose: bool) -> bool {
         .iter()
         .all(|a| a.kernel >= 1 && a.kernel <= MAX_KERNEL && a.stride >= 1)
         && width <= MAX_WIDTH
+        && (!transpose || g.axes[1].stride <= MAX_KERNEL)
         && dst_g >= MIN_CHANNELS.min(L)
         && src_g
             .checked_mul(taps)
@@ -154,7 +163,10 @@ pub(crate) fn run(src: &[f32], w: &[f32], dst: &mut [f32], geo: &Geometry, trans
     for (q, c) in cols.iter_mut().enumerate().take(width) {
         *c = Taps::of(&aw, q, transpose);
     }
+    let mut classes = [Class::EMPTY; MAX_KERNEL];
+    let n_classes = Class::all(&aw, transpose, &mut classes);
     let mut pack = [V::splat(0.0); PACK / L];
+    let mut row_out = [V::splat(0.0); MAX_WIDTH];
     for group in 0..geo.groups {
         let mut d0 = 0;
         while d0 < dst_g {
@@ -193,27 +205,56 @@ pub(crate) fn run(src: &[f32], w: &[f32], dst: &mut [f32], geo: &Geometry, trans
                 let d_at = (n * c_dst + group * dst_g + d0) * plane_dst;
                 for qh in 0..rows {
                     let rt = Taps::of(&ah, qh, transpose);
-                    let mut qw = 0;
-                    while qw < width {
-                        let p = TILE.min(width - qw);
-                        let acc = if p == TILE {
-                            tile::<TILE>(&g, &rt, &cols, qw)
-                        } else {
-                            let mut acc = [V::splat(0.0); TILE];
-                            for (i, a) in acc.iter_mut().enumerate().take(p) {
-                                [*a] = tile::<1>(&g, &rt, &cols, qw + i);
-                            }
-                            acc
-                        };
-                        for (i, a) in acc.iter().enumerate().take(p) {
-                            let q = qh * width + qw + i;
-                            for (l, &v) in a.as_array().iter().enumerate().take(lanes) {
-                                if let Some(o) = dst.get_mut(d_at + l * plane_dst + q) {
-                                    *o = v;
+                    // The row's outputs, one vector of channels per column, written out
+                    // channel by channel after the row.
+                    let mut store = |q: usize, a: &V| {
+                        if let Some(o) = row_out.get_mut(q) {
+                            *o = *a;
+                        }
+                    };
+                    for class in classes.iter().take(n_classes) {
+                        // Members `q = first + s·j`, `j < count`; `lo..hi` all taps inside.
+                        let (lo, hi) = (class.lo.min(class.count), class.hi.min(class.count));
+                        let (lo, hi) = if hi >= lo + TILE { (lo, hi) } else { (0, 0) };
+                        let q_of = |j: usize| class.first + class.every * j;
+                        for (a, b) in [(0, lo), (hi, class.count)] {
+                            // Consecutive columns (`every` 1) a tile at a time, others alone.
+                            let mut j = a;
+                            while j < b {
+                                let q = q_of(j);
+                                if class.every == 1 && b - j >= TILE {
+                                    let acc = tile::<TILE>(&g, &rt, &cols, q);
+                                    for (i, a) in acc.iter().enumerate() {
+                                        store(q + i, a);
+                                    }
+                                    j += TILE;
+                                } else {
+                                    let [a] = tile::<1>(&g, &rt, &cols, q);
+                                    store(q, &a);
+                                    j += 1;
                                 }
                             }
                         }
-                        qw += p;
+                        // Whole tiles, the last one overlapping the one before it (recomputing
+                        // an output gives the same bits).
+                        let mut j = lo;
+                        while j < hi {
+                            let at = j.min(hi - TILE);
+                            let acc = g.interior::<TILE>(&rt, class, at);
+                            for (i, a) in acc.iter().enumerate() {
+                                store(q_of(at + i), a);
+                            }
+                            j += TILE;
+                        }
+                    }
+                    let row_out = row_out.get(..width).unwrap_or(&[]);
+                    for l in 0..lanes {
+                        let at = d_at + l * plane_dst + qh * width;
+                        if let Some(d) = dst.get_mut(at..at + width) {
+                            for (o, v) in d.iter_mut().zip(row_out) {
+                                *o = v.as_array().get(l).copied().unwrap_or(0.0);
+                            }
+                        }
                     }
                 }
             }
@@ -261,4 +302,121 @@ fn tile<const P: usize>(g: &Src<'_>, rt: &Taps, cols: &[Taps], qw: usize) -> [V;
         }
     }
     acc
+}
+
+/// The destination columns `q = first + every · j` (`j < count`) of one residue class: for
+/// `conv` all columns (one class, `every` 1), for `conv_transpose` one class per residue modulo
+/// the stride (`every` the stride). Every member pairs with the same column taps `k`, tap `k`
+/// reading source column `j · step + off` (`taps[..n]` as `(k, off)` in increasing `k`);
+/// members `lo..hi` read inside the source row for every tap.
+#[derive(Clone, Copy)]
+struct Class {
+    first: usize,
+    every: usize,
+    count: usize,
+    step: usize,
+    taps: [(usize, isize); MAX_KERNEL],
+    n: usize,
+    lo: usize,
+    hi: usize,
+}
+
+impl Class {
+    const EMPTY: Class = Class {
+        first: 0,
+        every: 1,
+        count: 0,
+        step: 1,
+        taps: [(0, 0); MAX_KERNEL],
+        n: 0,
+        lo: 0,
+        hi: 0,
+    };
+
+    /// The classes of axis `a`'s destination columns into `out`; how many.
+    fn all(a: &Axis, transpose: bool, out: &mut [Class; MAX_KERNEL]) -> usize {
+        let k_max = a.kernel.min(MAX_KERNEL);
+        if !transpose {
+            let mut c = Class {
+                count: a.output,
+                step: a.stride,
+                ..Class::EMPTY
+            };
+            let (mut lo, mut hi) = (0usize, a.output);
+            for (k, t) in c.taps.iter_mut().enumerate().take(k_max) {
+                *t = (k, (k * a.dilation) as isize - a.pad as isize);
+                let (l, h) = a.valid(k);
+                (lo, hi) = (lo.max(l), hi.min(h));
+            }
+            c.n = k_max;
+            (c.lo, c.hi) = (lo, hi.max(lo));
+            if let Some(o) = out.first_mut() {
+                *o = c;
+            }
+            return 1;
+        }
+        let s = a.stride.max(1);
+        let mut n = 0;
+        for r in 0..s.min(a.input).min(MAX_KERNEL) {
+            let mut c = Class {
+                first: r,
+                every: s,
+                count: (a.input - r).div_ceil(s),
+                ..Class::EMPTY
+            };
+            let (mut lo, mut hi) = (0isize, c.count as isize);
+            for k in 0..k_max {
+                let num = (r + a.pad) as isize - (k * a.dilation) as isize;
+                if num.rem_euclid(s as isize) != 0 {
+                    continue;
+                }
+                let off = num.div_euclid(s as isize);
+                if let Some(t) = c.taps.get_mut(c.n) {
+                    *t = (k, off);
+                    c.n += 1;
+                }
+                // `0 <= j + off < output`.
+                lo = lo.max(-off);
+                hi = hi.min(a.output as isize - off);
+            }
+            c.lo = lo.max(0) as usize;
+            c.hi = (hi.max(0) as usize).max(c.lo);
+            if let Some(o) = out.get_mut(n) {
+                *o = c;
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
+impl Src<'_> {
+    /// The sums of class members `j .. j + P` of one row (row taps `rt`), every column tap
+    /// inside the source row: one vector of channel lanes each, in the reference's order
+    /// (source channels, then row taps, then column taps).
+    #[inline(always)]
+    fn interior<const P: usize>(&self, rt: &Taps, class: &Class, j: usize) -> [V; P] {
+        let mut acc = [V::splat(0.0); P];
+        let taps = class.taps.get(..class.n).unwrap_or(&[]);
+        for (sc, pc) in self
+            .s
+            .chunks_exact(self.plane.max(1))
+            .zip(self.pack.chunks_exact(self.taps.max(1)))
+        {
+            for (kh, sh) in rt.iter() {
+                let srow = sc.get(sh * self.width..).unwrap_or(&[]);
+                let prow = pc.get(kh * self.kw..).unwrap_or(&[]);
+                for &(kw, off) in taps {
+                    let wv = prow.get(kw).copied().unwrap_or(V::splat(0.0));
+                    let base = (j * class.step) as isize + off;
+                    for (p, a) in acc.iter_mut().enumerate() {
+                        let at = (base + (p * class.step) as isize) as usize;
+                        let xv = srow.get(at).copied().unwrap_or(0.0);
+                        *a += V::splat(xv) * wv;
+                    }
+                }
+            }
+        }
+        acc
+    }
 }

@@ -42,15 +42,25 @@
 //!   starts at `+0.0` and accumulates over the batch, then the output positions row-major,
 //!   skipping padding, the reference's order; lanes are output channels (4, 8 under AVX-512),
 //!   a register tile holds up to nine taps, the cotangent gathered once per position and shared
-//!   by them; a tile whose channels span groups (depthwise) gathers the input per lane.
+//!   by them; a tile whose channels span groups (depthwise) gathers the input per lane. Small
+//!   output planes with at least four output channels per group (the 1-D CNNs' layers) run
+//!   `conv_wgrad.rs` instead: the cotangent transposed once per batch element into a stack
+//!   buffer `[position][co]` (contiguous lane loads), the sums kept in a second one across the
+//!   batch, a register tile of up to five taps by two vectors of channels (each buffer at most
+//!   32 KiB).
 //! - The column-lane kernels take rows of at least `MIN_SIMD_COLUMNS` (16) columns and kernels
 //!   of at most 16 taps per axis (`conv_weight_grad`: any width). Narrower `conv` and
 //!   `conv_transpose` rows (the 1-D CNNs' 19, 10, 5 samples) run the channel-lane kernels of
 //!   `conv_narrow.rs` instead: lanes are destination channels (`co`, resp. `ci`), a tile of
 //!   their weights packed on the stack (at most 32 KiB), four positions of a row per register
 //!   tile, the same order per output; they take rows of at most 64 columns and at least four
-//!   destination channels per group (depthwise layers run the reference). The executor
+//!   destination channels per group (depthwise layers run the reference). A `conv` with one
+//!   input channel per group (a first layer) takes them whatever its width when they fit
+//!   (C1's first layer, 19 columns: 0.60 → 0.16 ns per multiply-accumulate). The executor
 //!   reaches all three through `convolution` (kernels in `conv_adjoint.rs`, `conv_narrow.rs`).
+//! - **`broadcast`**, **`sum_to`**, **`max_to`** also take a block broadcast on both sides
+//!   (`[kept, 1]` against `[lead, kept, trail]`: a convolution's per-channel bias); each sum
+//!   over `l`, then `t`, the reference's increasing flat-index order.
 //! - **`transpose`** (a permutation, exact whatever the order) in cache-sized blocks, and
 //!   **`fill`**.
 //!
@@ -71,6 +81,8 @@ use lanes::UnOp;
 mod conv_adjoint;
 #[cfg(feature = "simd")]
 mod conv_narrow;
+#[cfg(feature = "simd")]
+mod conv_wgrad;
 #[cfg(feature = "simd")]
 mod vecmath;
 
@@ -148,14 +160,22 @@ pub(crate) enum Pattern {
     /// `big` is `[rows, cols]` and `small` is its column `[rows, 1]`: the trailing axes
     /// broadcast.
     Cols { rows: usize, cols: usize },
-    /// Neither: the reference kernel handles it.
+    /// `big` is `[lead, kept, trail]` and `small` is `[kept, 1]`: axes broadcast on both
+    /// sides of the kept ones (a convolution's per-channel bias over `[batch, channels,
+    /// positions]`).
+    Block {
+        lead: usize,
+        kept: usize,
+        trail: usize,
+    },
+    /// None of these: the reference kernel handles it.
     Other,
 }
 
 /// Classifies `small` against `big` (the caller has checked `small.broadcasts_to(big)`): align
 /// the extents from the right, drop the extents of 1 in `big`, and mark each remaining axis as
 /// broadcast (`small` has 1) or kept. Broadcast axes all before kept ones: [`Pattern::Rows`];
-/// all after: [`Pattern::Cols`]; none: [`Pattern::Same`].
+/// all after: [`Pattern::Cols`]; both: [`Pattern::Block`]; none: [`Pattern::Same`].
 pub(crate) fn pattern(small: &Dims, big: &Dims) -> Pattern {
     let rank = big.rank;
     if small.rank > rank {
@@ -196,7 +216,7 @@ pub(crate) fn pattern(small: &Dims, big: &Dims) -> Pattern {
             rows: kept,
             cols: trail,
         },
-        (true, true) => Pattern::Other,
+        (true, true) => Pattern::Block { lead, kept, trail },
     }
 }
 
@@ -616,6 +636,15 @@ fn broadcast(x: &[f32], dx: &Dims, out: &mut [f32], dout: &Dims) -> bool {
                 row.fill(v);
             }
         }
+        Pattern::Block { lead, kept, trail }
+            if x.len() == kept && out.len() == lead * kept * trail =>
+        {
+            for block in out.chunks_exact_mut((kept * trail).max(1)) {
+                for (row, &v) in block.chunks_exact_mut(trail.max(1)).zip(x) {
+                    row.fill(v);
+                }
+            }
+        }
         _ => return false,
     }
     true
@@ -642,7 +671,17 @@ fn sum_to(x: &[f32], dx: &Dims, out: &mut [f32], dout: &Dims) -> bool {
             }
         }
         Pattern::Cols { rows, cols } if out.len() == rows && x.len() == rows * cols => {
-            row_reduce(x, out, cols, 0.0, |acc, v| acc + v);
+            row_reduce(x, zeroed(out), cols, |acc, v| acc + v);
+        }
+        Pattern::Block { lead, kept, trail }
+            if out.len() == kept && x.len() == lead * kept * trail =>
+        {
+            // Each output `out[k]` adds `x[l, k, t]` in increasing flat-index order: over `l`,
+            // then `t`; each block `x[l]` continues every output's chain.
+            let out = zeroed(out);
+            for block in x.chunks_exact((kept * trail).max(1)) {
+                row_reduce(block, out, trail, |acc, v| acc + v);
+            }
         }
         _ => return false,
     }
@@ -676,7 +715,16 @@ fn max_to(x: &[f32], dx: &Dims, out: &mut [f32], dout: &Dims) -> bool {
             }
         }
         Pattern::Cols { rows, cols } if out.len() == rows && x.len() == rows * cols => {
-            row_reduce(x, out, cols, f32::NEG_INFINITY, max_step);
+            out.fill(f32::NEG_INFINITY);
+            row_reduce(x, out, cols, max_step);
+        }
+        Pattern::Block { lead, kept, trail }
+            if out.len() == kept && x.len() == lead * kept * trail =>
+        {
+            out.fill(f32::NEG_INFINITY);
+            for block in x.chunks_exact((kept * trail).max(1)) {
+                row_reduce(block, out, trail, max_step);
+            }
         }
         _ => return false,
     }
@@ -688,19 +736,20 @@ fn zeroed(out: &mut [f32]) -> &mut [f32] {
     out
 }
 
-/// `out[r] = fold(init, x[r, 0], x[r, 1], …)` in increasing column order for `x: [rows, cols]`,
-/// eight rows at a time so the eight independent chains overlap.
+/// `out[r] = fold(out[r], x[r, 0], x[r, 1], …)` in increasing column order for
+/// `x: [rows, cols]` (each chain continues from what `out[r]` holds), eight rows at a time so
+/// the eight independent chains overlap.
 #[inline(always)]
-fn row_reduce(x: &[f32], out: &mut [f32], cols: usize, init: f32, f: impl Fn(f32, f32) -> f32) {
+fn row_reduce(x: &[f32], out: &mut [f32], cols: usize, f: impl Fn(f32, f32) -> f32) {
     const R: usize = 8;
     if cols == 0 {
-        out.fill(init);
         return;
     }
     let mut blocks = out.chunks_exact_mut(R);
     let mut xs = x.chunks_exact(R * cols);
     for (o, xb) in (&mut blocks).zip(&mut xs) {
-        let mut acc = [init; R];
+        let mut acc = [0.0; R];
+        acc.copy_from_slice(o);
         for c in 0..cols {
             for (r, a) in acc.iter_mut().enumerate() {
                 if let Some(&v) = xb.get(r * cols + c) {
@@ -715,7 +764,7 @@ fn row_reduce(x: &[f32], out: &mut [f32], cols: usize, init: f32, f: impl Fn(f32
         .iter_mut()
         .zip(xs.remainder().chunks_exact(cols))
     {
-        *o = row.iter().fold(init, |a, &v| f(a, v));
+        *o = row.iter().fold(*o, |a, &v| f(a, v));
     }
 }
 
@@ -743,7 +792,9 @@ fn conv(attr: Attr, args: &[&[f32]], shapes: &[Shape], out: &mut [f32]) -> bool 
     }
     #[cfg(feature = "simd")]
     {
-        if g.axes[1].output >= MIN_SIMD_COLUMNS {
+        if g.axes[1].output >= MIN_SIMD_COLUMNS
+            && !(g.c_in_group() == 1 && conv_narrow::fits(&g, false))
+        {
             lanes::conv(x, w, out, &g);
         } else if conv_narrow::fits(&g, false) {
             conv_narrow::run(x, w, out, &g, false);
@@ -825,7 +876,9 @@ fn conv_adjoint(
     #[cfg(feature = "simd")]
     {
         let transpose = op == Opcode::ConvTranspose;
-        if conv_adjoint::fits(&g, transpose) {
+        if !transpose && conv_wgrad::fits(&g) {
+            conv_wgrad::run(a, b, out, &g);
+        } else if conv_adjoint::fits(&g, transpose) {
             if transpose {
                 conv_adjoint::conv_transpose(a, b, out, &g);
             } else {
@@ -1005,7 +1058,9 @@ pub fn has_kernel(op: Opcode, attr: Attr, arg_shapes: &[Shape]) -> bool {
             ) {
                 ([_, _], Ok((g, _))) => {
                     let transpose = op == Opcode::ConvTranspose;
-                    conv_adjoint::fits(&g, transpose) || (transpose && conv_narrow::fits(&g, true))
+                    conv_adjoint::fits(&g, transpose)
+                        || (transpose && conv_narrow::fits(&g, true))
+                        || (!transpose && conv_wgrad::fits(&g))
                 }
                 _ => false,
             }
@@ -1059,7 +1114,26 @@ mod tests {
         assert_eq!(pattern(&d(&[1, 1]), &d(&[1])), Pattern::Other);
         assert_eq!(pattern(&d(&[1]), &d(&[1, 1])), Pattern::Same);
         assert_eq!(pattern(&d(&[2, 1, 4]), &d(&[2, 3, 4])), Pattern::Other);
-        assert_eq!(pattern(&d(&[1, 3, 1]), &d(&[2, 3, 4])), Pattern::Other);
+        assert_eq!(
+            pattern(&d(&[1, 3, 1]), &d(&[2, 3, 4])),
+            Pattern::Block {
+                lead: 2,
+                kept: 3,
+                trail: 4
+            }
+        );
+        assert_eq!(
+            pattern(&d(&[3, 1]), &d(&[2, 1, 3, 4])),
+            Pattern::Block {
+                lead: 2,
+                kept: 3,
+                trail: 4
+            }
+        );
+        assert_eq!(
+            pattern(&d(&[2, 1, 4, 1]), &d(&[2, 3, 4, 5])),
+            Pattern::Other
+        );
         assert_eq!(
             pattern(&d(&[2, 3, 1]), &d(&[2, 3, 4])),
             Pattern::Cols { rows: 6, cols: 4 }

@@ -142,11 +142,14 @@ fn check(
 /// 1-D or 2-D, the last axis 1 to 24 samples wide before the kernel's reach, strides,
 /// dilations and padding as [`axis`]; groups 1 to 3 of 1 to 7 input channels and 3 to 21
 /// output channels (channel counts that are and are not multiples of 4, 8 and 16, partial
-/// tiles, fewer than a vector), or depthwise (1 and 1, which the channel lanes refuse).
+/// tiles, fewer than a vector), one input channel and 33 to 40 output channels (`conv`'s
+/// single-input-channel path; `conv_weight_grad`'s register tiles of two vectors, then one),
+/// or depthwise (1 and 1, which the channel lanes refuse).
 fn narrow_geometry() -> impl Strategy<Value = Geo> {
     let channels = prop_oneof![
         4 => (1usize..=3, 1usize..=7, 3usize..=21),
         1 => (1usize..=2, 3usize..=21, 3usize..=21),
+        1 => (1usize..=2, Just(1usize), 33usize..=40),
         1 => (1usize..=20).prop_map(|g| (g, 1, 1)),
     ];
     (
@@ -293,4 +296,27 @@ fn padding_taps_are_skipped_not_multiplied_by_zero() {
     // Channel 0, tap 0: Σ_{o ≥ 1} x[o − 1] · g[o] = 1 + … + 7 = 28 (the ∞ at o = 0 skipped);
     // tap 1: ∞ · x[0] + … = ∞; tap 2: ∞ · x[1] + … = ∞. Channel 1, tap 0: 28 again.
     assert_eq!(u[..4], [28.0, f32::INFINITY, f32::INFINITY, 28.0]);
+}
+
+/// The MNIST-1D CNN's three layers at batch 100 (workload C1: 25 channels, kernels 5, 3, 3,
+/// stride 2, padding 1, signals 40 → 19 → 10 → 5): `conv` and both adjoints against their
+/// references, bit for bit, over ordinary values (long sums: a changed order shows).
+#[test]
+fn c1_layers_match_reference() {
+    let mut seed = 0x2545_f491_u32;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 17;
+        seed ^= seed << 5;
+        (seed >> 8) as f32 / (1u32 << 23) as f32 * 4.0 - 2.0
+    };
+    for (c_in, k, width) in [(1, 5, 40), (25, 3, 19), (25, 3, 10)] {
+        let a = ConvAttr::d1(2, 1, 1, 1, 1);
+        let (x, w) = (vec![100, c_in, width], vec![25, c_in, k]);
+        let e = tapeplan_core::ops::conv::output_extent(&a, shp(&x), shp(&w)).unwrap();
+        let y = vec![100, 25, e[0]];
+        let len = |d: &[usize]| d.iter().product::<usize>();
+        let vals = [len(&x), len(&w), len(&y)].map(|n| (0..n).map(|_| next()).collect::<Vec<_>>());
+        check_all((x, w, y, a), vals).unwrap();
+    }
 }
