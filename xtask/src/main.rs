@@ -244,8 +244,8 @@ const VERBS: &[Verb] = &[
     },
     Verb {
         name: "wasm-small",
-        usage: "wasm-small [--plan PLAN]... [--core] [--features LIST] [--wasm-opt Oz|O3] [--opt-level s|z] [--out DIR] [--check] [--train DATA.csv]",
-        about: "a small wasm package (--target web, into target/npm/small) that runs only the given plans' opcodes (default: the demo's digits MLP; a selective build: the op set from the plans, the features they need, no TrainRun; --core: the core set; --features: the wasm crate's features instead), after wasm-opt -Oz; prints the module's size; --check: the demo's fixed run in Node, bitwise against the host oracle; --train DATA: each plan 2 epochs in Node (needs feature train-run) and on the host, same parameter digest",
+        usage: "wasm-small [--plan PLAN]... [--run RUN]... [--core] [--features LIST] [--wasm-opt Oz|O3] [--opt-level s|z] [--out DIR] [--check] [--train DATA.csv]",
+        about: "a small wasm package (--target web, into target/npm/small) that runs only the given plans' opcodes (--run: a run description's plan, e.g. firmware-demo/models/mnist1d.run; default: the demo's digits MLP; a selective build: the op set from the plans, the features they need, no TrainRun; --core: the core set; --features: the wasm crate's features instead), after wasm-opt -Oz; prints the module's size; --check: the demo's fixed run in Node, bitwise against the host oracle; --train DATA: each plan 2 epochs in Node (needs feature train-run) and on the host, same parameter digest",
         run: package::verb_wasm_small,
     },
     Verb {

@@ -300,9 +300,18 @@ pub const SMALL_BUDGET_BYTES: u64 = 102_400;
 /// module's size", for what each costs): `fusion` (plans are fused by default), lol_alloc's
 /// allocator (`small-alloc`), `math-fast` and `arith-fma` only when a plan records those
 /// profiles; no `catalog` (14 KB, the reference kernels instead: the same bits, slower), no
-/// `TrainRun` (`train-run`), and the errors' variants instead of their messages.
+/// `TrainRun` (`train-run`), and the errors' variants instead of their messages. `all-ops`
+/// when a plan uses an opcode outside the core set (a selective build dispatches only the
+/// opcodes both in its set and in the build's vocabulary).
 fn features_for(plans: &[tapeplan_runtime::Plan<'_>]) -> String {
     let mut f = vec!["fusion", "small-alloc"];
+    let core = tapeplan_runtime::OpSet::CORE;
+    if plans
+        .iter()
+        .any(|p| p.op_set().intersection(core) != p.op_set())
+    {
+        f.push("all-ops");
+    }
     if plans
         .iter()
         .any(|p| p.math() == tapeplan_runtime::MathProfile::Fast)
@@ -390,15 +399,21 @@ pub fn build_small(ctx: &Ctx, small: &Small) -> Result<u64> {
     Ok(after)
 }
 
-/// Trains `plan` on `data` for `epochs` epochs (seed 42, Glorot initial parameters) in Node
+/// Trains `plan` on `data` for 2 epochs (seed 42; the initial parameters of
+/// `PLAN.init.safetensors` when there is one, else an MLP's Glorot draw) in Node
 /// with the `--target web` package in `pkg` (`wasm/e2e/train-plan.mjs`) and on the host
 /// (`tapeplan train`), and checks both print the same report, parameter digest included.
 pub fn check_trains_like_host(ctx: &Ctx, pkg: &Path, plan: &Path, data: &Path) -> Result<()> {
     let epochs = "2";
+    // `tapeplan plan --onnx` writes the initial parameters beside the plan.
+    let mut init = plan.as_os_str().to_owned();
+    init.push(".init.safetensors");
+    let init = Path::new(&init).is_file().then(|| PathBuf::from(init));
     let mut node = ctx.tool("node", ["wasm/e2e/train-plan.mjs"]);
     node.arg(plan)
         .arg(data)
-        .args(["-", epochs, "42"])
+        .arg(init.as_deref().unwrap_or(Path::new("-")))
+        .args([epochs, "42"])
         .env("TAPEPLAN_WASM_PKG", pkg);
     let in_node = output(node).context("training in Node with the small module")?;
     let mut host = ctx.cargo([
@@ -416,6 +431,9 @@ pub fn check_trains_like_host(ctx: &Ctx, pkg: &Path, plan: &Path, data: &Path) -
         .arg("--data")
         .arg(data)
         .args(["--epochs", epochs, "--seed", "42"]);
+    if let Some(init) = &init {
+        host.arg("--init").arg(init);
+    }
     let on_host = output(host).context("tapeplan train on the host")?;
     let digest = |text: &str| {
         text.lines()
@@ -510,9 +528,33 @@ try {{
     Ok(())
 }
 
-/// `wasm-small`: `[--plan PLAN]... [--core] [--features LIST] [--wasm-opt O3|Oz]
-/// [--opt-level s|z] [--out DIR] [--check] [--train DATA.csv]`. Without `--plan` or `--core`:
-/// the demo page's digits MLP (`wasm/www/assets/digits.plan`).
+/// The plan of a run description (`firmware-demo/models/*.run`), written to
+/// `target/npm/NAME.plan`: the plan file of a `plan=` run, or the job the run records.
+fn run_plan(ctx: &Ctx, run: &Path) -> Result<PathBuf> {
+    let cfg = tapeplan_planner::model::run::RunConfig::from_file(run)
+        .map_err(|e| anyhow!("{}: {e}", run.display()))?;
+    let bytes = match cfg
+        .plan_bytes()
+        .map_err(|e| anyhow!("{}: {e}", run.display()))?
+    {
+        Some(b) => b,
+        None => cfg
+            .job()
+            .map_err(|e| anyhow!("{}: {e}", run.display()))?
+            .schedule
+            .to_bytes(),
+    };
+    let stem = run.file_stem().unwrap_or_default().to_string_lossy();
+    let dir = ctx.root.join("target/npm");
+    fs::create_dir_all(&dir)?;
+    let path = dir.join(format!("{stem}.plan"));
+    fs::write(&path, bytes)?;
+    Ok(path)
+}
+
+/// `wasm-small`: `[--plan PLAN]... [--run RUN]... [--core] [--features LIST] [--wasm-opt O3|Oz]
+/// [--opt-level s|z] [--out DIR] [--check] [--train DATA.csv]`. Without `--plan`, `--run` or
+/// `--core`: the demo page's digits MLP (`wasm/www/assets/digits.plan`).
 pub fn verb_wasm_small(ctx: &Ctx, args: &[String]) -> Result<()> {
     let mut small = Small {
         plans: Vec::new(),
@@ -533,6 +575,7 @@ pub fn verb_wasm_small(ctx: &Ctx, args: &[String]) -> Result<()> {
         };
         match a.as_str() {
             "--plan" => small.plans.push(value()?.into()),
+            "--run" => small.plans.push(run_plan(ctx, Path::new(&value()?))?),
             "--core" => small.core = true,
             "--features" => small.features = Some(value()?),
             "--wasm-opt" => small.wasm_opt = format!("-{}", value()?.trim_start_matches('-')),
