@@ -283,7 +283,7 @@ pub struct Small {
     pub plans: Vec<PathBuf>,
     /// The core set instead of a plan's opcodes (the `all-ops` feature off, no op set).
     pub core: bool,
-    /// The wasm crate's features; `None`: [`features_for`] the plans.
+    /// The wasm crate's features; `None`: `features_for` the plans.
     pub features: Option<String>,
     /// `wasm-opt`'s level: `-O3` or `-Oz`.
     pub wasm_opt: String,
