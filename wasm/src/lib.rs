@@ -13,8 +13,15 @@
 //! t.digest();                                  // "e3b0…": FNV-1a 64 of the persistent region
 //! ```
 //!
-//! Every method that can fail throws a JavaScript `Error` carrying the runtime's message; none
-//! panics (a panic in wasm is a trap). The same methods are plain Rust methods returning
+//! Every method that can fail throws a JavaScript `Error` carrying the runtime's message (its
+//! variants and fields without feature `messages`); none panics (a panic in wasm is a trap).
+//!
+//! The crate's features (all on by default) decide which plans a module runs and how fast,
+//! never a bit: `all-ops`, `catalog`, `fusion`, `math-fast`, `arith-fma` (the runtime's),
+//! `train-run` (`TrainRun`), `messages`, and `small-alloc` (a smaller allocator). A selective
+//! build runs only the opcodes of [`WasmOps`] (`build.rs`, `TAPEPLAN_WASM_OPS`): `cargo xtask
+//! wasm-small --plan PLAN` builds the small module for a plan (`docs/selective-build.md`,
+//! "The wasm module's size"). The same methods are plain Rust methods returning
 //! [`Error`], which is how the host unit tests drive them.
 //!
 //! The bits are the runtime's reference kernels', so a training run here equals the host
