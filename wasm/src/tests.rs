@@ -256,8 +256,18 @@ fn a_selective_build_refuses_a_plan_outside_its_op_set_naming_the_opcode() {
 fn without_messages_an_error_names_its_variant_and_fields() {
     let job = digits_job();
     let (mut t, _) = loaded(&job, 1);
+    let e = t.load_parameter("w9", &[0.0]).unwrap_err();
     assert_eq!(
-        t.load_parameter("w9", &[0.0]).unwrap_err().to_string(),
+        e,
+        Error::Run {
+            context: "parameter \"w9\"".into(),
+            error: ExecError::UnknownName {
+                kind: BindingKind::Parameter
+            }
+        }
+    );
+    assert_eq!(
+        e.to_string(),
         "parameter \"w9\": UnknownName { kind: Parameter }"
     );
     assert_eq!(
