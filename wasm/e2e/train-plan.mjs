@@ -7,15 +7,26 @@
 //
 //   wasm-pack build --target nodejs --out-dir pkg-node     # in wasm/
 //   node wasm/e2e/train-plan.mjs PLAN DATA.csv [INIT.safetensors|-] [EPOCHS] [SEED]
+//
+// With TAPEPLAN_WASM_PKG=DIR it uses the `--target web` package in DIR instead (e.g. the small
+// module `cargo xtask wasm-small` builds into target/npm/small).
 
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
 
 import { csvText, reportLines, startRun } from "../www/own-run.js";
 
 const here = (p) => fileURLToPath(new URL(p, import.meta.url));
-const pkg = createRequire(import.meta.url)(here("../pkg-node/tapeplan_wasm.js"));
+const webPkg = process.env.TAPEPLAN_WASM_PKG;
+let pkg;
+if (webPkg) {
+  pkg = await import(pathToFileURL(join(webPkg, "tapeplan_wasm.js")).href);
+  pkg.initSync({ module: readFileSync(join(webPkg, "tapeplan_wasm_bg.wasm")) });
+} else {
+  pkg = createRequire(import.meta.url)(here("../pkg-node/tapeplan_wasm.js"));
+}
 
 const [planPath, csvPath, initPath, epochs, seed] = process.argv.slice(2);
 if (!csvPath) {

@@ -156,6 +156,7 @@ fn bad_plan_bytes_are_errors_with_the_runtime_message() {
 }
 
 #[test]
+#[cfg(feature = "messages")]
 fn misuse_is_an_error_naming_what_was_wrong() {
     let job = digits_job();
     let (mut t, _) = loaded(&job, 1);
@@ -195,4 +196,82 @@ fn misuse_is_an_error_naming_what_was_wrong() {
     assert!(t.output("forward", "loss").is_err());
     assert!(t.input_shape("train_step", "z").is_err());
     assert!(t.parameter_shape("nope").is_err());
+}
+
+tapeplan_runtime::op_set!(
+    /// The digits MLP's opcodes: what `cargo xtask wasm-small` puts in the small module's
+    /// `WasmOps` for the demo's plan.
+    struct DigitsOps = [
+        Fill, Add, Sub, Mul, Div, Neg, Tanh, Exp, Log, Detach, MatMul, Broadcast, SumTo, MaxTo,
+        OneHot, SgdMatMul, MatMulNt
+    ]
+);
+
+#[test]
+fn a_selective_build_refuses_a_plan_outside_its_op_set_naming_the_opcode() {
+    use tapeplan_runtime::{Ops, ParseError, ValidateError};
+    let tanh = digits_job().schedule.to_bytes();
+    let plan = super::parse_in::<DigitsOps>(&tanh).unwrap();
+    assert_eq!(plan.op_set(), DigitsOps::SET);
+
+    let relu = TrainingJob::build(
+        Mlp {
+            sizes: vec![64, 32, 10],
+            activation: Activation::Relu,
+        },
+        Loss::SoftmaxCrossEntropy,
+        Sgd { lr: 0.1 },
+        32,
+    )
+    .unwrap()
+    .schedule
+    .to_bytes();
+    // The whole vocabulary loads it; the digits MLP's set does not, and says which opcode.
+    assert!(super::parse_in::<tapeplan_runtime::BuildOps>(&relu).is_ok());
+    let e = Error::from(super::parse_in::<DigitsOps>(&relu).unwrap_err());
+    assert!(
+        matches!(
+            e,
+            Error::Plan(ParseError::Validate(ValidateError::ShapeRule {
+                error: tapeplan_runtime::OpError::Unsupported {
+                    op: tapeplan_runtime::Opcode::Relu
+                },
+                ..
+            }))
+        ),
+        "{e:?}"
+    );
+    // With the messages, the runtime's; without (the small module), the variants, which name
+    // the opcode too.
+    let want = if cfg!(feature = "messages") {
+        "plan rejected: instruction 3: relu is not in this build's vocabulary"
+    } else {
+        "plan rejected: Validate(ShapeRule { instr: 3, error: Unsupported { op: Relu } })"
+    };
+    assert!(e.to_string().starts_with(want), "{e}");
+}
+
+#[test]
+#[cfg(not(feature = "messages"))]
+fn without_messages_an_error_names_its_variant_and_fields() {
+    let job = digits_job();
+    let (mut t, _) = loaded(&job, 1);
+    let e = t.load_parameter("w9", &[0.0]).unwrap_err();
+    assert_eq!(
+        e,
+        Error::Run {
+            context: "parameter \"w9\"".into(),
+            error: ExecError::UnknownName {
+                kind: BindingKind::Parameter
+            }
+        }
+    );
+    assert_eq!(
+        e.to_string(),
+        "parameter \"w9\": UnknownName { kind: Parameter }"
+    );
+    assert_eq!(
+        t.train_step(&[0.0; 5], &[0.0; 32]).unwrap_err().to_string(),
+        "input \"x\" of train_step: LengthMismatch { expected_elems: 2048, found_elems: 5 }"
+    );
 }

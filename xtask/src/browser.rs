@@ -295,6 +295,12 @@ impl WasmNeeds {
         playwright: false,
         wasm_opt: false,
     };
+
+    /// Building a package to publish or measure: [`WasmNeeds::BUILD`] and `wasm-opt`.
+    pub const OPTIMIZED: WasmNeeds = WasmNeeds {
+        wasm_opt: true,
+        ..WasmNeeds::BUILD
+    };
 }
 
 /// Checks that what `wasm-setup` installs and `needs` asks for is there, before any work: a
@@ -560,10 +566,16 @@ pub fn wasm_pack_build(ctx: &Ctx, target: &str, out_dir: &Path, no_pack: bool) -
 
 /// `wasm-opt -O3` over `module` in place, when npm's binaryen@132 is installed.
 pub fn optimize(ctx: &Ctx, module: &Path) -> Result<()> {
+    optimize_with(ctx, module, "-O3")
+}
+
+/// `wasm-opt LEVEL` (`-O3`, `-Oz`, …) over `module` in place, when npm's binaryen@132 is
+/// installed.
+pub fn optimize_with(ctx: &Ctx, module: &Path, level: &str) -> Result<()> {
     let opt = wasm_opt(ctx);
     if opt.is_file() {
         let mut cmd = Command::new(&opt);
-        cmd.arg("-O3")
+        cmd.arg(level)
             .args(WASM_FEATURES)
             .arg(module)
             .arg("-o")

@@ -143,7 +143,7 @@ const STEPS: &[Step] = &[
     },
     Step {
         name: "npm-pack",
-        about: "the wasm package for npm: wasm-pack build --target web, wasm-opt, npm pack into target/npm; the tarball's file list and package.json checked, and the package imported by name in Node against the host",
+        about: "the wasm package for npm: wasm-pack build --target web, wasm-opt, npm pack into target/npm; the tarball's file list and package.json checked, and the package imported by name in Node against the host; then the small module for the demo's digits MLP (cargo xtask wasm-small): within 102 400 B, the demo's run in Node bitwise against the host oracle, a ReLU plan refused naming relu",
         run: package::step_npm_pack,
     },
     Step {
@@ -241,6 +241,12 @@ const VERBS: &[Verb] = &[
         usage: "firmware [--core m4f|m3|m0|all] [--math precise|fast|both] [--icount] [--bless] | firmware --full [--transcript PATH --wall-secs S]",
         about: "build the Cortex-M firmware, train it under QEMU, verify it bitwise against the oracle, check its sizes (default: every core precise, the M4F fast too; --math: precise, fast or both; --icount: count instructions per train step, fast vs precise; --bless: rewrite the size snapshot; --full: MNIST-1D's whole schedule on the M4F once, hours, its result into firmware-demo/full-run.txt; not in CI)",
         run: firmware::verb_firmware,
+    },
+    Verb {
+        name: "wasm-small",
+        usage: "wasm-small [--plan PLAN]... [--run RUN]... [--core] [--features LIST] [--wasm-opt Oz|O3] [--opt-level s|z] [--out DIR] [--check] [--train DATA.csv]",
+        about: "a small wasm package (--target web, into target/npm/small) that runs only the given plans' opcodes (--run: a run description's plan, e.g. firmware-demo/models/mnist1d.run; default: the demo's digits MLP; a selective build: the op set from the plans, the features they need, no TrainRun; --core: the core set; --features: the wasm crate's features instead), after wasm-opt -Oz; prints the module's size; --check: the demo's fixed run in Node, bitwise against the host oracle; --train DATA: each plan 2 epochs in Node (needs feature train-run) and on the host, same parameter digest",
+        run: package::verb_wasm_small,
     },
     Verb {
         name: "aifes",
