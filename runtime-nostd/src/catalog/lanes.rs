@@ -200,6 +200,8 @@ pub(crate) fn unary<O: UnOp>(op: O, a: Src<'_>, out: &mut [f32]) {
     match a {
         Src::Buf(x) => un_buf(op, x, out),
         Src::Out => un_out(op, out),
+        // Every element `op` of the one value: the scalar form gives the lane form's bits.
+        Src::Splat(c) => out.fill(op.s(c)),
     }
 }
 
@@ -211,6 +213,11 @@ pub(crate) fn binary<O: BinOp>(op: O, a: Src<'_>, b: Src<'_>, out: &mut [f32]) {
         (Src::Out, Src::Buf(y)) => bin_lhs(op, y, out),
         (Src::Buf(x), Src::Out) => bin_rhs(op, x, out),
         (Src::Out, Src::Out) => bin_both(op, out),
+        (Src::Splat(c), Src::Buf(y)) => bin_splat_buf::<O, true>(op, c, y, out),
+        (Src::Buf(x), Src::Splat(c)) => bin_splat_buf::<O, false>(op, c, x, out),
+        (Src::Splat(c), Src::Out) => bin_splat_out::<O, true>(op, c, out),
+        (Src::Out, Src::Splat(c)) => bin_splat_out::<O, false>(op, c, out),
+        (Src::Splat(c), Src::Splat(d)) => out.fill(op.s(c, d)),
     }
 }
 
@@ -246,6 +253,23 @@ mod loops {
     pub(super) fn bin_both<O: BinOp>(op: O, out: &mut [f32]) {
         for o in out.iter_mut() {
             *o = op.s(*o, *o);
+        }
+    }
+    /// `out[i] = op(c, x[i])` with `LEFT`, else `op(x[i], c)`.
+    pub(super) fn bin_splat_buf<O: BinOp, const LEFT: bool>(
+        op: O,
+        c: f32,
+        x: &[f32],
+        out: &mut [f32],
+    ) {
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = if LEFT { op.s(c, v) } else { op.s(v, c) };
+        }
+    }
+    /// `out[i] = op(c, out[i])` with `LEFT`, else `op(out[i], c)`.
+    pub(super) fn bin_splat_out<O: BinOp, const LEFT: bool>(op: O, c: f32, out: &mut [f32]) {
+        for o in out.iter_mut() {
+            *o = if LEFT { op.s(c, *o) } else { op.s(*o, c) };
         }
     }
 }
@@ -331,9 +355,39 @@ mod loops {
             *o = op.s(*o, *o);
         }
     }
+    /// `out[i] = op(c, x[i])` with `LEFT`, else `op(x[i], c)`: `c` in every lane.
+    pub(super) fn bin_splat_buf<O: BinOp, const LEFT: bool>(
+        op: O,
+        c: f32,
+        x: &[f32],
+        out: &mut [f32],
+    ) {
+        let cv = V::splat(c);
+        let (oc, ot) = out.as_chunks_mut::<L>();
+        let (xc, xt) = x.as_chunks::<L>();
+        for (o, a) in oc.iter_mut().zip(xc) {
+            let a = ld(a);
+            *o = if LEFT { op.v(cv, a) } else { op.v(a, cv) }.to_array();
+        }
+        for (o, &a) in ot.iter_mut().zip(xt) {
+            *o = if LEFT { op.s(c, a) } else { op.s(a, c) };
+        }
+    }
+    /// `out[i] = op(c, out[i])` with `LEFT`, else `op(out[i], c)`: `c` in every lane.
+    pub(super) fn bin_splat_out<O: BinOp, const LEFT: bool>(op: O, c: f32, out: &mut [f32]) {
+        let cv = V::splat(c);
+        let (oc, ot) = out.as_chunks_mut::<L>();
+        for o in oc.iter_mut() {
+            let a = ld(o);
+            *o = if LEFT { op.v(cv, a) } else { op.v(a, cv) }.to_array();
+        }
+        for o in ot.iter_mut() {
+            *o = if LEFT { op.s(c, *o) } else { op.s(*o, c) };
+        }
+    }
 }
 
-use loops::{bin_both, bin_bufs, bin_lhs, bin_rhs, un_buf, un_out};
+use loops::{bin_both, bin_bufs, bin_lhs, bin_rhs, bin_splat_buf, bin_splat_out, un_buf, un_out};
 
 /// `out[i] = if c[i] != 0 { a[i] } else { b[i] }` (the reference's `select`).
 pub(crate) fn select(c: &[f32], a: &[f32], b: &[f32], out: &mut [f32]) {

@@ -110,6 +110,9 @@ pub(crate) enum Src<'s> {
     Out,
     /// A buffer disjoint from the output, of the output's length.
     Buf(&'s [f32]),
+    /// Every element this one value: a fused chain's register that holds a `fill` or a
+    /// broadcast scalar, read as a vector of copies of its bits instead of from a tile.
+    Splat(f32),
 }
 
 /// A tensor's extents as the executor decodes them: rank, dims (zero past the rank) and
