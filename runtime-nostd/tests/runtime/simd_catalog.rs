@@ -604,7 +604,7 @@ fn products_at_blocking_edges() {
         (0..len)
             .map(|i| {
                 let at = i + s as usize;
-                if spiced && at % 97 == 0 {
+                if spiced && at.is_multiple_of(97) {
                     specials[(at / 97) % specials.len()]
                 } else {
                     val(i, s)
