@@ -138,14 +138,16 @@ fn run_chain<O: Ops>(
         let len = n_elems.saturating_sub(start).min(TILE_ELEMS);
         // The register slots whose tile is one value (a `fill`, or a broadcast of a scalar):
         // the value, kept instead of written out and read as `Src::Splat` (the same bits as
-        // reading the tile: every element is that value).
+        // reading the tile: every element is that value). Only with the catalog, whose
+        // elementwise kernels read splats; without it no slot ever holds one (less code).
+        let splats = cfg!(feature = "catalog");
         let mut splat: [Option<f32>; MAX_REGISTERS] = [None; MAX_REGISTERS];
         for i in 0..count {
             let k = first.saturating_add(i);
             let m = &member(i)?;
             // A member the catalog's elementwise kernels do not run reads its registers as
             // tiles: write out the values it reads.
-            let splat_ok = cfg!(feature = "catalog")
+            let splat_ok = splats
                 && m.op != Opcode::Broadcast
                 && (m.op == Opcode::Fill
                     || catalog::elementwise::<O>(
@@ -156,7 +158,7 @@ fn run_chain<O: Ops>(
                         Src::Out,
                         &mut [],
                     ));
-            if !splat_ok {
+            if splats && !splat_ok {
                 for a in m.args.iter().take(m.arity) {
                     if let Loc::Register(x) = *a {
                         if let (Some(v), Some(t)) = (
@@ -173,11 +175,11 @@ fn run_chain<O: Ops>(
             // arena range), another slot, or an arena range disjoint from the destination.
             match m.out {
                 Loc::Register(r) => {
-                    if m.op == Opcode::Fill {
+                    if splats && m.op == Opcode::Fill {
                         *splat.get_mut(r).ok_or(bad(k))? = Some(m.attr.scalar());
                         continue;
                     }
-                    if m.op == Opcode::Broadcast && m.from.elems == 1 {
+                    if splats && m.op == Opcode::Broadcast && m.from.elems == 1 {
                         let Loc::Arena(o) = m.args[0] else {
                             return Err(bad(k));
                         };
