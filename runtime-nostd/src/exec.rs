@@ -275,7 +275,7 @@ fn execute<O: Ops>(plan: &Plan<'_>, arena: &mut [f32], d: &Decoded) -> Result<()
             Src::Out
         };
         let lengths_ok = [a, b].iter().take(arity).all(|s| match s {
-            Src::Out => true,
+            Src::Out | Src::Splat(_) => true,
             Src::Buf(x) => x.len() == buf.len(),
         });
         // Without the `catalog` feature (firmware short of flash) everything runs the

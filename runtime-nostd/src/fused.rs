@@ -143,19 +143,64 @@ fn run_chain<O: Ops>(
         // (`TILE_ELEMS` is 0 without feature `fusion`, where no chain gets here.)
         #[allow(clippy::unnecessary_min_or_max)]
         let len = n_elems.saturating_sub(start).min(TILE_ELEMS);
+        // The register slots whose tile is one value (a `fill`, or a broadcast of a scalar):
+        // the value, kept instead of written out and read as `Src::Splat` (the same bits as
+        // reading the tile: every element is that value). Only with the catalog, whose
+        // elementwise kernels read splats; without it no slot ever holds one (less code).
+        let splats = cfg!(feature = "catalog");
+        let mut splat: [Option<f32>; MAX_REGISTERS] = [None; MAX_REGISTERS];
         for i in 0..count {
             let k = first.saturating_add(i);
             let m = &member(i)?;
+            // A member the catalog's elementwise kernels do not run reads its registers as
+            // tiles: write out the values it reads.
+            let splat_ok = splats
+                && m.op != Opcode::Broadcast
+                && (m.op == Opcode::Fill
+                    || catalog::elementwise::<O>(
+                        m.op,
+                        m.attr.scalar(),
+                        math,
+                        Src::Out,
+                        Src::Out,
+                        &mut [],
+                    ));
+            if splats && !splat_ok {
+                for a in m.args.iter().take(m.arity) {
+                    if let Loc::Register(x) = *a {
+                        if let (Some(v), Some(t)) = (
+                            splat.get_mut(x).and_then(Option::take),
+                            regs.get_mut(x).and_then(|t| t.get_mut(..len)),
+                        ) {
+                            t.fill(v);
+                        }
+                    }
+                }
+            }
             // The destination tile, written in place: a register slot, or the arena range.
             // Arguments are then the destination itself (`Src::Out`: the same slot or the same
             // arena range), another slot, or an arena range disjoint from the destination.
             match m.out {
                 Loc::Register(r) => {
+                    if splats && m.op == Opcode::Fill {
+                        *splat.get_mut(r).ok_or(bad(k))? = Some(m.attr.scalar());
+                        continue;
+                    }
+                    if splats && m.op == Opcode::Broadcast && m.from.elems == 1 {
+                        let Loc::Arena(o) = m.args[0] else {
+                            return Err(bad(k));
+                        };
+                        *splat.get_mut(r).ok_or(bad(k))? = Some(*arena.get(o).ok_or(bad(k))?);
+                        continue;
+                    }
                     let (before, rest) = regs.split_at_mut(r.min(MAX_REGISTERS));
                     let (dst, after) = rest.split_first_mut().ok_or(bad(k))?;
                     let dst = dst.get_mut(..len).ok_or(bad(k))?;
                     let src = |a: Loc| -> Option<Src<'_>> {
                         match a {
+                            Loc::Register(x) if splat.get(x).copied().flatten().is_some() => {
+                                splat.get(x).copied().flatten().map(Src::Splat)
+                            }
                             Loc::Register(x) if x == r => Some(Src::Out),
                             Loc::Register(x) if x < r => before.get(x)?.get(..len).map(Src::Buf),
                             Loc::Register(x) => after
@@ -175,10 +220,16 @@ fn run_chain<O: Ops>(
                         let from = o.checked_add(m.from.elems).ok_or(bad(k))?;
                         let x = arena.get(o..from).ok_or(bad(k))?;
                         broadcast_tile(x, &m.from, &m.to, start, dst);
+                        if let Some(s) = splat.get_mut(r) {
+                            *s = None;
+                        }
                         continue;
                     }
                     let [a, b, _] = m.args.map(src);
                     chain_step::<O>(m, math, a, b, dst, k)?;
+                    if let Some(s) = splat.get_mut(r) {
+                        *s = None;
+                    }
                 }
                 Loc::Arena(o) => {
                     let at = o.checked_add(start).ok_or(bad(k))?;
@@ -188,7 +239,10 @@ fn run_chain<O: Ops>(
                     let skip = at.checked_add(len).ok_or(bad(k))?;
                     let src = |a: Loc| -> Option<Src<'_>> {
                         match a {
-                            Loc::Register(x) => regs.get(x)?.get(..len).map(Src::Buf),
+                            Loc::Register(x) => match splat.get(x).copied().flatten() {
+                                Some(v) => Some(Src::Splat(v)),
+                                None => regs.get(x)?.get(..len).map(Src::Buf),
+                            },
                             Loc::Arena(p) if p == o => Some(Src::Out),
                             Loc::Arena(p) => {
                                 let from = p.checked_add(start)?;
@@ -326,9 +380,14 @@ fn chain_step<O: Ops>(
     let copy = copy.get_mut(..if reads_dst { len } else { 0 }).ok_or(bad)?;
     copy.copy_from_slice(dst.get(..copy.len()).ok_or(bad)?);
     let copy: &[f32] = copy;
+    // (`run_chain` writes out a register's value before a member that gets here reads it.)
+    if matches!(a, Src::Splat(_)) || (m.arity == 2 && matches!(b, Src::Splat(_))) {
+        return Err(bad);
+    }
     let args: [&[f32]; 2] = [a, b].map(|s| match s {
         Src::Out => copy,
         Src::Buf(x) => x,
+        Src::Splat(_) => &[],
     });
     let shape = Shape::new(&[len]).map_err(|e| ExecError::Kernel {
         instr,

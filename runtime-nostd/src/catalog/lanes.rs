@@ -200,6 +200,8 @@ pub(crate) fn unary<O: UnOp>(op: O, a: Src<'_>, out: &mut [f32]) {
     match a {
         Src::Buf(x) => un_buf(op, x, out),
         Src::Out => un_out(op, out),
+        // Every element `op` of the one value: the scalar form gives the lane form's bits.
+        Src::Splat(c) => out.fill(op.s(c)),
     }
 }
 
@@ -211,6 +213,11 @@ pub(crate) fn binary<O: BinOp>(op: O, a: Src<'_>, b: Src<'_>, out: &mut [f32]) {
         (Src::Out, Src::Buf(y)) => bin_lhs(op, y, out),
         (Src::Buf(x), Src::Out) => bin_rhs(op, x, out),
         (Src::Out, Src::Out) => bin_both(op, out),
+        (Src::Splat(c), Src::Buf(y)) => bin_splat_buf::<O, true>(op, c, y, out),
+        (Src::Buf(x), Src::Splat(c)) => bin_splat_buf::<O, false>(op, c, x, out),
+        (Src::Splat(c), Src::Out) => bin_splat_out::<O, true>(op, c, out),
+        (Src::Out, Src::Splat(c)) => bin_splat_out::<O, false>(op, c, out),
+        (Src::Splat(c), Src::Splat(d)) => out.fill(op.s(c, d)),
     }
 }
 
@@ -246,6 +253,23 @@ mod loops {
     pub(super) fn bin_both<O: BinOp>(op: O, out: &mut [f32]) {
         for o in out.iter_mut() {
             *o = op.s(*o, *o);
+        }
+    }
+    /// `out[i] = op(c, x[i])` with `LEFT`, else `op(x[i], c)`.
+    pub(super) fn bin_splat_buf<O: BinOp, const LEFT: bool>(
+        op: O,
+        c: f32,
+        x: &[f32],
+        out: &mut [f32],
+    ) {
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = if LEFT { op.s(c, v) } else { op.s(v, c) };
+        }
+    }
+    /// `out[i] = op(c, out[i])` with `LEFT`, else `op(out[i], c)`.
+    pub(super) fn bin_splat_out<O: BinOp, const LEFT: bool>(op: O, c: f32, out: &mut [f32]) {
+        for o in out.iter_mut() {
+            *o = if LEFT { op.s(c, *o) } else { op.s(*o, c) };
         }
     }
 }
@@ -331,9 +355,39 @@ mod loops {
             *o = op.s(*o, *o);
         }
     }
+    /// `out[i] = op(c, x[i])` with `LEFT`, else `op(x[i], c)`: `c` in every lane.
+    pub(super) fn bin_splat_buf<O: BinOp, const LEFT: bool>(
+        op: O,
+        c: f32,
+        x: &[f32],
+        out: &mut [f32],
+    ) {
+        let cv = V::splat(c);
+        let (oc, ot) = out.as_chunks_mut::<L>();
+        let (xc, xt) = x.as_chunks::<L>();
+        for (o, a) in oc.iter_mut().zip(xc) {
+            let a = ld(a);
+            *o = if LEFT { op.v(cv, a) } else { op.v(a, cv) }.to_array();
+        }
+        for (o, &a) in ot.iter_mut().zip(xt) {
+            *o = if LEFT { op.s(c, a) } else { op.s(a, c) };
+        }
+    }
+    /// `out[i] = op(c, out[i])` with `LEFT`, else `op(out[i], c)`: `c` in every lane.
+    pub(super) fn bin_splat_out<O: BinOp, const LEFT: bool>(op: O, c: f32, out: &mut [f32]) {
+        let cv = V::splat(c);
+        let (oc, ot) = out.as_chunks_mut::<L>();
+        for o in oc.iter_mut() {
+            let a = ld(o);
+            *o = if LEFT { op.v(cv, a) } else { op.v(a, cv) }.to_array();
+        }
+        for o in ot.iter_mut() {
+            *o = if LEFT { op.s(c, *o) } else { op.s(*o, c) };
+        }
+    }
 }
 
-use loops::{bin_both, bin_bufs, bin_lhs, bin_rhs, un_buf, un_out};
+use loops::{bin_both, bin_bufs, bin_lhs, bin_rhs, bin_splat_buf, bin_splat_out, un_buf, un_out};
 
 /// `out[i] = if c[i] != 0 { a[i] } else { b[i] }` (the reference's `select`).
 pub(crate) fn select(c: &[f32], a: &[f32], b: &[f32], out: &mut [f32]) {
@@ -496,11 +550,8 @@ pub(crate) fn matmul_fma(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usi
 /// # Arithmetic order
 /// [`matmul`]'s over `aᵀ`: each `out[i, j]` starts at `+0.0` and accumulates over
 /// `p = 0, 1, …, k-1` in increasing order (`tapeplan_core::ops::matmul_tn::kernel`'s bits).
-/// Blocks of at most 256 `p` by [`PACK_ELEMS`]` / 256` rows of `aᵀ` are packed into a panel on
-/// the stack (a read of `a`'s rows, contiguous), and the register tiles of [`matmul`] run over
-/// the panel; the accumulators of a later block of `p` start from the earlier blocks' sums
-/// (stored in `out` as `f32`, exactly the accumulator), so each output's sum is the one
-/// sequence over increasing `p`.
+/// The register tiles of [`matmul`] read `aᵀ` in place: a tile's `MR` rows `i..i + MR` of `aᵀ`
+/// at step `p` are the contiguous elements `a[p, i..i + MR]` (no packed panel).
 #[cfg(feature = "simd")]
 pub(crate) fn matmul_tn<S: Step>(
     a: &[f32],
@@ -513,63 +564,15 @@ pub(crate) fn matmul_tn<S: Step>(
     if empty(out, m, k, n) {
         return;
     }
-    // A product whose whole `aᵀ` fits [`SMALL_PACK_ELEMS`] packs into that smaller panel: the
-    // panel is zeroed on every call, which costs more than the product on tiny steps (W3).
-    if k.saturating_mul(m) <= SMALL_PACK_ELEMS {
-        tn_packed::<S, SMALL_PACK_ELEMS>(a, b, out, m, k, n);
-    } else {
-        tn_packed::<S, PACK_ELEMS>(a, b, out, m, k, n);
-    }
-}
-
-/// [`matmul_tn`] over a panel of `P` elements (at least 256).
-#[cfg(feature = "simd")]
-fn tn_packed<S: Step, const P: usize>(
-    a: &[f32],
-    b: &[f32],
-    out: &mut [f32],
-    m: usize,
-    k: usize,
-    n: usize,
-) {
-    let kb = k.min(256);
-    let mb = (P / kb).min(m);
-    let mut panel = [0.0f32; P];
-    let mut p0 = 0;
-    while p0 < k {
-        let kc = kb.min(k - p0);
-        let mut i0 = 0;
-        while i0 < m {
-            let mc = mb.min(m - i0);
-            // panel[r, pp] = aᵀ[i0 + r, p0 + pp] = a[p0 + pp, i0 + r], written a panel row at
-            // a time: contiguous stores, strided loads (the other order compiles to scatters,
-            // which cost more than the product on small steps).
-            let (Some(rows), Some(src)) = (panel.get_mut(..mc * kc), a.get(p0 * m + i0..)) else {
-                return;
-            };
-            for (r, row) in rows.chunks_exact_mut(kc).enumerate() {
-                for (pp, d) in row.iter_mut().enumerate() {
-                    if let Some(&v) = src.get(pp * m + r) {
-                        *d = v;
-                    }
-                }
-            }
-            let g = Block {
-                m: mc,
-                k: kc,
-                n,
-                lda: kc,
-                ldb: n,
-                ldo: n,
-            };
-            let (Some(bs), Some(os)) = (b.get(p0 * n..), out.get_mut(i0 * n..)) else {
-                return;
-            };
-            block_from::<S>(p0, &panel, bs, os, g);
-            i0 += mc;
-        }
-        p0 += kc;
-    }
+    let g = Block {
+        m,
+        k,
+        n,
+        lda: m,
+        ldb: n,
+        ldo: n,
+    };
+    block::<S, false, true>(a, b, out, g);
 }
 
 /// `out = a · bᵀ` for row-major `a: [m, k]`, `b: [n, k]`, `out: [m, n]` (`matmul_nt`; lengths
@@ -580,8 +583,9 @@ fn tn_packed<S: Step, const P: usize>(
 /// `p = 0, 1, …, k-1` in increasing order (`tapeplan_core::ops::matmul_nt::kernel`'s bits).
 /// `bᵀ` is not contiguous across `j`: blocks of at most 64 columns by [`PACK_ELEMS`]` / 64`
 /// `p` are packed into a panel on the stack, `[p, j]` row-major, and the register tiles of
-/// [`matmul`] run over it; a later block of `p` continues from the sums in `out`, as in
-/// [`matmul_tn`].
+/// [`matmul`] run over it; the accumulators of a later block of `p` start from the earlier
+/// blocks' sums (stored in `out` as `f32`, exactly the accumulator), so each output's sum is the
+/// one sequence over increasing `p`.
 #[cfg(feature = "simd")]
 pub(crate) fn matmul_nt<S: Step>(
     a: &[f32],
@@ -594,7 +598,8 @@ pub(crate) fn matmul_nt<S: Step>(
     if empty(out, m, k, n) {
         return;
     }
-    // As in [`matmul_tn`]: a whole `bᵀ` that fits [`SMALL_PACK_ELEMS`] takes the smaller panel.
+    // A whole `bᵀ` that fits [`SMALL_PACK_ELEMS`] takes the smaller panel: the panel is zeroed
+    // on every call, which costs more than the product on tiny steps (W3).
     if k.saturating_mul(n) <= SMALL_PACK_ELEMS {
         nt_packed::<S, SMALL_PACK_ELEMS>(a, b, out, m, k, n);
     } else {
@@ -622,7 +627,8 @@ fn nt_packed<S: Step, const P: usize>(
         while p0 < k {
             let kc = kb.min(k - p0);
             // panel[pp, jj] = bᵀ[p0 + pp, j0 + jj] = b[j0 + jj, p0 + pp], a panel row at a
-            // time (contiguous stores, as in `matmul_tn`).
+            // time: contiguous stores, strided loads (the other order compiles to scatters,
+            // which cost more than the product on small steps).
             let (Some(rows), Some(src)) = (panel.get_mut(..kc * nc), b.get(j0 * k + p0..)) else {
                 return;
             };
@@ -668,19 +674,19 @@ fn empty(out: &mut [f32], m: usize, k: usize, n: usize) -> bool {
 #[inline(always)]
 fn block_from<S: Step>(p0: usize, a: &[f32], b: &[f32], out: &mut [f32], g: Block) {
     if p0 == 0 {
-        block::<S, false>(a, b, out, g);
+        block::<S, false, false>(a, b, out, g);
     } else {
-        block::<S, true>(a, b, out, g);
+        block::<S, true, false>(a, b, out, g);
     }
 }
 
-/// The stack panel of [`matmul_tn`] and [`matmul_nt`], in `f32` elements: 1024 (4 KiB). The
+/// The stack panel of [`matmul_nt`], in `f32` elements: 1024 (4 KiB). The
 /// runtime is heap-free; the SIMD catalog runs on hosts and in browsers, and a Cortex-M build
 /// (the scalar catalog) runs the reference kernels and has no panel.
 #[cfg(feature = "simd")]
 pub const PACK_ELEMS: usize = 1024;
 
-/// The smaller panel of [`matmul_tn`] and [`matmul_nt`], in `f32` elements: 256 (1 KiB), for
+/// The smaller panel of [`matmul_nt`], in `f32` elements: 256 (1 KiB), for
 /// products whose whole transposed operand fits it (one block: a panel's zeroing is then the
 /// size of the work, not 4 KiB).
 #[cfg(feature = "simd")]
@@ -715,32 +721,38 @@ fn matmul_with<S: Step>(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usiz
         ldb: n,
         ldo: n,
     };
-    block::<S, false>(a, b, out, g);
+    block::<S, false, false>(a, b, out, g);
 }
 
 /// Every row of `g`: tiles of `MR` rows, then of 2 and 1. With `LOAD`, each accumulator starts
-/// from `out`'s element (a later block of `p` continuing the sums), else from `+0.0`.
+/// from `out`'s element (a later block of `p` continuing the sums), else from `+0.0`. With
+/// `AT`, `a` is stored transposed: `a[r, p]` of the block is `a[p * lda + r]`.
 #[cfg(feature = "simd")]
 #[inline(always)]
-fn block<S: Step, const LOAD: bool>(a: &[f32], b: &[f32], out: &mut [f32], g: Block) {
+fn block<S: Step, const LOAD: bool, const AT: bool>(
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+    g: Block,
+) {
     if g.k == 0 {
         return;
     }
-    let mut done = rows::<S, MR, LOAD>(a, b, out, g, 0);
+    let mut done = rows::<S, MR, LOAD, AT>(a, b, out, g, 0);
     for step in [2usize, 1] {
         if done >= g.m {
             break;
         }
         done += match step {
-            2 => rows::<S, 2, LOAD>(a, b, out, g, done),
-            _ => rows::<S, 1, LOAD>(a, b, out, g, done),
+            2 => rows::<S, 2, LOAD, AT>(a, b, out, g, done),
+            _ => rows::<S, 1, LOAD, AT>(a, b, out, g, done),
         };
     }
 }
 
 /// Runs as many whole blocks of `R` rows from row `from` as fit; answers the rows done.
 #[cfg(feature = "simd")]
-fn rows<S: Step, const R: usize, const LOAD: bool>(
+fn rows<S: Step, const R: usize, const LOAD: bool, const AT: bool>(
     a: &[f32],
     b: &[f32],
     out: &mut [f32],
@@ -749,10 +761,11 @@ fn rows<S: Step, const R: usize, const LOAD: bool>(
 ) -> usize {
     let mut i = from;
     while i + R <= g.m {
-        let (Some(ab), Some(ob)) = (a.get(i * g.lda..), out.get_mut(i * g.ldo..)) else {
+        let a_at = if AT { i } else { i * g.lda };
+        let (Some(ab), Some(ob)) = (a.get(a_at..), out.get_mut(i * g.ldo..)) else {
             break;
         };
-        row_block::<S, R, LOAD>(ab, b, ob, g);
+        row_block::<S, R, LOAD, AT>(ab, b, ob, g);
         i += R;
     }
     i - from
@@ -760,7 +773,7 @@ fn rows<S: Step, const R: usize, const LOAD: bool>(
 
 #[cfg(feature = "simd")]
 #[inline(always)]
-fn row_block<S: Step, const R: usize, const LOAD: bool>(
+fn row_block<S: Step, const R: usize, const LOAD: bool, const AT: bool>(
     a: &[f32],
     b: &[f32],
     out: &mut [f32],
@@ -770,33 +783,52 @@ fn row_block<S: Step, const R: usize, const LOAD: bool>(
     let n = g.n;
     let mut j = 0;
     while j + NR * L <= n {
-        tile::<S, R, NR, LOAD>(a, b, out, j, g);
+        tile::<S, R, NR, LOAD, AT>(a, b, out, j, g);
         j += NR * L;
     }
     if NR > 2 && j + 2 * L <= n {
-        tile::<S, R, 2, LOAD>(a, b, out, j, g);
+        tile::<S, R, 2, LOAD, AT>(a, b, out, j, g);
         j += 2 * L;
     }
     while j + L <= n {
-        tile::<S, R, 1, LOAD>(a, b, out, j, g);
+        tile::<S, R, 1, LOAD, AT>(a, b, out, j, g);
         j += L;
     }
     if j < n {
-        tile_partial::<S, R, LOAD>(a, b, out, j, n - j, g);
+        tile_partial::<S, R, LOAD, AT>(a, b, out, j, n - j, g);
     }
 }
 
-/// The first `k` elements of each of `R` rows `lda` apart.
+/// The first `k` elements of each of `R` rows `lda` apart; with `AT` (`a` stored transposed,
+/// read a step `p` at a time instead) none.
 #[cfg(feature = "simd")]
 #[inline(always)]
-fn a_rows<const R: usize>(a: &[f32], g: Block) -> [&[f32]; R] {
-    core::array::from_fn(|r| a.get(r * g.lda..r * g.lda + g.k).unwrap_or(&[]))
+fn a_rows<const R: usize, const AT: bool>(a: &[f32], g: Block) -> [&[f32]; R] {
+    core::array::from_fn(|r| {
+        if AT {
+            &[]
+        } else {
+            a.get(r * g.lda..r * g.lda + g.k).unwrap_or(&[])
+        }
+    })
+}
+
+/// True when `a` holds every value a tile of `R` rows reads: `R` rows of `k` (see [`a_rows`]),
+/// or with `AT` the first `R` elements of `k` rows `lda` apart.
+#[cfg(feature = "simd")]
+#[inline(always)]
+fn a_fits<const R: usize, const AT: bool>(a: &[f32], a_rows: &[&[f32]; R], g: Block) -> bool {
+    if AT {
+        a.len() >= (g.k - 1) * g.lda + R
+    } else {
+        a_rows.iter().all(|r| r.len() == g.k)
+    }
 }
 
 /// Columns `j..j + C·L` of rows `0..R` of the block.
 #[cfg(feature = "simd")]
 #[inline(always)]
-fn tile<S: Step, const R: usize, const C: usize, const LOAD: bool>(
+fn tile<S: Step, const R: usize, const C: usize, const LOAD: bool, const AT: bool>(
     a: &[f32],
     b: &[f32],
     out: &mut [f32],
@@ -804,9 +836,9 @@ fn tile<S: Step, const R: usize, const C: usize, const LOAD: bool>(
     g: Block,
 ) {
     let (k, ldb, ldo) = (g.k, g.ldb, g.ldo);
-    let a_rows = a_rows::<R>(a, g);
+    let a_rows = a_rows::<R, AT>(a, g);
     // Checked once, so the loop's own checks fold away.
-    if a_rows.iter().any(|r| r.len() != k) || j + C * L > g.n || b.len() < (k - 1) * ldb + g.n {
+    if !a_fits::<R, AT>(a, &a_rows, g) || j + C * L > g.n || b.len() < (k - 1) * ldb + g.n {
         return;
     }
     let mut acc = [[V::splat(0.0); C]; R];
@@ -829,10 +861,24 @@ fn tile<S: Step, const R: usize, const C: usize, const LOAD: bool>(
         };
         let (bc, _) = bs.as_chunks::<L>();
         let bv: [V; C] = core::array::from_fn(|c| bc.get(c).map_or(V::splat(0.0), |x| V::new(*x)));
-        for (acc_r, a_r) in acc.iter_mut().zip(&a_rows) {
-            let x = V::splat(a_r.get(p).copied().unwrap_or(0.0));
-            for (s, &y) in acc_r.iter_mut().zip(&bv) {
-                *s = S::v(*s, x, y);
+        if AT {
+            // `aᵀ`'s rows `0..R` at step `p`: `a[p, 0..R]`, contiguous.
+            let at = p * g.lda;
+            let Some(xs) = a.get(at..at + R) else {
+                return;
+            };
+            for (acc_r, &x) in acc.iter_mut().zip(xs) {
+                let x = V::splat(x);
+                for (s, &y) in acc_r.iter_mut().zip(&bv) {
+                    *s = S::v(*s, x, y);
+                }
+            }
+        } else {
+            for (acc_r, a_r) in acc.iter_mut().zip(&a_rows) {
+                let x = V::splat(a_r.get(p).copied().unwrap_or(0.0));
+                for (s, &y) in acc_r.iter_mut().zip(&bv) {
+                    *s = S::v(*s, x, y);
+                }
             }
         }
     }
@@ -873,7 +919,7 @@ fn row_vector(b: &[f32], at: usize, w: usize) -> V {
 /// the unused lanes computed on zeros and never stored.
 #[cfg(feature = "simd")]
 #[inline(always)]
-fn tile_partial<S: Step, const R: usize, const LOAD: bool>(
+fn tile_partial<S: Step, const R: usize, const LOAD: bool, const AT: bool>(
     a: &[f32],
     b: &[f32],
     out: &mut [f32],
@@ -893,12 +939,25 @@ fn tile_partial<S: Step, const R: usize, const LOAD: bool>(
             *s = V::new(lanes);
         }
     }
-    let a_rows = a_rows::<R>(a, g);
+    let a_rows = a_rows::<R, AT>(a, g);
+    if !a_fits::<R, AT>(a, &a_rows, g) {
+        return;
+    }
     for p in 0..g.k {
         let y = row_vector(b, p * ldb + j, w);
-        for (s, a_r) in acc.iter_mut().zip(&a_rows) {
-            let x = V::splat(a_r.get(p).copied().unwrap_or(0.0));
-            *s = S::v(*s, x, y);
+        if AT {
+            let at = p * g.lda;
+            let Some(xs) = a.get(at..at + R) else {
+                return;
+            };
+            for (s, &x) in acc.iter_mut().zip(xs) {
+                *s = S::v(*s, V::splat(x), y);
+            }
+        } else {
+            for (s, a_r) in acc.iter_mut().zip(&a_rows) {
+                let x = V::splat(a_r.get(p).copied().unwrap_or(0.0));
+                *s = S::v(*s, x, y);
+            }
         }
     }
     for (r, s) in acc.iter().enumerate() {

@@ -21,7 +21,10 @@
 //!   across `p`. A batched product (rank 3) runs the same kernel once per batch index. Under
 //!   the `fma` arithmetic profile the step is `acc = fma(a[i, p], b[p, j], acc)`, rounded once:
 //!   the hardware instruction where the build has it ([`FMA_HARDWARE`]), `libm::fmaf` lane by
-//!   lane elsewhere; the same tiles and order.
+//!   lane elsewhere; the same tiles and order. **`matmul_tn`** (`aᵀ · b`, a weight gradient's
+//!   contraction over the batch) runs the same tiles reading `a` in place: a tile's rows of
+//!   `aᵀ` at step `p` are contiguous in `a`'s row `p`. **`matmul_nt`** (`a · bᵀ`) packs blocks
+//!   of `bᵀ` into a stack panel (at most 4 KiB) and continues each block's sums from `out`.
 //! - **`broadcast`**, **`sum_to`**, **`max_to`** over the common shapes (see `Pattern`): a row
 //!   vector repeated down a matrix, a column repeated across it, a matrix summed to its row or its
 //!   column, everything to a scalar. Sums keep the reference's order: every output starts at
@@ -107,6 +110,9 @@ pub(crate) enum Src<'s> {
     Out,
     /// A buffer disjoint from the output, of the output's length.
     Buf(&'s [f32]),
+    /// Every element this one value: a fused chain's register that holds a `fill` or a
+    /// broadcast scalar, read as a vector of copies of its bits instead of from a tile.
+    Splat(f32),
 }
 
 /// A tensor's extents as the executor decodes them: rank, dims (zero past the rank) and

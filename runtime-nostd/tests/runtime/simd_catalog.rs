@@ -574,6 +574,69 @@ fn transposed_products_odd_shapes() {
     }
 }
 
+/// Every product (`matmul`, `matmul_tn`, `matmul_nt`) at the edges of the catalog's blocking,
+/// under both arithmetic profiles, bit for bit: `k` of 1, around `matmul_nt`'s packed blocks of
+/// `p` (1024 / 64 = 16, and 256) and W2's 784; `m` around the register tile's rows (4: 1, 3, 5,
+/// 9) and W2's products themselves; `n` around the lane counts and tile widths (4, 8, 16 lanes; 2 or 4 vectors: 1, 3,
+/// 15, 17, 33, 63, 65, 129). Each operand is ordinary values with every special value
+/// (`special()`'s list: signed zeros, subnormals, infinities, NaNs, ties) placed at a few
+/// positions, and once ordinary throughout (long sums where any change of order shows).
+#[test]
+fn products_at_blocking_edges() {
+    let specials = [
+        0.0f32,
+        -0.0,
+        f32::MIN_POSITIVE / 8.0,
+        -f32::MIN_POSITIVE / 3.0,
+        f32::from_bits(1),
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        f32::EPSILON / 2.0,
+        f32::MAX,
+    ];
+    let val = |i: usize, s: u32| {
+        ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(s) >> 8) as f32 / 8_388_608.0 - 1.0
+    };
+    // Operand `len` long: ordinary values, and with `spiced` a special value at every 97th
+    // position (from an offset that moves with the seed).
+    let operand = |len: usize, s: u32, spiced: bool| -> Vec<f32> {
+        (0..len)
+            .map(|i| {
+                let at = i + s as usize;
+                if spiced && at.is_multiple_of(97) {
+                    specials[(at / 97) % specials.len()]
+                } else {
+                    val(i, s)
+                }
+            })
+            .collect()
+    };
+    let mut shapes = Vec::new();
+    for k in [1usize, 15, 16, 17, 255, 256, 257, 784] {
+        for m in [1usize, 3, 5, 9] {
+            for n in [1usize, 3, 15, 17, 33, 63, 65, 129] {
+                shapes.push((m, k, n));
+            }
+        }
+    }
+    // W2's products (`matmul`'s `[m, k] x [k, n]`; the transposed ones over the same extents).
+    let w2 = [(64, 784, 128), (784, 64, 128), (128, 64, 10), (64, 10, 128)];
+    for (m, k, n) in shapes.into_iter().chain(w2) {
+        for spiced in [false, true] {
+            let (a, b) = (operand(m * k, 1, spiced), operand(k * n, 7, spiced));
+            check(
+                Opcode::MatMul,
+                Attr::NONE,
+                &[&a, &b],
+                &[shp(&[m, k]), shp(&[k, n])],
+            )
+            .unwrap();
+            check_transposed(None, (m, k, n), &a, &b).unwrap();
+        }
+    }
+}
+
 /// The shapes an MLP's training step uses have catalog kernels (a regression that silently
 /// sends them to the reference kernels shows here, not only in the benchmarks).
 #[test]

@@ -380,3 +380,130 @@ fn per_chain_fusion_unfuses_tiny_chains_where_the_arena_allows() {
     );
     assert!(chains(&auto).0 <= chains(&all).0);
 }
+
+/// NaNs as one class (payloads may differ between targets), every other value by its bits.
+fn class_bits(v: &[f32]) -> Vec<u32> {
+    v.iter()
+        .map(|x| if x.is_nan() { 0x7fc0_0000 } else { x.to_bits() })
+        .collect()
+}
+
+/// Registers that hold one value (a `fill`, a scalar `broadcast`) are read as splats by the
+/// chain runner: every binary form (splat on either side, of a buffer, of the destination
+/// itself, two splats), a unary op of a splat, and `erf` (no catalog kernel: the runner writes
+/// the register's tile out first), with special values in the fill, the scalar and `x`,
+/// against the oracle, the unfused plan and the host interpreter, through both run paths.
+#[test]
+fn splat_registers_match_the_oracle() {
+    let specials = [
+        -0.0f32,
+        0.0,
+        f32::MIN_POSITIVE / 8.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        1.5,
+    ];
+    for (case, (&c, &s)) in specials
+        .iter()
+        .zip(specials.iter().rev().cycle().skip(2))
+        .enumerate()
+    {
+        for n in [1usize, 17, 1000, 2049] {
+            let mut tape = Tape::new();
+            let xn = tape.input("x", Shape::vector(n));
+            let yn = tape.input("y", Shape::SCALAR);
+            let (z, sum) = {
+                let mut t = tape.trace();
+                let f = t.fill(c, Shape::vector(n)).unwrap();
+                let b = t.broadcast(&yn, Shape::vector(n)).unwrap();
+                let a1 = t.mul(&xn, &f).unwrap();
+                let a2 = t.div(&b, &xn).unwrap();
+                let a3 = t.sub(&a1, &b).unwrap();
+                let a4 = t.add(&f, &b).unwrap();
+                let a5 = t.erf(&b).unwrap();
+                let a6 = t.maximum(&a4, &a2).unwrap();
+                let a7 = t.mul(&a6, &a5).unwrap();
+                let a8 = t.sqrt(&b).unwrap();
+                let a9 = t.add(&a3, &a8).unwrap();
+                let a10 = t.sub(&f, &a9).unwrap();
+                let z = t.add(&a7, &a10).unwrap();
+                let sum = t.sum_all(&z).unwrap();
+                (z, sum)
+            };
+            let spec = [EntrySpec {
+                name: "e".into(),
+                roots: vec![
+                    Root::Output {
+                        name: "z".into(),
+                        node: z,
+                    },
+                    Root::Output {
+                        name: "sum".into(),
+                        node: sum,
+                    },
+                ],
+                guarded: false,
+            }];
+            let fused = plan_with(
+                &tape,
+                &spec,
+                PlanOptions {
+                    fusion: FusionPolicy::All,
+                    ..PlanOptions::default()
+                },
+            )
+            .unwrap();
+            let plain = plan_with(
+                &tape,
+                &spec,
+                PlanOptions {
+                    fusion: FusionPolicy::Off,
+                    ..PlanOptions::default()
+                },
+            )
+            .unwrap();
+            let (n_fused, n_registers) = chains(&fused);
+            assert!(n_fused >= 6, "n = {n}: {n_fused} fused instructions");
+            assert!(n_registers >= 2, "n = {n}: {n_registers} registers");
+            // The fill and the scalar broadcast are chain members writing register slots (the
+            // splat path), each read by another member.
+            let in_register = |op| {
+                fused.entries.iter().flat_map(|e| &e.instrs).any(|i| {
+                    i.op == op && fused.tensors[i.out as usize].kind == TensorKind::Register
+                })
+            };
+            assert!(
+                in_register(tapeplan_core::Opcode::Fill)
+                    && in_register(tapeplan_core::Opcode::Broadcast),
+                "n = {n}: the fill and the broadcast are not in registers"
+            );
+            let mut rng = SplitMix64::new(n as u64 + case as u64);
+            let x: Vec<f32> = (0..n)
+                .map(|i| {
+                    if i % 7 == 3 {
+                        specials[i % specials.len()]
+                    } else {
+                        rng.next_f32() * 4.0 - 2.0
+                    }
+                })
+                .collect();
+            let mut run = Run::new(&tape);
+            run.set(xn, Tensor::new(Shape::vector(n), x.clone()).unwrap())
+                .unwrap();
+            run.set(yn, Tensor::new(Shape::SCALAR, vec![s]).unwrap())
+                .unwrap();
+            run.forward().unwrap();
+            let want_z = class_bits(&run.value(z).unwrap().data);
+            let want_sum = class_bits(&run.value(sum).unwrap().data);
+            for p in [&fused, &plain] {
+                for decoded in [false, true] {
+                    let (got_z, got_sum) = run_runtime(p, &x, &[s], decoded);
+                    let at = format!("fill {c}, scalar {s}, n = {n}, decoded {decoded}");
+                    assert_eq!(class_bits(&got_z), want_z, "{at}");
+                    assert_eq!(class_bits(&got_sum), want_sum, "{at}");
+                }
+            }
+        }
+    }
+}
