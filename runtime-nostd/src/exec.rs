@@ -86,6 +86,20 @@ pub(crate) struct BoundInputs<'x> {
 }
 
 impl BoundInputs<'_> {
+    /// Copies the inputs of `mask` (bit `i`: input `i`) into their arena ranges.
+    #[inline(always)]
+    fn copy_mask(&self, arena: &mut [f32], mask: u8) -> Result<(), ExecError> {
+        if mask == 0 {
+            return Ok(());
+        }
+        for i in 0..self.slots.len() {
+            if mask & (1u8 << (i % 8)) != 0 {
+                self.copy_in(arena, i)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Copies input `i` into its arena range (once a run).
     fn copy_in(&self, arena: &mut [f32], i: usize) -> Result<(), ExecError> {
         let bit = 1u32 << (i % 32);
@@ -118,13 +132,9 @@ impl Inputs for BoundInputs<'_> {
         self.values.get(i)?.get(start..end)
     }
 
+    #[inline(always)]
     fn materialize(&self, arena: &mut [f32], d: &Decoded) -> Result<(), ExecError> {
-        for a in d.args.iter().take(d.arity).flatten() {
-            if let Some(i) = usize::from(a.bound).checked_sub(1) {
-                self.copy_in(arena, i)?;
-            }
-        }
-        Ok(())
+        self.copy_mask(arena, d.reads_bound)
     }
 }
 
@@ -169,16 +179,11 @@ impl Source for Bound<'_> {
         self.instrs.index(d)
     }
 
+    #[inline(always)]
     fn before_chain(&self, arena: &mut [f32], i: usize) -> Result<(), ExecError> {
-        let mut j = i;
-        while let Some(d) = self.instrs.get(j) {
-            self.inputs.materialize(arena, d)?;
-            if !d.fuse_next {
-                break;
-            }
-            j = j.saturating_add(1);
-        }
-        Ok(())
+        // The chain's first member carries what every member reads (`mark_bound`).
+        let mask = self.instrs.get(i).map_or(0, |d| d.reads_bound);
+        self.inputs.copy_mask(arena, mask)
     }
 
     fn finish(&self, arena: &mut [f32]) -> Result<(), ExecError> {

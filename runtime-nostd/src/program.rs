@@ -99,6 +99,9 @@ pub struct Decoded {
     /// The instruction's global index in the plan.
     pub(crate) k: usize,
     pub(crate) fuse_next: bool,
+    /// Bit `i`: an argument reads bound input `i` (see [`mark_bound`]); for the first member of
+    /// a fused chain, of any member of the chain. 0 in a program without bound inputs.
+    pub(crate) reads_bound: u8,
     pub(crate) op: Opcode,
     pub(crate) arity: usize,
     pub(crate) elementwise: bool,
@@ -113,6 +116,7 @@ impl Decoded {
     pub const EMPTY: Decoded = Decoded {
         k: 0,
         fuse_next: false,
+        reads_bound: 0,
         op: Opcode::Input,
         arity: 0,
         elementwise: false,
@@ -194,7 +198,13 @@ pub(crate) fn mark_bound(instrs: &mut [Decoded], bound: &[BoundInput]) -> [bool;
     for (i, _) in intact.iter_mut().zip(bound) {
         *i = true;
     }
-    for d in instrs.iter_mut() {
+    // The first member of the chain being walked, if any.
+    let mut head: Option<usize> = None;
+    for k in 0..instrs.len() {
+        let Some(d) = instrs.get_mut(k) else {
+            break;
+        };
+        let mut reads = 0u8;
         for a in d.args.iter_mut().take(d.arity).flatten() {
             if a.register || a.dims.elems == 0 {
                 continue;
@@ -204,7 +214,11 @@ pub(crate) fn mark_bound(instrs: &mut [Decoded], bound: &[BoundInput]) -> [bool;
                 .zip(intact)
                 .position(|(b, ok)| ok && a.offset >= b.offset && a.end <= b.end());
             a.bound = within.map_or(0, |i| u8::try_from(i.saturating_add(1)).unwrap_or(0));
+            if let Some(i) = within {
+                reads |= 1u8 << (i % 8);
+            }
         }
+        d.reads_bound = reads;
         if !d.out.register && d.out.dims.elems != 0 {
             for (ok, b) in intact.iter_mut().zip(bound) {
                 if b.meets(d.out.offset, d.out.end) {
@@ -212,6 +226,20 @@ pub(crate) fn mark_bound(instrs: &mut [Decoded], bound: &[BoundInput]) -> [bool;
                 }
             }
         }
+        let fuse_next = d.fuse_next;
+        match head {
+            Some(h) if h != k => {
+                if let Some(first) = instrs.get_mut(h) {
+                    first.reads_bound |= reads;
+                }
+            }
+            _ => {}
+        }
+        head = match (head, fuse_next) {
+            (None, true) => Some(k),
+            (Some(h), true) => Some(h),
+            (_, false) => None,
+        };
     }
     intact
 }
@@ -352,6 +380,7 @@ pub(crate) fn decode_instr(plan: &Plan<'_>, k: usize) -> Result<Decoded, ExecErr
     let mut d = Decoded {
         k,
         fuse_next: rec.fuse_next(),
+        reads_bound: 0,
         op,
         arity,
         elementwise,
