@@ -1,5 +1,6 @@
 //! The same model planned fused and unfused, run with the fuzzer's input values (NaNs,
-//! infinities, subnormals, out-of-range labels) through `run` and through a decoded program:
+//! infinities, subnormals, out-of-range labels) through `run`, a decoded program, or a decoded
+//! program reading its inputs from the caller's memory:
 //! every entry's outputs and the persistent region agree bit for bit (NaNs as one class),
 //! and a refused guarded step commits nothing. Then the runtime's SIMD catalog (this crate
 //! builds the runtime with `simd`) against the reference kernels of the host interpreter.
@@ -26,8 +27,9 @@ fuzz_target!(|data: &[u8]| {
         let (Some(ef), Some(eu)) = (fused.entry(name), unfused.entry(name)) else {
             continue;
         };
-        let a = tapeplan_fuzz::run_entry(&mut f, &fused, ef, values, pick & 1 == 0);
-        let b = tapeplan_fuzz::run_entry(&mut u, &unfused, eu, values, pick & 2 == 0);
+        let mode = |bits: u8| tapeplan_fuzz::Mode::from_bits(bits);
+        let a = tapeplan_fuzz::run_entry(&mut f, &fused, ef, values, mode(pick));
+        let b = tapeplan_fuzz::run_entry(&mut u, &unfused, eu, values, mode(pick / 3));
         assert_eq!(
             a.result.is_ok(),
             b.result.is_ok(),

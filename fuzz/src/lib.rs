@@ -10,7 +10,7 @@ use tapeplan_planner::model::optim::{Optimizer, Sgd};
 use tapeplan_planner::model::{Activation, JobOptions, Loss, Mlp, TrainingJob};
 use tapeplan_planner::plan::{FusionPolicy, PlanOptions};
 use tapeplan_planner::Schedule;
-use tapeplan_runtime::{BindingKind, Decoded, EntryId, ExecError, Plan, Session};
+use tapeplan_runtime::{BindingKind, Decoded, EntryId, ExecError, Plan, Session, MAX_BOUND_INPUTS};
 
 /// The most arena a fuzzed plan may ask for (elements); bigger plans are parsed but not run,
 /// so the fuzzer's memory stays small. The work cap bounds their time, not their memory.
@@ -220,25 +220,71 @@ fn set_inputs(session: &mut Session<'_, '_>, plan: &Plan<'_>, entry: EntryId, da
     }
 }
 
-/// Runs `entry` (through `run`, or through a decoded program) after setting its inputs,
-/// asserting that a refused guarded step commits nothing.
+/// How [`run_entry`] runs an entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// `Session::run`, reading the plan's records.
+    Run,
+    /// A decoded program, `Session::run_program`, the inputs copied into the arena.
+    Program,
+    /// A program from `Session::decode_with_inputs` (the first `MAX_BOUND_INPUTS` inputs;
+    /// the rest copied in), `Session::run_program_with_inputs`, the arena's ranges of the bound
+    /// inputs filled with NaN first: a kernel reading them there instead of the caller's
+    /// values would show.
+    ProgramWithInputs,
+}
+
+impl Mode {
+    /// One of the three, from two bits of fuzzer data.
+    pub fn from_bits(bits: u8) -> Mode {
+        match bits % 3 {
+            0 => Mode::Run,
+            1 => Mode::Program,
+            _ => Mode::ProgramWithInputs,
+        }
+    }
+}
+
+/// Runs `entry` (through `run`, a decoded program, or a decoded program reading its inputs
+/// from the caller's memory) after setting its inputs, asserting that a refused guarded step
+/// commits nothing.
 pub fn run_entry(
     session: &mut Session<'_, '_>,
     plan: &Plan<'_>,
     entry: EntryId,
     data: &[u8],
-    program: bool,
+    mode: Mode,
 ) -> Outcome {
     set_inputs(session, plan, entry, data);
     let before = session.persistent().to_vec();
-    let result = if program {
-        let mut buf = vec![Decoded::EMPTY; MAX_PROGRAM_INSTRS];
-        match session.decode(entry, &mut buf) {
+    let mut buf = vec![Decoded::EMPTY; MAX_PROGRAM_INSTRS];
+    let result = match mode {
+        Mode::Run => session.run(entry),
+        Mode::Program => match session.decode(entry, &mut buf) {
             Ok(p) => session.run_program(&p),
             Err(e) => Err(e),
+        },
+        Mode::ProgramWithInputs => {
+            let inputs: Vec<_> = plan
+                .bindings()
+                .filter(|b| b.kind == BindingKind::Input && b.entry == Some(entry))
+                .take(MAX_BOUND_INPUTS)
+                .collect();
+            let names: Vec<&str> = inputs.iter().map(|b| b.name).collect();
+            let values: Vec<Vec<f32>> = inputs
+                .iter()
+                .map(|b| session.read_binding(b).to_vec())
+                .collect();
+            for b in &inputs {
+                let nan = vec![f32::NAN; b.elems];
+                session.write_binding(b, &nan).expect("an input binding");
+            }
+            let slices: Vec<&[f32]> = values.iter().map(Vec::as_slice).collect();
+            match session.decode_with_inputs(entry, &mut buf, &names) {
+                Ok(p) => session.run_program_with_inputs(&p, &slices),
+                Err(e) => Err(e),
+            }
         }
-    } else {
-        session.run(entry)
     };
     if let Err(ExecError::NonFinite { .. }) = result {
         assert_eq!(
@@ -260,8 +306,9 @@ pub fn run_entry(
 }
 
 /// Parses `bytes` with the default limits and, if the plan is valid and its arena small
-/// enough, binds a zeroed arena and runs every entry twice (`run` and a decoded program, on
-/// two arenas), asserting that both give the same bits and that refused steps commit nothing.
+/// enough, binds a zeroed arena and runs every entry three ways (`run`, a decoded program, a
+/// decoded program reading its inputs from the caller's memory; on three arenas), asserting
+/// that all give the same bits and that refused steps commit nothing.
 pub fn exercise(bytes: &[u8], data: &[u8]) {
     let Ok(plan) = Plan::parse(bytes) else {
         return;
@@ -271,16 +318,23 @@ pub fn exercise(bytes: &[u8], data: &[u8]) {
     }
     let mut arena_a = vec![0.0f32; plan.arena_elems()];
     let mut arena_b = vec![0.0f32; plan.arena_elems()];
-    let (Ok(mut a), Ok(mut b)) = (
+    let mut arena_c = vec![0.0f32; plan.arena_elems()];
+    let (Ok(mut a), Ok(mut b), Ok(mut c)) = (
         Session::bind_zeroed(&plan, &mut arena_a),
         Session::bind_zeroed(&plan, &mut arena_b),
+        Session::bind_zeroed(&plan, &mut arena_c),
     ) else {
         return;
     };
     for entry in plan.entries() {
-        let ra = run_entry(&mut a, &plan, entry, data, false);
-        let rb = run_entry(&mut b, &plan, entry, data, true);
+        let ra = run_entry(&mut a, &plan, entry, data, Mode::Run);
+        let rb = run_entry(&mut b, &plan, entry, data, Mode::Program);
+        let rc = run_entry(&mut c, &plan, entry, data, Mode::ProgramWithInputs);
         assert_eq!(ra, rb, "run and run_program disagree on entry {entry:?}");
+        assert_eq!(
+            rb, rc,
+            "run_program and run_program_with_inputs disagree on entry {entry:?}"
+        );
     }
 }
 

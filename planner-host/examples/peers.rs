@@ -20,9 +20,10 @@
 //! `peers serve DIR` is the benchmark's tapeplan worker: it plans each workload twice (fused,
 //! the default; once under the default `separate` arithmetic profile, system `tapeplan`, once
 //! under `fma`, system `tapeplan-fma`: one fused multiply-add per matrix-product step, other
-//! bits, its own check figures), binds its arena, decodes `train_step` once (`Session::decode`) and warms up; then,
+//! bits, its own check figures), binds its arena, decodes `train_step` once (`Session::decode_with_inputs`) and warms up; then,
 //! for each line `run W<n> <system>` read on standard input, it trains from the initial parameters over
-//! every step of the file (`write_binding` of `x` and `y`, `run_program`, the loss read back)
+//! every step of the file (`run_program_with_inputs` reading each batch's `x` and `y` where the
+//! file's tensors hold them, no copy; the loss read back)
 //! and answers one line: `result W<n> <system> ns_per_step=… loss_last_epoch=…
 //! loss_final=… param_abs_sum=… accuracy=…` (the time covers the steps only, not the reset).
 //! The Python worker (`scripts/peers_bench.py`) answers the same lines for JAX.
@@ -492,23 +493,22 @@ impl<'p> Runner<'p> {
             Loss::SoftmaxCrossEntropy => "labels",
             _ => "y",
         };
-        let bx = plan.input(e, "x").ok_or_else(|| anyhow!("no input x"))?;
-        let bt = plan
-            .input(e, tname)
-            .ok_or_else(|| anyhow!("no input {tname}"))?;
         let bl = plan
             .output(e, "loss")
             .ok_or_else(|| anyhow!("no output loss"))?;
-        let program = s.decode(e, &mut self.decoded)?;
+        // The batches are read where they are, not copied into the arena
+        // (`Session::decode_with_inputs`); the labels are checked once, up front.
+        let program = s.decode_with_inputs(e, &mut self.decoded, &["x", tname])?;
         let (xs, ys) = (tensor("x")?, tensor("y")?);
+        if tname == "labels" {
+            s.check_labels(e, tname, ys)?;
+        }
         let (nx, ny) = (spec.batch * spec.d_in(), spec.target_elems());
         let steps = spec.steps();
         self.losses.clear();
         let start = Instant::now();
         for (x, y) in xs.chunks_exact(nx).zip(ys.chunks_exact(ny)).take(steps) {
-            s.write_binding(&bx, x)?;
-            s.write_binding(&bt, y)?;
-            s.run_program(&program)?;
+            s.run_program_with_inputs(&program, &[x, y])?;
             self.losses.push(s.read_binding(&bl)[0]);
         }
         let elapsed = start.elapsed();

@@ -1,5 +1,6 @@
 //! No allocation per training step (issue 15's aim): a counting global allocator wraps the
 //! system's, and a train step through the runtime — `Session::run_program` of a decoded entry,
+//! `Session::run_program_with_inputs` (the inputs read from the caller's memory),
 //! `Session::run` with the plan decoded once and attached, and the planner's host wrapper
 //! `RuntimeModel::train_step` — must allocate nothing once the session exists, for MLPs (SGD,
 //! Adam; fused, unfused; classification and regression) and the MNIST-1D CNN.
@@ -8,12 +9,14 @@
 //! allocator counting per thread) serves only these tests; the test harness's other threads do
 //! not disturb the count.
 
+mod common;
+
+use common::{adam, fused, initial_parameters, mlp_job};
 use tapeplan_planner::exec::runtime::RuntimeModel;
-use tapeplan_planner::model::optim::{Optimizer, Sgd};
+use tapeplan_planner::model::optim::Sgd;
 use tapeplan_planner::model::run::mnist1d_cnn;
-use tapeplan_planner::model::{glorot_uniform, Activation, JobOptions, Loss, Mlp, TrainingJob};
+use tapeplan_planner::model::{Activation, Loss, TrainingJob};
 use tapeplan_planner::protocol::SplitMix64;
-use tapeplan_planner::{FusionPolicy, PlanOptions};
 use tapeplan_runtime::{Decoded, Plan, Session};
 
 /// This thread's allocations (reallocations included) while `f` runs, counted by
@@ -24,44 +27,6 @@ fn allocations_in(f: impl FnOnce()) -> u64 {
 
 /// Steps counted after the first (warm-up) step.
 const STEPS: usize = 5;
-
-/// A planned MLP job: `sizes`, `act`, `loss`, `optimizer`, `batch`, fused or not.
-fn mlp_job(
-    sizes: &[usize],
-    act: Activation,
-    loss: Loss,
-    optimizer: Optimizer,
-    batch: usize,
-    fuse: bool,
-) -> TrainingJob {
-    TrainingJob::build_with(
-        Mlp {
-            sizes: sizes.to_vec(),
-            activation: act,
-        },
-        loss,
-        optimizer,
-        batch,
-        JobOptions {
-            planning: PlanOptions {
-                fusion: FusionPolicy::all_or_off(fuse),
-                ..PlanOptions::default()
-            },
-            ..Default::default()
-        },
-    )
-    .expect("plan")
-}
-
-fn adam() -> Optimizer {
-    Optimizer::Adam {
-        lr: 1e-3,
-        beta1: 0.9,
-        beta2: 0.999,
-        eps: 1e-8,
-        decoupled_weight_decay: 0.0,
-    }
-}
 
 /// A step's inputs: `x` of `x_elems` uniform values and the target (`labels` below `classes`
 /// for classification, `y` of `y_elems` values otherwise), under the target's binding name.
@@ -89,14 +54,9 @@ fn inputs(
 
 /// Allocations of `STEPS` train steps of `job` after a warm-up step, through
 /// `run_program`, through `run` with the plan attached, and through `RuntimeModel`.
-fn step_allocations(job: &TrainingJob, loss: Loss, batch: usize, classes: usize) -> [u64; 3] {
+fn step_allocations(job: &TrainingJob, loss: Loss, batch: usize, classes: usize) -> [u64; 4] {
     let bytes = job.schedule.to_bytes();
-    let shapes = job.parameter_shapes();
-    let init: Vec<Vec<f32>> = if job.parameters.iter().all(|p| !p.init.is_empty()) {
-        job.parameters.iter().map(|p| p.init.clone()).collect()
-    } else {
-        glorot_uniform(&shapes, 1)
-    };
+    let init = initial_parameters(job, 1);
     let plan = Plan::parse_alloc(&bytes).expect("valid plan");
     let e = plan.entry("train_step").expect("train_step");
     let x_elems = plan.input(e, "x").expect("x").elems;
@@ -105,8 +65,9 @@ fn step_allocations(job: &TrainingJob, loss: Loss, batch: usize, classes: usize)
     let mut arena = vec![0.0f32; plan.arena_elems()];
     let mut all = vec![Decoded::EMPTY; plan.n_instrs()];
     let mut one = vec![Decoded::EMPTY; plan.n_instrs()];
+    let mut with_inputs = vec![Decoded::EMPTY; plan.n_instrs()];
     let mut s = Session::bind(&plan, &mut arena).expect("arena");
-    for ((n, _), v) in shapes.iter().zip(&init) {
+    for (n, v) in &init {
         s.load_parameter(n, v).expect("parameter");
     }
     if let Some(i) = plan.entry("init") {
@@ -118,6 +79,9 @@ fn step_allocations(job: &TrainingJob, loss: Loss, batch: usize, classes: usize)
     let bt = plan.input(e, tname).expect("target");
     let bl = plan.output(e, "loss").expect("loss");
     let program = s.decode(e, &mut one).expect("decode");
+    let bound = s
+        .decode_with_inputs(e, &mut with_inputs, &["x", tname])
+        .expect("decode");
     let step = |s: &mut Session<'_, '_>, decoded_entry: bool| {
         s.write_binding(&bx, &x).expect("x");
         s.write_binding(&bt, &target).expect("target");
@@ -130,10 +94,16 @@ fn step_allocations(job: &TrainingJob, loss: Loss, batch: usize, classes: usize)
     };
     step(&mut s, true);
     let program_allocs = allocations_in(|| (0..STEPS).for_each(|_| step(&mut s, true)));
+    let bound_allocs = allocations_in(|| {
+        for _ in 0..STEPS {
+            s.run_program_with_inputs(&bound, &[&x, &target])
+                .expect("run_program_with_inputs");
+        }
+    });
     let run_allocs = allocations_in(|| (0..STEPS).for_each(|_| step(&mut s, false)));
 
     let mut model = RuntimeModel::new(&bytes).expect("runtime model");
-    for ((n, _), v) in shapes.iter().zip(&init) {
+    for (n, v) in &init {
         model.load_parameter(n, v).expect("parameter");
     }
     model.train_step(&x, &target).expect("step");
@@ -142,7 +112,7 @@ fn step_allocations(job: &TrainingJob, loss: Loss, batch: usize, classes: usize)
             assert!(model.train_step(&x, &target).expect("step").is_finite());
         }
     });
-    [program_allocs, run_allocs, model_allocs]
+    [program_allocs, bound_allocs, run_allocs, model_allocs]
 }
 
 #[test]
@@ -154,7 +124,7 @@ fn mlp_steps_allocate_nothing() {
             Loss::SoftmaxCrossEntropy,
             Sgd { lr: 0.1 }.into(),
             32,
-            fuse,
+            fused(fuse),
         )
     };
     let w2 = mlp_job(
@@ -163,7 +133,7 @@ fn mlp_steps_allocate_nothing() {
         Loss::SoftmaxCrossEntropy,
         adam(),
         64,
-        true,
+        fused(true),
     );
     let w3 = mlp_job(
         &[2, 16, 16, 1],
@@ -171,7 +141,7 @@ fn mlp_steps_allocate_nothing() {
         Loss::MeanSquaredError,
         Sgd { lr: 0.01 }.into(),
         1,
-        true,
+        fused(true),
     );
     let cases = [
         ("W1 fused", w1(true), Loss::SoftmaxCrossEntropy, 32, 10),
@@ -180,11 +150,12 @@ fn mlp_steps_allocate_nothing() {
         ("W3 regression", w3, Loss::MeanSquaredError, 1, 1),
     ];
     for (name, job, loss, batch, classes) in cases {
-        let [program, run, model] = step_allocations(&job, loss, batch, classes);
+        let [program, bound, run, model] = step_allocations(&job, loss, batch, classes);
         assert_eq!(
-            (program, run, model),
-            (0, 0, 0),
-            "{name}: allocations in {STEPS} steps (run_program, run, RuntimeModel::train_step)"
+            (program, bound, run, model),
+            (0, 0, 0, 0),
+            "{name}: allocations in {STEPS} steps (run_program, run_program_with_inputs, run, \
+             RuntimeModel::train_step)"
         );
     }
 }
@@ -198,11 +169,12 @@ fn cnn_steps_allocate_nothing() {
         .batch(8)
         .build()
         .expect("plan");
-    let [program, run, model] = step_allocations(&job, Loss::SoftmaxCrossEntropy, 8, 10);
+    let [program, bound, run, model] = step_allocations(&job, Loss::SoftmaxCrossEntropy, 8, 10);
     assert_eq!(
-        (program, run, model),
-        (0, 0, 0),
-        "MNIST-1D CNN: allocations in {STEPS} steps (run_program, run, RuntimeModel::train_step)"
+        (program, bound, run, model),
+        (0, 0, 0, 0),
+        "MNIST-1D CNN: allocations in {STEPS} steps (run_program, run_program_with_inputs, run, \
+         RuntimeModel::train_step)"
     );
 }
 

@@ -882,6 +882,12 @@ pub enum ExecError {
         /// The instruction's index.
         instr: u32,
     },
+    /// Inputs that [`crate::Session::decode_with_inputs`] cannot bind: more than
+    /// [`crate::MAX_BOUND_INPUTS`], or two whose arena ranges meet.
+    CannotBindInputs {
+        /// How many inputs were named.
+        count: u32,
+    },
     /// A [`crate::Program`] run in a session of another plan (another `plan_id`, CRC-32 or
     /// bytes than the plan it was decoded from).
     ForeignProgram {
@@ -943,6 +949,12 @@ impl fmt::Display for ExecError {
                     "instruction {instr}: records inconsistent with the arena"
                 )
             }
+            ExecError::CannotBindInputs { count } => write!(
+                f,
+                "cannot read these {count} inputs from the caller's memory: at most {} can be, \
+                 and no two may share arena elements",
+                crate::MAX_BOUND_INPUTS
+            ),
             ExecError::ForeignProgram { entry } => write!(
                 f,
                 "the program of entry {entry} was decoded from another plan than the session's"

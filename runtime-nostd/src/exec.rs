@@ -9,11 +9,12 @@ use tapeplan_core::ops::elementwise::{binary_in_place, unary_in_place, InPlace};
 use tapeplan_core::ops::{binary_fn_in, eval_in, eval_in_arith, unary_fn_in, Attr};
 use tapeplan_core::{MathProfile, OpClass, OpSet, Opcode, Ops, Shape, MAX_ARITY};
 
-use crate::catalog::{self, Src};
+use crate::catalog::{self, Dims, Src};
 use crate::error::ExecError;
 use crate::fused::{self, Member, Registers};
 use crate::plan::{us, EntryId, Plan, TensorView};
-use crate::program::{decode_instr, Decoded, Placed};
+use crate::program::{decode_instr, BoundInput, Decoded, Placed};
+use core::cell::Cell;
 
 /// Where the run loop takes an entry's instructions from: the plan's records ([`Records`],
 /// decoded as they run) or a decoded [`crate::Program`] (a slice of [`Decoded`]). The loop is
@@ -38,6 +39,161 @@ pub(crate) trait Source {
     fn member(&self, instr: Self::Instr<'_>) -> Result<Member, ExecError>;
     /// The instruction's global index in the plan (for errors).
     fn index(&self, instr: Self::Instr<'_>) -> usize;
+    /// Before a fused chain starting at `i` runs (its members read the arena only): puts into
+    /// the arena every bound input the chain reads. Nothing for sources without bound inputs.
+    #[inline(always)]
+    fn before_chain(&self, _arena: &mut [f32], _i: usize) -> Result<(), ExecError> {
+        Ok(())
+    }
+    /// After the last instruction, before the commit (see [`BoundInput::copy_at_end`]).
+    #[inline(always)]
+    fn finish(&self, _arena: &mut [f32]) -> Result<(), ExecError> {
+        Ok(())
+    }
+}
+
+/// Where an instruction's arguments that read bound inputs find their values: nowhere
+/// ([`NoInputs`], every argument in the arena) or the caller's memory ([`BoundInputs`]).
+pub(crate) trait Inputs {
+    /// The caller's values of argument `a` when it reads a bound input.
+    fn external(&self, a: &Placed) -> Option<&[f32]>;
+    /// Copies into the arena every bound input `d` reads that is not there yet in this run,
+    /// for the kernels that read the arena only (reference kernels, fused chains).
+    fn materialize(&self, arena: &mut [f32], d: &Decoded) -> Result<(), ExecError>;
+}
+
+/// Every argument in the arena.
+pub(crate) struct NoInputs;
+
+impl Inputs for NoInputs {
+    #[inline(always)]
+    fn external(&self, _a: &Placed) -> Option<&[f32]> {
+        None
+    }
+
+    #[inline(always)]
+    fn materialize(&self, _arena: &mut [f32], _d: &Decoded) -> Result<(), ExecError> {
+        Ok(())
+    }
+}
+
+/// A [`crate::Program`]'s bound inputs with the caller's values for one run.
+pub(crate) struct BoundInputs<'x> {
+    pub slots: &'x [BoundInput],
+    pub values: &'x [&'x [f32]],
+    /// Bit `i`: input `i` has been copied into the arena in this run.
+    pub copied: Cell<u32>,
+}
+
+impl BoundInputs<'_> {
+    /// Copies the inputs of `mask` (bit `i`: input `i`) into their arena ranges.
+    #[inline(always)]
+    fn copy_mask(&self, arena: &mut [f32], mask: u8) -> Result<(), ExecError> {
+        if mask == 0 {
+            return Ok(());
+        }
+        for i in 0..self.slots.len() {
+            if mask & (1u8 << (i % 8)) != 0 {
+                self.copy_in(arena, i)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies input `i` into its arena range (once a run).
+    fn copy_in(&self, arena: &mut [f32], i: usize) -> Result<(), ExecError> {
+        let bit = 1u32 << (i % 32);
+        if self.copied.get() & bit != 0 {
+            return Ok(());
+        }
+        let (slot, values) = (self.slots.get(i), self.values.get(i));
+        let (Some(slot), Some(values)) = (slot, values) else {
+            return Err(ExecError::Inconsistent { instr: u32::MAX });
+        };
+        let dst = arena
+            .get_mut(slot.offset..slot.end())
+            .ok_or(ExecError::Inconsistent { instr: u32::MAX })?;
+        if dst.len() != values.len() {
+            return Err(ExecError::Inconsistent { instr: u32::MAX });
+        }
+        dst.copy_from_slice(values);
+        self.copied.set(self.copied.get() | bit);
+        Ok(())
+    }
+}
+
+impl Inputs for BoundInputs<'_> {
+    #[inline(always)]
+    fn external(&self, a: &Placed) -> Option<&[f32]> {
+        let i = usize::from(a.bound).checked_sub(1)?;
+        let slot = self.slots.get(i)?;
+        let start = a.offset.checked_sub(slot.offset)?;
+        let end = a.end.checked_sub(slot.offset)?;
+        self.values.get(i)?.get(start..end)
+    }
+
+    #[inline(always)]
+    fn materialize(&self, arena: &mut [f32], d: &Decoded) -> Result<(), ExecError> {
+        self.copy_mask(arena, d.reads_bound)
+    }
+}
+
+/// A decoded entry run with its bound inputs' values in the caller's memory
+/// ([`crate::Session::run_program_with_inputs`]).
+pub(crate) struct Bound<'x> {
+    pub instrs: &'x [Decoded],
+    pub inputs: BoundInputs<'x>,
+}
+
+impl Source for Bound<'_> {
+    type Instr<'s>
+        = &'s Decoded
+    where
+        Self: 's;
+
+    #[inline(always)]
+    fn get(&self, i: usize) -> Option<&Decoded> {
+        self.instrs.get(i)
+    }
+
+    #[inline(always)]
+    fn fuse_next(&self, d: &Decoded) -> bool {
+        self.instrs.fuse_next(d)
+    }
+
+    #[inline(always)]
+    fn step<O: Ops>(
+        &self,
+        plan: &Plan<'_>,
+        arena: &mut [f32],
+        d: &Decoded,
+    ) -> Result<(), ExecError> {
+        execute::<O, _>(plan, arena, d, &self.inputs)
+    }
+
+    fn member(&self, d: &Decoded) -> Result<Member, ExecError> {
+        self.instrs.member(d)
+    }
+
+    fn index(&self, d: &Decoded) -> usize {
+        self.instrs.index(d)
+    }
+
+    #[inline(always)]
+    fn before_chain(&self, arena: &mut [f32], i: usize) -> Result<(), ExecError> {
+        // The chain's first member carries what every member reads (`mark_bound`).
+        let mask = self.instrs.get(i).map_or(0, |d| d.reads_bound);
+        self.inputs.copy_mask(arena, mask)
+    }
+
+    fn finish(&self, arena: &mut [f32]) -> Result<(), ExecError> {
+        for (i, slot) in self.inputs.slots.iter().enumerate() {
+            if slot.copy_at_end {
+                self.inputs.copy_in(arena, i)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// An entry's instructions read from the plan's records, each decoded as it runs.
@@ -99,7 +255,7 @@ impl Source for [Decoded] {
         arena: &mut [f32],
         d: &Decoded,
     ) -> Result<(), ExecError> {
-        execute::<O>(plan, arena, d)
+        execute::<O, _>(plan, arena, d, &NoInputs)
     }
 
     fn member(&self, d: &Decoded) -> Result<Member, ExecError> {
@@ -136,12 +292,14 @@ pub(crate) fn run_entry<O: Ops, S: Source + ?Sized>(
     let mut i = 0usize;
     while let Some(instr) = src.get(i) {
         if cfg!(feature = "fusion") && src.fuse_next(instr) {
+            src.before_chain(arena, i)?;
             i = fused::run_chain_at::<O, S>(plan, arena, regs, src, i)?;
         } else {
             src.step::<O>(plan, arena, instr)?;
             i = i.saturating_add(1);
         }
     }
+    src.finish(arena)?;
     commit(plan, arena, entry)
 }
 
@@ -244,15 +402,21 @@ pub(crate) fn pick_range<'s>(
 #[inline(always)]
 fn step<O: Ops>(plan: &Plan<'_>, arena: &mut [f32], k: usize) -> Result<(), ExecError> {
     if cfg!(feature = "catalog") {
-        execute::<O>(plan, arena, &decode_instr(plan, k)?)
+        execute::<O, _>(plan, arena, &decode_instr(plan, k)?, &NoInputs)
     } else {
         step_reference::<O>(plan, arena, k)
     }
 }
 
-/// Runs a decoded instruction over `arena` (see [`step`]).
+/// Runs a decoded instruction over `arena` (see [`step`]), arguments that read bound inputs
+/// from `inputs`.
 #[inline(always)]
-fn execute<O: Ops>(plan: &Plan<'_>, arena: &mut [f32], d: &Decoded) -> Result<(), ExecError> {
+fn execute<O: Ops, I: Inputs>(
+    plan: &Plan<'_>,
+    arena: &mut [f32],
+    d: &Decoded,
+    inputs: &I,
+) -> Result<(), ExecError> {
     let (k, op, arity, elementwise, attr, out, args) =
         (d.k, d.op, d.arity, d.elementwise, d.attr, &d.out, &d.args);
     let bad = ExecError::Inconsistent {
@@ -266,7 +430,7 @@ fn execute<O: Ops>(plan: &Plan<'_>, arena: &mut [f32], d: &Decoded) -> Result<()
     let (buf, right) = rest.split_at_mut_checked(out.dims.elems).ok_or(bad)?;
     // An argument: the output buffer itself (in place), or a disjoint range left or right of
     // it; `None` when it straddles the output (validation rules that out).
-    let src = |a: &Option<Placed>| arg_src(a, out, left, right);
+    let src = |a: &Option<Placed>| arg_src(a, out, left, right, inputs);
     if elementwise {
         let a = src(&args[0]).ok_or(bad)?;
         let b = if arity == 2 {
@@ -288,7 +452,9 @@ fn execute<O: Ops>(plan: &Plan<'_>, arena: &mut [f32], d: &Decoded) -> Result<()
         }
     } else {
         let mut slices: [&[f32]; MAX_ARITY] = [&[]; MAX_ARITY];
-        let mut dims = [out.dims; MAX_ARITY];
+        // Constant, not `[out.dims; MAX_ARITY]`: copying `out.dims` into every slot through the
+        // stack made overlapping stores that a load then waited on (7 % of W3's step, perf).
+        let mut dims = [Dims::EMPTY; MAX_ARITY];
         let mut disjoint = true;
         for ((slot, d), a) in slices.iter_mut().zip(&mut dims).zip(args).take(arity) {
             match src(a) {
@@ -353,20 +519,29 @@ fn execute<O: Ops>(plan: &Plan<'_>, arena: &mut [f32], d: &Decoded) -> Result<()
             return Ok(());
         }
     }
+    // The reference kernels read the arena only.
+    inputs.materialize(arena, d)?;
     step_reference::<O>(plan, arena, k)
 }
 
 /// An argument of an instruction whose output `out` splits the arena into `left` and `right`:
 /// the output buffer itself (in place), or a disjoint range left or right of it; `None` when it
-/// straddles the output (validation rules that out).
+/// straddles the output (validation rules that out). An argument that reads a bound input takes
+/// the caller's values from `inputs`.
 #[inline(always)]
-fn arg_src<'s>(
+fn arg_src<'s, I: Inputs>(
     a: &Option<Placed>,
     out: &Placed,
     left: &'s [f32],
     right: &'s [f32],
+    inputs: &'s I,
 ) -> Option<Src<'s>> {
     let a = a.as_ref()?;
+    if a.bound != 0 {
+        if let Some(x) = inputs.external(a) {
+            return Some(Src::Buf(x));
+        }
+    }
     if a.offset == out.offset && a.end == out.end {
         return Some(Src::Out);
     }

@@ -37,7 +37,7 @@ pub use plan::{Binding, EntryId, Plan};
 pub use program::DecodedPlan;
 #[cfg(all(feature = "alloc", feature = "decoded-run"))]
 pub use program::DecodedPlanBuf;
-pub use program::{Decoded, Program};
+pub use program::{Decoded, Program, MAX_BOUND_INPUTS};
 pub use session::Session;
 pub use validate::{Scratch, DEFAULT_SCRATCH_TENSORS, MAX_SCRATCH_TENSORS};
 

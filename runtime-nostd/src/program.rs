@@ -25,6 +25,9 @@ pub(crate) struct Placed {
     pub dims: Dims,
     /// A register of a fused chain (`offset` is its slot), not an arena range.
     pub register: bool,
+    /// `i + 1` when this argument reads the caller's memory of bound input `i` (a [`Program`]
+    /// decoded by [`crate::Session::decode_with_inputs`]); 0 when it reads the arena.
+    pub bound: u8,
 }
 
 impl Placed {
@@ -33,6 +36,7 @@ impl Placed {
         end: 0,
         dims: Dims::EMPTY,
         register: false,
+        bound: 0,
     };
 }
 
@@ -58,6 +62,7 @@ fn place_tensor(plan: &Plan<'_>, t: u32) -> Option<Placed> {
         end: offset.checked_add(elems)?,
         dims: Dims { rank, dims, elems },
         register: rec.kind == TensorKind::Register as u8,
+        bound: 0,
     })
 }
 
@@ -94,6 +99,9 @@ pub struct Decoded {
     /// The instruction's global index in the plan.
     pub(crate) k: usize,
     pub(crate) fuse_next: bool,
+    /// Bit `i`: an argument reads bound input `i` (see [`mark_bound`]); for the first member of
+    /// a fused chain, of any member of the chain. 0 in a program without bound inputs.
+    pub(crate) reads_bound: u8,
     pub(crate) op: Opcode,
     pub(crate) arity: usize,
     pub(crate) elementwise: bool,
@@ -108,6 +116,7 @@ impl Decoded {
     pub const EMPTY: Decoded = Decoded {
         k: 0,
         fuse_next: false,
+        reads_bound: 0,
         op: Opcode::Input,
         arity: 0,
         elementwise: false,
@@ -147,6 +156,92 @@ pub struct Program<'a> {
     pub(crate) plan: &'a Plan<'a>,
     pub(crate) entry: EntryId,
     pub(crate) instrs: &'a [Decoded],
+    /// The inputs read from the caller's memory, in the order
+    /// [`crate::Session::decode_with_inputs`] named them (the first `n_bound`).
+    pub(crate) bound: [BoundInput; MAX_BOUND_INPUTS],
+    pub(crate) n_bound: usize,
+}
+
+/// The most inputs one [`Program`] reads from the caller's memory
+/// ([`crate::Session::decode_with_inputs`]); a training entry has two (samples and labels).
+pub const MAX_BOUND_INPUTS: usize = 8;
+
+/// An input a [`Program`] reads from the caller's memory instead of the arena: its arena range
+/// (where [`crate::Session::set_input`] would have copied it).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct BoundInput {
+    pub offset: usize,
+    pub elems: usize,
+    /// An output or update of the entry overlaps the input's range and no instruction writes
+    /// over it: the input is copied into the arena after the run, so the output reads as it
+    /// would have.
+    pub copy_at_end: bool,
+}
+
+impl BoundInput {
+    pub(crate) fn end(&self) -> usize {
+        self.offset.saturating_add(self.elems)
+    }
+
+    fn meets(&self, offset: usize, end: usize) -> bool {
+        offset < self.end() && self.offset < end
+    }
+}
+
+/// Marks, in an entry's decoded instructions, every argument that reads one of the `bound`
+/// inputs before any instruction writes over it (an input's range is its own until its last
+/// read: liveness); such an argument then reads the caller's memory. An argument that lies in
+/// an input's range after a write over it reads the arena, as before. Returns, for each input,
+/// whether it is still untouched at the end (see [`BoundInput::copy_at_end`]).
+pub(crate) fn mark_bound(instrs: &mut [Decoded], bound: &[BoundInput]) -> [bool; MAX_BOUND_INPUTS] {
+    let mut intact = [false; MAX_BOUND_INPUTS];
+    for (i, _) in intact.iter_mut().zip(bound) {
+        *i = true;
+    }
+    // The first member of the chain being walked, if any.
+    let mut head: Option<usize> = None;
+    for k in 0..instrs.len() {
+        let Some(d) = instrs.get_mut(k) else {
+            break;
+        };
+        let mut reads = 0u8;
+        for a in d.args.iter_mut().take(d.arity).flatten() {
+            if a.register || a.dims.elems == 0 {
+                continue;
+            }
+            let within = bound
+                .iter()
+                .zip(intact)
+                .position(|(b, ok)| ok && a.offset >= b.offset && a.end <= b.end());
+            a.bound = within.map_or(0, |i| u8::try_from(i.saturating_add(1)).unwrap_or(0));
+            if let Some(i) = within {
+                reads |= 1u8 << (i % 8);
+            }
+        }
+        d.reads_bound = reads;
+        if !d.out.register && d.out.dims.elems != 0 {
+            for (ok, b) in intact.iter_mut().zip(bound) {
+                if b.meets(d.out.offset, d.out.end) {
+                    *ok = false;
+                }
+            }
+        }
+        let fuse_next = d.fuse_next;
+        match head {
+            Some(h) if h != k => {
+                if let Some(first) = instrs.get_mut(h) {
+                    first.reads_bound |= reads;
+                }
+            }
+            _ => {}
+        }
+        head = match (head, fuse_next) {
+            (None, true) => Some(k),
+            (Some(h), true) => Some(h),
+            (_, false) => None,
+        };
+    }
+    intact
 }
 
 impl<'a> Program<'a> {
@@ -168,6 +263,12 @@ impl<'a> Program<'a> {
     /// True for an entry without instructions.
     pub fn is_empty(&self) -> bool {
         self.instrs.is_empty()
+    }
+
+    /// How many inputs it reads from the caller's memory
+    /// ([`crate::Session::decode_with_inputs`]); 0 for [`crate::Session::decode`]'s.
+    pub fn bound_inputs(&self) -> usize {
+        self.n_bound
     }
 }
 
@@ -279,6 +380,7 @@ pub(crate) fn decode_instr(plan: &Plan<'_>, k: usize) -> Result<Decoded, ExecErr
     let mut d = Decoded {
         k,
         fuse_next: rec.fuse_next(),
+        reads_bound: 0,
         op,
         arity,
         elementwise,

@@ -1,5 +1,6 @@
 //! The runtime's API: a plan bound to the caller's arena. Running is [`crate::exec`]'s.
 
+use core::cell::Cell;
 use core::marker::PhantomData;
 use core::ops::Range;
 
@@ -7,10 +8,10 @@ use tapeplan_core::format::{BindingKind, MAX_REGISTERS};
 use tapeplan_core::{BuildOps, Opcode, Ops};
 
 use crate::error::ExecError;
-use crate::exec::{run_entry, Records};
+use crate::exec::{run_entry, Bound, BoundInputs, Records};
 use crate::fused::{Registers, TILE_ELEMS};
 use crate::plan::{Binding, EntryId, Plan};
-use crate::program::{decode_instr, Decoded, Program};
+use crate::program::{decode_instr, mark_bound, BoundInput, Decoded, Program, MAX_BOUND_INPUTS};
 #[cfg(feature = "decoded-run")]
 use crate::program::{DecodedPlan, PlanIdentity};
 
@@ -216,6 +217,24 @@ impl<'p, 'a, O: Ops> Session<'p, 'a, O> {
         name: &str,
         labels: &[f32],
     ) -> Result<(), ExecError> {
+        let b = self.check_labels(entry, name, labels)?;
+        Self::copy_in(self.slice_mut(&b), labels)
+    }
+
+    /// [`Session::set_labels`]'s check without the copy: for labels that
+    /// [`Session::run_program_with_inputs`] reads from the caller's memory, where nothing checks
+    /// them (check a pool of labels once, then run from it). Returns the input's binding.
+    ///
+    /// # Errors
+    /// [`ExecError::UnknownEntry`], [`ExecError::UnknownName`] for no such input of `entry`,
+    /// [`ExecError::BadLabel`] naming the first bad label. Any length passes: the length is
+    /// checked where the labels are used.
+    pub fn check_labels(
+        &self,
+        entry: EntryId,
+        name: &str,
+        labels: &[f32],
+    ) -> Result<Binding<'p>, ExecError> {
         let b = self.input_binding(entry, name)?;
         if let Some(classes) = self.one_hot_classes(entry, &b)? {
             // Classes are at most 2^24 (one_hot's shape rule), so every index is an exact f32
@@ -231,7 +250,7 @@ impl<'p, 'a, O: Ops> Session<'p, 'a, O> {
                 });
             }
         }
-        Self::copy_in(self.slice_mut(&b), labels)
+        Ok(b)
     }
 
     /// The fewest classes of any `one_hot` of `entry` reading input `b`; `None` if none does.
@@ -319,6 +338,21 @@ impl<'p, 'a, O: Ops> Session<'p, 'a, O> {
     where
         'p: 'b,
     {
+        Ok(Program {
+            plan: self.plan,
+            entry,
+            instrs: self.decode_into(entry, buf)?,
+            bound: [BoundInput::default(); MAX_BOUND_INPUTS],
+            n_bound: 0,
+        })
+    }
+
+    /// `entry`'s instructions decoded into the front of `buf` (see [`Session::decode`]).
+    fn decode_into<'b>(
+        &self,
+        entry: EntryId,
+        buf: &'b mut [Decoded],
+    ) -> Result<&'b mut [Decoded], ExecError> {
         let range = self.entry_range(entry)?;
         let (n, found_elems) = (range.len(), buf.len());
         let slots = buf.get_mut(..n).ok_or(ExecError::LengthMismatch {
@@ -328,10 +362,76 @@ impl<'p, 'a, O: Ops> Session<'p, 'a, O> {
         for (slot, k) in slots.iter_mut().zip(range) {
             *slot = decode_instr(self.plan, k)?;
         }
+        Ok(slots)
+    }
+
+    /// [`Session::decode`], with the inputs named in `inputs` read from the caller's memory
+    /// when the program runs ([`Session::run_program_with_inputs`]) instead of copied into the
+    /// arena first: a step loop over a pool of batches hands each batch's slices over as they
+    /// are (W2's 200 KB batch is no longer copied every step). Each instruction that reads an
+    /// input before anything is written over its arena range reads the caller's slice; a kernel
+    /// that reads the arena only (a reference kernel, a fused chain) gets the input copied into
+    /// its arena range first, once a run, which is what [`Session::set_input`] did. The bits are
+    /// those of setting the inputs and running [`Session::run_program`].
+    ///
+    /// Labels read this way are not checked ([`Session::set_labels`] checks them): check a
+    /// pool once with [`Session::check_labels`].
+    ///
+    /// # Errors
+    /// As [`Session::decode`]; [`ExecError::UnknownName`] when `entry` has no input of one of
+    /// the names; [`ExecError::CannotBindInputs`] for more than [`MAX_BOUND_INPUTS`] names, or
+    /// two inputs whose arena ranges meet.
+    pub fn decode_with_inputs<'b>(
+        &self,
+        entry: EntryId,
+        buf: &'b mut [Decoded],
+        inputs: &[&str],
+    ) -> Result<Program<'b>, ExecError>
+    where
+        'p: 'b,
+    {
+        let count = u32::try_from(inputs.len()).unwrap_or(u32::MAX);
+        if inputs.len() > MAX_BOUND_INPUTS {
+            return Err(ExecError::CannotBindInputs { count });
+        }
+        let mut bound = [BoundInput::default(); MAX_BOUND_INPUTS];
+        for (slot, name) in bound.iter_mut().zip(inputs) {
+            let b = self.input_binding(entry, name)?;
+            *slot = BoundInput {
+                offset: b.offset_elems,
+                elems: b.elems,
+                copy_at_end: false,
+            };
+        }
+        let n_bound = inputs.len();
+        let slots = bound.get_mut(..n_bound).unwrap_or_default();
+        for (i, x) in slots.iter().enumerate() {
+            let later = slots.get(i.saturating_add(1)..).unwrap_or_default();
+            if later
+                .iter()
+                .any(|y| x.offset < y.end() && y.offset < x.end())
+            {
+                return Err(ExecError::CannotBindInputs { count });
+            }
+        }
+        let instrs = self.decode_into(entry, buf)?;
+        let intact = mark_bound(instrs, slots);
+        for (slot, untouched) in slots.iter_mut().zip(intact) {
+            // An output (or update) that lies in an input no instruction wrote over.
+            slot.copy_at_end = untouched
+                && self.plan.bindings().any(|b| {
+                    b.entry == Some(entry)
+                        && matches!(b.kind, BindingKind::Output | BindingKind::Update)
+                        && b.offset_elems < slot.end()
+                        && slot.offset < b.range().end
+                });
+        }
         Ok(Program {
             plan: self.plan,
             entry,
-            instrs: slots,
+            instrs,
+            bound,
+            n_bound,
         })
     }
 
@@ -401,6 +501,54 @@ impl<'p, 'a, O: Ops> Session<'p, 'a, O> {
             program.instrs,
             program.entry,
         )
+    }
+
+    /// [`Session::run_program`] of a program decoded by [`Session::decode_with_inputs`], its
+    /// bound inputs' values taken from `inputs` (in the order they were named there, each
+    /// `shape.elems()` long) instead of the arena. The same bits as setting each input with
+    /// [`Session::set_input`] and running [`Session::run_program`]. The arena ranges of the
+    /// bound inputs are left as they were unless a kernel needed them there (so read an
+    /// input back from `inputs`, not the session).
+    ///
+    /// # Errors
+    /// As [`Session::run_program`]; [`ExecError::LengthMismatch`] when `inputs` holds another
+    /// number of slices than the program binds (`expected_elems` is that number) or a slice's
+    /// length is not its input's element count; nothing runs then.
+    pub fn run_program_with_inputs(
+        &mut self,
+        program: &Program<'_>,
+        inputs: &[&[f32]],
+    ) -> Result<(), ExecError> {
+        if !self.plan.same_plan(program.plan) {
+            return Err(ExecError::ForeignProgram {
+                entry: program.entry.0,
+            });
+        }
+        self.check_entry(program.entry)?;
+        let slots = program.bound.get(..program.n_bound).unwrap_or_default();
+        if inputs.len() != slots.len() {
+            return Err(ExecError::LengthMismatch {
+                expected_elems: slots.len(),
+                found_elems: inputs.len(),
+            });
+        }
+        for (slot, x) in slots.iter().zip(inputs) {
+            if x.len() != slot.elems {
+                return Err(ExecError::LengthMismatch {
+                    expected_elems: slot.elems,
+                    found_elems: x.len(),
+                });
+            }
+        }
+        let src = Bound {
+            instrs: program.instrs,
+            inputs: BoundInputs {
+                slots,
+                values: inputs,
+                copied: Cell::new(0),
+            },
+        };
+        run_entry::<O, _>(self.plan, self.arena, &mut self.regs, &src, program.entry)
     }
 
     /// Runs an entry's instructions in order, each with the kernel catalog's entry for it
