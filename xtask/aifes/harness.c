@@ -1,7 +1,7 @@
 /* The AIfES side of `cargo xtask aifes` (tapeplan's own code, not AIfES's): builds one of three
  * networks with AIfES's public API, trains it on the rows, epoch orders and initial parameters
  * the planner exported into the generated header (`run.h`), times every `aialgo_train_model`
- * call with SysTick, and reports over semihosting. The header picks the network:
+ * call with the board's APB timer 0, and reports over semihosting. The header picks the network:
  *   - RUN_MODEL_CNN 0: the digits MLP of firmware-demo/models/demo.run (64-32-10 tanh, SGD),
  *     its rows as u8 pixel counts scaled by RUN_PIXEL_SCALE;
  *   - RUN_MODEL_CNN 1: the digits CNN of firmware-demo/models/digits_cnn.run (Conv2d(1, C1, 3,
@@ -89,27 +89,18 @@ __attribute__((noreturn)) static void exit_with(int failed)
     }
 }
 
-/* ---- SysTick: free-running on the core clock, 24 bits, counting down; its exception counts
-   the wraps, so a step may take more than 2^24 ticks (671 M instructions under -icount
-   shift=0: MNIST-1D's CNN at batch 100 comes near) ---- */
-#define SYST_CSR (*(volatile uint32_t *)0xE000E010u)
-#define SYST_RVR (*(volatile uint32_t *)0xE000E014u)
-#define SYST_CVR (*(volatile uint32_t *)0xE000E018u)
-static volatile uint32_t systick_wraps;
+/* ---- the clock: the board's CMSDK APB timer 0 (mps2-an386: 0x4000_0000, on the 25 MHz
+   peripheral clock, the core clock's), free-running from 2^32 - 1 down, no interrupt. Not
+   SysTick: its 24 bits wrap after 2^24 ticks, 671 M instructions under -icount shift=0, and
+   AIfES's MNIST-1D step is longer; counting SysTick's wraps in its exception would push an
+   exception frame onto the painted stack. 2^32 ticks are 171 G instructions. ---- */
+#define TIMER0_CTRL (*(volatile uint32_t *)0x40000000u)
+#define TIMER0_VALUE (*(volatile uint32_t *)0x40000004u)
+#define TIMER0_RELOAD (*(volatile uint32_t *)0x40000008u)
 
-static void systick_handler(void) { systick_wraps++; }
-
-/* Ticks since SysTick started, counting up: the wraps and the 24-bit counter read
-   consistently (read again if a wrap came between). */
-static uint64_t ticks_now(void)
-{
-    uint32_t w, v;
-    do {
-        w = systick_wraps;
-        v = SYST_CVR;
-    } while (w != systick_wraps);
-    return ((uint64_t)w << 24) | (0x00FFFFFFu - (v & 0x00FFFFFFu));
-}
+/* Ticks since the timer started, counting up (a step's difference stays right across the
+   timer's one wrap, modulo 2^32). */
+static uint32_t ticks_now(void) { return 0xFFFFFFFFu - TIMER0_VALUE; }
 
 /* ---- stack painting, as firmware-demo/src/rt.rs does ---- */
 extern uint32_t _sbss, _ebss, _sdata, _edata, _sidata, _stack_top;
@@ -163,9 +154,9 @@ static void load_batch(const uint16_t *rows)
 __attribute__((noinline)) static int run(void)
 {
     put("aifes-harness 1\n");
-    SYST_RVR = 0x00FFFFFFu;
-    SYST_CVR = 0;
-    SYST_CSR = 7; /* enable, its exception on a wrap, core clock */
+    TIMER0_RELOAD = 0xFFFFFFFFu;
+    TIMER0_VALUE = 0xFFFFFFFFu;
+    TIMER0_CTRL = 1; /* enable; no external input, no interrupt */
 #ifndef BASELINE
     aimodel_t model;
     ailayer_t *x;
@@ -299,13 +290,13 @@ __attribute__((noinline)) static int run(void)
             float loss = 0.0f;
 #ifndef BASELINE
             if (aialgo_calc_loss_model_f32(&model, &x_tensor, &t_tensor, &loss) != 0) return 4;
-            uint64_t t0 = ticks_now();
+            uint32_t t0 = ticks_now();
             if (aialgo_train_model(&model, &x_tensor, &t_tensor, optimizer, RUN_BATCH) != 0) return 5;
-            uint64_t t1 = ticks_now();
+            uint32_t t1 = ticks_now();
 #else
-            uint64_t t0 = ticks_now(), t1 = ticks_now();
+            uint32_t t0 = ticks_now(), t1 = ticks_now();
 #endif
-            epoch_ticks += t1 - t0;
+            epoch_ticks += (uint32_t)(t1 - t0);
             step++;
             put_line("loss", step, 1, f32_bits(loss), 1);
         }
@@ -355,5 +346,5 @@ __attribute__((section(".vector_table"), used)) static const void *const vectors
     &_stack_top, (const void *)reset_handler, (const void *)fault_handler, (const void *)fault_handler,
     (const void *)fault_handler, (const void *)fault_handler, (const void *)fault_handler, 0, 0, 0, 0,
     (const void *)fault_handler, (const void *)fault_handler, 0, (const void *)fault_handler,
-    (const void *)systick_handler,
+    (const void *)fault_handler,
 };
