@@ -1766,6 +1766,9 @@ pub(crate) enum M4fRun {
     /// The digits CNN, `models/digits_cnn.run`, with feature `cnn` (the `m4f-digits` run of
     /// [`CNN_RUNS`]); its `size-baseline` twin built with `cnn` and the same run.
     DigitsCnn,
+    /// MNIST-1D's CNN, [`CNN_RUN`] (`models/mnist1d.run`), the `m4f-cnn` run: feature `cnn`
+    /// with the build's default run; its `size-baseline` twin likewise.
+    Mnist1dCnn,
 }
 
 /// Builds, trains and verifies a Cortex-M4F firmware under `-icount` (see [`M4fFigures`]).
@@ -1795,6 +1798,11 @@ pub(crate) fn m4f_figures(ctx: &Ctx, which: M4fRun) -> Result<M4fFigures> {
                 .ok_or_else(|| anyhow!("no CNN run for {}", v.core.name))?;
             (name.to_string(), &["cnn"][..], dir.join("models").join(run))
         }
+        M4fRun::Mnist1dCnn => (
+            "m4f-cnn".to_string(),
+            &["cnn"][..],
+            dir.join("models").join(CNN_RUN),
+        ),
     };
     let cnn_run = (which == M4fRun::DigitsCnn).then_some(run_file.as_path());
     let elf = build_with_run(
