@@ -143,6 +143,8 @@ impl Inputs for BoundInputs<'_> {
 pub(crate) struct Bound<'x> {
     pub instrs: &'x [Decoded],
     pub inputs: BoundInputs<'x>,
+    /// Some input is [`BoundInput::copy_at_end`].
+    pub copy_at_end: bool,
 }
 
 impl Source for Bound<'_> {
@@ -168,7 +170,13 @@ impl Source for Bound<'_> {
         arena: &mut [f32],
         d: &Decoded,
     ) -> Result<(), ExecError> {
-        execute::<O, _>(plan, arena, d, &self.inputs)
+        // Most instructions read no bound input: they take the path without the per-argument
+        // test (callgrind, W3: the test in every argument's lookup cost about 5 % of a step).
+        if d.reads_bound == 0 {
+            execute::<O, _>(plan, arena, d, &NoInputs)
+        } else {
+            execute::<O, _>(plan, arena, d, &self.inputs)
+        }
     }
 
     fn member(&self, d: &Decoded) -> Result<Member, ExecError> {
@@ -186,7 +194,11 @@ impl Source for Bound<'_> {
         self.inputs.copy_mask(arena, mask)
     }
 
+    #[inline(always)]
     fn finish(&self, arena: &mut [f32]) -> Result<(), ExecError> {
+        if !self.copy_at_end {
+            return Ok(());
+        }
         for (i, slot) in self.inputs.slots.iter().enumerate() {
             if slot.copy_at_end {
                 self.inputs.copy_in(arena, i)?;

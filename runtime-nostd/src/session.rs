@@ -541,6 +541,7 @@ impl<'p, 'a, O: Ops> Session<'p, 'a, O> {
             }
         }
         let src = Bound {
+            copy_at_end: slots.iter().any(|s| s.copy_at_end),
             instrs: program.instrs,
             inputs: BoundInputs {
                 slots,
