@@ -198,7 +198,9 @@ fn run_chain<O: Ops>(
                     let dst = dst.get_mut(..len).ok_or(bad(k))?;
                     let src = |a: Loc| -> Option<Src<'_>> {
                         match a {
-                            Loc::Register(x) if splat.get(x).copied().flatten().is_some() => {
+                            Loc::Register(x)
+                                if splats && splat.get(x).copied().flatten().is_some() =>
+                            {
                                 splat.get(x).copied().flatten().map(Src::Splat)
                             }
                             Loc::Register(x) if x == r => Some(Src::Out),
@@ -220,14 +222,14 @@ fn run_chain<O: Ops>(
                         let from = o.checked_add(m.from.elems).ok_or(bad(k))?;
                         let x = arena.get(o..from).ok_or(bad(k))?;
                         broadcast_tile(x, &m.from, &m.to, start, dst);
-                        if let Some(s) = splat.get_mut(r) {
+                        if let (true, Some(s)) = (splats, splat.get_mut(r)) {
                             *s = None;
                         }
                         continue;
                     }
                     let [a, b, _] = m.args.map(src);
                     chain_step::<O>(m, math, a, b, dst, k)?;
-                    if let Some(s) = splat.get_mut(r) {
+                    if let (true, Some(s)) = (splats, splat.get_mut(r)) {
                         *s = None;
                     }
                 }
@@ -239,10 +241,12 @@ fn run_chain<O: Ops>(
                     let skip = at.checked_add(len).ok_or(bad(k))?;
                     let src = |a: Loc| -> Option<Src<'_>> {
                         match a {
-                            Loc::Register(x) => match splat.get(x).copied().flatten() {
-                                Some(v) => Some(Src::Splat(v)),
-                                None => regs.get(x)?.get(..len).map(Src::Buf),
-                            },
+                            Loc::Register(x) => {
+                                match splat.get(x).copied().flatten().filter(|_| splats) {
+                                    Some(v) => Some(Src::Splat(v)),
+                                    None => regs.get(x)?.get(..len).map(Src::Buf),
+                                }
+                            }
                             Loc::Arena(p) if p == o => Some(Src::Out),
                             Loc::Arena(p) => {
                                 let from = p.checked_add(start)?;
@@ -381,7 +385,9 @@ fn chain_step<O: Ops>(
     copy.copy_from_slice(dst.get(..copy.len()).ok_or(bad)?);
     let copy: &[f32] = copy;
     // (`run_chain` writes out a register's value before a member that gets here reads it.)
-    if matches!(a, Src::Splat(_)) || (m.arity == 2 && matches!(b, Src::Splat(_))) {
+    if cfg!(feature = "catalog")
+        && (matches!(a, Src::Splat(_)) || (m.arity == 2 && matches!(b, Src::Splat(_))))
+    {
         return Err(bad);
     }
     let args: [&[f32]; 2] = [a, b].map(|s| match s {
