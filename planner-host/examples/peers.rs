@@ -23,7 +23,8 @@
 //! bits, its own check figures), binds its arena, decodes `train_step` once (`Session::decode_with_inputs`) and warms up; then,
 //! for each line `run W<n> <system>` read on standard input, it trains from the initial parameters over
 //! every step of the file (`run_program_with_inputs` reading each batch's `x` and `y` where the
-//! file's tensors hold them, no copy; the loss read back)
+//! file's tensors hold them, no copy, for batches of at least `BIND_MIN_ELEMS` inputs; smaller
+//! ones `write_binding` then `run_program`; the loss read back)
 //! and answers one line: `result W<n> <system> ns_per_step=… loss_last_epoch=…
 //! loss_final=… param_abs_sum=… accuracy=…` (the time covers the steps only, not the reset).
 //! The Python worker (`scripts/peers_bench.py`) answers the same lines for JAX.
@@ -51,6 +52,13 @@ use tapeplan_runtime::{Decoded, Plan, Session};
 
 /// The workloads' names, in table order.
 const WORKLOADS: [&str; 4] = ["W1", "W2", "W3", "C1"];
+
+/// The smallest batch of inputs (elements of `x`) the worker reads in place
+/// (`Session::run_program_with_inputs`) rather than copies in: W1 (2 048), W2 (50 176) and C1
+/// (4 000) are read in place, W3 (2) is copied. W2 per step 604 -> 531 us with this stop's
+/// merges, about 4 % of it from not copying (interleaved `peers serve` medians, 2026-12-03);
+/// W3's three floats cost less to copy than the bound path's dispatch (about 5 % of its step).
+const BIND_MIN_ELEMS: usize = 1024;
 
 /// Epochs of every workload unless `--epochs` says otherwise.
 const DEFAULT_EPOCHS: usize = 10;
@@ -496,19 +504,36 @@ impl<'p> Runner<'p> {
         let bl = plan
             .output(e, "loss")
             .ok_or_else(|| anyhow!("no output loss"))?;
-        // The batches are read where they are, not copied into the arena
-        // (`Session::decode_with_inputs`); the labels are checked once, up front.
-        let program = s.decode_with_inputs(e, &mut self.decoded, &["x", tname])?;
-        let (xs, ys) = (tensor("x")?, tensor("y")?);
-        if tname == "labels" {
-            s.check_labels(e, tname, ys)?;
-        }
+        // A batch of at least `BIND_MIN_ELEMS` inputs is read where it is, not copied into the
+        // arena (`Session::decode_with_inputs`), its labels checked once, up front; a smaller
+        // one is copied in (`write_binding`), which costs less than the bound path's dispatch.
         let (nx, ny) = (spec.batch * spec.d_in(), spec.target_elems());
+        let bind = nx >= BIND_MIN_ELEMS;
+        let (xs, ys) = (tensor("x")?, tensor("y")?);
+        let program = if bind {
+            if tname == "labels" {
+                s.check_labels(e, tname, ys)?;
+            }
+            s.decode_with_inputs(e, &mut self.decoded, &["x", tname])?
+        } else {
+            s.decode(e, &mut self.decoded)?
+        };
+        let (bx, bt) = (
+            plan.input(e, "x").ok_or_else(|| anyhow!("no input x"))?,
+            plan.input(e, tname)
+                .ok_or_else(|| anyhow!("no input {tname}"))?,
+        );
         let steps = spec.steps();
         self.losses.clear();
         let start = Instant::now();
         for (x, y) in xs.chunks_exact(nx).zip(ys.chunks_exact(ny)).take(steps) {
-            s.run_program_with_inputs(&program, &[x, y])?;
+            if bind {
+                s.run_program_with_inputs(&program, &[x, y])?;
+            } else {
+                s.write_binding(&bx, x)?;
+                s.write_binding(&bt, y)?;
+                s.run_program(&program)?;
+            }
             self.losses.push(s.read_binding(&bl)[0]);
         }
         let elapsed = start.elapsed();

@@ -154,18 +154,25 @@ fn run_chain<O: Ops>(
             let m = &member(i)?;
             // A member the catalog's elementwise kernels do not run reads its registers as
             // tiles: write out the values it reads.
-            let splat_ok = splats
-                && m.op != Opcode::Broadcast
-                && (m.op == Opcode::Fill
-                    || catalog::elementwise::<O>(
-                        m.op,
-                        m.attr.scalar(),
-                        math,
-                        Src::Out,
-                        Src::Out,
-                        &mut [],
-                    ));
-            if splats && !splat_ok {
+            // (Tested only for a member that reads a splat: the test dispatches into the
+            // catalog, which on W3's one- to sixteen-element tiles cost more than the member.)
+            let reads_splat = splats
+                && m.args.iter().take(m.arity).any(
+                    |a| matches!(*a, Loc::Register(x) if splat.get(x).is_some_and(Option::is_some)),
+                );
+            let splat_ok = || {
+                m.op != Opcode::Broadcast
+                    && (m.op == Opcode::Fill
+                        || catalog::elementwise::<O>(
+                            m.op,
+                            m.attr.scalar(),
+                            math,
+                            Src::Out,
+                            Src::Out,
+                            &mut [],
+                        ))
+            };
+            if reads_splat && !splat_ok() {
                 for a in m.args.iter().take(m.arity) {
                     if let Loc::Register(x) = *a {
                         if let (Some(v), Some(t)) = (
