@@ -3,13 +3,14 @@
 //! and small 2-D layers. Lanes are output channels `co` of one group, distinct outputs each,
 //! never distinct terms of one sum.
 //!
-//! Per batch element the cotangent's plane `gy[n, group's co, :]` is transposed once into a
-//! stack buffer `gt[position][co]` (rows padded to whole vectors with zeros), so that a
-//! position's channels load as contiguous vectors; the sums live in a second stack buffer,
-//! `acc[ci_local][tap][vector of co]`, across the whole batch, and a register tile of up to
-//! [`TILE_TAPS`] taps by [`TILE_VECTORS`] vectors of channels runs over every output position of
-//! one batch element, the input value `x[n, ci, ih, iw]` one broadcast shared by the tile's
-//! vectors, each cotangent vector shared by the tile's taps.
+//! Per tile of taps and batch element the cotangent's plane `gy[n, group's co, :]` is
+//! transposed into a stack buffer `gt[position][co]` (rows padded to whole vectors with
+//! zeros), so that a position's channels load as contiguous vectors; the sums live in a second
+//! stack buffer, `acc[ci_local][tap][vector of co]`, across the whole batch, and a register
+//! tile of up to [`TILE_TAPS`] taps by [`TILE_VECTORS`] vectors of channels (by two input
+//! channels when that is at most twelve accumulators) runs over every output position of one
+//! batch element, the input value `x[n, ci, ih, iw]` one broadcast shared by the tile's
+//! vectors, each cotangent vector shared by the tile's taps and input channels.
 //!
 //! Bounds: each buffer holds at most [`BUF`] `f32`s (32 KiB, 64 KiB in all): `gt` one batch
 //! element's output plane × the group's channels rounded up to a whole vector, `acc` a group's
@@ -39,6 +40,11 @@ const TILE_TAPS: usize = 5;
 
 /// Vectors of output channels per register tile.
 const TILE_VECTORS: usize = 2;
+
+/// The most accumulators (taps × vectors) per input channel of a tile that still takes two
+/// input channels: 6 (C1's kernels of 3 by two vectors: 12 accumulators, 15 registers with the
+/// cotangent vectors and the broadcast, within AVX2's and SSE2's 16).
+const PAIR_MAX: usize = 6;
 
 /// True when [`run`] takes geometry `g`: kernels and strides of at least 1, at least
 /// [`MIN_CHANNELS`] output channels per group (or all of a vector), and both stack buffers
@@ -78,41 +84,66 @@ pub(crate) fn run(x: &[f32], gy: &[f32], u: &mut [f32], geo: &Geometry) {
     let width = nvec * L;
     let mut gt = [0.0f32; BUF];
     let mut acc = [V::splat(0.0); BUF / L];
+    let aw = geo.axes[1];
     for group in 0..geo.groups {
         let acc = acc.get_mut(..cin_g * taps * nvec).unwrap_or(&mut []);
         acc.fill(V::splat(0.0));
         let gt = gt.get_mut(..hw_out * width).unwrap_or(&mut []);
         gt.fill(0.0);
-        for n in 0..geo.batch {
-            // `gt[p · width + c] = gy[n, group·cout_g + c, p]`.
-            let g_at = (n * geo.c_out + group * cout_g) * hw_out;
-            let planes = gy.get(g_at..g_at + cout_g * hw_out).unwrap_or(&[]);
-            for (c, plane) in planes.chunks_exact(hw_out.max(1)).enumerate() {
-                for (dst, &v) in gt.iter_mut().skip(c).step_by(width).zip(plane) {
-                    *dst = v;
+        // Taps a tile at a time, outermost: each output's sum still runs over the batch, then
+        // the positions, and a tile's taps are worked out once, not per batch element and
+        // input channel (their divisions cost as much as a 1-D tile's arithmetic).
+        let mut t0 = 0;
+        while t0 < taps {
+            let tt = (taps - t0).min(TILE_TAPS);
+            // Each tap's `(kh, kw)` and the columns `ow` whose `iw` lies inside the row.
+            let khw: [(usize, usize); TILE_TAPS] =
+                core::array::from_fn(|t| ((t0 + t) / aw.kernel, (t0 + t) % aw.kernel));
+            let cols: [(usize, usize); TILE_TAPS] = khw.map(|(_, kw)| aw.valid(kw));
+            for n in 0..geo.batch {
+                // `gt[p · width + c] = gy[n, group·cout_g + c, p]`.
+                let g_at = (n * geo.c_out + group * cout_g) * hw_out;
+                let planes = gy.get(g_at..g_at + cout_g * hw_out).unwrap_or(&[]);
+                for (c, plane) in planes.chunks_exact(hw_out.max(1)).enumerate() {
+                    // An index per element: `skip` + `step_by` compiled to a loop that
+                    // reloaded its bounds from the stack on every store.
+                    for (p, &v) in plane.iter().enumerate() {
+                        if let Some(d) = gt.get_mut(p * width + c) {
+                            *d = v;
+                        }
+                    }
                 }
-            }
-            for cil in 0..cin_g {
-                let x_at = (n * geo.c_in + group * cin_g + cil) * hw_in;
-                let xc = x.get(x_at..x_at + hw_in).unwrap_or(&[]);
-                let mut t0 = 0;
-                while t0 < taps {
-                    let tt = (taps - t0).min(TILE_TAPS);
+                let mut cil = 0;
+                while cil < cin_g {
+                    let x_of = |c: usize| {
+                        let x_at = (n * geo.c_in + group * cin_g + c) * hw_in;
+                        x.get(x_at..x_at + hw_in).unwrap_or(&[])
+                    };
+                    // Two input channels per tile when both fit the registers beside the
+                    // tile's taps and channel vectors: each cotangent vector then feeds twice
+                    // as many sums.
+                    let pair = cin_g - cil >= 2 && tt * TILE_VECTORS.min(nvec) <= PAIR_MAX;
+                    let xc = [x_of(cil), if pair { x_of(cil + 1) } else { &[] }];
                     let mut v0 = 0;
                     while v0 < nvec {
                         let cc = (nvec - v0).min(TILE_VECTORS);
-                        let at = |t: usize| (cil * taps + t0 + t) * nvec + v0;
+                        let at = |i: usize, t: usize| ((cil + i) * taps + t0 + t) * nvec + v0;
                         let p = Plane {
                             geo,
                             xc,
                             gt,
                             width,
-                            t0,
+                            khw: &khw,
+                            cols: &cols,
                             v0,
                         };
                         macro_rules! tile {
                             ($t:literal, $c:literal) => {
-                                p.tile::<$t, $c>(acc, at)
+                                if pair {
+                                    p.tile::<$t, $c, 2>(acc, at)
+                                } else {
+                                    p.tile::<$t, $c, 1>(acc, at)
+                                }
                             };
                         }
                         match (tt, cc) {
@@ -129,9 +160,10 @@ pub(crate) fn run(x: &[f32], gy: &[f32], u: &mut [f32], geo: &Geometry) {
                         }
                         v0 += cc;
                     }
-                    t0 += tt;
+                    cil += if pair { 2 } else { 1 };
                 }
             }
+            t0 += tt;
         }
         // `u[group·cout_g + c, cil, t]` is lane `c mod L` of `acc[(cil·taps + t)·nvec + c / L]`.
         for c in 0..cout_g {
@@ -154,31 +186,41 @@ pub(crate) fn run(x: &[f32], gy: &[f32], u: &mut [f32], geo: &Geometry) {
 /// channels.
 struct Plane<'a> {
     geo: &'a Geometry,
-    /// `x[n, ci]`, one input plane.
-    xc: &'a [f32],
+    /// `x[n, ci]` and `x[n, ci + 1]`, the tile's input planes (the second empty in a tile of
+    /// one).
+    xc: [&'a [f32]; 2],
     /// The transposed cotangent, `width` lanes per output position.
     gt: &'a [f32],
     width: usize,
-    t0: usize,
+    /// The tile's taps, `(kh, kw)` each, and the columns `[lo, hi)` each reads inside the row.
+    khw: &'a [(usize, usize); TILE_TAPS],
+    cols: &'a [(usize, usize); TILE_TAPS],
     v0: usize,
 }
 
 impl Plane<'_> {
-    /// Adds this batch element's terms to the sums of taps `t0 .. t0 + T` by channel vectors
-    /// `v0 .. v0 + C`: `acc[at(t) + c]`, over every output position in row-major order.
+    /// Adds this batch element's terms to the sums of input channels `0 .. CI` of the tile,
+    /// taps `0 .. T` and channel vectors `v0 .. v0 + C`: `acc[at(i, t) + c]`, over every
+    /// output position in row-major order.
     #[inline(always)]
-    fn tile<const T: usize, const C: usize>(&self, acc: &mut [V], at: impl Fn(usize) -> usize) {
+    fn tile<const T: usize, const C: usize, const CI: usize>(
+        &self,
+        acc: &mut [V],
+        at: impl Fn(usize, usize) -> usize,
+    ) {
         let [ah, aw] = self.geo.axes;
-        let mut a = [[V::splat(0.0); C]; T];
-        for (t, row) in a.iter_mut().enumerate() {
-            for (c, v) in row.iter_mut().enumerate() {
-                *v = acc.get(at(t) + c).copied().unwrap_or(V::splat(0.0));
+        let mut a = [[[V::splat(0.0); C]; T]; CI];
+        for (i, ai) in a.iter_mut().enumerate() {
+            for (t, row) in ai.iter_mut().enumerate() {
+                for (c, v) in row.iter_mut().enumerate() {
+                    *v = acc.get(at(i, t) + c).copied().unwrap_or(V::splat(0.0));
+                }
             }
         }
-        // Each tap's `(kh, kw)` and the columns `ow` whose `iw` lies inside the row.
         let khw: [(usize, usize); T] =
-            core::array::from_fn(|t| ((self.t0 + t) / aw.kernel, (self.t0 + t) % aw.kernel));
-        let cols: [(usize, usize); T] = khw.map(|(_, kw)| aw.valid(kw));
+            core::array::from_fn(|t| self.khw.get(t).copied().unwrap_or((0, 0)));
+        let cols: [(usize, usize); T] =
+            core::array::from_fn(|t| self.cols.get(t).copied().unwrap_or((0, 0)));
         let inner_lo = cols.iter().map(|c| c.0).max().unwrap_or(0);
         let inner_hi = cols.iter().map(|c| c.1).min().unwrap_or(0).max(inner_lo);
         let lane0 = self.v0 * L;
@@ -199,17 +241,19 @@ impl Plane<'_> {
                         .and_then(|s| <&[f32; L]>::try_from(s).ok())
                         .map_or(V::splat(0.0), |s| V::new(*s))
                 });
-                for ((ar, b), col) in a.iter_mut().zip(&base).zip(&cols) {
-                    let Some(b) = *b else {
-                        continue;
-                    };
-                    if check && !(col.0..col.1).contains(&ow) {
-                        continue;
-                    }
-                    let i = (b + (ow * aw.stride) as isize) as usize;
-                    let xv = V::splat(self.xc.get(i).copied().unwrap_or(0.0));
-                    for (ac, g) in ar.iter_mut().zip(&gv) {
-                        *ac += xv * *g;
+                for (ai, xc) in a.iter_mut().zip(&self.xc) {
+                    for ((ar, b), col) in ai.iter_mut().zip(&base).zip(&cols) {
+                        let Some(b) = *b else {
+                            continue;
+                        };
+                        if check && !(col.0..col.1).contains(&ow) {
+                            continue;
+                        }
+                        let i = (b + (ow * aw.stride) as isize) as usize;
+                        let xv = V::splat(xc.get(i).copied().unwrap_or(0.0));
+                        for (ac, g) in ar.iter_mut().zip(&gv) {
+                            *ac += xv * *g;
+                        }
                     }
                 }
             };
@@ -223,10 +267,12 @@ impl Plane<'_> {
                 step(ow, true);
             }
         }
-        for (t, row) in a.iter().enumerate() {
-            for (c, v) in row.iter().enumerate() {
-                if let Some(d) = acc.get_mut(at(t) + c) {
-                    *d = *v;
+        for (i, ai) in a.iter().enumerate() {
+            for (t, row) in ai.iter().enumerate() {
+                for (c, v) in row.iter().enumerate() {
+                    if let Some(d) = acc.get_mut(at(i, t) + c) {
+                        *d = *v;
+                    }
                 }
             }
         }

@@ -54,9 +54,10 @@
 //! - The column-lane kernels take rows of at least `MIN_SIMD_COLUMNS` (16) columns and kernels
 //!   of at most 16 taps per axis (`conv_weight_grad`: any width). Narrower `conv` and
 //!   `conv_transpose` rows (the 1-D CNNs' 19, 10, 5 samples) run the channel-lane kernels of
-//!   `conv_narrow.rs` instead: lanes are destination channels (`co`, resp. `ci`), a tile of
-//!   their weights packed on the stack (at most 32 KiB), four positions of a row per register
-//!   tile, the same order per output; they take rows of at most 64 columns and at least four
+//!   `conv_narrow.rs` instead: lanes are destination channels (`co`, resp. `ci`; two vectors
+//!   of them per tile when a group has more than one vector's worth), a tile of their weights
+//!   packed on the stack (at most 32 KiB), four positions of a row per register tile, the same
+//!   order per output; they take rows of at most 64 columns and at least four
 //!   destination channels per group (depthwise layers run the reference). A `conv` with one
 //!   input channel per group (a first layer) takes them whatever its width when they fit
 //!   (C1's first layer, 19 columns: 0.60 → 0.16 ns per multiply-accumulate). The executor
