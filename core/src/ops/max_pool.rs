@@ -18,7 +18,7 @@
 //!
 //! `max_pool(x)` and `max_pool_gather(x, x)` are the same bits.
 
-use super::pool::{argmax, geometry, window_of};
+use super::pool::{geometry, window_of};
 use super::{want, Contributions, Kernel, OpError, VjpArgs};
 use crate::{Element, PoolWindow, Recordable, Shape};
 
@@ -36,11 +36,9 @@ pub fn kernel<E: Element>(x: &[E], x_shape: Shape, out: &mut [E], window: PoolWi
     let Ok(g) = geometry(crate::Opcode::MaxPool, window, x_shape) else {
         return;
     };
-    g.for_each_window(|o, taps| {
-        if let (Some(i), Some(slot)) = (argmax(x, taps), out.get_mut(o)) {
-            if let Some(&v) = x.get(i) {
-                *slot = v;
-            }
+    g.for_each_argmax(x, |o, i| {
+        if let (Some(slot), Some(&v)) = (out.get_mut(o), x.get(i)) {
+            *slot = v;
         }
     });
 }

@@ -4,7 +4,7 @@
 //!
 //! Rule: `h̄ += max_pool_scatter(x, ḡ)` (linear in `h`); nothing for `x`.
 
-use super::pool::{argmax, check_pooled, geometry, pooled_shape, window_of};
+use super::pool::{check_pooled, geometry, pooled_shape, window_of};
 use super::{nth, want, Contributions, Kernel, OpError, VjpArgs};
 use crate::{Attr, Element, Opcode, PoolWindow, Recordable, Shape};
 
@@ -27,11 +27,9 @@ pub fn kernel<E: Element>(x: &[E], x_shape: Shape, h: &[E], out: &mut [E], windo
     let Ok(geo) = geometry(Opcode::MaxPool, window, x_shape) else {
         return;
     };
-    geo.for_each_window(|w, taps| {
-        if let (Some(i), Some(slot)) = (argmax(x, taps), out.get_mut(w)) {
-            if let Some(&v) = h.get(i) {
-                *slot = v;
-            }
+    geo.for_each_argmax(x, |w, i| {
+        if let (Some(slot), Some(&v)) = (out.get_mut(w), h.get(i)) {
+            *slot = v;
         }
     });
 }

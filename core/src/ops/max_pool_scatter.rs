@@ -5,7 +5,7 @@
 //! Rule: `ḡ += max_pool_gather(x, h̄)` (linear in `g`); nothing for `x` (which element wins is
 //! piecewise constant in `x`).
 
-use super::pool::{argmax, check_pooled, geometry, pooled_shape, window_of};
+use super::pool::{check_pooled, geometry, pooled_shape, window_of};
 use super::{nth, want, Contributions, Kernel, OpError, VjpArgs};
 use crate::{Attr, Element, Opcode, PoolWindow, Recordable, Shape};
 
@@ -37,11 +37,9 @@ pub fn kernel<E: Element>(x: &[E], x_shape: Shape, g: &[E], out: &mut [E], windo
     let Ok(geo) = geometry(Opcode::MaxPool, window, x_shape) else {
         return;
     };
-    geo.for_each_window(|w, taps| {
-        if let (Some(i), Some(&v)) = (argmax(x, taps), g.get(w)) {
-            if let Some(slot) = out.get_mut(i) {
-                *slot = *slot + v;
-            }
+    geo.for_each_argmax(x, |w, i| {
+        if let (Some(slot), Some(&v)) = (out.get_mut(i), g.get(w)) {
+            *slot = *slot + v;
         }
     });
 }
