@@ -3,7 +3,7 @@
 
 Usage: peers_bench.py DIR
 
-Reads the workloads `DIR/W1.safetensors`, `W2`, `W3`, `C1` that `peers export` (planner-host's
+Reads the workloads `DIR/W1.safetensors`, `W2`, `W3`, `C1`, `C2` that `peers export` (planner-host's
 example) wrote: initial parameters, every step's batch in batch order, the definition in the
 metadata. Compiles each workload three ways, warms them up, prints `ready jax-<version>
 ort-<version>`, then answers each line `run W<n> jax-jit|jax-scan|ort` read on standard input
@@ -15,7 +15,8 @@ with one line, the same as the tapeplan worker's:
   called from a Python loop; the time ends when the last step's results are ready.
 - `jax-scan`: every step in one compiled call (`jax.lax.scan` over the steps).
 - `ort`: ONNX Runtime's on-device training (`onnxruntime-training-cpu`): the model as ONNX
-  (MatMul, Add, Tanh/Relu; for C1 Conv, Relu, Reshape and Gemm), its training artifacts made by `generate_artifacts` (the loss
+  (MatMul, Add, Tanh/Relu; for C1 Conv, Relu, Reshape and Gemm; for C2 MaxPool too), its
+  training artifacts made by `generate_artifacts` (the loss
   `CrossEntropyLoss`/`MSELoss`, the optimizer SGD or AdamW with `adam_mode = 0`, weight decay 0
   and `eps = 1e-8`: PyTorch's Adam), one `Module` call, `Optimizer.step` and `lazy_reset_grad`
   per step, one intra-op thread.
@@ -34,7 +35,9 @@ The models, losses and optimizers follow issue 15's definitions and tapeplan's (
 documented formulas): dense layers `y = x W + b` with `W` `[fan_in, fan_out]`; C1, MNIST-1D's
 CNN (three `Conv1d(·, 25, k, stride 2, padding 1)` with k = 5, 3, 3, ReLU after each, flattened
 channel-major, `Linear(125, 10)` with PyTorch's `[out, in]` weight), its parameters under
-PyTorch's names (`0.weight`, `0.bias`, `2.*`, `4.*`, `7.*`); softmax
+PyTorch's names (`0.weight`, `0.bias`, `2.*`, `4.*`, `7.*`); C2, the digits' 2-D CNN
+(`Conv2d(1, 16, 3, padding 1)`, ReLU, `MaxPool2d(2)`, `Conv2d(16, 32, 3, padding 1)`, ReLU,
+`MaxPool2d(2)`, flattened channel-major, `Linear(128, 10)`; `0.*`, `3.*`, `7.*`); softmax
 cross-entropy averaged over the batch; mean squared error over every element; SGD `p - lr g`;
 Adam `p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)`.
 """
@@ -68,11 +71,14 @@ from onnxruntime.training.api import CheckpointState, Module, Optimizer  # noqa:
 
 onnxruntime.set_default_logger_severity(3)
 
-WORKLOADS = ["W1", "W2", "W3", "C1"]
+WORKLOADS = ["W1", "W2", "W3", "C1", "C2"]
 
-# C1's parameters, in the order of its `logits`.
-CNN_PARAMS = ["0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias", "7.weight",
-              "7.bias"]
+# The CNNs' parameters, in the order of their `logits`: C1 (`mnist1d_cnn`), C2 (`digits_cnn`).
+CNN_PARAMS = {
+    "mnist1d_cnn": ["0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias",
+                    "7.weight", "7.bias"],
+    "digits_cnn": ["0.weight", "0.bias", "3.weight", "3.bias", "7.weight", "7.bias"],
+}
 SYSTEMS = ["jax-jit", "jax-scan", "ort"]
 
 
@@ -109,8 +115,8 @@ class Workload:
         self.lr = np.float32(float(meta["lr"]))
         self.steps_per_epoch = int(meta["steps_per_epoch"])
         self.steps = self.steps_per_epoch * int(meta["epochs"])
-        if self.model == "mnist1d_cnn":
-            self.names = CNN_PARAMS
+        if self.model in CNN_PARAMS:
+            self.names = CNN_PARAMS[self.model]
         else:
             layers = len(self.sizes) - 1
             self.names = [f"{k}{i + 1}" for i in range(layers) for k in ("w", "b")]
@@ -153,12 +159,34 @@ class Workload:
         ]
         return nodes, consts
 
+    def ort_digits_cnn_graph(self, batch):
+        """C2 as an ONNX graph: (Conv, Relu, MaxPool) twice, Reshape, Gemm (`transB`)."""
+        side = int(round(self.sizes[0] ** 0.5))
+        nodes = [helper.make_node("Reshape", ["x", "shape_in"], ["h0"])]
+        h = "h0"
+        for i, conv in enumerate(["0", "3"]):
+            nodes.append(helper.make_node(
+                "Conv", [h, f"{conv}.weight", f"{conv}.bias"], [f"c{i}"], pads=[1, 1, 1, 1]))
+            nodes.append(helper.make_node("Relu", [f"c{i}"], [f"r{i}"]))
+            nodes.append(helper.make_node("MaxPool", [f"r{i}"], [f"h{i + 1}"],
+                                          kernel_shape=[2, 2], strides=[2, 2]))
+            h = f"h{i + 1}"
+        nodes.append(helper.make_node("Reshape", [h, "shape_flat"], ["flat"]))
+        nodes.append(helper.make_node("Gemm", ["flat", "7.weight", "7.bias"], ["logits"],
+                                      transB=1))
+        consts = [
+            numpy_helper.from_array(np.array([batch, 1, side, side], np.int64), "shape_in"),
+            numpy_helper.from_array(np.array([batch, -1], np.int64), "shape_flat"),
+        ]
+        return nodes, consts
+
     def ort_artifacts(self):
         """The ONNX model (logits of `x`) and ONNX Runtime's training artifacts for it."""
         layers = len(self.sizes) - 1
         batch = self.xs.shape[1]
-        if self.model == "mnist1d_cnn":
-            nodes, consts = self.ort_cnn_graph(batch)
+        if self.model in CNN_PARAMS:
+            graph = {"mnist1d_cnn": self.ort_cnn_graph, "digits_cnn": self.ort_digits_cnn_graph}
+            nodes, consts = graph[self.model](batch)
             self.ort_model(nodes, consts, batch)
             return
         consts = []
@@ -253,6 +281,18 @@ class Workload:
                 h = jax.nn.relu(h + params[2 * i + 1][None, :, None])
             h = h.reshape(h.shape[0], -1)
             return h @ params[6].T + params[7]
+        if self.model == "digits_cnn":
+            side = int(round(self.sizes[0] ** 0.5))
+            h = x.reshape(x.shape[0], 1, side, side)
+            for i in range(2):
+                h = jax.lax.conv_general_dilated(
+                    h, params[2 * i], window_strides=(1, 1), padding=[(1, 1), (1, 1)],
+                    dimension_numbers=("NCHW", "OIHW", "NCHW"))
+                h = jax.nn.relu(h + params[2 * i + 1][None, :, None, None])
+                h = jax.lax.reduce_window(h, -jnp.inf, jax.lax.max, (1, 1, 2, 2), (1, 1, 2, 2),
+                                          "VALID")
+            h = h.reshape(h.shape[0], -1)
+            return h @ params[4].T + params[5]
         h = x
         layers = len(params) // 2
         for i in range(layers):

@@ -2,12 +2,13 @@
 //! --peers`, docs/benchmarks.md "Against JAX").
 //!
 //! `peers export DIR [--epochs N]` writes the workloads W1, W2 and W3 exactly as issue 15
-//! defines them, and C1, the device issue's MNIST-1D CNN, one safetensors file each
+//! defines them, and C1 and C2, the device issue's MNIST-1D CNN and digits 2-D CNN, one
+//! safetensors file each
 //! (`DIR/W1.safetensors`, …): the initial parameters (`init.w1`, `init.b1`, …;
-//! `W ~ U(±1/√fan_in)`, `b = 0`; for C1 `init.0.weight`, … under PyTorch's names and layouts,
+//! `W ~ U(±1/√fan_in)`, `b = 0`; for C1 and C2 `init.0.weight`, … under PyTorch's names and layouts,
 //! PyTorch's default initialization), every step's batch gathered in batch order (`x`,
 //! `[steps, batch, d_in]`; `y`, `[steps, batch]` class indices or `[steps, batch, d_out]`
-//! targets), W1's and C1's held-out rows (`test.x`, `test.labels`), and the workload's
+//! targets), W1's, C1's and C2's held-out rows (`test.x`, `test.labels`), and the workload's
 //! definition in the file's `__metadata__`. Every system reads these files, so all start from
 //! the same data, weights and batch order.
 //!
@@ -16,6 +17,12 @@
 //! softmax cross-entropy, Adam lr 1e-2, batch 100 taken in order from the 4 000 training rows
 //! (the paper repository's schedule), a fifth of the other workloads' epochs (at least one: 40
 //! steps an epoch), test accuracy on the 1 000 test rows.
+//!
+//! C2 is the device issue's 2-D CNN for the digits (`model::run::digits_cnn` with
+//! [`DIGITS_CNN_CHANNELS`]: `Conv2d(1, 16, 3, padding 1)`, ReLU, `MaxPool2d(2)`,
+//! `Conv2d(16, 32, 3, padding 1)`, ReLU, `MaxPool2d(2)`, `Linear(128, 10)`; 6 090 parameters),
+//! softmax cross-entropy, Adam lr 3e-3 (`firmware-demo/models/digits_cnn.run`'s), batch 32,
+//! on W1's data: the same training rows, batch order and held-out rows, W1's epochs.
 //!
 //! `peers serve DIR` is the benchmark's tapeplan worker: it plans each workload twice (fused,
 //! the default; once under the default `separate` arithmetic profile, system `tapeplan`, once
@@ -43,7 +50,7 @@ use tapeplan_core::ArithProfile;
 use tapeplan_planner::io::data;
 use tapeplan_planner::io::exchange::is_training_state;
 use tapeplan_planner::model::optim::{Optimizer, Sgd};
-use tapeplan_planner::model::run::mnist1d_cnn;
+use tapeplan_planner::model::run::{digits_cnn, mnist1d_cnn, DIGITS_CNN_CHANNELS};
 use tapeplan_planner::model::{Activation, JobOptions, Loss, Mlp, TrainingJob};
 use tapeplan_planner::protocol::SplitMix64;
 use tapeplan_planner::PlanOptions;
@@ -51,11 +58,11 @@ use tapeplan_runtime::catalog::CATALOG;
 use tapeplan_runtime::{Decoded, Plan, Session};
 
 /// The workloads' names, in table order.
-const WORKLOADS: [&str; 4] = ["W1", "W2", "W3", "C1"];
+const WORKLOADS: [&str; 5] = ["W1", "W2", "W3", "C1", "C2"];
 
 /// The smallest batch of inputs (elements of `x`) the worker reads in place
-/// (`Session::run_program_with_inputs`) rather than copies in: W1 (2 048), W2 (50 176) and C1
-/// (4 000) are read in place, W3 (2) is copied. W2 per step 604 -> 531 us with this stop's
+/// (`Session::run_program_with_inputs`) rather than copies in: W1 and C2 (2 048), W2 (50 176)
+/// and C1 (4 000) are read in place, W3 (2) is copied. W2 per step 604 -> 531 us with this stop's
 /// merges, about 4 % of it from not copying (interleaved `peers serve` medians, 2026-12-03);
 /// W3's three floats cost less to copy than the bound path's dispatch (about 5 % of its step).
 const BIND_MIN_ELEMS: usize = 1024;
@@ -72,11 +79,17 @@ const MNIST1D_CNN: &str = "mnist1d_cnn";
 /// The seed of C1's initial parameters.
 const C1_SEED: u64 = 15;
 
+/// C2's model, by its name in run descriptions.
+const DIGITS_CNN: &str = "digits_cnn";
+
+/// The seed of C2's initial parameters.
+const C2_SEED: u64 = 16;
+
 /// One workload's definition (issue 15, "Workloads").
 #[derive(Clone, Debug, PartialEq)]
 struct Spec {
-    /// `mlp` (the dense layers of `sizes`) or [`MNIST1D_CNN`] (whose `sizes` are only its
-    /// input and output widths).
+    /// `mlp` (the dense layers of `sizes`), [`MNIST1D_CNN`] or [`DIGITS_CNN`] (whose `sizes`
+    /// are only their input and output widths).
     model: String,
     sizes: Vec<usize>,
     activation: Activation,
@@ -193,12 +206,19 @@ impl Spec {
                 self.batch,
                 options,
             )?,
-            MNIST1D_CNN => TrainingJob::for_model(&mnist1d_cnn(C1_SEED))
-                .loss(self.loss)
-                .optimizer(self.optimizer()?)
-                .batch(self.batch)
-                .options(options)
-                .build()?,
+            MNIST1D_CNN | DIGITS_CNN => {
+                let model = if self.model == MNIST1D_CNN {
+                    mnist1d_cnn(C1_SEED)
+                } else {
+                    digits_cnn(DIGITS_CNN_CHANNELS, C2_SEED)
+                };
+                TrainingJob::for_model(&model)
+                    .loss(self.loss)
+                    .optimizer(self.optimizer()?)
+                    .batch(self.batch)
+                    .options(options)
+                    .build()?
+            }
             m => bail!("unknown model {m:?}"),
         })
     }
@@ -254,27 +274,53 @@ fn normal(rng: &mut SplitMix64) -> f32 {
     ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
 }
 
+/// W1's data (and C2's): the digits shuffled by seed 1, the first [`W1_TRAIN_ROWS`] rows for
+/// training (a fresh order every epoch, [`batch_order`] seed 2, batches of 32), the other 357
+/// held out.
+fn w1_data(epochs: usize) -> Result<Tensors> {
+    let digits = data::digits()?;
+    let idx = digits.shuffled_indices(1);
+    let (train, test) = idx.split_at(W1_TRAIN_ROWS);
+    let (train, test) = (digits.subset(train), digits.subset(test));
+    let order = batch_order(train.len(), 32, epochs, 2);
+    let labels: Vec<f32> = train.labels.iter().map(|&l| f32::from(l)).collect();
+    let steps = order.len() / 32;
+    let test_labels = test.labels.iter().map(|&l| f32::from(l)).collect();
+    Ok(vec![
+        (
+            "x".into(),
+            vec![steps, 32, 64],
+            gather(&train.features, 64, &order),
+        ),
+        ("y".into(), vec![steps, 32], gather(&labels, 1, &order)),
+        ("test.x".into(), vec![test.len(), 64], test.features.clone()),
+        ("test.labels".into(), vec![test.len()], test_labels),
+    ])
+}
+
+/// A layer-API model's initial parameters (`init.0.weight`, …: PyTorch's names, layouts and
+/// default initialization, drawn by the model's seed).
+fn model_parameters(spec: &Spec) -> Result<Tensors> {
+    let job = spec.job(ArithProfile::Separate)?;
+    Ok(job
+        .parameters
+        .iter()
+        .map(|p| {
+            (
+                format!("init.{}", p.name),
+                p.shape.dims()[..p.shape.rank()].to_vec(),
+                p.init.clone(),
+            )
+        })
+        .collect())
+}
+
 /// The workload `id` with `epochs` epochs: its definition and tensors.
 fn workload(id: &str, epochs: usize) -> Result<(Spec, Tensors)> {
     let mut t: Tensors = Vec::new();
     let spec = match id {
         "W1" => {
-            let digits = data::digits()?;
-            let idx = digits.shuffled_indices(1);
-            let (train, test) = idx.split_at(W1_TRAIN_ROWS);
-            let (train, test) = (digits.subset(train), digits.subset(test));
-            let order = batch_order(train.len(), 32, epochs, 2);
-            let labels: Vec<f32> = train.labels.iter().map(|&l| f32::from(l)).collect();
-            let steps = order.len() / 32;
-            t.push((
-                "x".into(),
-                vec![steps, 32, 64],
-                gather(&train.features, 64, &order),
-            ));
-            t.push(("y".into(), vec![steps, 32], gather(&labels, 1, &order)));
-            t.push(("test.x".into(), vec![test.len(), 64], test.features.clone()));
-            let test_labels = test.labels.iter().map(|&l| f32::from(l)).collect();
-            t.push(("test.labels".into(), vec![test.len()], test_labels));
+            t.extend(w1_data(epochs)?);
             Spec {
                 model: "mlp".into(),
                 sizes: vec![64, 32, 10],
@@ -376,17 +422,26 @@ fn workload(id: &str, epochs: usize) -> Result<(Spec, Tensors)> {
                 steps_per_epoch: rows / batch,
                 epochs,
             };
-            let job = spec.job(ArithProfile::Separate)?;
-            t.extend(job.parameters.iter().map(|p| {
-                (
-                    format!("init.{}", p.name),
-                    p.shape.dims()[..p.shape.rank()].to_vec(),
-                    p.init.clone(),
-                )
-            }));
+            t.extend(model_parameters(&spec)?);
             return Ok((spec, t));
         }
-        _ => bail!("unknown workload {id:?} (W1, W2, W3, C1)"),
+        "C2" => {
+            t.extend(w1_data(epochs)?);
+            let spec = Spec {
+                model: DIGITS_CNN.into(),
+                sizes: vec![64, 10],
+                activation: Activation::Relu,
+                loss: Loss::SoftmaxCrossEntropy,
+                optimizer: "adam".into(),
+                lr: 3e-3,
+                batch: 32,
+                steps_per_epoch: W1_TRAIN_ROWS / 32,
+                epochs,
+            };
+            t.extend(model_parameters(&spec)?);
+            return Ok((spec, t));
+        }
+        _ => bail!("unknown workload {id:?} (W1, W2, W3, C1, C2)"),
     };
     // Each workload's own stream: W1 draws from seed 11, W2 from 12, W3 from 13.
     let seed = 10 + u64::from(id.as_bytes()[1] - b'0');
@@ -768,6 +823,40 @@ mod tests {
         let bound = 1.0 / 5f32.sqrt();
         assert!(tensor(&t, "init.0.bias").2.iter().all(|v| v.abs() <= bound));
         assert!(tensor(&t, "init.0.bias").2.iter().any(|&v| v != 0.0));
+    }
+
+    #[test]
+    fn c2_trains_the_digits_cnn_on_w1s_batches_with_pytorch_named_parameters() {
+        let (spec, t) = workload("C2", 2).unwrap();
+        let (_, w1) = workload("W1", 2).unwrap();
+        assert_eq!((spec.steps_per_epoch, spec.steps()), (45, 90));
+        assert_eq!(Spec::from_metadata(&spec.metadata()).unwrap(), spec);
+        for name in ["x", "y", "test.x", "test.labels"] {
+            assert_eq!(tensor(&t, name), tensor(&w1, name), "{name}");
+        }
+        let names: Vec<&str> = t
+            .iter()
+            .filter_map(|(n, _, _)| n.strip_prefix("init."))
+            .collect();
+        assert_eq!(
+            names,
+            ["0.weight", "0.bias", "3.weight", "3.bias", "7.weight", "7.bias"]
+        );
+        for (name, shape) in [
+            ("init.0.weight", vec![16, 1, 3, 3]),
+            ("init.3.weight", vec![32, 16, 3, 3]),
+            ("init.3.bias", vec![32]),
+            ("init.7.weight", vec![10, 128]),
+        ] {
+            assert_eq!(tensor(&t, name).1, shape, "{name}");
+        }
+        // PyTorch's default: within ±1/√fan_in (fan_in 16 · 9 for the second convolution).
+        let bound = 1.0 / 144f32.sqrt();
+        assert!(tensor(&t, "init.3.weight")
+            .2
+            .iter()
+            .all(|v| v.abs() <= bound));
+        assert_eq!(spec.optimizer().unwrap(), Optimizer::adam(3e-3));
     }
 
     #[test]

