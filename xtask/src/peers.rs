@@ -55,8 +55,8 @@ const DEFAULT_ROUNDS: usize = 13;
 /// the same training drifts apart by a few ulps a step, not more.
 const LOSS_RTOL: f64 = 1e-3;
 
-/// [`LOSS_RTOL`] for the CNNs, C1 and C2: Adam at lr 1e-2 on a CNN amplifies rounding more, and each system sums
-/// its convolutions in its own order. Measured 2026-12-02 over C1's 80 steps (3 rounds): the
+/// [`LOSS_RTOL`] for the CNNs, C1 and C2: Adam at lr 1e-2 on a CNN amplifies rounding more,
+/// and each system sums its convolutions in its own order. Measured 2026-12-02 over C1's 80 steps (3 rounds): the
 /// last epoch's mean loss within 7e-4 and Σ|parameters| within 1.6e-3 of tapeplan's, but the
 /// last step's loss (one batch) 8.7e-3 from JAX's `lax.scan` (1.2880 against 1.2769; JAX jit
 /// 3.7e-3, ONNX Runtime 4.1e-3); after 40 steps it was 1.0e-3. C1 is held to 2e-2, and C2
@@ -67,12 +67,12 @@ const CNN_LOSS_RTOL: f64 = 2e-2;
 
 /// Figures not checked for one system on one workload, each with the measurement that says
 /// why. C2 under the `fma` profile: its parameters stay within 5e-8 of the `separate` plan's
-/// for 20 steps, then differ by up to 2.1e-3 at step 40 (`peers` example, `Runner` on both plans,
-/// 2026-12-03): the training crossed a discontinuity (a max-pool window's two largest values,
-/// or a ReLU's input, within rounding of each other: the gradient goes elsewhere). After 450
-/// steps the last epoch's mean loss is 0.7 % from tapeplan's, Σ|parameters| 1.3e-3 and the test
-/// accuracy one row, within the CNN tolerances, but the last step's loss (one batch, 0.038 against
-/// 0.041) 5.7 %: it is printed, not checked.
+/// for 20 steps, then differ by up to 2.1e-3 at step 40 (`peers` example, `Runner` on both
+/// plans, 2026-12-03): the training crossed a discontinuity (a max-pool window's two largest
+/// values, or a ReLU's input, within rounding of each other: the gradient goes elsewhere).
+/// After 450 steps the last epoch's mean loss is 0.7 % from tapeplan's, Σ|parameters| 1.3e-3
+/// and the test accuracy one row, within the CNN tolerances, but the last step's loss (one
+/// batch, 0.038 against 0.041) 5.7 %: it is printed, not checked.
 const FRAGILE: [(&str, &str, &str); 1] = [("C2", "tapeplan-fma", "loss of the last step")];
 
 /// How far a peer's test accuracy may be from tapeplan's on workload `w`: for W1 one held-out
