@@ -1,16 +1,15 @@
 //! tapeplan's side of the side-by-side benchmark against JAX (issue 15; `cargo xtask bench
 //! --peers`, docs/benchmarks.md "Against JAX").
 //!
-//! `peers export DIR [--epochs N]` writes the workloads W1, W2 and W3 exactly as issue 15
-//! defines them, and C1 and C2, the device issue's MNIST-1D CNN and digits 2-D CNN, one
-//! safetensors file each
-//! (`DIR/W1.safetensors`, …): the initial parameters (`init.w1`, `init.b1`, …;
-//! `W ~ U(±1/√fan_in)`, `b = 0`; for C1 and C2 `init.0.weight`, … under PyTorch's names and layouts,
-//! PyTorch's default initialization), every step's batch gathered in batch order (`x`,
-//! `[steps, batch, d_in]`; `y`, `[steps, batch]` class indices or `[steps, batch, d_out]`
-//! targets), W1's, C1's and C2's held-out rows (`test.x`, `test.labels`), and the workload's
-//! definition in the file's `__metadata__`. Every system reads these files, so all start from
-//! the same data, weights and batch order.
+//! `peers export DIR [--epochs N]` writes the workloads W1, W2 and W3 exactly as issue 15 defines
+//! them, and C1 and C2, the device issue's MNIST-1D CNN and digits 2-D CNN, one safetensors file
+//! each (`DIR/W1.safetensors`, …): the initial parameters (`init.w1`, `init.b1`, …; `W ~
+//! U(±1/√fan_in)`, `b = 0`; for C1 and C2 `init.0.weight`, … under PyTorch's names and layouts,
+//! PyTorch's default initialization), every step's batch gathered in batch order (`x`, `[steps,
+//! batch, d_in]`; `y`, `[steps, batch]` class indices or `[steps, batch, d_out]` targets), W1's,
+//! C1's and C2's held-out rows (`test.x`, `test.labels`), and the workload's definition in the
+//! file's `__metadata__`. Every system reads these files, so all start from the same data, weights
+//! and batch order.
 //!
 //! C1 is the CNN of MNIST-1D's paper (Greydanus 2020; `model::run::mnist1d_cnn`: three
 //! `Conv1d` with 25 channels, kernel 5/3/3, stride 2, padding 1, ReLU, `Linear(125, 10)`),

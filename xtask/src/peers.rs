@@ -55,14 +55,14 @@ const DEFAULT_ROUNDS: usize = 13;
 /// the same training drifts apart by a few ulps a step, not more.
 const LOSS_RTOL: f64 = 1e-3;
 
-/// [`LOSS_RTOL`] for the CNNs, C1 and C2: Adam at lr 1e-2 on a CNN amplifies rounding more,
-/// and each system sums its convolutions in its own order. Measured 2026-12-02 over C1's 80 steps (3 rounds): the
-/// last epoch's mean loss within 7e-4 and Σ|parameters| within 1.6e-3 of tapeplan's, but the
-/// last step's loss (one batch) 8.7e-3 from JAX's `lax.scan` (1.2880 against 1.2769; JAX jit
-/// 3.7e-3, ONNX Runtime 4.1e-3); after 40 steps it was 1.0e-3. C1 is held to 2e-2, and C2
-/// (Adam lr 3e-3, 450 steps) too: there the peers agree with tapeplan far closer (2026-12-03,
-/// 2 rounds: JAX to every printed digit, ONNX Runtime within 5.5e-4), and so does tapeplan's
-/// `fma` plan except in [`FRAGILE`]'s one figure.
+/// [`LOSS_RTOL`] for the CNNs, C1 and C2: Adam at lr 1e-2 on a CNN amplifies rounding more, and
+/// each system sums its convolutions in its own order. Measured 2026-12-02 over C1's 80 steps (3
+/// rounds): the last epoch's mean loss within 7e-4 and Σ|parameters| within 1.6e-3 of tapeplan's,
+/// but the last step's loss (one batch) 8.7e-3 from JAX's `lax.scan` (1.2880 against 1.2769; JAX
+/// jit 3.7e-3, ONNX Runtime 4.1e-3); after 40 steps it was 1.0e-3. C1 is held to 2e-2, and C2 (Adam
+/// lr 3e-3, 450 steps) too: there the peers agree with tapeplan far closer (2026-12-03, 2 rounds:
+/// JAX to every printed digit, ONNX Runtime within 5.5e-4), and so does tapeplan's `fma` plan
+/// except in [`FRAGILE`]'s one figure.
 const CNN_LOSS_RTOL: f64 = 2e-2;
 
 /// Figures not checked for one system on one workload, each with the measurement that says
