@@ -531,14 +531,19 @@ fn board_items(g: &mut String, board: &Board, target: &str) -> std::fmt::Result 
 
 /// The selective build's op set, derived from the plan's bytes: a `PlanOps` type (see
 /// `tapeplan_core::op_set!`) naming the opcodes the plan's instructions use, so the runtime
-/// links only their kernels, shape rules and attribute decoders (`docs/selective-build.md`).
+/// links only their kernels, shape rules and attribute decoders (`docs/selective-build.md`);
+/// and the plan's CRC-32, which `Plan::parse` has just validated in full here, so the device
+/// checks the plan's header and checksum and links none of the rest of the validator
+/// (`tapeplan_core::Ops::PREVALIDATED_CRC32`).
 fn op_set_item(plan: &tapeplan_runtime::Plan<'_>) -> String {
     let ops = plan.op_set();
     format!(
-        "tapeplan_core::op_set!(\n    /// The plan's {} opcodes ({ops}): the runtime dispatches these only.\n    \
-         pub struct PlanOps = [{}]\n);\n",
+        "tapeplan_core::op_set!(\n    /// The plan's {} opcodes ({ops}): the runtime dispatches these only; the plan \
+         itself,\n    /// validated in full by build.rs, is the only one it runs.\n    \
+         pub struct PlanOps = [{}];\n    prevalidated_crc32 = {:#010x}\n);\n",
         ops.len(),
-        ops.variants()
+        ops.variants(),
+        plan.crc32()
     )
 }
 

@@ -175,6 +175,18 @@ pub trait Ops {
     /// The opcodes a build over this type dispatches (intersected with the build's
     /// vocabulary, [`OpSet::BUILD`]).
     const SET: OpSet;
+
+    /// The CRC-32 (the plan header's `crc32`) of the one plan a build over this type runs,
+    /// when that plan was validated in full on the host as the build was made: a firmware
+    /// whose build script plans the run and compiles the plan's bytes into the image
+    /// (`firmware-demo/build.rs`). The runtime's `Plan::parse_selective` over such a type then
+    /// checks the header (magic, version, sizes, the CRC-32 of the bytes, profiles, caps) and
+    /// that the plan's CRC-32 is this one, and skips the per-record validation, whose code
+    /// (about 7 KiB on a Cortex-M4F) is then not linked: a plan changed since (a corrupt
+    /// flash image, another plan) is refused, and none other runs. `None` (the default):
+    /// every plan is validated in full. Only for a plan whose storage is as trusted as the
+    /// code's (CRC-32 detects corruption, not forgery): `docs/threat-model.md`.
+    const PREVALIDATED_CRC32: Option<u32> = None;
 }
 
 /// The whole vocabulary of this build ([`OpSet::BUILD`]): what every function without the
@@ -188,10 +200,12 @@ impl Ops for BuildOps {
 
 /// Defines a unit type implementing [`Ops`] for the listed [`Opcode`] variants:
 /// `op_set!(pub struct PlanOps = [Add, MatMul, Conv]);` (what `tapeplan emit --op-set` and
-/// [`OpSet::variants`] write). A name outside the table does not compile.
+/// [`OpSet::variants`] write). A name outside the table does not compile. With
+/// `; prevalidated_crc32 = 0x…` after the list, the type also names the one plan the build
+/// runs, validated on the host ([`Ops::PREVALIDATED_CRC32`]).
 #[macro_export]
 macro_rules! op_set {
-    ($(#[$meta:meta])* $vis:vis struct $name:ident = [$($op:ident),* $(,)?]) => {
+    (@define $(#[$meta:meta])* $vis:vis $name:ident [$($op:ident),*] $crc:expr) => {
         $(#[$meta])*
         #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
         $vis struct $name;
@@ -199,7 +213,17 @@ macro_rules! op_set {
         impl $crate::Ops for $name {
             const SET: $crate::OpSet = $crate::OpSet::EMPTY
                 $( .with($crate::Opcode::$op) )*;
+            const PREVALIDATED_CRC32: ::core::option::Option<u32> = $crc;
         }
+    };
+    ($(#[$meta:meta])* $vis:vis struct $name:ident = [$($op:ident),* $(,)?]) => {
+        $crate::op_set!(@define $(#[$meta])* $vis $name [$($op),*] ::core::option::Option::None);
+    };
+    ($(#[$meta:meta])* $vis:vis struct $name:ident = [$($op:ident),* $(,)?];
+     prevalidated_crc32 = $crc:expr) => {
+        $crate::op_set!(
+            @define $(#[$meta])* $vis $name [$($op),*] ::core::option::Option::Some($crc)
+        );
     };
 }
 

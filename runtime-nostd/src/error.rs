@@ -425,6 +425,15 @@ pub enum ValidateError {
         #[cfg_attr(feature = "defmt", defmt(Display2Format))]
         found: ArithProfile,
     },
+    /// The build runs one plan, validated on the host when it was made
+    /// (`tapeplan_core::Ops::PREVALIDATED_CRC32`), and this plan's CRC-32 is another's: a
+    /// plan changed since (a corrupt image, another plan) is not run unvalidated.
+    NotPrevalidated {
+        /// The CRC-32 of the plan the build validated.
+        expected: u32,
+        /// This plan's.
+        found: u32,
+    },
     /// The plan has no entry.
     NoEntries,
     /// `persistent_elems` is not a multiple of 4 or exceeds `arena_elems`.
@@ -648,6 +657,11 @@ impl fmt::Display for ValidateError {
                 f,
                 "the plan's matrix products run under the {found} arithmetic profile, which this \
                  build leaves out (feature `arith-{found}`)"
+            ),
+            E::NotPrevalidated { expected, found } => write!(
+                f,
+                "the plan's checksum is {found:#010x}, not {expected:#010x} of the plan this \
+                 build validated when it was made"
             ),
             E::NoEntries => f.write_str("the plan has no entry"),
             E::BadPersistentRegion {

@@ -238,7 +238,13 @@ const RUNTIME_BUDGET_BYTES: u64 = 24 * 1024;
 /// 32 KiB since branch `flash` (issue 14): measured 31 260 B (35 904 B before), by the changes
 /// [`RUNTIME_BUDGET_BYTES`] lists. Still over the issue's 24 KiB: `docs/selective-build.md`
 /// ("Where the CNN build's bytes go") says where the rest goes.
-const CNN_RUNTIME_BUDGET_BYTES: u64 = 32 * 1024;
+///
+/// 24 KiB, the issue's aim, since 2026-12-03: measured 24 480 B (31 592 B before). The
+/// firmware's build script validates the plan in full on the host and names its CRC-32 in the
+/// generated op set (`tapeplan_core::Ops::PREVALIDATED_CRC32`); the device checks the header
+/// and that checksum and links none of the rest of the validator (`docs/selective-build.md`,
+/// "A plan validated when the firmware is built"). The MLP build: 22 644 -> 16 164 B.
+const CNN_RUNTIME_BUDGET_BYTES: u64 = 24 * 1024;
 /// Whether going over [`RUNTIME_BUDGET_BYTES`] fails the check (it is always reported).
 ///
 /// On: the firmware builds the runtime without its default features (`all-ops`: the opcodes

@@ -135,6 +135,18 @@ pub fn rust_module(bytes: &[u8], source: &str) -> Result<String, ParseError> {
         ops.len(),
         ops.variants()
     );
+    let _ = writeln!(
+        w,
+        "tapeplan_runtime::op_set!(\n\
+         \x20   /// [`PlanOps`] for a firmware that runs [`PLAN`] only, from its own image: `emit`\n\
+         \x20   /// validated the plan in full when it wrote this module, so `Plan::parse_selective`\n\
+         \x20   /// over this type checks the header and this CRC-32 and links none of the rest of\n\
+         \x20   /// the validator (docs/threat-model.md says when to use it).\n\
+         \x20   pub struct PrevalidatedOps = [{}];\n\
+         \x20   prevalidated_crc32 = {:#010x}\n);\n",
+        ops.variants(),
+        plan.crc32()
+    );
     let bindings: Vec<_> = (0..plan.n_bindings())
         .filter_map(|i| plan.binding(i))
         .collect();

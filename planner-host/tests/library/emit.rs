@@ -57,6 +57,21 @@ fn the_checked_in_module_is_what_emit_writes() {
         small_plan::PLAN.0[..] == small_plan_bytes()[..],
         "PLAN is not the plan"
     );
+    // The prevalidated op set names the plan's checksum and takes the plan on it.
+    let plan = small_plan::plan().unwrap();
+    assert_eq!(
+        small_plan::PrevalidatedOps::PREVALIDATED_CRC32,
+        Some(plan.crc32())
+    );
+    assert_eq!(small_plan::PrevalidatedOps::SET, small_plan::PlanOps::SET);
+    let mut scratch = Scratch::<{ small_plan::TENSORS }>::new();
+    let pre = Plan::parse_selective::<small_plan::PrevalidatedOps, { small_plan::TENSORS }>(
+        &small_plan::PLAN.0,
+        &Limits::DEFAULT,
+        &mut scratch,
+    )
+    .unwrap();
+    assert_eq!(pre.crc32(), plan.crc32());
 }
 
 #[test]

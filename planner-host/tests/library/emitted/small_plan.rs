@@ -364,6 +364,15 @@ tapeplan_runtime::op_set!(
     pub struct PlanOps = [Fill, Add, Sub, Mul, Div, Neg, Tanh, Exp, Log, Detach, MatMul, Broadcast, SumTo, MaxTo, OneHot, MatMulTn, MatMulNt]
 );
 
+tapeplan_runtime::op_set!(
+    /// [`PlanOps`] for a firmware that runs [`PLAN`] only, from its own image: `emit`
+    /// validated the plan in full when it wrote this module, so `Plan::parse_selective`
+    /// over this type checks the header and this CRC-32 and links none of the rest of
+    /// the validator (docs/threat-model.md says when to use it).
+    pub struct PrevalidatedOps = [Fill, Add, Sub, Mul, Div, Neg, Tanh, Exp, Log, Detach, MatMul, Broadcast, SumTo, MaxTo, OneHot, MatMulTn, MatMulNt];
+    prevalidated_crc32 = 0xa1e702a2
+);
+
 /// The persistent tensors' names and element counts.
 pub mod parameters {
     /// `w1`: shape [4, 3], 12 elements at arena offset 0.
