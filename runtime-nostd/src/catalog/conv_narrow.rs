@@ -278,7 +278,11 @@ fn run_tiles<const NV: usize>(
                         let mut j = lo;
                         while j < hi {
                             let at = j.min(hi - TILE);
-                            let acc = g.interior::<TILE>(&rt, class, at);
+                            let acc = match class.step {
+                                1 => g.interior::<TILE, 1>(&rt, class, at),
+                                2 => g.interior::<TILE, 2>(&rt, class, at),
+                                _ => g.interior::<TILE, 0>(&rt, class, at),
+                            };
                             for (i, a) in acc.iter().enumerate() {
                                 store(q_of(at + i), a);
                             }
@@ -439,11 +443,21 @@ impl Class {
 impl<const NV: usize> Src<'_, NV> {
     /// The sums of class members `j .. j + P` of one row (row taps `rt`), every column tap
     /// inside the source row: `NV` vectors of channel lanes each, in the reference's order
-    /// (source channels, then row taps, then column taps).
+    /// (source channels, then row taps, then column taps). `STEP` is the class's `step` when it
+    /// is 1 or 2 (the window of `P` members then one slice with constant offsets, each source
+    /// value broadcast straight from memory), 0 for any other step.
     #[inline(always)]
-    fn interior<const P: usize>(&self, rt: &Taps, class: &Class, j: usize) -> [[V; NV]; P] {
+    fn interior<const P: usize, const STEP: usize>(
+        &self,
+        rt: &Taps,
+        class: &Class,
+        j: usize,
+    ) -> [[V; NV]; P] {
         let mut acc = [[V::splat(0.0); NV]; P];
         let taps = class.taps.get(..class.n).unwrap_or(&[]);
+        let step = if STEP == 0 { class.step } else { STEP };
+        // The window of the `P` members' source columns, one slice per tap.
+        let span = (P - 1) * step + 1;
         for (sc, pc) in self
             .s
             .chunks_exact(self.plane.max(1))
@@ -454,10 +468,10 @@ impl<const NV: usize> Src<'_, NV> {
                 let prow = pc.get(kh * self.kw..).unwrap_or(&[]);
                 for &(kw, off) in taps {
                     let wv = prow.get(kw).copied().unwrap_or([V::splat(0.0); NV]);
-                    let base = (j * class.step) as isize + off;
+                    let base = ((j * class.step) as isize + off) as usize;
+                    let win = srow.get(base..base + span).unwrap_or(&[]);
                     for (p, a) in acc.iter_mut().enumerate() {
-                        let at = (base + (p * class.step) as isize) as usize;
-                        let xv = V::splat(srow.get(at).copied().unwrap_or(0.0));
+                        let xv = V::splat(win.get(p * step).copied().unwrap_or(0.0));
                         for (av, &w) in a.iter_mut().zip(&wv) {
                             *av += xv * w;
                         }
