@@ -290,19 +290,68 @@ fn run_tiles<const NV: usize>(
                         }
                     }
                     let row_out = row_out.get(..width).unwrap_or(&[]);
-                    for l in 0..lanes {
-                        let at = d_at + l * plane_dst + qh * width;
-                        if let Some(d) = dst.get_mut(at..at + width) {
-                            for (o, v) in d.iter_mut().zip(row_out) {
-                                let lane = v.get(l / L).and_then(|v| v.as_array().get(l % L));
-                                *o = lane.copied().unwrap_or(0.0);
-                            }
-                        }
-                    }
+                    write_row(row_out, lanes, dst, d_at + qh * width, plane_dst);
                 }
             }
             d0 += lanes;
         }
+    }
+}
+
+/// Stores one destination row of each of the tile's channels: `dst[at + l · stride + q]` =
+/// lane `l` of `row[q]` (lanes `l < lanes`, positions `q < row.len()`), a block of four lanes
+/// by four positions at a time transposed in registers (`wide::f32x4::transpose`), the rest
+/// one value at a time. Out of line, so that its loops keep their bounds in registers.
+#[inline(never)]
+fn write_row<const NV: usize>(
+    row: &[[V; NV]],
+    lanes: usize,
+    dst: &mut [f32],
+    at: usize,
+    stride: usize,
+) {
+    const B: usize = 4;
+    let width = row.len();
+    let lane_of = |q: usize, l: usize| {
+        row.get(q)
+            .and_then(|r| r.get(l / L))
+            .and_then(|v| v.as_array().get(l % L))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let mut l0 = 0;
+    while l0 < lanes {
+        let n_l = (lanes - l0).min(B);
+        // Lanes `l0 .. l0 + B` lie in one vector: `L` is a multiple of `B`.
+        let (v, i0) = (l0 / L, l0 % L);
+        let mut q0 = 0;
+        while q0 + B <= width {
+            let block: [wide::f32x4; B] = core::array::from_fn(|k| {
+                let four = row
+                    .get(q0 + k)
+                    .and_then(|r| r.get(v))
+                    .and_then(|v| v.as_array().get(i0..i0 + B))
+                    .and_then(|s| <[f32; B]>::try_from(s).ok())
+                    .unwrap_or([0.0; B]);
+                wide::f32x4::new(four)
+            });
+            let t = wide::f32x4::transpose(block);
+            for (j, t) in t.iter().enumerate().take(n_l) {
+                let o = at + (l0 + j) * stride + q0;
+                if let Some(d) = dst.get_mut(o..o + B) {
+                    d.copy_from_slice(t.as_array());
+                }
+            }
+            q0 += B;
+        }
+        for q in q0..width {
+            for j in 0..n_l {
+                if let Some(d) = dst.get_mut(at + (l0 + j) * stride + q) {
+                    *d = lane_of(q, l0 + j);
+                }
+            }
+        }
+        l0 += B;
     }
 }
 

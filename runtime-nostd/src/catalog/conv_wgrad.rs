@@ -104,15 +104,7 @@ pub(crate) fn run(x: &[f32], gy: &[f32], u: &mut [f32], geo: &Geometry) {
                 // `gt[p · width + c] = gy[n, group·cout_g + c, p]`.
                 let g_at = (n * geo.c_out + group * cout_g) * hw_out;
                 let planes = gy.get(g_at..g_at + cout_g * hw_out).unwrap_or(&[]);
-                for (c, plane) in planes.chunks_exact(hw_out.max(1)).enumerate() {
-                    // An index per element: `skip` + `step_by` compiled to a loop that
-                    // reloaded its bounds from the stack on every store.
-                    for (p, &v) in plane.iter().enumerate() {
-                        if let Some(d) = gt.get_mut(p * width + c) {
-                            *d = v;
-                        }
-                    }
-                }
+                transpose(planes, hw_out, gt, width);
                 let mut cil = 0;
                 while cil < cin_g {
                     let x_of = |c: usize| {
@@ -177,6 +169,44 @@ pub(crate) fn run(x: &[f32], gy: &[f32], u: &mut [f32], geo: &Geometry) {
                 if let Some(v) = acc.get(i * nvec + c / L) {
                     *o = v.as_array().get(c % L).copied().unwrap_or(0.0);
                 }
+            }
+        }
+    }
+}
+
+/// `gt[p · width + c] = planes[c · hw + p]` for the `planes.len() / hw` channels `c` and the
+/// `hw` positions `p` (`gt` holds `hw` rows of `width ≥` channels): four positions at a time,
+/// each channel's four values read as one slice and stored into four rows. Out of line, so that
+/// its loops keep their bounds in registers (inlined into [`run`], an index per element reloaded
+/// them from the stack on every store).
+#[inline(never)]
+fn transpose(planes: &[f32], hw: usize, gt: &mut [f32], width: usize) {
+    const P: usize = 4;
+    let channels = planes.len().checked_div(hw).unwrap_or(0).min(width);
+    let mut p0 = 0;
+    let mut rows = gt.chunks_exact_mut(width.max(1)).take(hw);
+    while p0 + P <= hw {
+        let (Some(r0), Some(r1), Some(r2), Some(r3)) =
+            (rows.next(), rows.next(), rows.next(), rows.next())
+        else {
+            return;
+        };
+        let quads = r0
+            .iter_mut()
+            .zip(r1.iter_mut())
+            .zip(r2.iter_mut().zip(r3.iter_mut()))
+            .take(channels);
+        for (((d0, d1), (d2, d3)), plane) in quads.zip(planes.chunks_exact(hw)) {
+            if let Some(&[a, b, c, d]) = plane.get(p0..p0 + P) {
+                (*d0, *d1, *d2, *d3) = (a, b, c, d);
+            }
+        }
+        p0 += P;
+    }
+    for (p, row) in (p0..hw).zip(rows) {
+        for (d, plane) in row.iter_mut().take(channels).zip(planes.chunks_exact(hw)) {
+            if let Some(&v) = plane.get(p) {
+                *d = v;
             }
         }
     }
