@@ -3,17 +3,19 @@
 //! and small 2-D layers. Lanes are output channels `co` of one group, distinct outputs each,
 //! never distinct terms of one sum.
 //!
-//! Per tile of taps and batch element the cotangent's plane `gy[n, group's co, :]` is
-//! transposed into a stack buffer `gt[position][co]` (rows padded to whole vectors with
+//! Per tile of taps and chunk of batch elements the cotangent's planes `gy[n, group's co, :]`
+//! are transposed into a stack buffer `gt[n][position][co]` (rows padded to whole vectors with
 //! zeros), so that a position's channels load as contiguous vectors; the sums live in a second
 //! stack buffer, `acc[ci_local][tap][vector of co]`, across the whole batch, and a register
 //! tile of up to [`TILE_TAPS`] taps by [`TILE_VECTORS`] vectors of channels (by two input
-//! channels when that is at most twelve accumulators) runs over every output position of one
-//! batch element, the input value `x[n, ci, ih, iw]` one broadcast shared by the tile's
-//! vectors, each cotangent vector shared by the tile's taps and input channels.
+//! channels when that is at most twelve accumulators) runs over every output position of each
+//! batch element of the chunk in turn (its sums leave the registers once per chunk), the input
+//! value `x[n, ci, ih, iw]` one broadcast shared by the tile's vectors, each cotangent vector
+//! shared by the tile's taps and input channels.
 //!
-//! Bounds: each buffer holds at most [`BUF`] `f32`s (32 KiB, 64 KiB in all): `gt` one batch
-//! element's output plane × the group's channels rounded up to a whole vector, `acc` a group's
+//! Bounds: each buffer holds at most [`BUF`] `f32`s (32 KiB, 64 KiB in all): `gt` as many batch
+//! elements' output planes × the group's channels rounded up to a whole vector as fit (C1: 13,
+//! 25 and 51 elements for its three layers), at least one, `acc` a group's
 //! input channels × kernel taps × that rounded channel count. [`fits`] says whether a geometry
 //! is taken (also at least [`MIN_CHANNELS`] output channels per group, or all of a vector);
 //! the catalog otherwise runs `conv_adjoint::conv_weight_grad` (lanes over channels gathered
@@ -88,7 +90,12 @@ pub(crate) fn run(x: &[f32], gy: &[f32], u: &mut [f32], geo: &Geometry) {
     for group in 0..geo.groups {
         let acc = acc.get_mut(..cin_g * taps * nvec).unwrap_or(&mut []);
         acc.fill(V::splat(0.0));
-        let gt = gt.get_mut(..hw_out * width).unwrap_or(&mut []);
+        // The transposed cotangents of up to `chunk` batch elements at once, `per` values each
+        // (`fits` keeps one element's within the buffer): a register tile then adds a whole
+        // chunk's terms before its sums go back to `acc`.
+        let per = hw_out * width;
+        let chunk = BUF.checked_div(per).unwrap_or(1).max(1);
+        let gt = gt.get_mut(..(chunk * per).min(BUF)).unwrap_or(&mut []);
         gt.fill(0.0);
         // Taps a tile at a time, outermost: each output's sum still runs over the batch, then
         // the positions, and a tile's taps are worked out once, not per batch element and
@@ -100,30 +107,32 @@ pub(crate) fn run(x: &[f32], gy: &[f32], u: &mut [f32], geo: &Geometry) {
             let khw: [(usize, usize); TILE_TAPS] =
                 core::array::from_fn(|t| ((t0 + t) / aw.kernel, (t0 + t) % aw.kernel));
             let cols: [(usize, usize); TILE_TAPS] = khw.map(|(_, kw)| aw.valid(kw));
-            for n in 0..geo.batch {
-                // `gt[p · width + c] = gy[n, group·cout_g + c, p]`.
-                let g_at = (n * geo.c_out + group * cout_g) * hw_out;
-                let planes = gy.get(g_at..g_at + cout_g * hw_out).unwrap_or(&[]);
-                transpose(planes, hw_out, gt, width);
+            let mut n0 = 0;
+            while n0 < geo.batch {
+                let nb = (geo.batch - n0).min(chunk);
+                // `gt[i · per + p · width + c] = gy[n0 + i, group·cout_g + c, p]`.
+                for (i, g) in gt.chunks_exact_mut(per.max(1)).take(nb).enumerate() {
+                    let g_at = ((n0 + i) * geo.c_out + group * cout_g) * hw_out;
+                    let planes = gy.get(g_at..g_at + cout_g * hw_out).unwrap_or(&[]);
+                    transpose(planes, hw_out, g, width);
+                }
                 let mut cil = 0;
                 while cil < cin_g {
-                    let x_of = |c: usize| {
-                        let x_at = (n * geo.c_in + group * cin_g + c) * hw_in;
-                        x.get(x_at..x_at + hw_in).unwrap_or(&[])
-                    };
                     // Two input channels per tile when both fit the registers beside the
                     // tile's taps and channel vectors: each cotangent vector then feeds twice
                     // as many sums.
                     let pair = cin_g - cil >= 2 && tt * TILE_VECTORS.min(nvec) <= PAIR_MAX;
-                    let xc = [x_of(cil), if pair { x_of(cil + 1) } else { &[] }];
                     let mut v0 = 0;
                     while v0 < nvec {
                         let cc = (nvec - v0).min(TILE_VECTORS);
                         let at = |i: usize, t: usize| ((cil + i) * taps + t0 + t) * nvec + v0;
                         let p = Plane {
                             geo,
-                            xc,
+                            x,
+                            x_at: (n0 * geo.c_in + group * cin_g + cil) * hw_in,
+                            nb,
                             gt,
+                            per,
                             width,
                             khw: &khw,
                             cols: &cols,
@@ -154,6 +163,7 @@ pub(crate) fn run(x: &[f32], gy: &[f32], u: &mut [f32], geo: &Geometry) {
                     }
                     cil += if pair { 2 } else { 1 };
                 }
+                n0 += nb;
             }
             t0 += tt;
         }
@@ -212,15 +222,18 @@ fn transpose(planes: &[f32], hw: usize, gt: &mut [f32], width: usize) {
     }
 }
 
-/// One batch element, one input channel, one tile's first tap `t0` and first vector `v0` of
-/// channels.
+/// A chunk of `nb` batch elements from `n0`, one or two input channels from `ci`, one tile's
+/// first tap `t0` and first vector `v0` of channels.
 struct Plane<'a> {
     geo: &'a Geometry,
-    /// `x[n, ci]` and `x[n, ci + 1]`, the tile's input planes (the second empty in a tile of
-    /// one).
-    xc: [&'a [f32]; 2],
-    /// The transposed cotangent, `width` lanes per output position.
+    /// The whole input, and the offset of `x[n0, ci]` in it (`x[n0, ci + 1]` follows; batch
+    /// element `n0 + i` lies `i · c_in` planes further).
+    x: &'a [f32],
+    x_at: usize,
+    nb: usize,
+    /// The chunk's transposed cotangents, `per` values each, `width` lanes per output position.
     gt: &'a [f32],
+    per: usize,
     width: usize,
     /// The tile's taps, `(kh, kw)` each, and the columns `[lo, hi)` each reads inside the row.
     khw: &'a [(usize, usize); TILE_TAPS],
@@ -229,9 +242,9 @@ struct Plane<'a> {
 }
 
 impl Plane<'_> {
-    /// Adds this batch element's terms to the sums of input channels `0 .. CI` of the tile,
-    /// taps `0 .. T` and channel vectors `v0 .. v0 + C`: `acc[at(i, t) + c]`, over every
-    /// output position in row-major order.
+    /// Adds the chunk's terms to the sums of input channels `0 .. CI` of the tile, taps
+    /// `0 .. T` and channel vectors `v0 .. v0 + C`: `acc[at(i, t) + c]`, over its batch
+    /// elements in increasing order, then every output position in row-major order.
     #[inline(always)]
     fn tile<const T: usize, const C: usize, const CI: usize>(
         &self,
@@ -254,47 +267,58 @@ impl Plane<'_> {
         let inner_lo = cols.iter().map(|c| c.0).max().unwrap_or(0);
         let inner_hi = cols.iter().map(|c| c.1).min().unwrap_or(0).max(inner_lo);
         let lane0 = self.v0 * L;
-        for oh in 0..ah.output {
-            // The `x` offset of column 0 for each tap (`ow`'s is `base + ow · stride`), `None`
-            // when the tap's row lies in the padding.
-            let base: [Option<isize>; T] = khw.map(|(kh, kw)| {
-                let ih = (oh * ah.stride + kh * ah.dilation) as isize - ah.pad as isize;
-                (ih >= 0 && (ih as usize) < ah.input)
-                    .then(|| ih * aw.input as isize + (kw * aw.dilation) as isize - aw.pad as isize)
-            });
-            let row = oh * aw.output;
-            let mut step = |ow: usize, check: bool| {
-                let g_at = (row + ow) * self.width + lane0;
-                let gv: [V; C] = core::array::from_fn(|c| {
-                    self.gt
-                        .get(g_at + c * L..g_at + (c + 1) * L)
-                        .and_then(|s| <&[f32; L]>::try_from(s).ok())
-                        .map_or(V::splat(0.0), |s| V::new(*s))
+        let (hw_in, _, _) = self.geo.planes();
+        for e in 0..self.nb {
+            // `x[n0 + e, ci]` and `x[n0 + e, ci + 1]` (the second empty in a tile of one).
+            let xa = self.x_at + e * self.geo.c_in * hw_in;
+            let plane = |k: usize| {
+                let at = xa + k * hw_in;
+                self.x.get(at..at + hw_in).unwrap_or(&[])
+            };
+            let xc = [plane(0), if CI == 2 { plane(1) } else { &[] }];
+            let gt = self.gt.get(e * self.per..).unwrap_or(&[]);
+            for oh in 0..ah.output {
+                // The `x` offset of column 0 for each tap (`ow`'s is `base + ow · stride`), `None`
+                // when the tap's row lies in the padding.
+                let base: [Option<isize>; T] = khw.map(|(kh, kw)| {
+                    let ih = (oh * ah.stride + kh * ah.dilation) as isize - ah.pad as isize;
+                    (ih >= 0 && (ih as usize) < ah.input).then(|| {
+                        ih * aw.input as isize + (kw * aw.dilation) as isize - aw.pad as isize
+                    })
                 });
-                for (ai, xc) in a.iter_mut().zip(&self.xc) {
-                    for ((ar, b), col) in ai.iter_mut().zip(&base).zip(&cols) {
-                        let Some(b) = *b else {
-                            continue;
-                        };
-                        if check && !(col.0..col.1).contains(&ow) {
-                            continue;
-                        }
-                        let i = (b + (ow * aw.stride) as isize) as usize;
-                        let xv = V::splat(xc.get(i).copied().unwrap_or(0.0));
-                        for (ac, g) in ar.iter_mut().zip(&gv) {
-                            *ac += xv * *g;
+                let row = oh * aw.output;
+                let mut step = |ow: usize, check: bool| {
+                    let g_at = (row + ow) * self.width + lane0;
+                    let gv: [V; C] = core::array::from_fn(|c| {
+                        gt.get(g_at + c * L..g_at + (c + 1) * L)
+                            .and_then(|s| <&[f32; L]>::try_from(s).ok())
+                            .map_or(V::splat(0.0), |s| V::new(*s))
+                    });
+                    for (ai, xc) in a.iter_mut().zip(&xc) {
+                        for ((ar, b), col) in ai.iter_mut().zip(&base).zip(&cols) {
+                            let Some(b) = *b else {
+                                continue;
+                            };
+                            if check && !(col.0..col.1).contains(&ow) {
+                                continue;
+                            }
+                            let i = (b + (ow * aw.stride) as isize) as usize;
+                            let xv = V::splat(xc.get(i).copied().unwrap_or(0.0));
+                            for (ac, g) in ar.iter_mut().zip(&gv) {
+                                *ac += xv * *g;
+                            }
                         }
                     }
+                };
+                for ow in 0..inner_lo.min(aw.output) {
+                    step(ow, true);
                 }
-            };
-            for ow in 0..inner_lo.min(aw.output) {
-                step(ow, true);
-            }
-            for ow in inner_lo..inner_hi {
-                step(ow, false);
-            }
-            for ow in inner_hi..aw.output {
-                step(ow, true);
+                for ow in inner_lo..inner_hi {
+                    step(ow, false);
+                }
+                for ow in inner_hi..aw.output {
+                    step(ow, true);
+                }
             }
         }
         for (i, ai) in a.iter().enumerate() {

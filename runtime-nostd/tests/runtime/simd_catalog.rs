@@ -772,3 +772,36 @@ fn conv_has_a_simd_kernel() {
         cfg!(feature = "simd")
     );
 }
+
+/// `sum_to`'s block sums (four outputs per vector, `4 × 4` blocks transposed in registers) on
+/// the bias gradients of C1 (`[100, 25, 19]`, `[100, 25, 10]`, `[100, 25, 5]` to `[25, 1]`)
+/// and a few odd extents, with values of mixed sign and magnitude so that any other order of
+/// the additions shows in the bits.
+#[test]
+fn sum_to_block_sums_match_reference() {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1);
+        let m = ((state >> 40) as f32 / (1u64 << 24) as f32) - 0.5;
+        m * [1.0, 1e-3, 1e3, 7.0][(state >> 20) as usize % 4]
+    };
+    for (lead, kept, trail) in [
+        (100, 25, 19),
+        (100, 25, 10),
+        (100, 25, 5),
+        (3, 4, 4),
+        (2, 9, 7),
+        (5, 8, 1),
+    ] {
+        let x: Vec<f32> = (0..lead * kept * trail).map(|_| next()).collect();
+        check(
+            Opcode::SumTo,
+            Attr::target(shp(&[kept, 1])),
+            &[&x],
+            &[shp(&[lead, kept, trail])],
+        )
+        .unwrap();
+    }
+}
