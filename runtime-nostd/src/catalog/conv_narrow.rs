@@ -300,8 +300,9 @@ fn run_tiles<const NV: usize>(
 
 /// Stores one destination row of each of the tile's channels: `dst[at + l · stride + q]` =
 /// lane `l` of `row[q]` (lanes `l < lanes`, positions `q < row.len()`), a block of four lanes
-/// by four positions at a time transposed in registers (`wide::f32x4::transpose`), the rest
-/// one value at a time. Out of line, so that its loops keep their bounds in registers.
+/// by four positions at a time transposed in registers (`wide::f32x4::transpose`; rows of
+/// fewer than four positions one value at a time). Out of line, so that its loops keep their
+/// bounds in registers.
 #[inline(never)]
 fn write_row<const NV: usize>(
     row: &[[V; NV]],
@@ -324,11 +325,25 @@ fn write_row<const NV: usize>(
         let n_l = (lanes - l0).min(B);
         // Lanes `l0 .. l0 + B` lie in one vector: `L` is a multiple of `B`.
         let (v, i0) = (l0 / L, l0 % L);
+        if width < B {
+            for q in 0..width {
+                for j in 0..n_l {
+                    if let Some(d) = dst.get_mut(at + (l0 + j) * stride + q) {
+                        *d = lane_of(q, l0 + j);
+                    }
+                }
+            }
+            l0 += B;
+            continue;
+        }
+        // Blocks at `0, B, 2B, …`, the last one moved back to end at `width` (it stores some
+        // values a second time, the same values).
         let mut q0 = 0;
-        while q0 + B <= width {
+        while q0 < width {
+            let q = q0.min(width - B);
             let block: [wide::f32x4; B] = core::array::from_fn(|k| {
                 let four = row
-                    .get(q0 + k)
+                    .get(q + k)
                     .and_then(|r| r.get(v))
                     .and_then(|v| v.as_array().get(i0..i0 + B))
                     .and_then(|s| <[f32; B]>::try_from(s).ok())
@@ -337,19 +352,12 @@ fn write_row<const NV: usize>(
             });
             let t = wide::f32x4::transpose(block);
             for (j, t) in t.iter().enumerate().take(n_l) {
-                let o = at + (l0 + j) * stride + q0;
+                let o = at + (l0 + j) * stride + q;
                 if let Some(d) = dst.get_mut(o..o + B) {
                     d.copy_from_slice(t.as_array());
                 }
             }
             q0 += B;
-        }
-        for q in q0..width {
-            for j in 0..n_l {
-                if let Some(d) = dst.get_mut(at + (l0 + j) * stride + q) {
-                    *d = lane_of(q, l0 + j);
-                }
-            }
         }
         l0 += B;
     }
