@@ -331,7 +331,12 @@ fn broadcast_tile(x: &[f32], from: &Dims, to: &Dims, start: usize, dst: &mut [f3
             .and_then(|r| r.checked_rem(kept))
             .unwrap_or(0);
         let mut off = start.checked_rem(trail).unwrap_or(0);
-        let mut rest = dst;
+        // The target repeats every `kept · trail` elements: runs fill the tile's first period,
+        // copies of what is filled the rest (C1's periods: 475, 250 and 125 elements in tiles
+        // of 1024).
+        let period = kept.saturating_mul(trail).min(dst.len());
+        let (first, _) = dst.split_at_mut(period);
+        let mut rest = first;
         while !rest.is_empty() {
             let take = trail.saturating_sub(off).min(rest.len()).max(1);
             let (head, tail) = rest.split_at_mut(take.min(rest.len()));
@@ -346,6 +351,12 @@ fn broadcast_tile(x: &[f32], from: &Dims, to: &Dims, start: usize, dst: &mut [f3
             if k >= kept {
                 k = 0;
             }
+        }
+        let mut filled = period;
+        while filled > 0 && filled < dst.len() {
+            let n = filled.min(dst.len().saturating_sub(filled));
+            dst.copy_within(..n, filled);
+            filled = filled.saturating_add(n);
         }
         return;
     }
@@ -425,4 +436,48 @@ fn chain_step<O: Ops>(
         dst,
     )
     .map_err(|error| ExecError::Kernel { instr, error })
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects
+)]
+mod tests {
+    extern crate std;
+    use std::{vec, vec::Vec};
+
+    use super::broadcast_tile;
+    use crate::catalog::Dims;
+    use tapeplan_core::Shape;
+
+    /// The broadcast of a per-channel column (`[c, 1]` to `[n, c, positions]`, C1's bias) and of
+    /// a column across rows (`[m, 1]` to `[m, k]`), tile by tile from every kind of start and
+    /// for tiles shorter and longer than the pattern's period, against NumPy's index rule
+    /// element by element.
+    #[test]
+    fn block_broadcast_tiles_match_the_index_rule() {
+        let cases: [(&[usize], &[usize]); 5] = [
+            (&[25, 1], &[100, 25, 19]),
+            (&[25, 1], &[7, 25, 5]),
+            (&[3, 1], &[4, 3, 1]),
+            (&[32, 1], &[32, 10]),
+            (&[5, 1], &[5, 7]),
+        ];
+        for (from, to) in cases {
+            let (fs, ts) = (Shape::new(from).unwrap(), Shape::new(to).unwrap());
+            let x: Vec<f32> = (0..fs.elems()).map(|i| i as f32 + 0.5).collect();
+            let want: Vec<f32> = (0..ts.elems())
+                .map(|i| x[fs.broadcast_source_index(&ts, i)])
+                .collect();
+            for tile in [1, 7, 64, 475, 1024] {
+                let mut got = vec![f32::NAN; ts.elems()];
+                for (t, dst) in got.chunks_mut(tile).enumerate() {
+                    broadcast_tile(&x, &Dims::of(fs), &Dims::of(ts), t * tile, dst);
+                }
+                assert_eq!(got, want, "{from:?} -> {to:?}, tiles of {tile}");
+            }
+        }
+    }
 }
