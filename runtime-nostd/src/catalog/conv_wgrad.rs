@@ -287,7 +287,7 @@ impl Plane<'_> {
                     })
                 });
                 let row = oh * aw.output;
-                let mut step = |ow: usize, check: bool| {
+                let step = |a: &mut [[[V; C]; T]; CI], ow: usize, check: bool| {
                     let g_at = (row + ow) * self.width + lane0;
                     let gv: [V; C] = core::array::from_fn(|c| {
                         gt.get(g_at + c * L..g_at + (c + 1) * L)
@@ -311,13 +311,44 @@ impl Plane<'_> {
                     }
                 };
                 for ow in 0..inner_lo.min(aw.output) {
-                    step(ow, true);
+                    step(&mut a, ow, true);
                 }
-                for ow in inner_lo..inner_hi {
-                    step(ow, false);
+                // The tile's taps read `T` consecutive inputs of one row (dilation 1): inside
+                // the row, one window slice per input channel, each value broadcast from memory.
+                let contig = match base.first() {
+                    Some(&Some(b0))
+                        if (0..T).all(|t| base.get(t) == Some(&Some(b0 + t as isize))) =>
+                    {
+                        Some(b0)
+                    }
+                    _ => None,
+                };
+                if let Some(b0) = contig {
+                    for ow in inner_lo..inner_hi {
+                        let g_at = (row + ow) * self.width + lane0;
+                        let gv: [V; C] = core::array::from_fn(|c| {
+                            gt.get(g_at + c * L..g_at + (c + 1) * L)
+                                .and_then(|s| <&[f32; L]>::try_from(s).ok())
+                                .map_or(V::splat(0.0), |s| V::new(*s))
+                        });
+                        let at = (b0 + (ow * aw.stride) as isize) as usize;
+                        for (ai, xc) in a.iter_mut().zip(&xc) {
+                            let win = xc.get(at..at + T).unwrap_or(&[]);
+                            for (t, ar) in ai.iter_mut().enumerate() {
+                                let xv = V::splat(win.get(t).copied().unwrap_or(0.0));
+                                for (ac, g) in ar.iter_mut().zip(&gv) {
+                                    *ac += xv * *g;
+                                }
+                            }
+                        }
+                    }
+                } else {
+                    for ow in inner_lo..inner_hi {
+                        step(&mut a, ow, false);
+                    }
                 }
                 for ow in inner_hi..aw.output {
-                    step(ow, true);
+                    step(&mut a, ow, true);
                 }
             }
         }
