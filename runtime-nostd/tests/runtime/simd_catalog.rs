@@ -775,10 +775,11 @@ fn conv_has_a_simd_kernel() {
 
 /// `sum_to`'s block sums (four outputs per vector, `4 × 4` blocks transposed in registers) on
 /// the bias gradients of C1 (`[100, 25, 19]`, `[100, 25, 10]`, `[100, 25, 5]` to `[25, 1]`)
-/// and a few odd extents, with values of mixed sign and magnitude so that any other order of
-/// the additions shows in the bits.
+/// and a few odd extents, and its column sums (up to four vectors of columns in registers) on
+/// those of W1 and W2 (`[32, 32]`, `[32, 10]`, `[64, 128]`) and wider and odd ones, with values
+/// of mixed sign and magnitude so that any other order of the additions shows in the bits.
 #[test]
-fn sum_to_block_sums_match_reference() {
+fn sum_to_block_and_column_sums_match_reference() {
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = move || {
         state = state
@@ -787,21 +788,24 @@ fn sum_to_block_sums_match_reference() {
         let m = ((state >> 40) as f32 / (1u64 << 24) as f32) - 0.5;
         m * [1.0, 1e-3, 1e3, 7.0][(state >> 20) as usize % 4]
     };
-    for (lead, kept, trail) in [
-        (100, 25, 19),
-        (100, 25, 10),
-        (100, 25, 5),
-        (3, 4, 4),
-        (2, 9, 7),
-        (5, 8, 1),
-    ] {
-        let x: Vec<f32> = (0..lead * kept * trail).map(|_| next()).collect();
-        check(
-            Opcode::SumTo,
-            Attr::target(shp(&[kept, 1])),
-            &[&x],
-            &[shp(&[lead, kept, trail])],
-        )
-        .unwrap();
+    let blocks: [(&[usize], &[usize]); 6] = [
+        (&[100, 25, 19], &[25, 1]),
+        (&[100, 25, 10], &[25, 1]),
+        (&[100, 25, 5], &[25, 1]),
+        (&[3, 4, 4], &[4, 1]),
+        (&[2, 9, 7], &[9, 1]),
+        (&[5, 8, 1], &[8, 1]),
+    ];
+    let columns: [(&[usize], &[usize]); 6] = [
+        (&[32, 32], &[32]),
+        (&[32, 10], &[10]),
+        (&[64, 128], &[128]),
+        (&[7, 37], &[37]),
+        (&[3, 100], &[1, 100]),
+        (&[1, 80], &[80]),
+    ];
+    for (big, small) in blocks.iter().chain(&columns) {
+        let x: Vec<f32> = (0..big.iter().product::<usize>()).map(|_| next()).collect();
+        check(Opcode::SumTo, Attr::target(shp(small)), &[&x], &[shp(big)]).unwrap();
     }
 }
