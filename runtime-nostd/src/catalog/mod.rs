@@ -673,17 +673,8 @@ fn sum_to(x: &[f32], dx: &Dims, out: &mut [f32], dout: &Dims) -> bool {
             // Column sums: every output adds its rows in increasing order; vectorized across
             // the columns.
             let out = zeroed(out);
-            #[cfg(feature = "simd")]
-            let done = col_sums(x, out, cols);
-            #[cfg(not(feature = "simd"))]
-            let done = 0;
-            if done < cols {
-                for row in x.chunks_exact(cols) {
-                    let (row, out) = (row.get(done..), out.get_mut(done..));
-                    if let (Some(row), Some(out)) = (row, out) {
-                        lanes::binary(lanes::ops::Add, Src::Out, Src::Buf(row), out);
-                    }
-                }
+            for row in x.chunks_exact(cols) {
+                lanes::binary(lanes::ops::Add, Src::Out, Src::Buf(row), out);
             }
         }
         Pattern::Cols { rows, cols } if out.len() == rows && x.len() == rows * cols => {
@@ -712,41 +703,6 @@ fn sum_to(x: &[f32], dx: &Dims, out: &mut [f32], dout: &Dims) -> bool {
         _ => return false,
     }
     true
-}
-
-/// `sum_to`'s column sums (`x` is `[rows, cols]`, `out[c]` adds `x[r, c]` over `r` in
-/// increasing order, from the value it holds) for the first whole vectors of columns, up to
-/// four vectors at a time held in registers over every row (a call of `lanes::binary` per row
-/// cost more than its additions on W1's bias gradients, `[32, 32]` and `[32, 10]`). Returns
-/// how many columns it summed (a multiple of `L`); the caller sums the rest.
-#[cfg(feature = "simd")]
-fn col_sums(x: &[f32], out: &mut [f32], cols: usize) -> usize {
-    use lanes::{L, V};
-    const VS: usize = 4;
-    let vecs = out.len().min(cols) / L;
-    let load = |s: Option<&[f32]>| {
-        s.and_then(|s| <[f32; L]>::try_from(s).ok())
-            .map_or(V::splat(0.0), V::new)
-    };
-    let mut v0 = 0;
-    while v0 < vecs {
-        let n = (vecs - v0).min(VS);
-        let c0 = v0 * L;
-        let mut acc: [V; VS] =
-            core::array::from_fn(|i| load(out.get(c0 + i * L..c0 + (i + 1) * L)));
-        for row in x.chunks_exact(cols.max(1)) {
-            for (i, a) in acc.iter_mut().enumerate().take(n) {
-                *a += load(row.get(c0 + i * L..c0 + (i + 1) * L));
-            }
-        }
-        for (i, a) in acc.iter().enumerate().take(n) {
-            if let Some(o) = out.get_mut(c0 + i * L..c0 + (i + 1) * L) {
-                o.copy_from_slice(a.as_array());
-            }
-        }
-        v0 += n;
-    }
-    vecs * L
 }
 
 /// `sum_to`'s block sums (`x` is `[lead, kept, trail]`, `out[k]` adds `x[l, k, t]` over `l`,

@@ -775,8 +775,8 @@ fn conv_has_a_simd_kernel() {
 
 /// `sum_to`'s block sums (four outputs per vector, `4 × 4` blocks transposed in registers) on
 /// the bias gradients of C1 (`[100, 25, 19]`, `[100, 25, 10]`, `[100, 25, 5]` to `[25, 1]`)
-/// and a few odd extents, and its column sums (up to four vectors of columns in registers) on
-/// those of W1 and W2 (`[32, 32]`, `[32, 10]`, `[64, 128]`) and wider and odd ones, with values
+/// and a few odd extents, and its column sums on those of W1 and W2 (`[32, 32]`, `[32, 10]`,
+/// `[64, 128]`) and wider and odd ones, with values
 /// of mixed sign and magnitude so that any other order of the additions shows in the bits.
 #[test]
 fn sum_to_block_and_column_sums_match_reference() {
