@@ -14,8 +14,9 @@
 //! shared by the tile's taps and input channels.
 //!
 //! Bounds: each buffer holds at most [`BUF`] `f32`s (32 KiB, 64 KiB in all): `gt` as many batch
-//! elements' output planes × the group's channels rounded up to a whole vector as fit (C1: 13,
-//! 25 and 51 elements for its three layers), at least one, `acc` a group's
+//! elements' output planes × the group's channels rounded up to a whole vector as fit (C1's
+//! three layers: 13, 25 and 51 elements with 8 or 16 lanes, 15, 29 and 58 with 4), at least one,
+//! `acc` a group's
 //! input channels × kernel taps × that rounded channel count. [`fits`] says whether a geometry
 //! is taken (also at least [`MIN_CHANNELS`] output channels per group, or all of a vector);
 //! the catalog otherwise runs `conv_adjoint::conv_weight_grad` (lanes over channels gathered
@@ -77,8 +78,8 @@ pub(crate) fn fits(g: &Geometry) -> bool {
 /// fused) over the batch `n` in increasing order, then the output positions `(oh, ow)`
 /// row-major, skipping positions whose `(ih, iw)` lies in the padding. Each lane of each
 /// accumulator is one output's own sum (lanes are output channels; a group's last vector is
-/// padded with zero cotangents whose lanes are never stored), kept in `acc` between batch
-/// elements.
+/// padded with zero cotangents whose lanes are never stored), in registers over a chunk of
+/// batch elements and kept in `acc` between chunks.
 pub(crate) fn run(x: &[f32], gy: &[f32], u: &mut [f32], geo: &Geometry) {
     let (hw_in, hw_out, taps) = geo.planes();
     let (cin_g, cout_g) = (geo.c_in_group(), geo.c_out_group());
@@ -313,8 +314,10 @@ impl Plane<'_> {
                 for ow in 0..inner_lo.min(aw.output) {
                     step(&mut a, ow, true);
                 }
-                // The tile's taps read `T` consecutive inputs of one row (dilation 1): inside
-                // the row, one window slice per input channel, each value broadcast from memory.
+                // The tile's taps read `T` consecutive inputs (a 1-D kernel or one kernel row,
+                // dilation 1; any taps whose offsets happen to be consecutive read the same
+                // values): inside the row, one window slice per input channel, each value
+                // broadcast from memory.
                 let contig = match base.first() {
                     Some(&Some(b0))
                         if (0..T).all(|t| base.get(t) == Some(&Some(b0 + t as isize))) =>

@@ -300,7 +300,9 @@ fn padding_taps_are_skipped_not_multiplied_by_zero() {
 
 /// The MNIST-1D CNN's three layers at batch 100 (workload C1: 25 channels, kernels 5, 3, 3,
 /// stride 2, padding 1, signals 40 → 19 → 10 → 5): `conv` and both adjoints against their
-/// references, bit for bit, over ordinary values (long sums: a changed order shows).
+/// references, bit for bit, over ordinary values (long sums: a changed order shows). The weight
+/// gradient runs over several batch chunks here (`conv_wgrad`: 13, 25 and 51 elements a chunk
+/// with 8 or 16 lanes, 15, 29 and 58 with 4), the last one partial.
 #[test]
 fn c1_layers_match_reference() {
     let mut seed = 0x2545_f491_u32;
