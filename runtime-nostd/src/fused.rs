@@ -465,7 +465,9 @@ mod tests {
             (&[32, 1], &[32, 10]),
             (&[5, 1], &[5, 7]),
         ];
-        for (from, to) in cases {
+        // Under Miri (CI's `miri` step interprets every unit test) the small cases only.
+        let cases = if cfg!(miri) { &cases[1..] } else { &cases[..] };
+        for &(from, to) in cases {
             let (fs, ts) = (Shape::new(from).unwrap(), Shape::new(to).unwrap());
             let x: Vec<f32> = (0..fs.elems()).map(|i| i as f32 + 0.5).collect();
             let want: Vec<f32> = (0..ts.elems())
