@@ -288,13 +288,17 @@ impl Plane<'_> {
                     })
                 });
                 let row = oh * aw.output;
-                let step = |a: &mut [[[V; C]; T]; CI], ow: usize, check: bool| {
+                // The tile's cotangent vectors at output column `ow`.
+                let gv_at = |ow: usize| -> [V; C] {
                     let g_at = (row + ow) * self.width + lane0;
-                    let gv: [V; C] = core::array::from_fn(|c| {
+                    core::array::from_fn(|c| {
                         gt.get(g_at + c * L..g_at + (c + 1) * L)
                             .and_then(|s| <&[f32; L]>::try_from(s).ok())
                             .map_or(V::splat(0.0), |s| V::new(*s))
-                    });
+                    })
+                };
+                let step = |a: &mut [[[V; C]; T]; CI], ow: usize, check: bool| {
+                    let gv = gv_at(ow);
                     for (ai, xc) in a.iter_mut().zip(&xc) {
                         for ((ar, b), col) in ai.iter_mut().zip(&base).zip(&cols) {
                             let Some(b) = *b else {
@@ -328,12 +332,7 @@ impl Plane<'_> {
                 };
                 if let Some(b0) = contig {
                     for ow in inner_lo..inner_hi {
-                        let g_at = (row + ow) * self.width + lane0;
-                        let gv: [V; C] = core::array::from_fn(|c| {
-                            gt.get(g_at + c * L..g_at + (c + 1) * L)
-                                .and_then(|s| <&[f32; L]>::try_from(s).ok())
-                                .map_or(V::splat(0.0), |s| V::new(*s))
-                        });
+                        let gv = gv_at(ow);
                         let at = (b0 + (ow * aw.stride) as isize) as usize;
                         for (ai, xc) in a.iter_mut().zip(&xc) {
                             let win = xc.get(at..at + T).unwrap_or(&[]);
