@@ -43,6 +43,15 @@
 //! initializer JAX `f32` gives 91.8, 92.4, 94.2, 94.3, 92.3, 93.8, 93.1 and 93.9 % (mean
 //! 93.2 %; numpy's draws above: 93.75 %), two of eight at 94 % or more.
 //!
+//! The paper repository's own run of this model agrees (checked 2026-12-03): its
+//! `notebooks/mnist1d-classification.ipynb` (greydanus/mnist1d at 7878d96) trains `ConvBase`
+//! with `get_model_args()` (seed 42 through `set_seed`, PyTorch's initializer, 6000 steps) on
+//! the repository's frozen `mnist1d_data.pkl` and its saved output prints test accuracy 87.9,
+//! 90.8, 90.6, 92.2, 91.9 and **92.3 %** at steps 1000 to 6000. That frozen file equals the
+//! bundled `data/mnist1d.csv.gz` (every label; inputs within 3.9e-7, the `f32` rounding of the
+//! CSV). The README table's 94 % is therefore not what the paper's code gives at every seed:
+//! its own seed-42 run ends at 92.3 %, this example's seed-42 run at 91.7 %.
+//!
 //! The model becomes a [`TrainingJob`] (the general job over any [`tapeplan_planner::model::Model`]); the
 //! [`Oracle`] trains the same job without its schedule (core's tape interpreter for the loss,
 //! its engine reverse scan for the gradient, the optimizer's update body computed directly); the
