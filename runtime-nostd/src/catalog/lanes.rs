@@ -626,19 +626,10 @@ fn nt_packed<S: Step, const P: usize>(
         let mut p0 = 0;
         while p0 < k {
             let kc = kb.min(k - p0);
-            // panel[pp, jj] = bᵀ[p0 + pp, j0 + jj] = b[j0 + jj, p0 + pp], a panel row at a
-            // time: contiguous stores, strided loads (the other order compiles to scatters,
-            // which cost more than the product on small steps).
             let (Some(rows), Some(src)) = (panel.get_mut(..kc * nc), b.get(j0 * k + p0..)) else {
                 return;
             };
-            for (pp, row) in rows.chunks_exact_mut(nc).enumerate() {
-                for (jj, d) in row.iter_mut().enumerate() {
-                    if let Some(&v) = src.get(jj * k + pp) {
-                        *d = v;
-                    }
-                }
-            }
+            pack_transposed(src, k, rows, kc, nc);
             let g = Block {
                 m,
                 k: kc,
@@ -654,6 +645,43 @@ fn nt_packed<S: Step, const P: usize>(
             p0 += kc;
         }
         j0 += nc;
+    }
+}
+
+/// `panel[pp, jj] = src[jj * k + pp]` for `pp < kc`, `jj < nc` (a `[kc, nc]` panel of `bᵀ` from
+/// rows `k` apart): `8 × 8` blocks transposed in registers ([`transpose8`]: whole rows of
+/// eight read, whole panel rows written), the ragged edges element by element, a panel row at
+/// a time (contiguous stores, strided loads: the other order compiles to scatters). A copy:
+/// exact in any order. Element by element everywhere, the packing of W3's `[16, 16]` weight
+/// took as long as its product.
+#[cfg(feature = "simd")]
+fn pack_transposed(src: &[f32], k: usize, panel: &mut [f32], kc: usize, nc: usize) {
+    const T: usize = 8;
+    let (kt, nt) = (kc - kc % T, nc - nc % T);
+    for jj0 in (0..nt).step_by(T) {
+        for pp0 in (0..kt).step_by(T) {
+            let mut rows = [[0.0f32; T]; T];
+            for (r, dst) in rows.iter_mut().enumerate() {
+                let at = (jj0 + r) * k + pp0;
+                if let Some(row) = src.get(at..at + T) {
+                    dst.copy_from_slice(row);
+                }
+            }
+            for (c, col) in transpose8(rows).iter().enumerate() {
+                let at = (pp0 + c) * nc + jj0;
+                if let Some(dst) = panel.get_mut(at..at + T) {
+                    dst.copy_from_slice(col);
+                }
+            }
+        }
+    }
+    for (pp, row) in panel.chunks_exact_mut(nc.max(1)).take(kc).enumerate() {
+        let from = if pp < kt { nt } else { 0 };
+        for (jj, d) in row.iter_mut().enumerate().skip(from) {
+            if let Some(&v) = src.get(jj * k + pp) {
+                *d = v;
+            }
+        }
     }
 }
 
@@ -905,14 +933,22 @@ fn row_vector(b: &[f32], at: usize, w: usize) -> V {
         .and_then(|s| <&[f32; L]>::try_from(s).ok())
     {
         Some(v) => V::new(*v),
-        None => {
-            let mut lanes = [0.0f32; L];
-            if let (Some(dst), Some(src)) = (lanes.get_mut(..w), b.get(at..at + w)) {
-                dst.copy_from_slice(src);
-            }
-            V::new(lanes)
-        }
+        None => partial_vector(b.get(at..).unwrap_or(&[]), w),
     }
+}
+
+/// The first `w` (at most `L`) values of `src` in the first lanes, zeros after (fewer when
+/// `src` is shorter). Element by element: `copy_from_slice` of a length known only at run time
+/// is a call to `memcpy`, which on W3's one-column products (`w = 1` at every step `p`) cost
+/// more than the product.
+#[cfg(feature = "simd")]
+#[inline(always)]
+fn partial_vector(src: &[f32], w: usize) -> V {
+    let mut lanes = [0.0f32; L];
+    for (d, &s) in lanes.iter_mut().zip(src.iter().take(w)) {
+        *d = s;
+    }
+    V::new(lanes)
 }
 
 /// The last `w < L` columns `j..j + w` of rows `0..R` of the block: one vector per row with
@@ -931,12 +967,7 @@ fn tile_partial<S: Step, const R: usize, const LOAD: bool, const AT: bool>(
     let mut acc = [V::splat(0.0); R];
     if LOAD {
         for (r, s) in acc.iter_mut().enumerate() {
-            let mut lanes = [0.0f32; L];
-            let at = r * ldo + j;
-            if let (Some(dst), Some(src)) = (lanes.get_mut(..w), out.get(at..at + w)) {
-                dst.copy_from_slice(src);
-            }
-            *s = V::new(lanes);
+            *s = partial_vector(out.get(r * ldo + j..).unwrap_or(&[]), w);
         }
     }
     let a_rows = a_rows::<R, AT>(a, g);
@@ -961,9 +992,9 @@ fn tile_partial<S: Step, const R: usize, const LOAD: bool, const AT: bool>(
         }
     }
     for (r, s) in acc.iter().enumerate() {
-        let at = r * ldo + j;
-        if let (Some(dst), Some(src)) = (out.get_mut(at..at + w), s.as_array().get(..w)) {
-            dst.copy_from_slice(src);
+        let dst = out.get_mut(r * ldo + j..).unwrap_or(&mut []);
+        for (o, &v) in dst.iter_mut().zip(s.as_array().iter().take(w)) {
+            *o = v;
         }
     }
 }
