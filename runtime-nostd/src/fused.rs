@@ -28,6 +28,14 @@ pub(crate) const TILE_ELEMS: usize = match (
     (true, false) => 16,
 };
 
+/// Members [`run_chain`] decodes once per chain instead of once per tile: every member of the
+/// longest chain with host-sized tiles, none with firmware's (whose stack stays as it was).
+const MEMBER_CACHE: usize = if TILE_ELEMS >= 1024 {
+    MAX_CHAIN_INSTRS
+} else {
+    0
+};
+
 /// The register slots of fused chains, one tile each (empty without feature `fusion`).
 pub(crate) type Registers = [[f32; TILE_ELEMS]; MAX_REGISTERS];
 
@@ -137,6 +145,17 @@ fn run_chain<O: Ops>(
     if TILE_ELEMS == 0 || count > MAX_CHAIN_INSTRS {
         return Err(bad(first));
     }
+    // With host-sized tiles, the members decoded once for the whole chain: decoding a member
+    // again for every tile (a `Member` built through the stack per member per tile, 3 % of W2's
+    // step in `perf`, most of it one store that a load waited on) cost as much as some of the
+    // members' work on a 1024-element tile. Firmware's 16-element tiles keep the stack small
+    // and decode as they go.
+    let mut cache: [Option<Member>; MEMBER_CACHE] = [None; MEMBER_CACHE];
+    if count <= MEMBER_CACHE {
+        for (i, slot) in cache.iter_mut().take(count).enumerate() {
+            *slot = Some(member(i)?);
+        }
+    }
     let n_elems = member(0)?.elems;
     let mut start = 0usize;
     while start < n_elems {
@@ -151,7 +170,14 @@ fn run_chain<O: Ops>(
         let mut splat: [Option<f32>; MAX_REGISTERS] = [None; MAX_REGISTERS];
         for i in 0..count {
             let k = first.saturating_add(i);
-            let m = &member(i)?;
+            let decoded;
+            let m = match cache.get(i) {
+                Some(Some(m)) => m,
+                _ => {
+                    decoded = member(i)?;
+                    &decoded
+                }
+            };
             // A member the catalog's elementwise kernels do not run reads its registers as
             // tiles: write out the values it reads.
             // (Tested only for a member that reads a splat: the test dispatches into the
