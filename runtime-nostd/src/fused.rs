@@ -151,8 +151,8 @@ fn run_chain<O: Ops>(
     // members' work on a 1024-element tile. Firmware's 16-element tiles keep the stack small
     // and decode as they go.
     let mut cache: [Option<Member>; MEMBER_CACHE] = [None; MEMBER_CACHE];
-    if count <= MEMBER_CACHE {
-        for (i, slot) in cache.iter_mut().take(count).enumerate() {
+    if let Some(slots) = cache.get_mut(..count) {
+        for (i, slot) in slots.iter_mut().enumerate() {
             *slot = Some(member(i)?);
         }
     }
