@@ -28,13 +28,14 @@ pub(crate) const TILE_ELEMS: usize = match (
     (true, false) => 16,
 };
 
+/// Whether [`run_chain`] decodes the members of a chain of several tiles once: with
+/// 1024-element tiles (hosts, wasm, and firmware built with the catalog, whose register tiles
+/// take 16 KiB already; the cache takes about 3 KiB of stack), not with 16-element ones.
+const CACHE_MEMBERS: bool = TILE_ELEMS >= 1024;
+
 /// Members [`run_chain`] decodes once per chain instead of once per tile: every member of the
-/// longest chain with host-sized tiles, none with firmware's (whose stack stays as it was).
-const MEMBER_CACHE: usize = if TILE_ELEMS >= 1024 {
-    MAX_CHAIN_INSTRS
-} else {
-    0
-};
+/// longest chain where [`CACHE_MEMBERS`], none elsewhere.
+const MEMBER_CACHE: usize = if CACHE_MEMBERS { MAX_CHAIN_INSTRS } else { 0 };
 
 /// The register slots of fused chains, one tile each (empty without feature `fusion`).
 pub(crate) type Registers = [[f32; TILE_ELEMS]; MAX_REGISTERS];
@@ -61,6 +62,18 @@ pub(crate) struct Member {
 }
 
 impl Member {
+    /// A placeholder (a cache's empty slot): `fill` of nothing.
+    const EMPTY: Member = Member {
+        op: Opcode::Fill,
+        attr: Attr::NONE,
+        arity: 0,
+        elems: 0,
+        out: Loc::Register(0),
+        args: [Loc::Register(0); MAX_ARITY],
+        from: Dims::EMPTY,
+        to: Dims::EMPTY,
+    };
+
     /// From a decoded instruction (its tensors' offsets and kinds).
     pub(crate) fn of(d: &Decoded) -> Member {
         let loc = |f: &Placed| {
@@ -145,18 +158,43 @@ fn run_chain<O: Ops>(
     if TILE_ELEMS == 0 || count > MAX_CHAIN_INSTRS {
         return Err(bad(first));
     }
-    // With host-sized tiles, the members decoded once for the whole chain: decoding a member
-    // again for every tile (a `Member` built through the stack per member per tile, 3 % of W2's
-    // step in `perf`, most of it one store that a load waited on) cost as much as some of the
-    // members' work on a 1024-element tile. Firmware's 16-element tiles keep the stack small
-    // and decode as they go.
-    let mut cache: [Option<Member>; MEMBER_CACHE] = [None; MEMBER_CACHE];
-    if let Some(slots) = cache.get_mut(..count) {
-        for (i, slot) in slots.iter_mut().enumerate() {
-            *slot = Some(member(i)?);
+    let n_elems = member(0)?.elems;
+    // A chain of several host-sized tiles has its members decoded once for the whole chain:
+    // decoding a member again for every tile (a `Member` built through the stack per member per
+    // tile, 3 % of W2's step in `perf`, most of it one store that a load waited on) cost as
+    // much as some of the members' work on a 1024-element tile. A one-tile chain (W3's) and
+    // firmware's 16-element tiles decode as they go: filling the cache cost W3 more than it
+    // saved, and firmware's stack stays as it was.
+    if CACHE_MEMBERS && n_elems > TILE_ELEMS {
+        let mut cache = [Member::EMPTY; MEMBER_CACHE];
+        let filled = match cache.get_mut(..count) {
+            Some(slots) => {
+                for (i, slot) in slots.iter_mut().enumerate() {
+                    *slot = member(i)?;
+                }
+                true
+            }
+            None => false,
+        };
+        if filled {
+            let cached = |i: usize| cache.get(i).ok_or(bad(first));
+            return run_tiles::<O, _>(arena, regs, math, (first, count, n_elems), cached);
         }
     }
-    let n_elems = member(0)?.elems;
+    run_tiles::<O, _>(arena, regs, math, (first, count, n_elems), member)
+}
+
+/// [`run_chain`]'s tile loop: `member(i)` is the chain's `i`-th member, decoded or cached.
+fn run_tiles<O: Ops, M: core::borrow::Borrow<Member>>(
+    arena: &mut [f32],
+    regs: &mut Registers,
+    math: MathProfile,
+    (first, count, n_elems): (usize, usize, usize),
+    member: impl Fn(usize) -> Result<M, ExecError>,
+) -> Result<(), ExecError> {
+    let bad = |k: usize| ExecError::Inconsistent {
+        instr: u32::try_from(k).unwrap_or(u32::MAX),
+    };
     let mut start = 0usize;
     while start < n_elems {
         // (`TILE_ELEMS` is 0 without feature `fusion`, where no chain gets here.)
@@ -170,14 +208,8 @@ fn run_chain<O: Ops>(
         let mut splat: [Option<f32>; MAX_REGISTERS] = [None; MAX_REGISTERS];
         for i in 0..count {
             let k = first.saturating_add(i);
-            let decoded;
-            let m = match cache.get(i) {
-                Some(Some(m)) => m,
-                _ => {
-                    decoded = member(i)?;
-                    &decoded
-                }
-            };
+            let held = member(i)?;
+            let m: &Member = held.borrow();
             // A member the catalog's elementwise kernels do not run reads its registers as
             // tiles: write out the values it reads.
             // (Tested only for a member that reads a splat: the test dispatches into the

@@ -341,7 +341,14 @@ proptest! {
 #[test]
 fn sgd_matmul_benchmark_shapes_match_reference() {
     let val = |i: usize, s: usize| ((i * 2_654_435_761 + s) % 4001) as f32 / 1000.0 - 2.0;
-    for (k, m, n) in [(32, 64, 32), (32, 32, 10), (1, 2, 16), (1, 16, 16), (1, 16, 1), (5, 24, 7)] {
+    for (k, m, n) in [
+        (32, 64, 32),
+        (32, 32, 10),
+        (1, 2, 16),
+        (1, 16, 16),
+        (1, 16, 1),
+        (5, 24, 7),
+    ] {
         let w: Vec<f32> = (0..m * n).map(|i| val(i, 1)).collect();
         let a: Vec<f32> = (0..k * m).map(|i| val(i, 2)).collect();
         let b: Vec<f32> = (0..k * n).map(|i| val(i, 3)).collect();
