@@ -30,8 +30,10 @@ pub(crate) const TILE_ELEMS: usize = match (
 
 /// Whether [`run_chain`] decodes the members of a chain of several tiles once: with
 /// 1024-element tiles (hosts, wasm, and firmware built with the catalog, whose register tiles
-/// take 16 KiB already; the cache takes about 3 KiB of stack), not with 16-element ones.
-const CACHE_MEMBERS: bool = TILE_ELEMS >= 1024;
+/// take 16 KiB already; the cache takes about 3 KiB of stack), not with 16-element ones (the
+/// conditions of [`TILE_ELEMS`]'s 1024).
+const CACHE_MEMBERS: bool =
+    cfg!(feature = "fusion") && (cfg!(feature = "catalog") || cfg!(target_arch = "wasm32"));
 
 /// Members [`run_chain`] decodes once per chain instead of once per tile: every member of the
 /// longest chain where [`CACHE_MEMBERS`], none elsewhere.

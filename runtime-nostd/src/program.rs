@@ -160,6 +160,8 @@ pub struct Program<'a> {
     /// [`crate::Session::decode_with_inputs`] named them (the first `n_bound`).
     pub(crate) bound: [BoundInput; MAX_BOUND_INPUTS],
     pub(crate) n_bound: usize,
+    /// Whether the entry is guarded (`exec::guarded`), asked once when it is decoded.
+    pub(crate) guarded: bool,
 }
 
 /// The most inputs one [`Program`] reads from the caller's memory

@@ -8,7 +8,7 @@ use tapeplan_core::format::{BindingKind, MAX_REGISTERS};
 use tapeplan_core::{BuildOps, Opcode, Ops};
 
 use crate::error::ExecError;
-use crate::exec::{run_entry, Bound, BoundInputs, Records};
+use crate::exec::{guarded, run_entry, Bound, BoundInputs, Records};
 use crate::fused::{Registers, TILE_ELEMS};
 use crate::plan::{Binding, EntryId, Plan};
 use crate::program::{decode_instr, mark_bound, BoundInput, Decoded, Program, MAX_BOUND_INPUTS};
@@ -344,6 +344,7 @@ impl<'p, 'a, O: Ops> Session<'p, 'a, O> {
             instrs: self.decode_into(entry, buf)?,
             bound: [BoundInput::default(); MAX_BOUND_INPUTS],
             n_bound: 0,
+            guarded: guarded(self.plan, entry),
         })
     }
 
@@ -432,6 +433,7 @@ impl<'p, 'a, O: Ops> Session<'p, 'a, O> {
             instrs,
             bound,
             n_bound,
+            guarded: guarded(self.plan, entry),
         })
     }
 
@@ -500,6 +502,7 @@ impl<'p, 'a, O: Ops> Session<'p, 'a, O> {
             &mut self.regs,
             program.instrs,
             program.entry,
+            program.guarded,
         )
     }
 
@@ -549,7 +552,14 @@ impl<'p, 'a, O: Ops> Session<'p, 'a, O> {
                 copied: Cell::new(0),
             },
         };
-        run_entry::<O, _>(self.plan, self.arena, &mut self.regs, &src, program.entry)
+        run_entry::<O, _>(
+            self.plan,
+            self.arena,
+            &mut self.regs,
+            &src,
+            program.entry,
+            program.guarded,
+        )
     }
 
     /// Runs an entry's instructions in order, each with the kernel catalog's entry for it
@@ -572,13 +582,22 @@ impl<'p, 'a, O: Ops> Session<'p, 'a, O> {
         #[cfg(feature = "decoded-run")]
         if !self.decoded.is_empty() {
             let instrs = self.decoded.get(range).ok_or(ExecError::ForeignDecoding)?;
-            return run_entry::<O, _>(self.plan, self.arena, &mut self.regs, instrs, entry);
+            let guarded = guarded(self.plan, entry);
+            return run_entry::<O, _>(
+                self.plan,
+                self.arena,
+                &mut self.regs,
+                instrs,
+                entry,
+                guarded,
+            );
         }
         let src = Records {
             plan: self.plan,
             range,
         };
-        run_entry::<O, _>(self.plan, self.arena, &mut self.regs, &src, entry)
+        let guarded = guarded(self.plan, entry);
+        run_entry::<O, _>(self.plan, self.arena, &mut self.regs, &src, entry, guarded)
     }
 
     fn entry_range(&self, entry: EntryId) -> Result<Range<usize>, ExecError> {

@@ -15,8 +15,9 @@
 //!    call per step). Both read the same files; each compiles and warms up before it says
 //!    `ready`.
 //! 4. Runs the rounds: in each, every workload is trained from its initial parameters by every
-//!    system in turn (the order rotating from round to round), one system at a time; each
-//!    answers its time per step and its check figures.
+//!    system in turn (the order rotating from round to round), one system at a time, twice:
+//!    a warm-up run whose figures are dropped, then the one that counts, which answers its
+//!    time per step and its check figures.
 //! 5. Prints the ratio table (tapeplan ÷ each peer, the median over rounds of each round's
 //!    ratio) and each system's check figures, and fails when a peer's figures disagree with
 //!    tapeplan's beyond [`LOSS_RTOL`] / [`accuracy_atol`]: the systems must have computed the
@@ -167,6 +168,14 @@ pub(crate) fn verb_peers(ctx: &Ctx, args: &[String]) -> Result<()> {
                 } else {
                     &mut python
                 };
+                // A warm-up run of the same workload and system first, its figures dropped:
+                // the timed run then starts from warm caches and predictors, whatever ran
+                // before it. Without it a short run after another workload carried scattered
+                // stalls of 100-250 us in some of its steps (W1's 450 steps of ~12 us:
+                // 17-28 us per step on average instead of ~11; docs/benchmarks.md, "Small
+                // products and fused-chain overhead"), and the rotation put one system first
+                // after a switch in four rounds of five. Every system gets the same.
+                worker.run(w, system)?;
                 let f = worker.run(w, system)?;
                 results.entry((w, system)).or_default().push(f);
             }
