@@ -295,7 +295,8 @@ impl Source for [Decoded] {
 /// The run loop: runs an entry's instructions (from `src`) in order over `arena`, each chain of
 /// fused instructions as one (out of line, in [`fused::run_chain_at`], so that the chain code
 /// does not crowd the per-instruction path: W3-unfused simd, about 0.98 -> 0.93 us per step),
-/// then commits a guarded entry.
+/// then commits a guarded entry (`known_guarded`, or [`guarded`] asked after the loop when it
+/// is `None`).
 ///
 /// # Errors
 /// [`ExecError::ArenaTooSmall`] when `arena` is shorter than the plan's; what an instruction or
@@ -307,7 +308,7 @@ pub(crate) fn run_entry<O: Ops, S: Source + ?Sized>(
     regs: &mut Registers,
     src: &S,
     entry: EntryId,
-    guarded: bool,
+    known_guarded: Option<bool>,
 ) -> Result<(), ExecError> {
     let arena = arena
         .get_mut(..plan.arena_elems())
@@ -326,7 +327,9 @@ pub(crate) fn run_entry<O: Ops, S: Source + ?Sized>(
         }
     }
     src.finish(arena)?;
-    if guarded {
+    // Asked here, after the loop, when the caller does not know (`Session::run`: a firmware's
+    // code stays as it was).
+    if known_guarded.unwrap_or_else(|| guarded(plan, entry)) {
         commit(plan, arena, entry)
     } else {
         Ok(())
@@ -336,9 +339,10 @@ pub(crate) fn run_entry<O: Ops, S: Source + ?Sized>(
 /// Whether `entry` is guarded (its updates live in scratch, committed by [`commit`] only when
 /// every output and update is finite); an entry with in-place updates (or none) has nothing to
 /// commit. The validator's test: an update in the scratch region is guarded (and then all
-/// are). Read from the raw records (no names, no shapes). [`run_entry`]'s callers ask it once
-/// per run, or once per decoded [`crate::Program`]: on W3's 1.4 µs steps the scan of every
-/// binding after each run took 5 % of the step.
+/// are). Read from the raw records (no names, no shapes). A decoded [`crate::Program`] asks
+/// once, when it is decoded, and hands [`run_entry`] the answer: on W3's 1.4 µs steps the scan
+/// of every binding after each run took 5 % of the step. `Session::run` lets [`run_entry`] ask
+/// after each run.
 pub(crate) fn guarded(plan: &Plan<'_>, entry: EntryId) -> bool {
     (0..plan.n_bindings()).any(|b| {
         plan.binding_record(b).is_some_and(|r| {

@@ -502,7 +502,7 @@ impl<'p, 'a, O: Ops> Session<'p, 'a, O> {
             &mut self.regs,
             program.instrs,
             program.entry,
-            program.guarded,
+            Some(program.guarded),
         )
     }
 
@@ -558,7 +558,7 @@ impl<'p, 'a, O: Ops> Session<'p, 'a, O> {
             &mut self.regs,
             &src,
             program.entry,
-            program.guarded,
+            Some(program.guarded),
         )
     }
 
@@ -582,22 +582,13 @@ impl<'p, 'a, O: Ops> Session<'p, 'a, O> {
         #[cfg(feature = "decoded-run")]
         if !self.decoded.is_empty() {
             let instrs = self.decoded.get(range).ok_or(ExecError::ForeignDecoding)?;
-            let guarded = guarded(self.plan, entry);
-            return run_entry::<O, _>(
-                self.plan,
-                self.arena,
-                &mut self.regs,
-                instrs,
-                entry,
-                guarded,
-            );
+            return run_entry::<O, _>(self.plan, self.arena, &mut self.regs, instrs, entry, None);
         }
         let src = Records {
             plan: self.plan,
             range,
         };
-        let guarded = guarded(self.plan, entry);
-        run_entry::<O, _>(self.plan, self.arena, &mut self.regs, &src, entry, guarded)
+        run_entry::<O, _>(self.plan, self.arena, &mut self.regs, &src, entry, None)
     }
 
     fn entry_range(&self, entry: EntryId) -> Result<Range<usize>, ExecError> {
