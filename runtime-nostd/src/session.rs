@@ -15,6 +15,10 @@ use crate::program::{decode_instr, mark_bound, BoundInput, Decoded, Program, MAX
 #[cfg(feature = "decoded-run")]
 use crate::program::{DecodedPlan, PlanIdentity};
 
+/// How many entries' guard answers a session with a decoded plan keeps (the bits of a `u64`).
+#[cfg(feature = "decoded-run")]
+const GUARD_BITS: usize = 64;
+
 /// A plan bound to an arena the caller owns: load parameters, set inputs, run entries, read
 /// outputs. Nothing is allocated; every read and write stays inside `arena[..arena_elems]`.
 ///
@@ -36,6 +40,11 @@ pub struct Session<'p, 'a, O: Ops = BuildOps> {
     /// Every instruction of the plan, decoded ([`Session::with_decoded`]); empty: [`Session::run`]
     /// reads the records.
     decoded: &'a [Decoded],
+    #[cfg(feature = "decoded-run")]
+    /// Whether each of the plan's first 64 entries is guarded (bit `e` for entry `e`), asked
+    /// once in [`Session::with_decoded`] so that [`Session::run`] does not scan the binding
+    /// records after every run, as [`Session::run_program`] does not; later entries ask.
+    guarded_entries: u64,
     ops: PhantomData<O>,
 }
 
@@ -75,6 +84,8 @@ impl<'p, 'a> Session<'p, 'a> {
             regs: [[0.0; TILE_ELEMS]; MAX_REGISTERS],
             #[cfg(feature = "decoded-run")]
             decoded: &[],
+            #[cfg(feature = "decoded-run")]
+            guarded_entries: 0,
             ops: PhantomData,
         })
     }
@@ -477,6 +488,12 @@ impl<'p, 'a, O: Ops> Session<'p, 'a, O> {
             return Err(ExecError::ForeignDecoding);
         }
         self.decoded = decoded.instrs;
+        self.guarded_entries = self
+            .plan
+            .entries()
+            .take(GUARD_BITS)
+            .filter(|&e| guarded(self.plan, e))
+            .fold(0, |mask, e| mask | 1u64.checked_shl(e.0).unwrap_or(0));
         Ok(self)
     }
 
@@ -582,7 +599,14 @@ impl<'p, 'a, O: Ops> Session<'p, 'a, O> {
         #[cfg(feature = "decoded-run")]
         if !self.decoded.is_empty() {
             let instrs = self.decoded.get(range).ok_or(ExecError::ForeignDecoding)?;
-            return run_entry::<O, _>(self.plan, self.arena, &mut self.regs, instrs, entry, None);
+            let known = usize::try_from(entry.0)
+                .is_ok_and(|e| e < GUARD_BITS)
+                .then(|| {
+                    self.guarded_entries
+                        .checked_shr(entry.0)
+                        .is_some_and(|bits| bits & 1 == 1)
+                });
+            return run_entry::<O, _>(self.plan, self.arena, &mut self.regs, instrs, entry, known);
         }
         let src = Records {
             plan: self.plan,

@@ -47,7 +47,9 @@ fn agree(b: &Builder, init: &[f32]) {
     for e in plan.entries() {
         let mut want = init.to_vec();
         let seq = run_entry(b, e.index(), &mut want);
-        for way in 0..3 {
+        // Ways: `run`, `run_program`, `run` of the unfused copy, `run` with the whole plan
+        // decoded and attached (`with_decoded`: the guard asked once, when attached).
+        for way in 0..4 {
             let (p, size) = if way == 2 {
                 (&plain_plan, plain_plan.arena_elems())
             } else {
@@ -57,10 +59,14 @@ fn agree(b: &Builder, init: &[f32]) {
             arena.resize(size, 0.0);
             arena.extend(std::iter::repeat_n(SENTINEL, PAD));
             let mut s = Session::bind(p, &mut arena).unwrap();
+            let mut all = vec![Decoded::EMPTY; p.n_instrs()];
             let got = if way == 1 {
                 let mut buf = vec![Decoded::EMPTY; p.entry_instrs(e).unwrap()];
                 let p = s.decode(e, &mut buf).unwrap();
                 s.run_program(&p)
+            } else if way == 3 {
+                let decoded = s.decode_all(&mut all).unwrap();
+                s.with_decoded(decoded).unwrap().run(e)
             } else {
                 s.run(e)
             };
