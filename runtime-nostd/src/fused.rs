@@ -98,7 +98,7 @@ impl Member {
             elems: d.out.dims.elems,
             out: loc(&d.out),
             args,
-            from: d.args[0].map_or(Dims::EMPTY, |a| a.dims),
+            from: d.args[0].as_ref().map_or(Dims::EMPTY, |a| a.dims),
             to: d.out.dims,
         }
     }

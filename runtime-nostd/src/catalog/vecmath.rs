@@ -203,12 +203,13 @@ pub(crate) fn tanhf(x: V) -> V {
     let above_quarter = a.simd_gt(bits(0x3e82c578));
     // One `expm1f` per lane: of `2|x|` above `log(5/3)/2`, else of `-2|x|`.
     let t = expm1f(above_quarter.select(splat(2.0) * a, splat(-2.0) * a));
-    let big = splat(1.0) - splat(2.0) / (t + splat(2.0));
-    let mid = t / (t + splat(2.0));
-    let small = -t / (t + splat(2.0));
-    let tt = a
-        .simd_gt(bits(0x3f0c9f54))
-        .select(big, above_quarter.select(mid, small));
+    // One division for the three branches, `n / (t + 2)`: `n = 2` above `log(3)/2` (then
+    // `1 - 2/(t + 2)`), `t` above `log(5/3)/2` (`t/(t + 2)`), else `-t` (`-t/(t + 2)`), each
+    // lane the scalar's own operations (the divider's latency bounded a step of W1).
+    let above_half = a.simd_gt(bits(0x3f0c9f54));
+    let n = above_half.select(splat(2.0), above_quarter.select(t, -t));
+    let q = n / (t + splat(2.0));
+    let tt = above_half.select(splat(1.0) - q, q);
     // `|x| > 10`: `1 + 0/|x| = 1`; subnormal or zero: `|x|`.
     let tt = a.simd_gt(splat(10.0)).select(splat(1.0), tt);
     let tt = a.simd_lt(bits(0x0080_0000)).select(a, tt);
