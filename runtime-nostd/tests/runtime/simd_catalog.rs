@@ -337,7 +337,8 @@ proptest! {
 }
 
 /// The weight updates of W1 (`[64, 32]` and `[32, 10]` over a batch of 32) and W3 (batch 1)
-/// through the catalog's tiles (four rows by two vectors, eight rows by one), bit for bit.
+/// through the catalog's tiles (eight rows, then four, then one, by one vector; whole vectors
+/// and partial ones), bit for bit.
 #[test]
 fn sgd_matmul_benchmark_shapes_match_reference() {
     let val = |i: usize, s: usize| ((i * 2_654_435_761 + s) % 4001) as f32 / 1000.0 - 2.0;
