@@ -153,6 +153,10 @@ pub(crate) mod ops {
         let zero_times_inf = p.is_nan() & !(a.is_nan() | b.is_nan());
         zero_times_inf.select((a ^ b) & splat(-0.0), p)
     });
+    // `Mul` where one operand is a finite nonzero constant ([`super::mul`]): the product is then
+    // never `0 · inf`, and the plain IEEE product is `mul::scalar`'s in every lane.
+    #[cfg(feature = "simd")]
+    bin!(MulByFinite, mul::scalar, |a, b| a * b);
     bin!(Div, div::scalar, |a, b| a / b);
     // Masks: ordered comparisons (false when either side is NaN), as in the scalar code.
     bin!(Equal, equal::scalar, |a, b| a
@@ -207,6 +211,19 @@ pub(crate) fn unary<O: UnOp>(op: O, a: Src<'_>, out: &mut [f32]) {
 
 /// `out[i] = op(a[i], b[i])`, each argument its own buffer or the output itself.
 #[inline(always)]
+/// `mul` over `out` ([`ops::Mul`]); with `simd`, by a finite nonzero constant (a `Splat`: Adam's
+/// and SGD's `β`s and learning rates) without `Mul`'s lane test for `0 · inf`, which such a
+/// product never is (the bits are the same; the test cost about as much as the product).
+pub(crate) fn mul(a: Src<'_>, b: Src<'_>, out: &mut [f32]) {
+    #[cfg(feature = "simd")]
+    if let (Src::Splat(c), _) | (_, Src::Splat(c)) = (a, b) {
+        if c.is_finite() && c != 0.0 {
+            return binary(ops::MulByFinite, a, b, out);
+        }
+    }
+    binary(ops::Mul, a, b, out)
+}
+
 pub(crate) fn binary<O: BinOp>(op: O, a: Src<'_>, b: Src<'_>, out: &mut [f32]) {
     match (a, b) {
         (Src::Buf(x), Src::Buf(y)) => bin_bufs(op, x, y, out),

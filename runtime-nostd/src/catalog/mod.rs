@@ -336,7 +336,7 @@ pub(crate) fn elementwise<O: Ops>(
     match op {
         Opcode::Add if on!(Add) => lanes::binary(Add, a, b, out),
         Opcode::Sub if on!(Sub) => lanes::binary(Sub, a, b, out),
-        Opcode::Mul if on!(Mul) => lanes::binary(Mul, a, b, out),
+        Opcode::Mul if on!(Mul) => lanes::mul(a, b, out),
         Opcode::Div if on!(Div) => lanes::binary(Div, a, b, out),
         Opcode::Equal if on!(Equal) => lanes::binary(Equal, a, b, out),
         Opcode::Greater if on!(Greater) => lanes::binary(Greater, a, b, out),
@@ -1153,6 +1153,71 @@ mod tests {
 
     fn d(s: &[usize]) -> Dims {
         Dims::of(Shape::new(s).unwrap())
+    }
+
+    /// `mul` by a constant (`Src::Splat`, either side, over a buffer or in place) gives
+    /// `mul::scalar`'s bits for every constant and operand: zeros, infinities and NaNs (the
+    /// lane test for `0 · inf`), and finite nonzero constants (the plain product).
+    #[test]
+    fn mul_by_a_constant_gives_the_scalar_bits() {
+        use tapeplan_core::ops::mul;
+        let specials = [
+            0.0f32,
+            -0.0,
+            1.0,
+            -0.1,
+            0.999,
+            3.0e38,
+            f32::MIN_POSITIVE,
+            f32::from_bits(1),
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -f32::NAN,
+            f32::MAX,
+            -2.5e-39,
+        ];
+        // Lanes past a whole vector too: the scalar tail.
+        let mut x = [0.0f32; 37];
+        for (v, &s) in x.iter_mut().zip(specials.iter().cycle()) {
+            *v = s;
+        }
+        for &c in &specials {
+            for splat_first in [false, true] {
+                let want = x.map(|v| {
+                    let p = if splat_first {
+                        mul::scalar(c, v)
+                    } else {
+                        mul::scalar(v, c)
+                    };
+                    p.to_bits()
+                });
+                let (a, b) = if splat_first {
+                    (Src::Splat(c), Src::Buf(&x))
+                } else {
+                    (Src::Buf(&x), Src::Splat(c))
+                };
+                let mut out = [7.0f32; 37];
+                lanes::mul(a, b, &mut out);
+                assert_eq!(
+                    out.map(f32::to_bits),
+                    want,
+                    "buffer, constant {c:?}, first {splat_first}"
+                );
+                let mut out = x;
+                let (a, b) = if splat_first {
+                    (Src::Splat(c), Src::Out)
+                } else {
+                    (Src::Out, Src::Splat(c))
+                };
+                lanes::mul(a, b, &mut out);
+                assert_eq!(
+                    out.map(f32::to_bits),
+                    want,
+                    "in place, constant {c:?}, first {splat_first}"
+                );
+            }
+        }
     }
 
     #[test]
