@@ -1023,10 +1023,11 @@ fn tile_partial<S: Step, const R: usize, const LOAD: bool, const AT: bool>(
 /// # Arithmetic order
 /// `tapeplan_core::ops::sgd_matmul::kernel`'s: each `g` starts at `+0.0` and takes the step `S`
 /// (the plan's arithmetic profile) over `p = 0, 1, …, k − 1` in increasing order; then the
-/// update is the reference's own `mul::scalar` and `sub::scalar`, lane by lane. Lanes are
-/// distinct `j`s and a register tile holds eight rows `i` (then four, then one: columns of
-/// `a`, contiguous in each row `p` of `a`), never distinct `p`s. The last columns of a row run as one vector
-/// whose unused lanes are computed on zeros and never stored.
+/// update is the reference's own `mul::scalar` (for a finite nonzero rate, the plain product:
+/// the same bits) and `sub::scalar`, lane by lane. Lanes are distinct `j`s and a register tile
+/// holds eight rows `i` (then four, then one: columns of `a`, contiguous in each row `p` of
+/// `a`), never distinct `p`s. The last columns of a row run as one vector whose unused lanes
+/// are computed on zeros and never stored.
 #[cfg(feature = "simd")]
 pub(crate) fn sgd_matmul<S: Step>(
     w: &mut [f32],
@@ -1066,6 +1067,9 @@ fn sgd_rows<S: Step, const R: usize>(
     lr: f32,
 ) {
     use tapeplan_core::ops::{mul, sub};
+    // A finite nonzero rate (every real one): `g · lr` is never `0 · inf`, so the plain
+    // product is `mul::scalar`'s (as `ops::MulByFinite`).
+    let plain = lr.is_finite() && lr != 0.0;
     let mut j = 0;
     while j < n {
         let width = (n - j).min(L);
@@ -1100,8 +1104,14 @@ fn sgd_rows<S: Step, const R: usize>(
         for (r, s) in acc.iter().enumerate() {
             let at = (i + r) * n + j;
             if let (Some(dst), Some(g)) = (w.get_mut(at..at + width), s.as_array().get(..width)) {
-                for (o, &g) in dst.iter_mut().zip(g) {
-                    *o = sub::scalar(*o, mul::scalar(g, lr));
+                if plain {
+                    for (o, &g) in dst.iter_mut().zip(g) {
+                        *o = sub::scalar(*o, g * lr);
+                    }
+                } else {
+                    for (o, &g) in dst.iter_mut().zip(g) {
+                        *o = sub::scalar(*o, mul::scalar(g, lr));
+                    }
                 }
             }
         }
