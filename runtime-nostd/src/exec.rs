@@ -526,8 +526,14 @@ fn execute<O: Ops, I: Inputs>(
                 }
             }
         }
+        // Asked only of the convolutions: passing `attr` to it copies it through the stack, a
+        // copy that stalled a store forward (16 % of `run_program`'s own time on W3's step).
         if cfg!(feature = "simd")
             && disjoint
+            && matches!(
+                op,
+                Opcode::Conv | Opcode::ConvTranspose | Opcode::ConvWeightGrad
+            )
             && catalog::convolution::<O>(
                 op,
                 attr,
