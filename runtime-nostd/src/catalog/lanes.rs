@@ -615,6 +615,11 @@ pub(crate) fn matmul_nt<S: Step>(
     if empty(out, m, k, n) {
         return;
     }
+    // One step `p` (`k = 1`, as in W3's batch-of-one gradients): `b: [n, 1]` is its own
+    // transpose `[1, n]`, contiguous, and runs as [`matmul`]'s tiles without a panel.
+    if k == 1 {
+        return matmul_with::<S>(a, b, out, m, k, n);
+    }
     // A whole `bᵀ` that fits [`SMALL_PACK_ELEMS`] takes the smaller panel: the panel is zeroed
     // on every call, which costs more than the product on tiny steps (W3).
     if k.saturating_mul(n) <= SMALL_PACK_ELEMS {
