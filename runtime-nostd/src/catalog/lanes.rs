@@ -209,11 +209,10 @@ pub(crate) fn unary<O: UnOp>(op: O, a: Src<'_>, out: &mut [f32]) {
     }
 }
 
-/// `out[i] = op(a[i], b[i])`, each argument its own buffer or the output itself.
-#[inline(always)]
 /// `mul` over `out` ([`ops::Mul`]); with `simd`, by a finite nonzero constant (a `Splat`: Adam's
 /// and SGD's `β`s and learning rates) without `Mul`'s lane test for `0 · inf`, which such a
 /// product never is (the bits are the same; the test cost about as much as the product).
+#[inline(always)]
 pub(crate) fn mul(a: Src<'_>, b: Src<'_>, out: &mut [f32]) {
     #[cfg(feature = "simd")]
     if let (Src::Splat(c), _) | (_, Src::Splat(c)) = (a, b) {
@@ -224,6 +223,8 @@ pub(crate) fn mul(a: Src<'_>, b: Src<'_>, out: &mut [f32]) {
     binary(ops::Mul, a, b, out)
 }
 
+/// `out[i] = op(a[i], b[i])`, each argument its own buffer or the output itself.
+#[inline(always)]
 pub(crate) fn binary<O: BinOp>(op: O, a: Src<'_>, b: Src<'_>, out: &mut [f32]) {
     match (a, b) {
         (Src::Buf(x), Src::Buf(y)) => bin_bufs(op, x, y, out),
