@@ -119,11 +119,20 @@ pub(crate) fn run_chain_at<O: Ops, S: Source + ?Sized>(
     let first = src.get(i).ok_or(ExecError::Inconsistent {
         instr: u32::try_from(i).unwrap_or(u32::MAX),
     })?;
-    let mut last = i;
-    while src.get(last).is_some_and(|x| src.fuse_next(x))
-        && src.get(last.saturating_add(1)).is_some()
-    {
-        last = last.saturating_add(1);
+    let last = chain_last(src, i);
+    // Adam's three chains over one tensor, in one pass (`catalog::adam`).
+    #[cfg(feature = "catalog")]
+    if last > i {
+        if let Some((at, next)) = adam_candidate(src, i, last) {
+            src.before_chain(arena, last.saturating_add(1))?;
+            src.before_chain(arena, at.c_first)?;
+            let consts = at.consts(arena).ok_or(ExecError::Inconsistent {
+                instr: u32::try_from(src.index(first)).unwrap_or(u32::MAX),
+            })?;
+            if catalog::adam::update(arena, &at.at, &consts) {
+                return Ok(next);
+            }
+        }
     }
     if last > i {
         let k = src.index(first);
@@ -137,6 +146,304 @@ pub(crate) fn run_chain_at<O: Ops, S: Source + ?Sized>(
         src.step::<O>(plan, arena, first)?;
     }
     Ok(last.saturating_add(1))
+}
+
+/// The position of the last member of the chain that starts at `i`: the first instruction from
+/// `i` on without `FUSE_NEXT`, or the entry's last.
+fn chain_last<S: Source + ?Sized>(src: &S, i: usize) -> usize {
+    let mut last = i;
+    while src.get(last).is_some_and(|x| src.fuse_next(x))
+        && src.get(last.saturating_add(1)).is_some()
+    {
+        last = last.saturating_add(1);
+    }
+    last
+}
+
+/// [`adam_at`], asked only of a chain that starts with a `fill` and spans a few vectors (at
+/// least [`ADAM_MIN_ELEMS`]): W3's one- to sixteen-element chains never ask, and firmware
+/// (without the catalog) has no such pass.
+#[cfg(feature = "catalog")]
+fn adam_candidate<S: Source + ?Sized>(
+    src: &S,
+    i: usize,
+    last: usize,
+) -> Option<(AdamChains, usize)> {
+    let first = src.member(src.get(i)?).ok()?;
+    if first.op != Opcode::Fill || first.elems < ADAM_MIN_ELEMS {
+        return None;
+    }
+    adam_at(src, i, last)
+}
+
+/// The fewest elements of a tensor whose Adam update [`run_chain_at`] runs in one pass: four
+/// AVX-512 vectors. Below it the chains run as they are (the test costs a few member decodes).
+#[cfg(feature = "catalog")]
+pub(crate) const ADAM_MIN_ELEMS: usize = 64;
+
+/// How many of `entry`'s Adam updates [`run_chain_at`] runs in one pass (`catalog::adam`);
+/// 0 for an unknown entry.
+#[cfg(feature = "catalog")]
+pub(crate) fn one_pass_adam_updates(plan: &Plan<'_>, entry: crate::plan::EntryId) -> usize {
+    let Some(range) = plan.entry_range(entry) else {
+        return 0;
+    };
+    let src = crate::exec::Records { plan, range };
+    let (mut i, mut count) = (0usize, 0usize);
+    while let Some(instr) = src.get(i) {
+        if src.fuse_next(instr) {
+            let last = chain_last(&src, i);
+            match adam_candidate(&src, i, last) {
+                Some((_, next)) => {
+                    count = count.saturating_add(1);
+                    i = next;
+                }
+                None => i = last.saturating_add(1),
+            }
+        } else {
+            i = i.saturating_add(1);
+        }
+    }
+    count
+}
+
+/// A value computed by a chain, as [`adam_at`] reads it: a leaf (an arena range of the chain's
+/// length, a `fill`'s constant, a broadcast arena scalar) or an operation on earlier values
+/// (indices into [`Chain::nodes`]).
+#[cfg(feature = "catalog")]
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Node {
+    Arena(usize),
+    Fill(f32),
+    Scalar(usize),
+    Unary(Opcode, usize),
+    Binary(Opcode, usize, usize),
+}
+
+/// One chain read symbolically: its values and the one it writes to the arena.
+#[cfg(feature = "catalog")]
+struct Chain {
+    nodes: [Node; MAX_CHAIN_INSTRS * 3],
+    len: usize,
+    /// The arena offset its last member writes, and that value's node.
+    out: (usize, usize),
+}
+
+#[cfg(feature = "catalog")]
+impl Chain {
+    /// The chain of members `first..=last` of `src`, every member `n` elements of `fill`,
+    /// scalar `broadcast`, `add`, `sub`, `mul`, `div` or `sqrt`, its last member (only)
+    /// writing the arena; `None` for any other chain.
+    fn read<S: Source + ?Sized>(src: &S, first: usize, last: usize, n: usize) -> Option<Chain> {
+        let mut c = Chain {
+            nodes: [Node::Fill(0.0); MAX_CHAIN_INSTRS * 3],
+            len: 0,
+            out: (0, 0),
+        };
+        let mut regs: [Option<usize>; MAX_REGISTERS] = [None; MAX_REGISTERS];
+        if last < first || last.saturating_sub(first) >= MAX_CHAIN_INSTRS {
+            return None;
+        }
+        for j in first..=last {
+            let m = src.member(src.get(j)?).ok()?;
+            if m.elems != n {
+                return None;
+            }
+            let arg = |c: &mut Chain, l: Loc| match l {
+                Loc::Register(x) => regs.get(x).copied().flatten(),
+                Loc::Arena(o) => c.push(Node::Arena(o)),
+            };
+            let node = match m.op {
+                Opcode::Fill => Node::Fill(m.attr.scalar()),
+                Opcode::Broadcast if m.from.elems == 1 => match m.args[0] {
+                    Loc::Arena(o) => Node::Scalar(o),
+                    Loc::Register(_) => return None,
+                },
+                Opcode::Sqrt => Node::Unary(m.op, arg(&mut c, m.args[0])?),
+                Opcode::Add | Opcode::Sub | Opcode::Mul | Opcode::Div => {
+                    let a = arg(&mut c, m.args[0])?;
+                    Node::Binary(m.op, a, arg(&mut c, m.args[1])?)
+                }
+                _ => return None,
+            };
+            let node = c.push(node)?;
+            match m.out {
+                Loc::Register(r) => *regs.get_mut(r)? = Some(node),
+                Loc::Arena(o) if j == last => c.out = (o, node),
+                Loc::Arena(_) => return None,
+            }
+        }
+        matches!(src.get(last).map(|x| src.fuse_next(x)), Some(false)).then_some(c)
+    }
+
+    fn push(&mut self, node: Node) -> Option<usize> {
+        let at = self.len;
+        *self.nodes.get_mut(at)? = node;
+        self.len = at.saturating_add(1);
+        Some(at)
+    }
+
+    fn node(&self, i: usize) -> Option<Node> {
+        self.nodes.get(i).copied()
+    }
+
+    /// The arguments of node `i` when it is the binary operation `op`.
+    fn binary(&self, i: usize, op: Opcode) -> Option<(usize, usize)> {
+        match self.node(i)? {
+            Node::Binary(o, a, b) if o == op => Some((a, b)),
+            _ => None,
+        }
+    }
+
+    fn arena(&self, i: usize) -> Option<usize> {
+        match self.node(i)? {
+            Node::Arena(o) => Some(o),
+            _ => None,
+        }
+    }
+
+    fn fill(&self, i: usize) -> Option<f32> {
+        match self.node(i)? {
+            Node::Fill(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    fn scalar(&self, i: usize) -> Option<usize> {
+        match self.node(i)? {
+            Node::Scalar(o) => Some(o),
+            _ => None,
+        }
+    }
+
+    /// `x · k`, `x` an arena range and `k` a `fill`: `(x, k)`.
+    fn times_fill(&self, i: usize) -> Option<(usize, f32)> {
+        let (x, k) = self.binary(i, Opcode::Mul)?;
+        Some((self.arena(x)?, self.fill(k)?))
+    }
+}
+
+/// Adam's three chains over one tensor as [`adam_at`] found them.
+#[cfg(feature = "catalog")]
+struct AdamChains {
+    at: catalog::adam::AdamAt,
+    beta1: f32,
+    c1: f32,
+    beta2: f32,
+    c2: f32,
+    eps: f32,
+    /// The arena offsets of the scalars `s1` and `s2`.
+    s1: usize,
+    s2: usize,
+    /// The position of the third chain's first member.
+    c_first: usize,
+}
+
+#[cfg(feature = "catalog")]
+impl AdamChains {
+    /// The constants, the scalars read from `arena` as the chains' broadcasts would read them.
+    fn consts(&self, arena: &[f32]) -> Option<catalog::adam::AdamConsts> {
+        Some(catalog::adam::AdamConsts {
+            beta1: self.beta1,
+            c1: self.c1,
+            beta2: self.beta2,
+            c2: self.c2,
+            eps: self.eps,
+            s1: *arena.get(self.s1)?,
+            s2: *arena.get(self.s2)?,
+        })
+    }
+}
+
+/// Whether the chain `i..=last` and the two after it are Adam's update of one tensor (the form
+/// `tapeplan_planner`'s Adam records, operand order included; see `catalog::adam`), with
+/// ranges that one pass may read and write (every pair equal or disjoint; each written range
+/// meets no other range but the one it replaces, the scalars none): the update and the
+/// position after the third chain. `None` for anything else, which runs chain by chain.
+#[cfg(feature = "catalog")]
+fn adam_at<S: Source + ?Sized>(src: &S, i: usize, last: usize) -> Option<(AdamChains, usize)> {
+    let n = src.member(src.get(i)?).ok()?.elems;
+    let b_first = last.checked_add(1)?;
+    let b_last = chain_last(src, b_first);
+    let c_first = b_last.checked_add(1)?;
+    let c_last = chain_last(src, c_first);
+    if b_last == b_first || c_last == c_first {
+        return None;
+    }
+    // m' = m · β₁ + g · c1
+    let a = Chain::read(src, i, last, n)?;
+    let (x, y) = a.binary(a.out.1, Opcode::Add)?;
+    let ((m, beta1), (g, c1)) = (a.times_fill(x)?, a.times_fill(y)?);
+    // v' = v · β₂ + (g · g) · c2
+    let b = Chain::read(src, b_first, b_last, n)?;
+    let (x, y) = b.binary(b.out.1, Opcode::Add)?;
+    let (v, beta2) = b.times_fill(x)?;
+    let (gg, k) = b.binary(y, Opcode::Mul)?;
+    let (g1, g2) = b.binary(gg, Opcode::Mul)?;
+    let c2 = b.fill(k)?;
+    if b.arena(g1)? != g || b.arena(g2)? != g {
+        return None;
+    }
+    // p' = p − s1 · (m' / (√v' / s2 + ε))
+    let c = Chain::read(src, c_first, c_last, n)?;
+    let (p, x) = c.binary(c.out.1, Opcode::Sub)?;
+    let p = c.arena(p)?;
+    let (s1, q) = c.binary(x, Opcode::Mul)?;
+    let s1 = c.scalar(s1)?;
+    let (m_out, d) = c.binary(q, Opcode::Div)?;
+    let (r, eps) = c.binary(d, Opcode::Add)?;
+    let eps = c.fill(eps)?;
+    let (root, s2) = c.binary(r, Opcode::Div)?;
+    let s2 = c.scalar(s2)?;
+    let v_out = match c.node(root)? {
+        Node::Unary(Opcode::Sqrt, x) => c.arena(x)?,
+        _ => return None,
+    };
+    if c.arena(m_out)? != a.out.0 || v_out != b.out.0 {
+        return None;
+    }
+    let at = catalog::adam::AdamAt {
+        n,
+        m,
+        v,
+        p,
+        g,
+        m_out: a.out.0,
+        v_out: b.out.0,
+        p_out: c.out.0,
+    };
+    // The ranges the chains read, `(offset, elems)`; each written range may equal the one it
+    // replaces (`m`, `v`, `p`: the first three) and meets no other range, written or read.
+    let reads = [(m, n), (v, n), (p, n), (g, n), (s1, 1), (s2, 1)];
+    let written = [at.m_out, at.v_out, at.p_out];
+    let meets = |(a, x): (usize, usize), (b, y): (usize, usize)| {
+        a < b.saturating_add(y) && b < a.saturating_add(x)
+    };
+    for (k, &w) in written.iter().enumerate() {
+        let read_clash = reads
+            .iter()
+            .enumerate()
+            .any(|(r, &range)| !(r == k && range == (w, n)) && meets((w, n), range));
+        let write_clash = written
+            .iter()
+            .enumerate()
+            .any(|(j, &o)| j != k && meets((w, n), (o, n)));
+        if read_clash || write_clash {
+            return None;
+        }
+    }
+    let adam = AdamChains {
+        at,
+        beta1,
+        c1,
+        beta2,
+        c2,
+        eps,
+        s1,
+        s2,
+        c_first,
+    };
+    Some((adam, c_last.checked_add(1)?))
 }
 
 /// Runs a fused chain (instructions `first`, `first + 1`, … decoded as `members`) a tile at a

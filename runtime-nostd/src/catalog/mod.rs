@@ -81,6 +81,9 @@ use tapeplan_core::{ArithProfile, MathProfile, OpSet, Opcode, Ops, Shape, MAX_RA
 
 mod lanes;
 use lanes::UnOp;
+
+#[cfg(feature = "catalog")]
+pub(crate) mod adam;
 #[cfg(feature = "simd")]
 mod conv_adjoint;
 #[cfg(feature = "simd")]
@@ -391,6 +394,23 @@ pub(crate) fn elementwise<O: Ops>(
         _ => return false,
     }
     true
+}
+
+/// How many of `entry`'s Adam updates run in one pass: the three fused chains a plan records
+/// for each tensor's update (first moment, second moment, parameter) run element by element
+/// with the values in registers, the same bits as chain by chain (see the source of
+/// `catalog::adam`). An update runs so when its chains have the form the planner's Adam
+/// records, at least 64 elements, and ranges one pass may read and write; anything else runs
+/// chain by chain. 0 for an unknown entry or a plan without such chains, and in a build
+/// without feature `catalog` (whose chains all run chain by chain).
+pub fn one_pass_adam_updates(plan: &crate::Plan<'_>, entry: crate::EntryId) -> usize {
+    #[cfg(feature = "catalog")]
+    return crate::fused::one_pass_adam_updates(plan, entry);
+    #[cfg(not(feature = "catalog"))]
+    {
+        let _ = (plan, entry);
+        0
+    }
 }
 
 /// `sgd_matmul` over its weight `w` in place from the catalog (the executor's path for the

@@ -601,6 +601,186 @@ fn exact_alias_over_an_input_read_by_a_later_member() {
     agree(&b, &floats(20, 24));
 }
 
+/// How [`adam_chains`] lays out Adam's update.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum AdamLayout {
+    /// Every update over the tensor it replaces (an unguarded plan).
+    InPlace,
+    /// Every update in scratch (a guarded plan).
+    Guarded,
+    /// The first moment's product written `β₁ · m` instead of `m · β₁`: not the planner's form.
+    Swapped,
+    /// The second moment's update written over the gradient's range (dead after that chain):
+    /// valid, but a range one pass would read after writing it.
+    OverGradient,
+}
+
+/// Adam's update of one tensor of `n` elements as `tapeplan_planner` records it (three fused
+/// chains: `m' = m · β₁ + g · c1`, `v' = v · β₂ + (g · g) · c2`,
+/// `p' = p − s1 · (m' / (√v' / s2 + ε))`, `s1` and `s2` arena scalars) with the constants
+/// `k = [β₁, c1, β₂, c2, ε]`. Arena: p, m, v (persistent) at 0, `a`, `2a`; g at `3a`; s1, s2
+/// at `4a`, `4a + 4`; scratch updates from `4a + 8`.
+fn adam_chains(n: u32, layout: AdamLayout, k: [f32; 5]) -> Builder {
+    let a = n.div_ceil(4) * 4;
+    let mut b = Builder::new(7 * a + 8, 3 * a);
+    let p = b.tensor(0, &[n], P);
+    let m = b.tensor(a, &[n], P);
+    let v = b.tensor(2 * a, &[n], P);
+    let g = b.tensor(3 * a, &[n], S);
+    let s1 = b.tensor(4 * a, &[], S);
+    let s2 = b.tensor(4 * a + 4, &[], S);
+    let (m_out, v_out, p_out) = match layout {
+        AdamLayout::Guarded => (
+            b.tensor(4 * a + 8, &[n], S),
+            b.tensor(5 * a + 8, &[n], S),
+            b.tensor(6 * a + 8, &[n], S),
+        ),
+        AdamLayout::OverGradient => (
+            b.tensor(a, &[n], P),
+            b.tensor(3 * a, &[n], S),
+            b.tensor(0, &[n], P),
+        ),
+        _ => (
+            b.tensor(a, &[n], P),
+            b.tensor(2 * a, &[n], P),
+            b.tensor(0, &[n], P),
+        ),
+    };
+    let [beta1, c1, beta2, c2, eps] = k.map(f32::to_bits);
+    // Each value its own register tensor (records are defined once), in slots 0 to 2.
+    let reg = |b: &mut Builder, slot: u32| b.tensor(slot, &[n], R);
+    // m' = m · β₁ + g · c1
+    let (f0, x0) = (reg(&mut b, 0), reg(&mut b, 0));
+    b.instr(Opcode::Fill, f0, &[], beta1);
+    if layout == AdamLayout::Swapped {
+        b.instr(Opcode::Mul, x0, &[f0, m], 0);
+    } else {
+        b.instr(Opcode::Mul, x0, &[m, f0], 0);
+    }
+    let (f1, x1) = (reg(&mut b, 1), reg(&mut b, 1));
+    b.instr(Opcode::Fill, f1, &[], c1);
+    b.instr(Opcode::Mul, x1, &[g, f1], 0);
+    b.instr(Opcode::Add, m_out, &[x0, x1], 0);
+    // v' = v · β₂ + (g · g) · c2
+    let (f0, x0, x1, f2, y1) = (
+        reg(&mut b, 0),
+        reg(&mut b, 0),
+        reg(&mut b, 1),
+        reg(&mut b, 2),
+        reg(&mut b, 1),
+    );
+    b.instr(Opcode::Fill, f0, &[], beta2);
+    b.instr(Opcode::Mul, x0, &[v, f0], 0);
+    b.instr(Opcode::Mul, x1, &[g, g], 0);
+    b.instr(Opcode::Fill, f2, &[], c2);
+    b.instr(Opcode::Mul, y1, &[x1, f2], 0);
+    b.instr(Opcode::Add, v_out, &[x0, y1], 0);
+    // p' = p − s1 · (m' / (√v' / s2 + ε))
+    let [q0, b1, q1, e1, q2, q3, b2, q4] = [0, 1, 0, 1, 0, 0, 1, 0].map(|slot| reg(&mut b, slot));
+    b.instr(Opcode::Sqrt, q0, &[v_out], 0);
+    b.instr(Opcode::Broadcast, b1, &[s2], 0);
+    b.instr(Opcode::Div, q1, &[q0, b1], 0);
+    b.instr(Opcode::Fill, e1, &[], eps);
+    b.instr(Opcode::Add, q2, &[q1, e1], 0);
+    b.instr(Opcode::Div, q3, &[m_out, q2], 0);
+    b.instr(Opcode::Broadcast, b2, &[s1], 0);
+    b.instr(Opcode::Mul, q4, &[b2, q3], 0);
+    b.instr(Opcode::Sub, p_out, &[p, q4], 0);
+    fused(&mut b, 0..4);
+    fused(&mut b, 5..10);
+    fused(&mut b, 11..19);
+    b.entry("step", 0, 20);
+    b.param("p", p);
+    b.param("m", m);
+    b.param("v", v);
+    b.bind("g", BindingKind::Input, 0, g);
+    b.bind("s1", BindingKind::Input, 0, s1);
+    b.bind("s2", BindingKind::Input, 0, s2);
+    b.bind("p", BindingKind::Update, 0, p_out);
+    b.bind("m", BindingKind::Update, 0, m_out);
+    if layout == AdamLayout::OverGradient {
+        b.bind("v_out", BindingKind::Output, 0, v_out);
+    } else {
+        b.bind("v", BindingKind::Update, 0, v_out);
+    }
+    b
+}
+
+/// `n` values, about one in three awkward: zeros of both signs, infinities, NaNs of both signs,
+/// subnormals, huge and tiny values; the rest ordinary, of both signs.
+fn hostile(seed: u64, n: usize) -> Vec<f32> {
+    let awkward = [
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+        f32::MIN_POSITIVE / 8.0,
+        -f32::MIN_POSITIVE,
+        3e38,
+        -1e-30,
+    ];
+    floats(seed, n)
+        .into_iter()
+        .enumerate()
+        .map(|(i, x)| {
+            let h = (i as u64 ^ seed).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 59;
+            awkward.get(h as usize).copied().unwrap_or(x)
+        })
+        .collect()
+}
+
+#[test]
+fn adam_updates_in_one_pass_are_the_chains_bits() {
+    // Adam's constants as the planner rounds them, and hostile ones: a zero β₁ (its product
+    // with an infinite moment is `mul`'s signed zero, not NaN), an infinite c2, a zero ε.
+    let consts = [
+        [0.9, 0.100000024, 0.999, 0.0009999871, 1e-8],
+        [0.0, 1.0, 0.5, f32::INFINITY, 0.0],
+        [-0.0, f32::NAN, 1.0, 0.0, f32::MIN_POSITIVE / 8.0],
+    ];
+    for n in [1u32, 63, 64, 65, 100, 1000, 2053] {
+        for layout in [
+            AdamLayout::InPlace,
+            AdamLayout::Guarded,
+            AdamLayout::Swapped,
+            AdamLayout::OverGradient,
+        ] {
+            for (c, &k) in consts.iter().enumerate() {
+                let b = adam_chains(n, layout, k);
+                let bytes = b.build();
+                let plan = Plan::parse(&bytes).unwrap();
+                let e = plan.entry("step").unwrap();
+                // The update runs in one pass exactly when it has the planner's form, 64
+                // elements or more and ranges one pass may read and write.
+                let one_pass = tapeplan_runtime::catalog::one_pass_adam_updates(&plan, e);
+                let want = usize::from(
+                    n >= 64 && matches!(layout, AdamLayout::InPlace | AdamLayout::Guarded),
+                );
+                assert_eq!(one_pass, want, "n {n} {layout:?}");
+                // Awkward values everywhere (NaNs, infinities, zeros, subnormals, negative
+                // second moments), then ordinary ones with awkward scalars.
+                let size = plan.arena_elems();
+                let seed = u64::from(n) * 16 + c as u64;
+                agree(&b, &hostile(seed, size));
+                let a = n.div_ceil(4) as usize * 4;
+                let mut init: Vec<f32> = (0..size)
+                    .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+                    .collect();
+                for x in &mut init[2 * a..3 * a] {
+                    *x = x.abs();
+                }
+                for (s1, s2) in [(1e-3, 0.5), (0.0, 0.0), (f32::INFINITY, f32::NAN)] {
+                    init[4 * a] = s1;
+                    init[4 * a + 4] = s2;
+                    agree(&b, &init);
+                }
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Random chained entries.
 

@@ -1,0 +1,130 @@
+//! Adam's update of one tensor in one pass: the three fused chains a plan records for it (the
+//! first moment, the second moment, the parameter; `crate::fused::adam_at` recognizes them) run
+//! element by element with the values in registers, instead of one tile pass per member.
+//!
+//! The bits are those of the chains' members run one after another: every element goes through
+//! the same operations as the members, in the same order and with the same operand order,
+//! through the same lane forms (`lanes::ops`) the catalog's elementwise loops use, or their
+//! reference scalars for the elements past the last whole vector. What one pass saves is the
+//! tile passes' loads and stores between members and, above all, their serialization: the
+//! divider (two divisions and a square root per element) then runs while the loads, products and
+//! sums of the neighbouring elements go on, instead of alone in a pass of its own.
+//!
+//! With PyTorch's names (`torch.optim.Adam`, `foreach=False`), per element:
+//!
+//! ```text
+//! m' = m · β₁ + g · (1 − β₁)                          (`c1` = 1 − β₁ as the plan rounds it)
+//! v' = v · β₂ + (g · g) · (1 − β₂)                     (`c2`)
+//! p' = p − s1 · (m' / (√v' / s2 + ε))                  (s1 = lr / (1 − β₁ᵗ), s2 = √(1 − β₂ᵗ))
+//! ```
+#![allow(clippy::arithmetic_side_effects)]
+
+use super::lanes::ops::{Add, Div, Mul, Sub};
+use super::lanes::{BinOp, UnOp};
+#[cfg(feature = "simd")]
+use super::lanes::{L, V};
+
+/// Where one Adam update reads and writes, as arena offsets in elements: each range `n` elements
+/// long (`s1`, `s2` one element). Every pair of ranges is equal or disjoint, and the ranges
+/// written (`m_out`, `v_out`, `p_out`) meet no range but the one each replaces (`m`, `v`, `p`
+/// respectively), which `crate::fused::adam_at` checks: then one pass gives the bits of the
+/// three chains run one after another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AdamAt {
+    pub n: usize,
+    pub m: usize,
+    pub v: usize,
+    pub p: usize,
+    pub g: usize,
+    pub m_out: usize,
+    pub v_out: usize,
+    pub p_out: usize,
+}
+
+/// The update's constants, in the plan's bits: `β₁`, `1 − β₁`, `β₂`, `1 − β₂` and `ε` from the
+/// chains' `fill`s, `s1` and `s2` the arena scalars the chains broadcast.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct AdamConsts {
+    pub beta1: f32,
+    pub c1: f32,
+    pub beta2: f32,
+    pub c2: f32,
+    pub eps: f32,
+    pub s1: f32,
+    pub s2: f32,
+}
+
+/// One element: `(m', v', p')` from `(m, v, p, g)`, the members' operations in their order.
+#[inline(always)]
+fn element(k: &AdamConsts, m: f32, v: f32, p: f32, g: f32) -> (f32, f32, f32) {
+    let m_out = Add.s(Mul.s(m, k.beta1), Mul.s(g, k.c1));
+    let v_out = Add.s(Mul.s(v, k.beta2), Mul.s(Mul.s(g, g), k.c2));
+    let denom = Add.s(Div.s(super::lanes::ops::Sqrt.s(v_out), k.s2), k.eps);
+    let p_out = Sub.s(p, Mul.s(k.s1, Div.s(m_out, denom)));
+    (m_out, v_out, p_out)
+}
+
+/// [`element`] on a vector of lanes: the lane forms of the same operations.
+#[cfg(feature = "simd")]
+#[inline(always)]
+fn lanes(k: &AdamConsts, m: V, v: V, p: V, g: V) -> (V, V, V) {
+    let s = V::splat;
+    let m_out = Add.v(Mul.v(m, s(k.beta1)), Mul.v(g, s(k.c1)));
+    let v_out = Add.v(Mul.v(v, s(k.beta2)), Mul.v(Mul.v(g, g), s(k.c2)));
+    let denom = Add.v(Div.v(super::lanes::ops::Sqrt.v(v_out), s(k.s2)), s(k.eps));
+    let p_out = Sub.v(p, Mul.v(s(k.s1), Div.v(m_out, denom)));
+    (m_out, v_out, p_out)
+}
+
+/// Runs the update over `arena`: answers `false`, having written nothing, when a range lies
+/// outside it.
+pub(crate) fn update(arena: &mut [f32], at: &AdamAt, k: &AdamConsts) -> bool {
+    let n = at.n;
+    let fits = [at.m, at.v, at.p, at.g, at.m_out, at.v_out, at.p_out]
+        .iter()
+        .all(|&o| o.checked_add(n).is_some_and(|end| end <= arena.len()));
+    if !fits {
+        return false;
+    }
+    // Every offset plus `n` is within the arena, so no index below overflows or misses.
+    let mut i = 0usize;
+    #[cfg(feature = "simd")]
+    {
+        let load = |arena: &[f32], o: usize, i: usize| -> V {
+            let mut x = [0.0f32; L];
+            if let Some(src) = arena.get(o + i..o + i + L) {
+                x.copy_from_slice(src);
+            }
+            V::new(x)
+        };
+        let store = |arena: &mut [f32], o: usize, i: usize, x: V| {
+            if let Some(dst) = arena.get_mut(o + i..o + i + L) {
+                dst.copy_from_slice(&x.to_array());
+            }
+        };
+        while i + L <= n {
+            let (m, v, p, g) = (
+                load(arena, at.m, i),
+                load(arena, at.v, i),
+                load(arena, at.p, i),
+                load(arena, at.g, i),
+            );
+            let (m_out, v_out, p_out) = lanes(k, m, v, p, g);
+            store(arena, at.m_out, i, m_out);
+            store(arena, at.v_out, i, v_out);
+            store(arena, at.p_out, i, p_out);
+            i += L;
+        }
+    }
+    while i < n {
+        let get = |o: usize| arena.get(o + i).copied().unwrap_or(0.0);
+        let (m_out, v_out, p_out) = element(k, get(at.m), get(at.v), get(at.p), get(at.g));
+        for (o, x) in [(at.m_out, m_out), (at.v_out, v_out), (at.p_out, p_out)] {
+            if let Some(d) = arena.get_mut(o + i) {
+                *d = x;
+            }
+        }
+        i += 1;
+    }
+    true
+}
