@@ -332,6 +332,7 @@ struct AdamChains {
     beta2: f32,
     c2: f32,
     eps: f32,
+    decay: Option<f32>,
     /// The arena offsets of the scalars `s1` and `s2`.
     s1: usize,
     s2: usize,
@@ -351,12 +352,13 @@ impl AdamChains {
             eps: self.eps,
             s1: *arena.get(self.s1)?,
             s2: *arena.get(self.s2)?,
+            decay: self.decay,
         })
     }
 }
 
-/// Whether the chain `i..=last` and the two after it are Adam's update of one tensor (the form
-/// `tapeplan_planner`'s Adam records, operand order included; see `catalog::adam`), with
+/// Whether the chain `i..=last` and the two after it are Adam's or AdamW's update of one tensor
+/// (the form `tapeplan_planner`'s Adam and AdamW record, operand order included; see `catalog::adam`), with
 /// ranges that one pass may read and write (every pair equal or disjoint; each written range
 /// meets no other range but the one it replaces, the scalars none): the update and the
 /// position after the third chain. `None` for anything else, which runs chain by chain.
@@ -387,7 +389,11 @@ fn adam_at<S: Source + ?Sized>(src: &S, i: usize, last: usize) -> Option<(AdamCh
     // p' = p − s1 · (m' / (√v' / s2 + ε))
     let c = Chain::read(src, c_first, c_last, n)?;
     let (p, x) = c.binary(c.out.1, Opcode::Sub)?;
-    let p = c.arena(p)?;
+    // AdamW: `p · d` in place of `p`.
+    let (p, decay) = match c.times_fill(p) {
+        Some((p, d)) => (p, Some(d)),
+        None => (c.arena(p)?, None),
+    };
     let (s1, q) = c.binary(x, Opcode::Mul)?;
     let s1 = c.scalar(s1)?;
     let (m_out, d) = c.binary(q, Opcode::Div)?;
@@ -439,6 +445,7 @@ fn adam_at<S: Source + ?Sized>(src: &S, i: usize, last: usize) -> Option<(AdamCh
         beta2,
         c2,
         eps,
+        decay,
         s1,
         s2,
         c_first,

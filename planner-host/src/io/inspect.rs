@@ -32,6 +32,9 @@ pub struct DecodedEntry {
     pub name: String,
     /// The instructions.
     pub instrs: Vec<Instr>,
+    /// How many of its Adam and AdamW updates this build's runtime runs in one pass
+    /// (`tapeplan_runtime::catalog::one_pass_adam_updates`; 0 for bytes that do not validate).
+    pub one_pass_adam_updates: usize,
 }
 
 /// A plan's records, decoded.
@@ -137,14 +140,21 @@ impl PlanInfo {
                 })
             })
             .collect();
+        let plan = tapeplan_runtime::Plan::parse_alloc(bytes).ok();
         let entries = records(at.entries_at, ENTRY_RECORD_BYTES, header.n_entries)
-            .map(|b| {
+            .enumerate()
+            .map(|(index, b)| {
                 let e = EntryRecord::decode(b);
                 let lo = (e.first_instr as usize).min(instrs.len());
                 let hi = (lo + e.n_instrs as usize).min(instrs.len());
                 DecodedEntry {
                     name: decode_name(&e.name).unwrap_or("?").to_string(),
                     instrs: instrs[lo..hi].to_vec(),
+                    one_pass_adam_updates: plan.as_ref().map_or(0, |p| {
+                        p.entries().nth(index).map_or(0, |e| {
+                            tapeplan_runtime::catalog::one_pass_adam_updates(p, e)
+                        })
+                    }),
                 }
             })
             .collect();
@@ -376,6 +386,13 @@ impl PlanInfo {
                 e.name,
                 e.instrs.len()
             );
+            if e.one_pass_adam_updates > 0 {
+                let _ = writeln!(
+                    out,
+                    "  ({} Adam updates run as one pass each on hosts: their three chains element by element, the same bits)",
+                    e.one_pass_adam_updates
+                );
+            }
             let mut in_chain = false;
             for (k, i) in e.instrs.iter().enumerate() {
                 let fused = i.fuse_next();

@@ -17,6 +17,9 @@
 //! v' = v · β₂ + (g · g) · (1 − β₂)                     (`c2`)
 //! p' = p − s1 · (m' / (√v' / s2 + ε))                  (s1 = lr / (1 − β₁ᵗ), s2 = √(1 − β₂ᵗ))
 //! ```
+//!
+//! and AdamW's (`torch.optim.AdamW`) the same with `p · d` for `p` in the last line, `d` the
+//! decay factor `1 − lr · weight_decay` as the plan rounds it.
 #![allow(clippy::arithmetic_side_effects)]
 
 use super::lanes::ops::{Add, Div, Mul, Sub};
@@ -41,8 +44,9 @@ pub(crate) struct AdamAt {
     pub p_out: usize,
 }
 
-/// The update's constants, in the plan's bits: `β₁`, `1 − β₁`, `β₂`, `1 − β₂` and `ε` from the
-/// chains' `fill`s, `s1` and `s2` the arena scalars the chains broadcast.
+/// The update's constants, in the plan's bits: `β₁`, `1 − β₁`, `β₂`, `1 − β₂`, `ε` and
+/// AdamW's decay factor from the chains' `fill`s, `s1` and `s2` the arena scalars the chains
+/// broadcast.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct AdamConsts {
     pub beta1: f32,
@@ -52,6 +56,8 @@ pub(crate) struct AdamConsts {
     pub eps: f32,
     pub s1: f32,
     pub s2: f32,
+    /// AdamW's `1 − lr · weight_decay`; `None` for Adam.
+    pub decay: Option<f32>,
 }
 
 /// One element: `(m', v', p')` from `(m, v, p, g)`, the members' operations in their order.
@@ -60,6 +66,7 @@ fn element(k: &AdamConsts, m: f32, v: f32, p: f32, g: f32) -> (f32, f32, f32) {
     let m_out = Add.s(Mul.s(m, k.beta1), Mul.s(g, k.c1));
     let v_out = Add.s(Mul.s(v, k.beta2), Mul.s(Mul.s(g, g), k.c2));
     let denom = Add.s(Div.s(super::lanes::ops::Sqrt.s(v_out), k.s2), k.eps);
+    let p = k.decay.map_or(p, |d| Mul.s(p, d));
     let p_out = Sub.s(p, Mul.s(k.s1, Div.s(m_out, denom)));
     (m_out, v_out, p_out)
 }
@@ -72,6 +79,7 @@ fn lanes(k: &AdamConsts, m: V, v: V, p: V, g: V) -> (V, V, V) {
     let m_out = Add.v(Mul.v(m, s(k.beta1)), Mul.v(g, s(k.c1)));
     let v_out = Add.v(Mul.v(v, s(k.beta2)), Mul.v(Mul.v(g, g), s(k.c2)));
     let denom = Add.v(Div.v(super::lanes::ops::Sqrt.v(v_out), s(k.s2)), s(k.eps));
+    let p = k.decay.map_or(p, |d| Mul.v(p, s(d)));
     let p_out = Sub.v(p, Mul.v(s(k.s1), Div.v(m_out, denom)));
     (m_out, v_out, p_out)
 }

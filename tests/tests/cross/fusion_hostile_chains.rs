@@ -618,9 +618,10 @@ enum AdamLayout {
 /// Adam's update of one tensor of `n` elements as `tapeplan_planner` records it (three fused
 /// chains: `m' = m · β₁ + g · c1`, `v' = v · β₂ + (g · g) · c2`,
 /// `p' = p − s1 · (m' / (√v' / s2 + ε))`, `s1` and `s2` arena scalars) with the constants
-/// `k = [β₁, c1, β₂, c2, ε]`. Arena: p, m, v (persistent) at 0, `a`, `2a`; g at `3a`; s1, s2
-/// at `4a`, `4a + 4`; scratch updates from `4a + 8`.
-fn adam_chains(n: u32, layout: AdamLayout, k: [f32; 5]) -> Builder {
+/// `k = [β₁, c1, β₂, c2, ε]`; with `decay`, AdamW's (`p · decay` for `p` in the last chain).
+/// Arena: p, m, v (persistent) at 0, `a`, `2a`; g at `3a`; s1, s2 at `4a`, `4a + 4`; scratch
+/// updates from `4a + 8`.
+fn adam_chains(n: u32, layout: AdamLayout, k: [f32; 5], decay: Option<f32>) -> Builder {
     let a = n.div_ceil(4) * 4;
     let mut b = Builder::new(7 * a + 8, 3 * a);
     let p = b.tensor(0, &[n], P);
@@ -675,7 +676,16 @@ fn adam_chains(n: u32, layout: AdamLayout, k: [f32; 5]) -> Builder {
     b.instr(Opcode::Fill, f2, &[], c2);
     b.instr(Opcode::Mul, y1, &[x1, f2], 0);
     b.instr(Opcode::Add, v_out, &[x0, y1], 0);
-    // p' = p − s1 · (m' / (√v' / s2 + ε))
+    // p' = p − s1 · (m' / (√v' / s2 + ε)), AdamW's with p · decay, first, in slot 2
+    let p_in = match decay {
+        Some(d) => {
+            let (f, x) = (reg(&mut b, 2), reg(&mut b, 2));
+            b.instr(Opcode::Fill, f, &[], d.to_bits());
+            b.instr(Opcode::Mul, x, &[p, f], 0);
+            x
+        }
+        None => p,
+    };
     let [q0, b1, q1, e1, q2, q3, b2, q4] = [0, 1, 0, 1, 0, 0, 1, 0].map(|slot| reg(&mut b, slot));
     b.instr(Opcode::Sqrt, q0, &[v_out], 0);
     b.instr(Opcode::Broadcast, b1, &[s2], 0);
@@ -685,11 +695,12 @@ fn adam_chains(n: u32, layout: AdamLayout, k: [f32; 5]) -> Builder {
     b.instr(Opcode::Div, q3, &[m_out, q2], 0);
     b.instr(Opcode::Broadcast, b2, &[s1], 0);
     b.instr(Opcode::Mul, q4, &[b2, q3], 0);
-    b.instr(Opcode::Sub, p_out, &[p, q4], 0);
+    b.instr(Opcode::Sub, p_out, &[p_in, q4], 0);
+    let len = b.instrs.len();
     fused(&mut b, 0..4);
     fused(&mut b, 5..10);
-    fused(&mut b, 11..19);
-    b.entry("step", 0, 20);
+    fused(&mut b, 11..len - 1);
+    b.entry("step", 0, len as u32);
     b.param("p", p);
     b.param("m", m);
     b.param("v", v);
@@ -734,7 +745,8 @@ fn hostile(seed: u64, n: usize) -> Vec<f32> {
 #[test]
 fn adam_updates_in_one_pass_are_the_chains_bits() {
     // Adam's constants as the planner rounds them, and hostile ones: a zero β₁ (its product
-    // with an infinite moment is `mul`'s signed zero, not NaN), an infinite c2, a zero ε.
+    // with an infinite moment is `mul`'s signed zero, not NaN), an infinite c2, a zero ε; each
+    // as Adam and as AdamW (decay factors 0.99999 and 0).
     let consts = [
         [0.9, 0.100000024, 0.999, 0.0009999871, 1e-8],
         [0.0, 1.0, 0.5, f32::INFINITY, 0.0],
@@ -747,8 +759,12 @@ fn adam_updates_in_one_pass_are_the_chains_bits() {
             AdamLayout::Swapped,
             AdamLayout::OverGradient,
         ] {
-            for (c, &k) in consts.iter().enumerate() {
-                let b = adam_chains(n, layout, k);
+            for ((c, &k), decay) in consts
+                .iter()
+                .enumerate()
+                .flat_map(|c| [(c, None), (c, Some(0.99999)), (c, Some(0.0))])
+            {
+                let b = adam_chains(n, layout, k, decay);
                 let bytes = b.build();
                 let plan = Plan::parse(&bytes).unwrap();
                 let e = plan.entry("step").unwrap();
@@ -758,7 +774,7 @@ fn adam_updates_in_one_pass_are_the_chains_bits() {
                 let want = usize::from(
                     n >= 64 && matches!(layout, AdamLayout::InPlace | AdamLayout::Guarded),
                 );
-                assert_eq!(one_pass, want, "n {n} {layout:?}");
+                assert_eq!(one_pass, want, "n {n} {layout:?} decay {decay:?}");
                 // Awkward values everywhere (NaNs, infinities, zeros, subnormals, negative
                 // second moments), then ordinary ones with awkward scalars.
                 let size = plan.arena_elems();
