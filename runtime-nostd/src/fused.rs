@@ -358,8 +358,8 @@ impl AdamChains {
 }
 
 /// Whether the chain `i..=last` and the two after it are Adam's or AdamW's update of one tensor
-/// (the form `tapeplan_planner`'s Adam and AdamW record, operand order included; see `catalog::adam`), with
-/// ranges that one pass may read and write (every pair equal or disjoint; each written range
+/// (the form `tapeplan_planner`'s Adam and AdamW record, operand order included; see
+/// `catalog::adam`), with ranges that one pass may read and write (every pair equal or disjoint; each written range
 /// meets no other range but the one it replaces, the scalars none): the update and the
 /// position after the third chain. `None` for anything else, which runs chain by chain.
 #[cfg(feature = "catalog")]

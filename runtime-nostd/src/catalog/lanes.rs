@@ -963,8 +963,8 @@ fn tile<S: Step, const R: usize, const C: usize, const LOAD: bool, const AT: boo
                 // An unconditional load (`a_fits` rules the `else` out): the broadcast then
                 // reads memory on a load port. With a default for a missing element the value
                 // came through a register, and its broadcast was a shuffle on the port one of
-                // the two multiply-add units shares (W2's forward product: `fma` 83.5 -> 77.5 µs, `separate`
-                // 127 -> 107 µs).
+                // the two multiply-add units shares (W2's forward product: `fma` 83.5 -> 77.5
+                // µs, `separate` 127 -> 107 µs).
                 let Some(&x) = a_r.get(p) else {
                     return;
                 };

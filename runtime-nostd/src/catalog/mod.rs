@@ -397,11 +397,11 @@ pub(crate) fn elementwise<O: Ops>(
 }
 
 /// How many of `entry`'s Adam (and AdamW) updates run in one pass: the three fused chains a
-/// plan records for each tensor's update (first moment, second moment, parameter) run element by element
-/// with the values in registers, the same bits as chain by chain (see the source of
+/// plan records for each tensor's update (first moment, second moment, parameter) run element
+/// by element with the values in registers, the same bits as chain by chain (see the source of
 /// `catalog::adam`). An update runs so when its chains have the form the planner's Adam or
-/// AdamW records, at least 64 elements, and ranges one pass may read and write; anything else runs
-/// chain by chain. 0 for an unknown entry or a plan without such chains, and in a build
+/// AdamW records, at least 64 elements, and ranges one pass may read and write; anything else
+/// runs chain by chain. 0 for an unknown entry or a plan without such chains, and in a build
 /// without feature `catalog` (whose chains all run chain by chain).
 pub fn one_pass_adam_updates(plan: &crate::Plan<'_>, entry: crate::EntryId) -> usize {
     #[cfg(feature = "catalog")]

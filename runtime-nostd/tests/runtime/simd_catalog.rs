@@ -599,8 +599,8 @@ fn transposed_products_odd_shapes() {
 /// under both arithmetic profiles, bit for bit: `k` of 1, around `matmul_nt`'s packed blocks of
 /// `p` (1024 / 64 = 16, and 256) and W2's 784; `m` around the register tile's rows (4: 1, 3, 5,
 /// 9; 8, the fewest rows whose `fma` product runs in blocks of `p` of at least 64, `lanes::
-/// B_BLOCK_ELEMS / n`, when `k · n` exceeds it) and W2's products themselves; `n` around the lane counts and tile widths (4, 8, 16 lanes; 2 or 4 vectors: 1, 3,
-/// 15, 17, 33, 63, 65, 129). Each operand is ordinary values with every special value
+/// B_BLOCK_ELEMS / n`, when `k · n` exceeds it) and W2's products themselves; `n` around the
+/// lane counts and tile widths (4, 8, 16 lanes; 2 or 4 vectors: 1, 3, 15, 17, 33, 63, 65, 129). Each operand is ordinary values with every special value
 /// (`special()`'s list: signed zeros, subnormals, infinities, NaNs, ties) placed at a few
 /// positions, and once ordinary throughout (long sums where any change of order shows).
 #[test]
