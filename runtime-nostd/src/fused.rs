@@ -126,7 +126,7 @@ pub(crate) fn run_chain_at<O: Ops, S: Source + ?Sized>(
         if let Some((at, next)) = adam_candidate(src, i, last) {
             src.before_chain(arena, last.saturating_add(1))?;
             src.before_chain(arena, at.c_first)?;
-            let consts = at.consts(arena).ok_or(ExecError::Inconsistent {
+            let consts = at.consts_in(arena).ok_or(ExecError::Inconsistent {
                 instr: u32::try_from(src.index(first)).unwrap_or(u32::MAX),
             })?;
             if catalog::adam::update(arena, &at.at, &consts) {
@@ -327,12 +327,9 @@ impl Chain {
 #[cfg(feature = "catalog")]
 struct AdamChains {
     at: catalog::adam::AdamAt,
-    beta1: f32,
-    c1: f32,
-    beta2: f32,
-    c2: f32,
-    eps: f32,
-    decay: Option<f32>,
+    /// The constants from the chains' `fill`s (`s1` and `s2` not yet read: see
+    /// [`AdamChains::consts_in`]).
+    consts: catalog::adam::AdamConsts,
     /// The arena offsets of the scalars `s1` and `s2`.
     s1: usize,
     s2: usize,
@@ -343,16 +340,11 @@ struct AdamChains {
 #[cfg(feature = "catalog")]
 impl AdamChains {
     /// The constants, the scalars read from `arena` as the chains' broadcasts would read them.
-    fn consts(&self, arena: &[f32]) -> Option<catalog::adam::AdamConsts> {
+    fn consts_in(&self, arena: &[f32]) -> Option<catalog::adam::AdamConsts> {
         Some(catalog::adam::AdamConsts {
-            beta1: self.beta1,
-            c1: self.c1,
-            beta2: self.beta2,
-            c2: self.c2,
-            eps: self.eps,
             s1: *arena.get(self.s1)?,
             s2: *arena.get(self.s2)?,
-            decay: self.decay,
+            ..self.consts
         })
     }
 }
@@ -438,14 +430,19 @@ fn adam_at<S: Source + ?Sized>(src: &S, i: usize, last: usize) -> Option<(AdamCh
             return None;
         }
     }
-    let adam = AdamChains {
-        at,
+    let consts = catalog::adam::AdamConsts {
         beta1,
         c1,
         beta2,
         c2,
         eps,
+        s1: 0.0,
+        s2: 0.0,
         decay,
+    };
+    let adam = AdamChains {
+        at,
+        consts,
         s1,
         s2,
         c_first,

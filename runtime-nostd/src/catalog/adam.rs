@@ -22,7 +22,7 @@
 //! decay factor `1 − lr · weight_decay` as the plan rounds it.
 #![allow(clippy::arithmetic_side_effects)]
 
-use super::lanes::ops::{Add, Div, Mul, Sub};
+use super::lanes::ops::{Add, Div, Mul, Sqrt, Sub};
 use super::lanes::{BinOp, UnOp};
 #[cfg(feature = "simd")]
 use super::lanes::{L, V};
@@ -65,7 +65,7 @@ pub(crate) struct AdamConsts {
 fn element(k: &AdamConsts, m: f32, v: f32, p: f32, g: f32) -> (f32, f32, f32) {
     let m_out = Add.s(Mul.s(m, k.beta1), Mul.s(g, k.c1));
     let v_out = Add.s(Mul.s(v, k.beta2), Mul.s(Mul.s(g, g), k.c2));
-    let denom = Add.s(Div.s(super::lanes::ops::Sqrt.s(v_out), k.s2), k.eps);
+    let denom = Add.s(Div.s(Sqrt.s(v_out), k.s2), k.eps);
     let p = k.decay.map_or(p, |d| Mul.s(p, d));
     let p_out = Sub.s(p, Mul.s(k.s1, Div.s(m_out, denom)));
     (m_out, v_out, p_out)
@@ -78,7 +78,7 @@ fn lanes(k: &AdamConsts, m: V, v: V, p: V, g: V) -> (V, V, V) {
     let s = V::splat;
     let m_out = Add.v(Mul.v(m, s(k.beta1)), Mul.v(g, s(k.c1)));
     let v_out = Add.v(Mul.v(v, s(k.beta2)), Mul.v(Mul.v(g, g), s(k.c2)));
-    let denom = Add.v(Div.v(super::lanes::ops::Sqrt.v(v_out), s(k.s2)), s(k.eps));
+    let denom = Add.v(Div.v(Sqrt.v(v_out), s(k.s2)), s(k.eps));
     let p = k.decay.map_or(p, |d| Mul.v(p, s(d)));
     let p_out = Sub.v(p, Mul.v(s(k.s1), Div.v(m_out, denom)));
     (m_out, v_out, p_out)
