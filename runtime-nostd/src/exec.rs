@@ -50,6 +50,13 @@ pub(crate) trait Source {
     fn finish(&self, _arena: &mut [f32]) -> Result<(), ExecError> {
         Ok(())
     }
+    /// The entry's instructions `i..=last` already decoded, when the source holds them (a
+    /// [`crate::Program`]); `None` for the plan's records.
+    #[cfg(feature = "catalog")]
+    #[inline(always)]
+    fn decoded(&self, _i: usize, _last: usize) -> Option<&[Decoded]> {
+        None
+    }
 }
 
 /// Where an instruction's arguments that read bound inputs find their values: nowhere
@@ -200,6 +207,12 @@ impl Source for Bound<'_> {
         self.instrs.index(d)
     }
 
+    #[cfg(feature = "catalog")]
+    #[inline(always)]
+    fn decoded(&self, i: usize, last: usize) -> Option<&[Decoded]> {
+        self.instrs.get(i..=last)
+    }
+
     #[inline(always)]
     fn before_chain(&self, arena: &mut [f32], i: usize) -> Result<(), ExecError> {
         // The chain's first member carries what every member reads (`mark_bound`).
@@ -289,6 +302,12 @@ impl Source for [Decoded] {
 
     fn index(&self, d: &Decoded) -> usize {
         d.k
+    }
+
+    #[cfg(feature = "catalog")]
+    #[inline(always)]
+    fn decoded(&self, i: usize, last: usize) -> Option<&[Decoded]> {
+        self.get(i..=last)
     }
 }
 
@@ -464,11 +483,17 @@ fn execute<O: Ops, I: Inputs>(
     let (buf, right) = rest.split_at_mut_checked(out.dims.elems).ok_or(bad)?;
     // An argument: the output buffer itself (in place), or a disjoint range left or right of
     // it; `None` when it straddles the output (validation rules that out).
-    let src = |a: &Option<Placed>| arg_src(a, out, left, right, inputs);
+    // A macro, not a closure: the closure was called out of line, and its `Option<Src>` came
+    // back through the stack on every argument.
+    macro_rules! src {
+        ($a:expr) => {
+            arg_src($a, out, left, right, inputs)
+        };
+    }
     if elementwise {
-        let a = src(&args[0]).ok_or(bad)?;
+        let a = src!(&args[0]).ok_or(bad)?;
         let b = if arity == 2 {
-            src(&args[1]).ok_or(bad)?
+            src!(&args[1]).ok_or(bad)?
         } else {
             Src::Out
         };
@@ -491,7 +516,7 @@ fn execute<O: Ops, I: Inputs>(
         let mut dims = [Dims::EMPTY; MAX_ARITY];
         let mut disjoint = true;
         for ((slot, d), a) in slices.iter_mut().zip(&mut dims).zip(args).take(arity) {
-            match src(a) {
+            match src!(a) {
                 Some(Src::Buf(x)) => *slot = x,
                 _ => disjoint = false,
             }
@@ -509,10 +534,10 @@ fn execute<O: Ops, I: Inputs>(
                     .contains(Opcode::SgdMatMul)
             }
             && op == Opcode::SgdMatMul
-            && matches!(src(&args[0]), Some(Src::Out))
+            && matches!(src!(&args[0]), Some(Src::Out))
         {
             if let (Some(pa), Some(pb), Some(Src::Buf(a)), Some(Src::Buf(b))) =
-                (&args[1], &args[2], src(&args[1]), src(&args[2]))
+                (&args[1], &args[2], src!(&args[1]), src!(&args[2]))
             {
                 let (k, m, n) = (pa.dims.dims[0], pa.dims.dims[1], pb.dims.dims[1]);
                 if pa.dims.rank == 2

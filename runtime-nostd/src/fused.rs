@@ -134,6 +134,13 @@ pub(crate) fn run_chain_at<O: Ops, S: Source + ?Sized>(
             }
         }
     }
+    // A chain of one tile from decoded instructions: straight from them (`run_one_tile`).
+    #[cfg(feature = "catalog")]
+    if let Some(members) = src.decoded(i, last) {
+        if run_one_tile::<O>(arena, regs, plan.math(), members)? {
+            return Ok(last.saturating_add(1));
+        }
+    }
     if last > i {
         let k = src.index(first);
         let bad = ExecError::Inconsistent {
@@ -351,8 +358,9 @@ impl AdamChains {
 
 /// Whether the chain `i..=last` and the two after it are Adam's or AdamW's update of one tensor
 /// (the form `tapeplan_planner`'s Adam and AdamW record, operand order included; see
-/// `catalog::adam`), with ranges that one pass may read and write (every pair equal or disjoint; each written range
-/// meets no other range but the one it replaces, the scalars none): the update and the
+/// `catalog::adam`), with ranges that one pass may read and write (every pair equal or
+/// disjoint; each written range meets no other range but the one it replaces, the scalars
+/// none): the update and the
 /// position after the third chain. `None` for anything else, which runs chain by chain.
 #[cfg(feature = "catalog")]
 fn adam_at<S: Source + ?Sized>(src: &S, i: usize, last: usize) -> Option<(AdamChains, usize)> {
@@ -448,6 +456,89 @@ fn adam_at<S: Source + ?Sized>(src: &S, i: usize, last: usize) -> Option<(AdamCh
         c_first,
     };
     Some((adam, c_last.checked_add(1)?))
+}
+
+/// Runs a fused chain of decoded instructions that fits one tile and has no `broadcast`
+/// member, as [`run_chain`] would (the same kernels in the same order, so the same bits), from
+/// the [`Decoded`] records themselves: no [`Member`] built per member, no constants kept as
+/// splats (a `fill` writes its register's tile, which its readers read like any other), no
+/// tile loop. Answers `false`, having run nothing, for a chain it does not take (longer than a
+/// tile, a `broadcast` member, an argument of another length). W3's sixteen-element chains
+/// took twice as long per member in [`run_chain`] as the same instructions unfused.
+///
+/// # Errors
+/// What [`chain_step`] answers; [`ExecError::Inconsistent`] for a register slot out of range
+/// or an arena range that straddles its member's output (validation rules both out).
+#[cfg(feature = "catalog")]
+fn run_one_tile<O: Ops>(
+    arena: &mut [f32],
+    regs: &mut Registers,
+    math: MathProfile,
+    members: &[Decoded],
+) -> Result<bool, ExecError> {
+    let n = members.first().map_or(0, |d| d.out.dims.elems);
+    let fits = n != 0
+        && n <= TILE_ELEMS
+        && members.len() <= MAX_CHAIN_INSTRS
+        && members.iter().all(|d| {
+            d.op != Opcode::Broadcast
+                && (d.op == Opcode::Fill || d.elementwise)
+                && d.out.dims.elems == n
+                && d.args
+                    .iter()
+                    .take(d.arity)
+                    .all(|a| a.is_some_and(|a| a.dims.elems == n))
+        });
+    if !fits {
+        return Ok(false);
+    }
+    for d in members {
+        let bad = ExecError::Inconsistent {
+            instr: u32::try_from(d.k).unwrap_or(u32::MAX),
+        };
+        let step = Step {
+            op: d.op,
+            attr: &d.attr,
+            arity: d.arity,
+        };
+        let [a0, a1, _] = &d.args;
+        if d.out.register {
+            let r = d.out.offset;
+            let (before, rest) = regs.split_at_mut(r.min(MAX_REGISTERS));
+            let (dst, after) = rest.split_first_mut().ok_or(bad)?;
+            let dst = dst.get_mut(..n).ok_or(bad)?;
+            let src = |a: &Option<Placed>| -> Option<Src<'_>> {
+                let a = a.as_ref()?;
+                if !a.register {
+                    return arena.get(a.offset..a.end).map(Src::Buf);
+                }
+                let x = a.offset;
+                let tile = match x.checked_sub(r) {
+                    Some(0) => return Some(Src::Out),
+                    Some(past) => after.get(past.checked_sub(1)?)?,
+                    None => before.get(x)?,
+                };
+                tile.get(..n).map(Src::Buf)
+            };
+            chain_step::<O>(step, math, src(a0), src(a1), dst, d.k)?;
+        } else {
+            let (o, end) = (d.out.offset, d.out.end);
+            let (left, rest) = arena.split_at_mut_checked(o).ok_or(bad)?;
+            let (dst, right) = rest.split_at_mut_checked(n).ok_or(bad)?;
+            let src = |a: &Option<Placed>| -> Option<Src<'_>> {
+                let a = a.as_ref()?;
+                if a.register {
+                    return regs.get(a.offset)?.get(..n).map(Src::Buf);
+                }
+                if a.offset == o {
+                    return Some(Src::Out);
+                }
+                pick_range(left, right, end, a.offset, a.end).map(Src::Buf)
+            };
+            chain_step::<O>(step, math, src(a0), src(a1), dst, d.k)?;
+        }
+    }
+    Ok(true)
 }
 
 /// Runs a fused chain (instructions `first`, `first + 1`, … decoded as `members`) a tile at a
@@ -606,7 +697,7 @@ fn run_tiles<O: Ops, M: core::borrow::Borrow<Member>>(
                         continue;
                     }
                     let [a, b, _] = m.args.map(src);
-                    chain_step::<O>(m, math, a, b, dst, k)?;
+                    chain_step::<O>(Step::of(m), math, a, b, dst, k)?;
                     if let (true, Some(s)) = (splats, splat.get_mut(r)) {
                         *s = None;
                     }
@@ -645,7 +736,7 @@ fn run_tiles<O: Ops, M: core::borrow::Borrow<Member>>(
                         continue;
                     }
                     let [a, b, _] = m.args.map(src);
-                    chain_step::<O>(m, math, a, b, dst, k)?;
+                    chain_step::<O>(Step::of(m), math, a, b, dst, k)?;
                 }
             }
         }
@@ -744,12 +835,31 @@ fn broadcast_tile(x: &[f32], from: &Dims, to: &Dims, start: usize, dst: &mut [f3
     }
 }
 
+/// What [`chain_step`] needs of a member: its operation, attribute and arity.
+#[derive(Clone, Copy)]
+struct Step<'m> {
+    op: Opcode,
+    attr: &'m Attr,
+    arity: usize,
+}
+
+impl<'m> Step<'m> {
+    fn of(m: &'m Member) -> Step<'m> {
+        Step {
+            op: m.op,
+            attr: &m.attr,
+            arity: m.arity,
+        }
+    }
+}
+
 /// One member of a fused chain over one tile: `dst` from arguments `a` and `b` (`None` for a
 /// range that would straddle the destination, which validation rules out; unused ones are
 /// ignored). `fill` writes the attribute's bits; the catalog's elementwise kernel when it has
 /// one; otherwise the reference kernel, from copies where an argument is the destination.
+#[inline(always)]
 fn chain_step<O: Ops>(
-    m: &Member,
+    m: Step<'_>,
     math: MathProfile,
     a: Option<Src<'_>>,
     b: Option<Src<'_>>,

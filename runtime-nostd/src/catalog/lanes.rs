@@ -1154,6 +1154,17 @@ fn sgd_rows<S: Step, const R: usize>(
         }
         for (r, s) in acc.iter().enumerate() {
             let at = (i + r) * n + j;
+            // A whole vector: `w - g · lr` lane by lane (the same two roundings as the scalar
+            // form below) with one load and one store, not an element at a time.
+            if plain && width == L {
+                if let Some(dst) = w
+                    .get_mut(at..at + L)
+                    .and_then(|d| <&mut [f32; L]>::try_from(d).ok())
+                {
+                    *dst = (V::new(*dst) - *s * V::splat(lr)).to_array();
+                    continue;
+                }
+            }
             if let (Some(dst), Some(g)) = (w.get_mut(at..at + width), s.as_array().get(..width)) {
                 if plain {
                     for (o, &g) in dst.iter_mut().zip(g) {
