@@ -7,8 +7,11 @@
 //! interleaved fused/unfused) and their ratio; the bits of `y` are checked equal.
 //!
 //! ```sh
-//! taskset -c 1 cargo run --release -p tapeplan-planner --example chain_cost [--features simd]
+//! taskset -c 1 cargo run --release -p tapeplan-planner --example chain_cost [--features simd] \
+//!     [-- MEMBERS ELEMS]
 //! ```
+//!
+//! With `MEMBERS ELEMS`, that one chain only (to profile it).
 
 use std::time::Instant;
 
@@ -94,8 +97,19 @@ fn time(plans: [&[u8]; 2], elems: usize) -> ([f64; 2], [Vec<u32>; 2]) {
 fn main() {
     println!("catalog {CATALOG}");
     println!("members\telems\tfused_ns\tunfused_ns\tfused/unfused");
-    for members in [2usize, 4, 8] {
-        for elems in [1usize, 16, 64, 256, 1024, 4096, 16384, 65536] {
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .map(|a| a.parse().expect("usage: chain_cost [MEMBERS ELEMS]"))
+        .collect();
+    let (members, elems) = match args[..] {
+        [m, n] => (vec![m], vec![n]),
+        _ => (
+            vec![2, 4, 8],
+            vec![1, 16, 64, 256, 1024, 4096, 16384, 65536],
+        ),
+    };
+    for &members in &members {
+        for &elems in &elems {
             let fused = chain(members, elems, FusionPolicy::All);
             let plain = chain(members, elems, FusionPolicy::Off);
             let n_fused = fused.entries[0]

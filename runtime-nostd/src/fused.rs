@@ -134,13 +134,6 @@ pub(crate) fn run_chain_at<O: Ops, S: Source + ?Sized>(
             }
         }
     }
-    // A chain of one tile from decoded instructions: straight from them (`run_one_tile`).
-    #[cfg(feature = "catalog")]
-    if let Some(members) = src.decoded(i, last) {
-        if run_one_tile::<O>(arena, regs, plan.math(), members)? {
-            return Ok(last.saturating_add(1));
-        }
-    }
     if last > i {
         let k = src.index(first);
         let bad = ExecError::Inconsistent {
@@ -458,28 +451,15 @@ fn adam_at<S: Source + ?Sized>(src: &S, i: usize, last: usize) -> Option<(AdamCh
     Some((adam, c_last.checked_add(1)?))
 }
 
-/// Runs a fused chain of decoded instructions that fits one tile and has no `broadcast`
-/// member, as [`run_chain`] would (the same kernels in the same order, so the same bits), from
-/// the [`Decoded`] records themselves: no [`Member`] built per member, no constants kept as
-/// splats (a `fill` writes its register's tile, which its readers read like any other), no
-/// tile loop. Answers `false`, having run nothing, for a chain it does not take (longer than a
-/// tile, a `broadcast` member, an argument of another length). W3's sixteen-element chains
-/// took twice as long per member in [`run_chain`] as the same instructions unfused.
-///
-/// # Errors
-/// What [`chain_step`] answers; [`ExecError::Inconsistent`] for a register slot out of range
-/// or an arena range that straddles its member's output (validation rules both out).
+/// Whether [`run_one_tile`] takes the chain `members`: at least two members, at most a tile of
+/// elements, no `broadcast`, every member a `fill` or elementwise with its output and every
+/// argument of the same length.
 #[cfg(feature = "catalog")]
-fn run_one_tile<O: Ops>(
-    arena: &mut [f32],
-    regs: &mut Registers,
-    math: MathProfile,
-    members: &[Decoded],
-) -> Result<bool, ExecError> {
+fn fits_one_tile(members: &[Decoded]) -> bool {
     let n = members.first().map_or(0, |d| d.out.dims.elems);
-    let fits = n != 0
+    n != 0
         && n <= TILE_ELEMS
-        && members.len() <= MAX_CHAIN_INSTRS
+        && (2..=MAX_CHAIN_INSTRS).contains(&members.len())
         && members.iter().all(|d| {
             d.op != Opcode::Broadcast
                 && (d.op == Opcode::Fill || d.elementwise)
@@ -488,10 +468,61 @@ fn run_one_tile<O: Ops>(
                     .iter()
                     .take(d.arity)
                     .all(|a| a.is_some_and(|a| a.dims.elems == n))
-        });
-    if !fits {
-        return Ok(false);
+        })
+}
+
+/// Marks, in decoded instructions, the first member of every chain that [`run_one_tile`] takes
+/// with the chain's member count ([`Decoded::one_tile`]), so that the run loop hands such a
+/// chain to it directly. A chain that may be Adam's update (it starts with a `fill` over
+/// [`ADAM_MIN_ELEMS`] or more elements) is left to [`run_chain_at`], which tries
+/// [`catalog::adam::update`] first.
+#[cfg(feature = "catalog")]
+pub(crate) fn mark_one_tile(instrs: &mut [Decoded]) {
+    let mut i = 0usize;
+    while i < instrs.len() {
+        let mut last = i;
+        while instrs.get(last).is_some_and(|d| d.fuse_next) && last.saturating_add(1) < instrs.len()
+        {
+            last = last.saturating_add(1);
+        }
+        let members = instrs.get(i..=last).unwrap_or_default();
+        let adam = members
+            .first()
+            .is_some_and(|d| d.op == Opcode::Fill && d.out.dims.elems >= ADAM_MIN_ELEMS);
+        let count = if !adam && fits_one_tile(members) {
+            u8::try_from(members.len()).unwrap_or(0)
+        } else {
+            0
+        };
+        if let Some(d) = instrs.get_mut(i) {
+            d.one_tile = count;
+        }
+        i = last.saturating_add(1);
     }
+}
+
+/// Runs a fused chain of decoded instructions that [`mark_one_tile`] marked (it fits one tile,
+/// has no `broadcast` member, every argument is as long as its output), as [`run_chain`] would
+/// (the same kernels in the same order, so the same bits), from the [`Decoded`] records
+/// themselves: no [`Member`] built per member, no constants kept as splats (a `fill` writes its
+/// register's tile, which its readers read like any other), no tile loop, no search for the
+/// chain's end. W3's sixteen-element chains took twice as long per member in [`run_chain`] as
+/// the same instructions unfused.
+///
+/// # Errors
+/// What [`chain_step`] answers; [`ExecError::Inconsistent`] for a register slot out of range
+/// or an arena range that straddles its member's output (validation rules both out).
+#[cfg(feature = "catalog")]
+#[inline(never)]
+pub(crate) fn run_one_tile<O: Ops>(
+    arena: &mut [f32],
+    regs: &mut Registers,
+    math: MathProfile,
+    members: &[Decoded],
+) -> Result<(), ExecError> {
+    // Marked by `mark_one_tile`, which asked `fits_one_tile` when the entry was decoded.
+    debug_assert!(fits_one_tile(members));
+    let n = members.first().map_or(0, |d| d.out.dims.elems);
     for d in members {
         let bad = ExecError::Inconsistent {
             instr: u32::try_from(d.k).unwrap_or(u32::MAX),
@@ -538,7 +569,7 @@ fn run_one_tile<O: Ops>(
             chain_step::<O>(step, math, src(a0), src(a1), dst, d.k)?;
         }
     }
-    Ok(true)
+    Ok(())
 }
 
 /// Runs a fused chain (instructions `first`, `first + 1`, … decoded as `members`) a tile at a

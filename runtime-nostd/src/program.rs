@@ -102,6 +102,11 @@ pub struct Decoded {
     /// Bit `i`: an argument reads bound input `i` (see [`mark_bound`]); for the first member of
     /// a fused chain, of any member of the chain. 0 in a program without bound inputs.
     pub(crate) reads_bound: u8,
+    /// For the first member of a fused chain that [`crate::fused::run_one_tile`] runs (set by
+    /// [`crate::fused::mark_one_tile`] when the entry is decoded): the chain's member count.
+    /// 0 everywhere else. Only with the catalog (firmware without it runs every chain alike).
+    #[cfg(feature = "catalog")]
+    pub(crate) one_tile: u8,
     pub(crate) op: Opcode,
     pub(crate) arity: usize,
     pub(crate) elementwise: bool,
@@ -117,6 +122,8 @@ impl Decoded {
         k: 0,
         fuse_next: false,
         reads_bound: 0,
+        #[cfg(feature = "catalog")]
+        one_tile: 0,
         op: Opcode::Input,
         arity: 0,
         elementwise: false,
@@ -383,6 +390,8 @@ pub(crate) fn decode_instr(plan: &Plan<'_>, k: usize) -> Result<Decoded, ExecErr
         k,
         fuse_next: rec.fuse_next(),
         reads_bound: 0,
+        #[cfg(feature = "catalog")]
+        one_tile: 0,
         op,
         arity,
         elementwise,

@@ -374,6 +374,8 @@ impl<'p, 'a, O: Ops> Session<'p, 'a, O> {
         for (slot, k) in slots.iter_mut().zip(range) {
             *slot = decode_instr(self.plan, k)?;
         }
+        #[cfg(feature = "catalog")]
+        crate::fused::mark_one_tile(slots);
         Ok(slots)
     }
 
@@ -465,6 +467,9 @@ impl<'p, 'a, O: Ops> Session<'p, 'a, O> {
         for (k, slot) in slots.iter_mut().enumerate() {
             *slot = decode_instr(self.plan, k)?;
         }
+        // Chains never cross an entry's end (validation), so the whole plan marks as each entry.
+        #[cfg(feature = "catalog")]
+        crate::fused::mark_one_tile(slots);
         Ok(DecodedPlan {
             identity: PlanIdentity::of(self.plan),
             instrs: slots,
