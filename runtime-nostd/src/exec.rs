@@ -53,7 +53,7 @@ pub(crate) trait Source {
     /// The decoded members of the chain that starts at `i` when [`fused::run_one_tile`] runs it
     /// ([`fused::mark_one_tile`] marked it when a [`crate::Program`] was decoded); `None` for
     /// the plan's records and any other chain.
-    #[cfg(feature = "catalog")]
+    #[cfg(all(feature = "catalog", feature = "fusion"))]
     #[inline(always)]
     fn one_tile(&self, _i: usize) -> Option<&[Decoded]> {
         None
@@ -208,7 +208,7 @@ impl Source for Bound<'_> {
         self.instrs.index(d)
     }
 
-    #[cfg(feature = "catalog")]
+    #[cfg(all(feature = "catalog", feature = "fusion"))]
     #[inline(always)]
     fn one_tile(&self, i: usize) -> Option<&[Decoded]> {
         self.instrs.one_tile(i)
@@ -305,7 +305,7 @@ impl Source for [Decoded] {
         d.k
     }
 
-    #[cfg(feature = "catalog")]
+    #[cfg(all(feature = "catalog", feature = "fusion"))]
     #[inline(always)]
     fn one_tile(&self, i: usize) -> Option<&[Decoded]> {
         let n = usize::from(<[Decoded]>::get(self, i)?.one_tile);
@@ -347,7 +347,7 @@ pub(crate) fn run_entry<O: Ops, S: Source + ?Sized>(
             // A chain of one tile from a decoded program: straight from its members, without
             // the general chain runner's setup (example chain_cost, 16 elements, fused ÷
             // unfused: 2 members 1.69 -> 1.23, 4 members 1.50 -> 1.03, 8 members 1.38 -> 0.93).
-            #[cfg(feature = "catalog")]
+            #[cfg(all(feature = "catalog", feature = "fusion"))]
             if let Some(members) = src.one_tile(i) {
                 fused::run_one_tile::<O>(arena, regs, plan.math(), members)?;
                 i = i.saturating_add(members.len());

@@ -454,7 +454,7 @@ fn adam_at<S: Source + ?Sized>(src: &S, i: usize, last: usize) -> Option<(AdamCh
 /// Whether [`run_one_tile`] takes the chain `members`: at least two members, at most a tile of
 /// elements, no `broadcast`, every member a `fill` or elementwise with its output and every
 /// argument of the same length.
-#[cfg(feature = "catalog")]
+#[cfg(all(feature = "catalog", feature = "fusion"))]
 fn fits_one_tile(members: &[Decoded]) -> bool {
     let n = members.first().map_or(0, |d| d.out.dims.elems);
     n != 0
@@ -476,7 +476,7 @@ fn fits_one_tile(members: &[Decoded]) -> bool {
 /// chain to it directly. A chain that may be Adam's update (it starts with a `fill` over
 /// [`ADAM_MIN_ELEMS`] or more elements) is left to [`run_chain_at`], which tries
 /// [`catalog::adam::update`] first.
-#[cfg(feature = "catalog")]
+#[cfg(all(feature = "catalog", feature = "fusion"))]
 pub(crate) fn mark_one_tile(instrs: &mut [Decoded]) {
     let mut i = 0usize;
     while i < instrs.len() {
@@ -512,7 +512,7 @@ pub(crate) fn mark_one_tile(instrs: &mut [Decoded]) {
 /// # Errors
 /// What [`chain_step`] answers; [`ExecError::Inconsistent`] for a register slot out of range
 /// or an arena range that straddles its member's output (validation rules both out).
-#[cfg(feature = "catalog")]
+#[cfg(all(feature = "catalog", feature = "fusion"))]
 #[inline(never)]
 pub(crate) fn run_one_tile<O: Ops>(
     arena: &mut [f32],

@@ -104,8 +104,9 @@ pub struct Decoded {
     pub(crate) reads_bound: u8,
     /// For the first member of a fused chain that [`crate::fused::run_one_tile`] runs (set by
     /// [`crate::fused::mark_one_tile`] when the entry is decoded): the chain's member count.
-    /// 0 everywhere else. Only with the catalog (firmware without it runs every chain alike).
-    #[cfg(feature = "catalog")]
+    /// 0 everywhere else. Only with the catalog and `fusion` (firmware without the catalog runs
+    /// every chain alike).
+    #[cfg(all(feature = "catalog", feature = "fusion"))]
     pub(crate) one_tile: u8,
     pub(crate) op: Opcode,
     pub(crate) arity: usize,
@@ -122,7 +123,7 @@ impl Decoded {
         k: 0,
         fuse_next: false,
         reads_bound: 0,
-        #[cfg(feature = "catalog")]
+        #[cfg(all(feature = "catalog", feature = "fusion"))]
         one_tile: 0,
         op: Opcode::Input,
         arity: 0,
@@ -390,7 +391,7 @@ pub(crate) fn decode_instr(plan: &Plan<'_>, k: usize) -> Result<Decoded, ExecErr
         k,
         fuse_next: rec.fuse_next(),
         reads_bound: 0,
-        #[cfg(feature = "catalog")]
+        #[cfg(all(feature = "catalog", feature = "fusion"))]
         one_tile: 0,
         op,
         arity,

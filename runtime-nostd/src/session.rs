@@ -374,7 +374,7 @@ impl<'p, 'a, O: Ops> Session<'p, 'a, O> {
         for (slot, k) in slots.iter_mut().zip(range) {
             *slot = decode_instr(self.plan, k)?;
         }
-        #[cfg(feature = "catalog")]
+        #[cfg(all(feature = "catalog", feature = "fusion"))]
         crate::fused::mark_one_tile(slots);
         Ok(slots)
     }
@@ -468,7 +468,7 @@ impl<'p, 'a, O: Ops> Session<'p, 'a, O> {
             *slot = decode_instr(self.plan, k)?;
         }
         // Chains never cross an entry's end (validation), so the whole plan marks as each entry.
-        #[cfg(feature = "catalog")]
+        #[cfg(all(feature = "catalog", feature = "fusion"))]
         crate::fused::mark_one_tile(slots);
         Ok(DecodedPlan {
             identity: PlanIdentity::of(self.plan),
