@@ -497,11 +497,21 @@ fn execute<O: Ops, I: Inputs>(
     let (buf, right) = rest.split_at_mut_checked(out.dims.elems).ok_or(bad)?;
     // An argument: the output buffer itself (in place), or a disjoint range left or right of
     // it; `None` when it straddles the output (validation rules that out).
-    // A macro, not a closure: the closure was called out of line, and its `Option<Src>` came
-    // back through the stack on every argument.
+    // With the catalog a macro, not a closure: the closure was called out of line, and its
+    // `Option<Src>` came back through the stack on every argument. Without it (the small wasm
+    // module, firmware) the closure, which is smaller: one copy of `arg_src`.
+    #[cfg(feature = "catalog")]
     macro_rules! src {
         ($a:expr) => {
             arg_src($a, out, left, right, inputs)
+        };
+    }
+    #[cfg(not(feature = "catalog"))]
+    let arg = |a: &Option<Placed>| arg_src(a, out, left, right, inputs);
+    #[cfg(not(feature = "catalog"))]
+    macro_rules! src {
+        ($a:expr) => {
+            arg($a)
         };
     }
     if elementwise {

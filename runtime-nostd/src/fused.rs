@@ -888,7 +888,9 @@ impl<'m> Step<'m> {
 /// range that would straddle the destination, which validation rules out; unused ones are
 /// ignored). `fill` writes the attribute's bits; the catalog's elementwise kernel when it has
 /// one; otherwise the reference kernel, from copies where an argument is the destination.
-#[inline(always)]
+/// Inlined with the catalog (the hosts' path); out of line without it, where code size counts
+/// (the small wasm module, firmware).
+#[cfg_attr(feature = "catalog", inline(always))]
 fn chain_step<O: Ops>(
     m: Step<'_>,
     math: MathProfile,
