@@ -575,15 +575,20 @@ fn execute<O: Ops, I: Inputs>(
                 }
             }
         }
-        // Asked only of the convolutions: passing `attr` to it copies it through the stack, a
+        // Asked only of the convolutions and pools: passing `attr` copies it through the stack, a
         // copy that stalled a store forward (16 % of `run_program`'s own time on W3's step).
         if cfg!(feature = "simd")
             && disjoint
             && matches!(
                 op,
-                Opcode::Conv | Opcode::ConvTranspose | Opcode::ConvWeightGrad
+                Opcode::Conv
+                    | Opcode::ConvTranspose
+                    | Opcode::ConvWeightGrad
+                    | Opcode::MaxPool
+                    | Opcode::MaxPoolGather
+                    | Opcode::MaxPoolScatter
             )
-            && catalog::convolution::<O>(
+            && catalog::windowed::<O>(
                 op,
                 attr,
                 slices.get(..arity).ok_or(bad)?,

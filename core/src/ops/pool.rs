@@ -323,6 +323,47 @@ pub(crate) fn geometry(op: Opcode, window: PoolWindow, x: Shape) -> Result<Geome
     Ok(g)
 }
 
+/// A max pooling whose windows tile the input ([`Geometry::tiles`]: stride equal to the kernel,
+/// dilation 1, no padding reached; PyTorch's `MaxPool2d(k)`), as kernels outside this crate
+/// need it: `planes = N · C` planes of `rows × cols` elements (`rows = 1` for `[N, C, L]`),
+/// window `(oh, ow)` of a plane holding rows `oh · kernel[0] ..` and columns
+/// `ow · kernel[1] ..`, for `oh < out[0]`, `ow < out[1]`. Rows and columns past
+/// `out · kernel` belong to no window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tiling {
+    /// `N · C`.
+    pub planes: usize,
+    /// The input's rows per plane.
+    pub rows: usize,
+    /// The input's columns per plane.
+    pub cols: usize,
+    /// Window rows and columns.
+    pub kernel: [usize; 2],
+    /// The output's rows and columns per plane.
+    pub out: [usize; 2],
+}
+
+/// The [`Tiling`] of `op` (`max_pool`, `max_pool_gather` or `max_pool_scatter`) with `attr`
+/// over `x`; `None` for another opcode, a window the shape rule refuses, or windows that do
+/// not tile the input.
+pub fn tiling(op: Opcode, attr: Attr, x: Shape) -> Option<Tiling> {
+    if !matches!(
+        op,
+        Opcode::MaxPool | Opcode::MaxPoolScatter | Opcode::MaxPoolGather
+    ) {
+        return None;
+    }
+    let g = geometry(op, window_of(attr), x).ok()?;
+    let (kh, kw) = g.tiles()?;
+    Some(Tiling {
+        planes: g.planes,
+        rows: g.h.len,
+        cols: g.w.len,
+        kernel: [kh, kw],
+        out: [g.h.out, g.w.out],
+    })
+}
+
 /// The pooled shape: `x`'s with its spatial extents replaced by the output's.
 pub(crate) fn pooled_shape(g: Geometry, x: Shape) -> Result<Shape, OpError> {
     let d = x.dims();

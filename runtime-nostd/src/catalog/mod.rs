@@ -61,7 +61,7 @@
 //!   destination channels per group (depthwise layers run the reference). A `conv` with one
 //!   input channel per group (a first layer) takes them whatever its width when they fit
 //!   (C1's first layer, 19 columns: 0.60 → 0.16 ns per multiply-accumulate). The executor
-//!   reaches all three through `convolution` (kernels in `conv_adjoint.rs`, `conv_narrow.rs`).
+//!   reaches all three through `windowed` (kernels in `conv_adjoint.rs`, `conv_narrow.rs`).
 //! - **`broadcast`**, **`sum_to`**, **`max_to`** also take a block broadcast on both sides
 //!   (`[kept, 1]` against `[lead, kept, trail]`: a convolution's per-channel bias); each sum
 //!   over `l`, then `t`, the reference's increasing flat-index order.
@@ -90,6 +90,8 @@ mod conv_adjoint;
 mod conv_narrow;
 #[cfg(feature = "simd")]
 mod conv_wgrad;
+#[cfg(feature = "simd")]
+mod max_pool_tiles;
 #[cfg(feature = "simd")]
 mod vecmath;
 
@@ -892,11 +894,13 @@ fn conv(attr: Attr, args: &[&[f32]], shapes: &[Shape], out: &mut [f32]) -> bool 
     }
 }
 
-/// `conv`, `conv_transpose` or `conv_weight_grad` from the executor (arguments as the
-/// executor decodes them): the `simd` catalog's kernels; `false` (nothing written) without
+/// The instructions over windows from the executor (arguments as the executor decodes them):
+/// `conv`, `conv_transpose`, `conv_weight_grad`, and `max_pool`, `max_pool_gather`,
+/// `max_pool_scatter` over windows that tile the input (the plane-lane kernel of
+/// `max_pool_tiles.rs`), with the `simd` catalog's kernels; `false` (nothing written) without
 /// `simd`, for another opcode, an opcode the selective build leaves out, or shapes the kernels
 /// do not take (the reference then runs).
-pub(crate) fn convolution<O: Ops>(
+pub(crate) fn windowed<O: Ops>(
     op: Opcode,
     attr: Attr,
     args: &[&[f32]],
@@ -907,22 +911,44 @@ pub(crate) fn convolution<O: Ops>(
         Opcode::Conv => on!(Conv),
         Opcode::ConvTranspose => on!(ConvTranspose),
         Opcode::ConvWeightGrad => on!(ConvWeightGrad),
+        Opcode::MaxPool => on!(MaxPool),
+        Opcode::MaxPoolGather => on!(MaxPoolGather),
+        Opcode::MaxPoolScatter => on!(MaxPoolScatter),
         _ => false,
     };
     if !wanted || !cfg!(feature = "simd") {
         return false;
     }
     let shape = |d: &Dims| d.dims.get(..d.rank).and_then(|e| Shape::new(e).ok());
-    let [Some(a), Some(b)] = [arg_dims.first(), arg_dims.get(1)].map(|d| d.and_then(shape)) else {
+    let Some(a) = arg_dims.first().and_then(shape) else {
         return false;
     };
-    if arg_dims.len() != 2 {
-        return false;
+    if op == Opcode::MaxPool && arg_dims.len() == 1 {
+        return pool_tiles(op, attr, args, a, out);
     }
-    if op == Opcode::Conv {
-        conv(attr, args, &[a, b], out)
-    } else {
-        conv_adjoint(op, attr, args, &[a, b], out)
+    let (Some(b), 2) = (arg_dims.get(1).and_then(shape), arg_dims.len()) else {
+        return false;
+    };
+    match op {
+        Opcode::Conv => conv(attr, args, &[a, b], out),
+        Opcode::ConvTranspose | Opcode::ConvWeightGrad => {
+            conv_adjoint(op, attr, args, &[a, b], out)
+        }
+        _ => pool_tiles(op, attr, args, a, out),
+    }
+}
+
+/// The max pools of [`windowed`] once `x`'s shape is known.
+fn pool_tiles(op: Opcode, attr: Attr, args: &[&[f32]], x: Shape, out: &mut [f32]) -> bool {
+    #[cfg(feature = "simd")]
+    {
+        tapeplan_core::ops::pool::tiling(op, attr, x)
+            .is_some_and(|t| max_pool_tiles::run(op, &t, args, out))
+    }
+    #[cfg(not(feature = "simd"))]
+    {
+        let _ = (op, attr, args, x, out);
+        false
     }
 }
 
@@ -1060,6 +1086,16 @@ pub fn eval_arith(
         if conv_adjoint(op, attr, args, arg_shapes, out) {
             return Ok(());
         }
+    } else if matches!(
+        op,
+        Opcode::MaxPool | Opcode::MaxPoolGather | Opcode::MaxPoolScatter
+    ) && cfg!(feature = "simd")
+    {
+        if let Some(&x) = arg_shapes.first() {
+            if pool_tiles(op, attr, args, x, out) {
+                return Ok(());
+            }
+        }
     } else {
         let mut dims = [Dims::of(Shape::SCALAR); tapeplan_core::MAX_ARITY];
         for (d, s) in dims.iter_mut().zip(arg_shapes) {
@@ -1148,6 +1184,11 @@ pub fn has_kernel(op: Opcode, attr: Attr, arg_shapes: &[Shape]) -> bool {
                 _ => false,
             }
         }
+        #[cfg(feature = "simd")]
+        Opcode::MaxPool | Opcode::MaxPoolGather | Opcode::MaxPoolScatter => arg_shapes
+            .first()
+            .and_then(|&x| tapeplan_core::ops::pool::tiling(op, attr, x))
+            .is_some_and(|t| max_pool_tiles::fits(&t)),
         _ if op.class() == tapeplan_core::OpClass::Elementwise => {
             let math = [MathProfile::Precise, MathProfile::Fast]
                 .into_iter()

@@ -27,5 +27,6 @@ mod run;
 mod selective;
 mod simd_catalog;
 mod simd_conv_adjoints;
+mod simd_max_pool;
 mod transcendentals;
 mod worst_case;
