@@ -91,8 +91,12 @@ fn load(src: &[f32], plane_elems: usize, p0: usize, start: usize, buf: &mut [f32
         let mut rows = [[0.0f32; PLANES]; PLANES];
         for (i, row) in rows.iter_mut().enumerate() {
             let at = (p0 + i) * plane_elems + start + c * PLANES;
-            if let (Some(s), Some(r)) = (src.get(at..at + n), row.get_mut(..n)) {
-                r.copy_from_slice(s);
+            if let Some(s) = src.get(at..at + n) {
+                // A whole chunk as one fixed-size copy (a copy of `n` elements is a call).
+                match <[f32; PLANES]>::try_from(s) {
+                    Ok(whole) => *row = whole,
+                    Err(_) => row.iter_mut().zip(s).for_each(|(r, &v)| *r = v),
+                }
             }
         }
         for (v, col) in chunk.iter_mut().zip(transpose8(rows)) {
@@ -113,8 +117,11 @@ fn store(vecs: &[f32x8], dst: &mut [f32], plane_elems: usize, p0: usize, start: 
         }
         for (i, col) in transpose8(rows).iter().enumerate() {
             let at = (p0 + i) * plane_elems + start + c * PLANES;
-            if let (Some(d), Some(s)) = (dst.get_mut(at..at + n), col.get(..n)) {
-                d.copy_from_slice(s);
+            if let Some(d) = dst.get_mut(at..at + n) {
+                match <&mut [f32; PLANES]>::try_from(&mut *d) {
+                    Ok(whole) => *whole = *col,
+                    Err(_) => d.iter_mut().zip(col).for_each(|(d, &v)| *d = v),
+                }
             }
         }
     }

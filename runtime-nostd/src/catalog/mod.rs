@@ -62,6 +62,12 @@
 //!   input channel per group (a first layer) takes them whatever its width when they fit
 //!   (C1's first layer, 19 columns: 0.60 → 0.16 ns per multiply-accumulate). The executor
 //!   reaches all three through `windowed` (kernels in `conv_adjoint.rs`, `conv_narrow.rs`).
+//! - **`max_pool`**, **`max_pool_gather`**, **`max_pool_scatter`** (with `simd`) over windows
+//!   that tile the input (stride equal to the kernel, no padding reached: PyTorch's
+//!   `MaxPool2d(k)`): lanes are eight planes, each band of a plane transposed onto the stack,
+//!   each window's taps in row-major order under the reference's first-maximum rule lane by
+//!   lane (`max_pool_tiles.rs`); exact selections, and `+0 + g` for the scatter. Bands of at
+//!   most 128 elements; other windows run the reference. Also through `windowed`.
 //! - **`broadcast`**, **`sum_to`**, **`max_to`** also take a block broadcast on both sides
 //!   (`[kept, 1]` against `[lead, kept, trail]`: a convolution's per-channel bias); each sum
 //!   over `l`, then `t`, the reference's increasing flat-index order.
