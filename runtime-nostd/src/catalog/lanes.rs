@@ -61,10 +61,27 @@ mod width {
     pub const NR: usize = 2;
 
     pub const L: usize = core::mem::size_of::<V>() / 4;
+
+    /// Twice `V`'s lanes where the target has no wider register (`wide` then runs each
+    /// operation on two vectors, one after the other: two independent dependency chains for
+    /// latency-bound code, `vecmath::two`); `V` itself under AVX-512.
+    #[cfg(target_feature = "avx512f")]
+    pub type V2 = wide::f32x16;
+    #[cfg(target_feature = "avx512f")]
+    pub type I2 = wide::i32x16;
+    #[cfg(all(not(target_feature = "avx512f"), target_feature = "avx"))]
+    pub type V2 = wide::f32x16;
+    #[cfg(all(not(target_feature = "avx512f"), target_feature = "avx"))]
+    pub type I2 = wide::i32x16;
+    #[cfg(not(any(target_feature = "avx512f", target_feature = "avx")))]
+    pub type V2 = wide::f32x8;
+    #[cfg(not(any(target_feature = "avx512f", target_feature = "avx")))]
+    pub type I2 = wide::i32x8;
+    pub const L2: usize = core::mem::size_of::<V2>() / 4;
 }
 
 #[cfg(feature = "simd")]
-pub(crate) use width::{CATALOG, I, L, V};
+pub(crate) use width::{CATALOG, I, I2, L, L2, V, V2};
 #[cfg(feature = "simd")]
 pub const LANES: usize = L;
 
@@ -86,6 +103,16 @@ pub(crate) trait UnOp: Copy {
     #[inline(always)]
     fn v(self, x: V) -> V {
         V::new(x.to_array().map(|e| self.s(e)))
+    }
+    /// True when [`UnOp::v2`] is a lane-wise form over [`V2`] worth running instead of
+    /// [`UnOp::v`] (latency-bound operations: the transcendentals).
+    #[cfg(feature = "simd")]
+    const WIDE: bool = false;
+    /// The lane-wise form over [`V2`]: the same bits lane by lane as [`UnOp::v`].
+    #[cfg(feature = "simd")]
+    #[inline(always)]
+    fn v2(self, x: V2) -> V2 {
+        V2::new(x.to_array().map(|e| self.s(e)))
     }
 }
 
@@ -294,7 +321,7 @@ mod loops {
 
 #[cfg(feature = "simd")]
 mod loops {
-    use super::{BinOp, UnOp, L, V};
+    use super::{BinOp, UnOp, L, L2, V, V2};
 
     #[inline(always)]
     fn ld(c: &[f32; L]) -> V {
@@ -307,6 +334,15 @@ mod loops {
                 *o = op.s(v);
             }
             return;
+        }
+        let (mut out, mut x) = (out, x);
+        if O::WIDE {
+            let (oc, ot) = out.as_chunks_mut::<L2>();
+            let (xc, xt) = x.as_chunks::<L2>();
+            for (o, a) in oc.iter_mut().zip(xc) {
+                *o = op.v2(V2::new(*a)).to_array();
+            }
+            (out, x) = (ot, xt);
         }
         let (oc, ot) = out.as_chunks_mut::<L>();
         let (xc, xt) = x.as_chunks::<L>();
@@ -323,6 +359,14 @@ mod loops {
                 *o = op.s(*o);
             }
             return;
+        }
+        let mut out = out;
+        if O::WIDE {
+            let (oc, ot) = out.as_chunks_mut::<L2>();
+            for o in oc.iter_mut() {
+                *o = op.v2(V2::new(*o)).to_array();
+            }
+            out = ot;
         }
         let (oc, ot) = out.as_chunks_mut::<L>();
         for o in oc.iter_mut() {
@@ -406,6 +450,57 @@ mod loops {
 }
 
 use loops::{bin_both, bin_bufs, bin_lhs, bin_rhs, bin_splat_buf, bin_splat_out, un_buf, un_out};
+
+/// Column sums: `out[j] = Σ_r x[r, j]` for row-major `x: [rows, cols]` (`x.len()` a multiple
+/// of `cols = out.len()`), each output a chain from `+0.0` over the rows in increasing order
+/// (`sum_to`'s order). Up to four vectors of columns stay in registers over all the rows (one
+/// call per row to the elementwise addition cost W1's bias gradients about 1 µs a step); lanes
+/// are distinct columns; the last columns, fewer than a vector, run as scalar chains.
+#[cfg(feature = "simd")]
+pub(crate) fn column_sums(x: &[f32], out: &mut [f32]) {
+    const C: usize = 4;
+    let cols = out.len();
+    if cols == 0 {
+        return;
+    }
+    let mut j = 0;
+    while j + L <= cols {
+        let c = ((cols - j) / L).min(C);
+        match c {
+            4 => column_tile::<4>(x, out, j),
+            3 => column_tile::<3>(x, out, j),
+            2 => column_tile::<2>(x, out, j),
+            _ => column_tile::<1>(x, out, j),
+        }
+        j += c * L;
+    }
+    for (jj, o) in out.iter_mut().enumerate().skip(j) {
+        *o = x
+            .chunks_exact(cols)
+            .fold(0.0, |acc, row| acc + row.get(jj).copied().unwrap_or(0.0));
+    }
+}
+
+/// Columns `j..j + C·L` of [`column_sums`].
+#[cfg(feature = "simd")]
+#[inline(always)]
+fn column_tile<const C: usize>(x: &[f32], out: &mut [f32], j: usize) {
+    let cols = out.len();
+    let mut acc = [V::splat(0.0); C];
+    for row in x.chunks_exact(cols) {
+        let Some(r) = row.get(j..j + C * L) else {
+            return;
+        };
+        for (a, v) in acc.iter_mut().zip(r.chunks_exact(L)) {
+            *a += V::new(<[f32; L]>::try_from(v).unwrap_or([0.0; L]));
+        }
+    }
+    if let Some(o) = out.get_mut(j..j + C * L) {
+        for (o, a) in o.chunks_exact_mut(L).zip(&acc) {
+            o.copy_from_slice(a.as_array());
+        }
+    }
+}
 
 /// `out[i] = if c[i] != 0 { a[i] } else { b[i] }` (the reference's `select`).
 pub(crate) fn select(c: &[f32], a: &[f32], b: &[f32], out: &mut [f32]) {
@@ -1091,10 +1186,14 @@ pub(crate) fn sgd_matmul<S: Step>(
         return;
     }
     let mut i = 0;
-    // Eight rows a tile: eight sums in flight, as the additions' latency wants.
-    while i + 2 * MR <= m {
-        sgd_rows::<S, { 2 * MR }>(w, a, b, i, (k, m, n), lr);
-        i += 2 * MR;
+    // Eight sums in flight, as the additions' latency wants: tiles of eight rows by one vector
+    // of columns under AVX-512 (32 registers), else four rows by two vectors (16 registers:
+    // eight accumulators, two vectors of `b`, a broadcast; six loads per eight products where
+    // eight rows by one vector needed nine, W1's update bound by them).
+    const ROWS: usize = if L >= 16 { 2 * MR } else { MR };
+    while i + ROWS <= m {
+        sgd_rows::<S, ROWS>(w, a, b, i, (k, m, n), lr);
+        i += ROWS;
     }
     while i + MR <= m {
         sgd_rows::<S, MR>(w, a, b, i, (k, m, n), lr);
@@ -1106,7 +1205,8 @@ pub(crate) fn sgd_matmul<S: Step>(
     }
 }
 
-/// Rows `i..i + R` of [`sgd_matmul`].
+/// Rows `i..i + R` of [`sgd_matmul`]: two vectors of columns a tile where they fit (not under
+/// AVX-512, whose row tiles are eight high), then one vector, then the last partial one.
 #[cfg(feature = "simd")]
 #[inline(always)]
 fn sgd_rows<S: Step, const R: usize>(
@@ -1117,67 +1217,128 @@ fn sgd_rows<S: Step, const R: usize>(
     (k, m, n): (usize, usize, usize),
     lr: f32,
 ) {
-    use tapeplan_core::ops::{mul, sub};
     // A finite nonzero rate (every real one): `g · lr` is never `0 · inf`, so the plain
     // product is `mul::scalar`'s (as `ops::MulByFinite`).
     let plain = lr.is_finite() && lr != 0.0;
     let mut j = 0;
-    while j < n {
-        let width = (n - j).min(L);
-        let mut acc = [V::splat(0.0); R];
-        if width == L && m > 0 && n > 0 {
-            // Whole vectors: rows of `a` and `b` as chunks, so the ranges read in each (`i..i +
-            // R`, `j..j + L`) are the same at every `p` and checked once (W1's update spent a
-            // fifth of its time checking them at every step).
-            for (ar, br) in a.chunks_exact(m).zip(b.chunks_exact(n)).take(k) {
-                let (Some(xs), Some(ys)) = (
-                    ar.get(i..i + R).and_then(|x| <&[f32; R]>::try_from(x).ok()),
-                    br.get(j..j + L).and_then(|y| <&[f32; L]>::try_from(y).ok()),
-                ) else {
-                    return;
-                };
-                let y = V::new(*ys);
-                for (s, &x) in acc.iter_mut().zip(xs) {
-                    *s = S::v(*s, V::splat(x), y);
-                }
-            }
-        } else {
-            for p in 0..k {
-                let y = row_vector(b, p * n + j, width);
-                let Some(xs) = a.get(p * m + i..p * m + i + R) else {
-                    return;
-                };
-                for (s, &x) in acc.iter_mut().zip(xs) {
-                    *s = S::v(*s, V::splat(x), y);
-                }
+    if L < 16 {
+        while j + 2 * L <= n {
+            sgd_tile::<S, R, 2>(w, a, b, (i, j), (k, m, n), lr, plain);
+            j += 2 * L;
+        }
+    }
+    while j + L <= n {
+        sgd_tile::<S, R, 1>(w, a, b, (i, j), (k, m, n), lr, plain);
+        j += L;
+    }
+    if j < n {
+        sgd_partial::<S, R>(w, a, b, (i, j), (k, m, n), lr, plain);
+    }
+}
+
+/// Rows `i..i + R` by `C` whole vectors of columns from `j` of [`sgd_matmul`].
+#[cfg(feature = "simd")]
+#[inline(always)]
+fn sgd_tile<S: Step, const R: usize, const C: usize>(
+    w: &mut [f32],
+    a: &[f32],
+    b: &[f32],
+    (i, j): (usize, usize),
+    (k, m, n): (usize, usize, usize),
+    lr: f32,
+    plain: bool,
+) {
+    let mut acc = [[V::splat(0.0); C]; R];
+    if m == 0 || n == 0 {
+        return;
+    }
+    // Rows of `a` and `b` as chunks, so the ranges read in each (`i..i + R`, `j..j + C·L`)
+    // are the same at every `p` and checked once (W1's update spent a fifth of its time
+    // checking them at every step).
+    for (ar, br) in a.chunks_exact(m).zip(b.chunks_exact(n)).take(k) {
+        let (Some(xs), Some(ys)) = (
+            ar.get(i..i + R).and_then(|x| <&[f32; R]>::try_from(x).ok()),
+            br.get(j..j + C * L),
+        ) else {
+            return;
+        };
+        let y: [V; C] = core::array::from_fn(|c| {
+            ys.get(c * L..c * L + L)
+                .and_then(|v| <&[f32; L]>::try_from(v).ok())
+                .map_or(V::splat(0.0), |v| V::new(*v))
+        });
+        for (s, &x) in acc.iter_mut().zip(xs) {
+            let x = V::splat(x);
+            for (s, &y) in s.iter_mut().zip(&y) {
+                *s = S::v(*s, x, y);
             }
         }
-        for (r, s) in acc.iter().enumerate() {
-            let at = (i + r) * n + j;
-            // A whole vector: `w - g · lr` lane by lane (the same two roundings as the scalar
-            // form below) with one load and one store, not an element at a time.
-            if plain && width == L {
-                if let Some(dst) = w
-                    .get_mut(at..at + L)
-                    .and_then(|d| <&mut [f32; L]>::try_from(d).ok())
-                {
-                    *dst = (V::new(*dst) - *s * V::splat(lr)).to_array();
-                    continue;
-                }
-            }
-            if let (Some(dst), Some(g)) = (w.get_mut(at..at + width), s.as_array().get(..width)) {
-                if plain {
-                    for (o, &g) in dst.iter_mut().zip(g) {
-                        *o = sub::scalar(*o, g * lr);
-                    }
-                } else {
-                    for (o, &g) in dst.iter_mut().zip(g) {
-                        *o = sub::scalar(*o, mul::scalar(g, lr));
-                    }
-                }
+    }
+    for (r, s) in acc.iter().enumerate() {
+        for (c, s) in s.iter().enumerate() {
+            let at = (i + r) * n + j + c * L;
+            let Some(dst) = w
+                .get_mut(at..at + L)
+                .and_then(|d| <&mut [f32; L]>::try_from(d).ok())
+            else {
+                continue;
+            };
+            // `w - g · lr` lane by lane (the same two roundings as the scalar form), with one
+            // load and one store.
+            if plain {
+                *dst = (V::new(*dst) - *s * V::splat(lr)).to_array();
+            } else {
+                update_scalar(dst, s.as_array(), lr);
             }
         }
-        j += width;
+    }
+}
+
+/// The last `n - j` (fewer than `L`) columns of rows `i..i + R` of [`sgd_matmul`]: one vector
+/// whose unused lanes are computed on zeros and never stored.
+#[cfg(feature = "simd")]
+#[inline(always)]
+fn sgd_partial<S: Step, const R: usize>(
+    w: &mut [f32],
+    a: &[f32],
+    b: &[f32],
+    (i, j): (usize, usize),
+    (k, m, n): (usize, usize, usize),
+    lr: f32,
+    plain: bool,
+) {
+    let width = (n - j).min(L);
+    let mut acc = [V::splat(0.0); R];
+    for p in 0..k {
+        let y = row_vector(b, p * n + j, width);
+        let Some(xs) = a.get(p * m + i..p * m + i + R) else {
+            return;
+        };
+        for (s, &x) in acc.iter_mut().zip(xs) {
+            *s = S::v(*s, V::splat(x), y);
+        }
+    }
+    for (r, s) in acc.iter().enumerate() {
+        let at = (i + r) * n + j;
+        if let (Some(dst), Some(g)) = (w.get_mut(at..at + width), s.as_array().get(..width)) {
+            if plain {
+                for (o, &g) in dst.iter_mut().zip(g) {
+                    *o = tapeplan_core::ops::sub::scalar(*o, g * lr);
+                }
+            } else {
+                update_scalar(dst, g, lr);
+            }
+        }
+    }
+}
+
+/// `w ← sub(w, mul(g, lr))` element by element: the reference's own scalars (any rate).
+#[cfg(feature = "simd")]
+#[inline(always)]
+fn update_scalar(dst: &mut [f32], g: &[f32], lr: f32) {
+    use tapeplan_core::ops::{mul, sub};
+    for (o, &g) in dst.iter_mut().zip(g) {
+        *o = sub::scalar(*o, mul::scalar(g, lr));
     }
 }
 

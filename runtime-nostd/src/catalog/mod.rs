@@ -242,7 +242,7 @@ pub(crate) fn pattern(small: &Dims, big: &Dims) -> Pattern {
 // Elementwise.
 
 macro_rules! unary_ops {
-    ($($name:ident => $f:path $(, $v:path)?;)*) => {$(
+    ($($name:ident => $f:path $(, $v:path, $v2:path)?;)*) => {$(
         // A build with one math profile leaves the other's unused.
         #[allow(dead_code)]
         #[derive(Clone, Copy)]
@@ -265,6 +265,13 @@ macro_rules! unary_ops {
                 fn v(self, x: lanes::V) -> lanes::V {
                     $v(x)
                 }
+                #[cfg(feature = "simd")]
+                const WIDE: bool = true;
+                #[cfg(feature = "simd")]
+                #[inline(always)]
+                fn v2(self, x: lanes::V2) -> lanes::V2 {
+                    $v2(x)
+                }
             )?
         }
     )*};
@@ -273,11 +280,11 @@ macro_rules! unary_ops {
 // The `precise` transcendentals run lane-wise ports of `libm` with `simd` (`vecmath`: the same
 // bits for every input); the `fast` ones run micromath's scalar code element by element.
 unary_ops! {
-    Tanh => tanh::scalar, vecmath::tanhf;
-    Exp => exp::scalar, vecmath::expf;
-    Log => log::scalar, vecmath::logf;
-    Sigmoid => sigmoid::scalar, vecmath::sigmoid;
-    Softplus => softplus::scalar, vecmath::softplus;
+    Tanh => tanh::scalar, vecmath::tanhf, vecmath::two::tanhf;
+    Exp => exp::scalar, vecmath::expf, vecmath::two::expf;
+    Log => log::scalar, vecmath::logf, vecmath::two::logf;
+    Sigmoid => sigmoid::scalar, vecmath::sigmoid, vecmath::two::sigmoid;
+    Softplus => softplus::scalar, vecmath::softplus, vecmath::two::softplus;
     TanhFast => tanh::scalar_fast;
     ExpFast => exp::scalar_fast;
     LogFast => log::scalar_fast;
@@ -700,9 +707,14 @@ fn sum_to(x: &[f32], dx: &Dims, out: &mut [f32], dout: &Dims) -> bool {
         Pattern::Rows { rows, cols } if out.len() == cols && x.len() == rows * cols => {
             // Column sums: every output adds its rows in increasing order; vectorized across
             // the columns.
-            let out = zeroed(out);
-            for row in x.chunks_exact(cols) {
-                lanes::binary(lanes::ops::Add, Src::Out, Src::Buf(row), out);
+            #[cfg(feature = "simd")]
+            lanes::column_sums(x, out);
+            #[cfg(not(feature = "simd"))]
+            {
+                let out = zeroed(out);
+                for row in x.chunks_exact(cols) {
+                    lanes::binary(lanes::ops::Add, Src::Out, Src::Buf(row), out);
+                }
             }
         }
         Pattern::Cols { rows, cols } if out.len() == rows && x.len() == rows * cols => {

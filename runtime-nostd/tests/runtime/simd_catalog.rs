@@ -385,6 +385,18 @@ proptest! {
         check(Opcode::Broadcast, Attr::target(shp(&big)), &[&x], &[shp(&small)])?;
     }
 
+    /// Column sums as wide as a bias gradient (`[batch, features]` to `[features]` or
+    /// `[1, features]`): every register tile of the catalog's column sums (one to four
+    /// vectors, then scalar columns) for every lane count.
+    #[test]
+    fn column_sums_match_reference(
+        ((rows, cols, row_shaped), x) in (0usize..=40, 1usize..=70, any::<bool>())
+            .prop_flat_map(|(r, c, k)| (Just((r, c, k)), values(r * c)))
+    ) {
+        let small = if row_shaped { vec![1, cols] } else { vec![cols] };
+        check(Opcode::SumTo, Attr::target(shp(&small)), &[&x], &[shp(&[rows, cols])])?;
+    }
+
     #[test]
     fn sum_to_and_max_to_match_reference(
         ((big, small), x) in broadcast_pair().prop_flat_map(|(big, small)| {
