@@ -580,9 +580,8 @@ pub const FMA_HARDWARE: bool = cfg!(all(
 #[cfg(feature = "simd")]
 pub(crate) trait Step: Copy {
     /// Whether [`matmul_with`] runs the steps `p` in blocks whose rows of `b` stay in the L1
-    /// cache (see there): worth it when the step is one instruction on the hardware (the
-    /// products then outrun `b`'s reads from L2), not when it is two (a product and a sum), or
-    /// a call to `libm::fmaf`.
+    /// cache (see there): worth it when `b`'s reads from L2 bound the tiles (a hardware fused
+    /// multiply-add; the separate step on AMD's cores), not with a call to `libm::fmaf`.
     const BLOCK_P: bool;
     /// The accumulator after the step `acc ⊕ x · y`.
     fn v(acc: V, x: V, y: V) -> V;
@@ -596,7 +595,7 @@ pub(crate) struct Separate;
 
 #[cfg(feature = "simd")]
 impl Step for Separate {
-    const BLOCK_P: bool = false;
+    const BLOCK_P: bool = true;
     #[inline(always)]
     fn v(acc: V, x: V, y: V) -> V {
         acc + x * y
@@ -866,13 +865,14 @@ pub const B_BLOCK_ELEMS: usize = 8192;
 
 /// The register-tiled product with the step `S` (see [`matmul`]).
 ///
-/// With a hardware fused multiply-add ([`Step::BLOCK_P`]), when `b` exceeds [`B_BLOCK_ELEMS`]
-/// and several tiles of rows read it, the steps `p` run in blocks (at least 64 steps each)
-/// whose `[kc, n]` rows of `b` stay in the L1 cache while every tile of rows passes over them:
-/// unblocked, W2's forward product (`[64, 784] x [784, 128]`) read all of `b` (392 KiB) from L2
-/// once per tile of rows, and its `fma` tiles waited on it (92 against 84 µs blocked; under
-/// `separate`, 128 against 132 µs: two instructions a step leave time for the reads, and the
-/// blocks' reloads cost more). A later block's accumulators start from the sums the earlier
+/// With [`Step::BLOCK_P`] (a hardware fused multiply-add, and the separate step), when `b`
+/// exceeds [`B_BLOCK_ELEMS`] and several tiles of rows read it, the steps `p` run in blocks
+/// (at least 64 steps each) whose `[kc, n]` rows of `b` stay in the L1 cache while every tile
+/// of rows passes over them: unblocked, W2's forward product (`[64, 784] x [784, 128]`) read
+/// all of `b` (392 KiB) from L2 once per tile of rows, and its `fma` tiles waited on it (92
+/// against 84 µs blocked on an AVX-512 Xeon; under `separate` there 128 against 132 µs, but
+/// on an AVX2 EPYC 273 against 231 µs blocked, `example product_cost`, 2026-12-04: the
+/// separate step is blocked too). A later block's accumulators start from the sums the earlier
 /// blocks stored in `out` (`f32`, exactly the accumulator), so each output is the one sum over
 /// increasing `p`, as unblocked.
 #[cfg(feature = "simd")]
