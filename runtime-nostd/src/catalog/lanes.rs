@@ -645,9 +645,9 @@ const MR: usize = 4;
 /// # Arithmetic order
 /// Each `out[i, j]` starts at `+0.0` and accumulates `acc = acc + a[i, p] * b[p, j]` (product
 /// rounded, then sum rounded) over `p = 0, 1, …, k-1`, exactly the reference's order. The
-/// kernel keeps a tile of `MR` rows by `NR` vectors of columns in registers over the whole `p`
-/// loop: lanes are distinct `j`s, never distinct `p`s. Rows left over run in tiles of 2 and 1
-/// rows.
+/// kernel keeps a tile of `TILE_ROWS` rows by `NR` vectors of columns in registers over the
+/// whole `p` loop: lanes are distinct `j`s, never distinct `p`s. Rows left over run in tiles of
+/// `MR`, 2 and 1 rows.
 #[cfg(feature = "simd")]
 pub(crate) fn matmul(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, n: usize) {
     matmul_with::<Separate>(a, b, out, m, k, n);
@@ -904,7 +904,7 @@ fn matmul_with<S: Step>(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usiz
     }
 }
 
-/// Every row of `g`: tiles of `MR` rows, then of 2 and 1. With `LOAD`, each accumulator starts
+/// Every row of `g`: tiles of [`TILE_ROWS`] rows, then of `MR`, 2 and 1. With `LOAD`, each accumulator starts
 /// from `out`'s element (a later block of `p` continuing the sums), else from `+0.0`. With
 /// `AT`, `a` is stored transposed: `a[r, p]` of the block is `a[p * lda + r]`.
 #[cfg(feature = "simd")]
@@ -918,17 +918,26 @@ fn block<S: Step, const LOAD: bool, const AT: bool>(
     if g.k == 0 {
         return;
     }
-    let mut done = rows::<S, MR, LOAD, AT>(a, b, out, g, 0);
-    for step in [2usize, 1] {
+    let mut done = rows::<S, TILE_ROWS, LOAD, AT>(a, b, out, g, 0);
+    for step in [MR, 2, 1] {
         if done >= g.m {
             break;
         }
         done += match step {
+            MR => rows::<S, MR, LOAD, AT>(a, b, out, g, done),
             2 => rows::<S, 2, LOAD, AT>(a, b, out, g, done),
             _ => rows::<S, 1, LOAD, AT>(a, b, out, g, done),
         };
     }
 }
+
+/// Rows per register tile of the products: six with eight lanes (AVX2: twelve accumulators,
+/// two vectors of `b` and a broadcast in its sixteen registers; eight sums in flight left the
+/// multiply-adds waiting on each other's latency, and each step's loads are shared by more
+/// products: W2's forward product 233-245 -> 222 µs, `xᵀ·ḡ` 224 -> 202-206 µs under
+/// `separate`, `example product_cost`, 2026-12-04), else [`MR`].
+#[cfg(feature = "simd")]
+const TILE_ROWS: usize = if L == 8 { 6 } else { MR };
 
 /// Runs as many whole blocks of `R` rows from row `from` as fit; answers the rows done.
 #[cfg(feature = "simd")]
@@ -1189,7 +1198,9 @@ pub(crate) fn sgd_matmul<S: Step>(
     // Eight sums in flight, as the additions' latency wants: tiles of eight rows by one vector
     // of columns under AVX-512 (32 registers), else four rows by two vectors (16 registers:
     // eight accumulators, two vectors of `b`, a broadcast; six loads per eight products where
-    // eight rows by one vector needed nine, W1's update bound by them).
+    // eight rows by one vector needed nine, W1's update bound by them). Six rows by two
+    // vectors, as the products' tiles, made W1's step 8 % slower (its 64 rows leave a tile of
+    // four) and W2's 2 % faster (peers A/B, 2026-12-04).
     const ROWS: usize = if L >= 16 { 2 * MR } else { MR };
     while i + ROWS <= m {
         sgd_rows::<S, ROWS>(w, a, b, i, (k, m, n), lr);
