@@ -718,7 +718,7 @@ fn sum_to(x: &[f32], dx: &Dims, out: &mut [f32], dout: &Dims) -> bool {
             }
         }
         Pattern::Cols { rows, cols } if out.len() == rows && x.len() == rows * cols => {
-            row_reduce(x, zeroed(out), cols, |acc, v| acc + v);
+            row_reduce(x, zeroed(out), cols, SumStep);
         }
         Pattern::Block { lead, kept, trail }
             if out.len() == kept && x.len() == lead * kept * trail =>
@@ -732,12 +732,7 @@ fn sum_to(x: &[f32], dx: &Dims, out: &mut [f32], dout: &Dims) -> bool {
             let done = 0;
             for block in x.chunks_exact((kept * trail).max(1)) {
                 let rows = block.get(done * trail..).unwrap_or(&[]);
-                row_reduce(
-                    rows,
-                    out.get_mut(done..).unwrap_or(&mut []),
-                    trail,
-                    |acc, v| acc + v,
-                );
+                row_reduce(rows, out.get_mut(done..).unwrap_or(&mut []), trail, SumStep);
             }
         }
         _ => return false,
@@ -819,14 +814,14 @@ fn max_to(x: &[f32], dx: &Dims, out: &mut [f32], dout: &Dims) -> bool {
         }
         Pattern::Cols { rows, cols } if out.len() == rows && x.len() == rows * cols => {
             out.fill(f32::NEG_INFINITY);
-            row_reduce(x, out, cols, max_step);
+            row_reduce(x, out, cols, MaxStep);
         }
         Pattern::Block { lead, kept, trail }
             if out.len() == kept && x.len() == lead * kept * trail =>
         {
             out.fill(f32::NEG_INFINITY);
             for block in x.chunks_exact((kept * trail).max(1)) {
-                row_reduce(block, out, trail, max_step);
+                row_reduce(block, out, trail, MaxStep);
             }
         }
         _ => return false,
@@ -839,11 +834,55 @@ fn zeroed(out: &mut [f32]) -> &mut [f32] {
     out
 }
 
+/// A row reduction's step (`sum_to`'s sum, `max_to`'s first-maximum rule): the scalar form
+/// and, with `simd`, the lane-wise form, the same bits lane by lane.
+trait Reduce: Copy {
+    fn s(self, acc: f32, v: f32) -> f32;
+    #[cfg(feature = "simd")]
+    fn v(self, acc: wide::f32x8, v: wide::f32x8) -> wide::f32x8;
+}
+
+/// `acc + v`.
+#[derive(Clone, Copy)]
+struct SumStep;
+
+impl Reduce for SumStep {
+    #[inline(always)]
+    fn s(self, acc: f32, v: f32) -> f32 {
+        acc + v
+    }
+    #[cfg(feature = "simd")]
+    #[inline(always)]
+    fn v(self, acc: wide::f32x8, v: wide::f32x8) -> wide::f32x8 {
+        acc + v
+    }
+}
+
+/// [`max_step`].
+#[derive(Clone, Copy)]
+struct MaxStep;
+
+impl Reduce for MaxStep {
+    #[inline(always)]
+    fn s(self, acc: f32, v: f32) -> f32 {
+        max_step(acc, v)
+    }
+    #[cfg(feature = "simd")]
+    #[inline(always)]
+    fn v(self, acc: wide::f32x8, v: wide::f32x8) -> wide::f32x8 {
+        // Ordered comparison: `simd_gt` is false when either side is NaN.
+        (!acc.is_nan() & (v.is_nan() | v.simd_gt(acc))).select(v, acc)
+    }
+}
+
 /// `out[r] = fold(out[r], x[r, 0], x[r, 1], …)` in increasing column order for
 /// `x: [rows, cols]` (each chain continues from what `out[r]` holds), eight rows at a time so
-/// the eight independent chains overlap.
+/// the eight independent chains overlap: with `simd` as the lanes of one vector, each `8 × 8`
+/// block of the eight rows transposed in registers (`lanes::transpose8`, an exact permutation)
+/// so that a vector holds one column of the eight rows (W1's softmax row sums and maxima over
+/// ten classes had been scalar chains), else as eight scalar chains.
 #[inline(always)]
-fn row_reduce(x: &[f32], out: &mut [f32], cols: usize, f: impl Fn(f32, f32) -> f32) {
+fn row_reduce<Rd: Reduce>(x: &[f32], out: &mut [f32], cols: usize, rd: Rd) {
     const R: usize = 8;
     if cols == 0 {
         return;
@@ -851,23 +890,48 @@ fn row_reduce(x: &[f32], out: &mut [f32], cols: usize, f: impl Fn(f32, f32) -> f
     let mut blocks = out.chunks_exact_mut(R);
     let mut xs = x.chunks_exact(R * cols);
     for (o, xb) in (&mut blocks).zip(&mut xs) {
-        let mut acc = [0.0; R];
-        acc.copy_from_slice(o);
-        for c in 0..cols {
-            for (r, a) in acc.iter_mut().enumerate() {
-                if let Some(&v) = xb.get(r * cols + c) {
-                    *a = f(*a, v);
+        #[cfg(feature = "simd")]
+        {
+            use wide::f32x8;
+            let mut acc = f32x8::new(<[f32; R]>::try_from(&*o).unwrap_or([0.0; R]));
+            let mut c = 0;
+            while c + R <= cols {
+                let rows: [[f32; R]; R] = core::array::from_fn(|r| {
+                    xb.get(r * cols + c..r * cols + c + R)
+                        .and_then(|s| <[f32; R]>::try_from(s).ok())
+                        .unwrap_or([0.0; R])
+                });
+                for v in lanes::transpose8(rows) {
+                    acc = rd.v(acc, f32x8::new(v));
+                }
+                c += R;
+            }
+            for c in c..cols {
+                let v = core::array::from_fn(|r| xb.get(r * cols + c).copied().unwrap_or(0.0));
+                acc = rd.v(acc, f32x8::new(v));
+            }
+            o.copy_from_slice(acc.as_array());
+        }
+        #[cfg(not(feature = "simd"))]
+        {
+            let mut acc = [0.0; R];
+            acc.copy_from_slice(o);
+            for c in 0..cols {
+                for (r, a) in acc.iter_mut().enumerate() {
+                    if let Some(&v) = xb.get(r * cols + c) {
+                        *a = rd.s(*a, v);
+                    }
                 }
             }
+            o.copy_from_slice(&acc);
         }
-        o.copy_from_slice(&acc);
     }
     for (o, row) in blocks
         .into_remainder()
         .iter_mut()
         .zip(xs.remainder().chunks_exact(cols))
     {
-        *o = row.iter().fold(*o, |a, &v| f(a, v));
+        *o = row.iter().fold(*o, |a, &v| rd.s(a, v));
     }
 }
 

@@ -397,6 +397,19 @@ proptest! {
         check(Opcode::SumTo, Attr::target(shp(&small)), &[&x], &[shp(&[rows, cols])])?;
     }
 
+    /// Row sums and maxima as a softmax takes them (`[batch, classes]` to `[batch, 1]`): whole
+    /// blocks of eight rows (transposed eight columns at a time, then column by column) and the
+    /// rows left over.
+    #[test]
+    fn row_reductions_match_reference(
+        ((rows, cols), x) in (0usize..=40, 1usize..=30)
+            .prop_flat_map(|(r, c)| (Just((r, c)), values(r * c)))
+    ) {
+        let (big, small) = (shp(&[rows, cols]), shp(&[rows, 1]));
+        check(Opcode::SumTo, Attr::target(small), &[&x], &[big])?;
+        check(Opcode::MaxTo, Attr::target(small), &[&x], &[big])?;
+    }
+
     #[test]
     fn sum_to_and_max_to_match_reference(
         ((big, small), x) in broadcast_pair().prop_flat_map(|(big, small)| {
