@@ -323,12 +323,11 @@ pub(crate) fn geometry(op: Opcode, window: PoolWindow, x: Shape) -> Result<Geome
     Ok(g)
 }
 
-/// A max pooling whose windows tile the input ([`Geometry::tiles`]: stride equal to the kernel,
-/// dilation 1, no padding reached; PyTorch's `MaxPool2d(k)`), as kernels outside this crate
-/// need it: `planes = N · C` planes of `rows × cols` elements (`rows = 1` for `[N, C, L]`),
-/// window `(oh, ow)` of a plane holding rows `oh · kernel[0] ..` and columns
-/// `ow · kernel[1] ..`, for `oh < out[0]`, `ow < out[1]`. Rows and columns past
-/// `out · kernel` belong to no window.
+/// A max pooling whose windows tile the input (stride equal to the kernel, dilation 1, no
+/// padding reached; PyTorch's `MaxPool2d(k)`), as kernels outside this crate need it:
+/// `planes = N · C` planes of `rows × cols` elements (`rows = 1` for `[N, C, L]`), window
+/// `(oh, ow)` of a plane holding rows `oh · kernel[0] ..` and columns `ow · kernel[1] ..`, for
+/// `oh < out[0]`, `ow < out[1]`. Rows and columns past `out · kernel` belong to no window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tiling {
     /// `N · C`.
