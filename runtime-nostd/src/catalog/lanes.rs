@@ -780,6 +780,21 @@ fn nt_packed<S: Step, const P: usize>(
 /// took as long as its product.
 #[cfg(feature = "simd")]
 fn pack_transposed(src: &[f32], k: usize, panel: &mut [f32], kc: usize, nc: usize) {
+    pack_transposed_into(src, k, panel, kc, nc, nc);
+}
+
+/// [`pack_transposed`] into a panel whose rows are `ldp` (at least `nc`) elements apart: the
+/// panel's `[p, j]` at `panel[p · ldp + j]` is `src[j · k + p]`, for `p < kc`, `j < nc`
+/// (elements `nc .. ldp` of each row left as they were).
+#[cfg(feature = "simd")]
+pub(crate) fn pack_transposed_into(
+    src: &[f32],
+    k: usize,
+    panel: &mut [f32],
+    kc: usize,
+    nc: usize,
+    ldp: usize,
+) {
     const T: usize = 8;
     let (kt, nt) = (kc - kc % T, nc - nc % T);
     for jj0 in (0..nt).step_by(T) {
@@ -792,16 +807,16 @@ fn pack_transposed(src: &[f32], k: usize, panel: &mut [f32], kc: usize, nc: usiz
                 }
             }
             for (c, col) in transpose8(rows).iter().enumerate() {
-                let at = (pp0 + c) * nc + jj0;
+                let at = (pp0 + c) * ldp + jj0;
                 if let Some(dst) = panel.get_mut(at..at + T) {
                     dst.copy_from_slice(col);
                 }
             }
         }
     }
-    for (pp, row) in panel.chunks_exact_mut(nc.max(1)).take(kc).enumerate() {
+    for (pp, row) in panel.chunks_mut(ldp.max(1)).take(kc).enumerate() {
         let from = if pp < kt { nt } else { 0 };
-        for (jj, d) in row.iter_mut().enumerate().skip(from) {
+        for (jj, d) in row.iter_mut().enumerate().take(nc).skip(from) {
             if let Some(&v) = src.get(jj * k + pp) {
                 *d = v;
             }
@@ -818,6 +833,46 @@ fn empty(out: &mut [f32], m: usize, k: usize, n: usize) -> bool {
         out.fill(0.0);
     }
     n == 0 || m == 0 || k == 0
+}
+
+/// `out = a · b`, or with `accumulate` `out = out + a · b` continuing the sums stored in `out`,
+/// for contiguous row-major `a: [m, k]`, `b: [k, n]`, `out: [m, n]` (`(m, k, n)`), under the
+/// step `S`, in one block of `p` (the caller keeps `b` within the L1 cache: see
+/// `conv_im2col`). Nothing is written when a slice is shorter than its shape.
+///
+/// # Arithmetic order
+/// [`matmul`]'s: each `out[i, j]` starts at `+0.0` (or, with `accumulate`, at its stored value:
+/// the `f32` accumulator of an earlier block) and accumulates over `p = 0, 1, …, k-1`.
+#[cfg(feature = "simd")]
+pub(crate) fn product_into<S: Step>(
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+    (m, k, n): (usize, usize, usize),
+    accumulate: bool,
+) {
+    if a.len() < m * k || b.len() < k * n || out.len() < m * n {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            out.fill(0.0);
+        }
+        return;
+    }
+    let g = Block {
+        m,
+        k,
+        n,
+        lda: k,
+        ldb: n,
+        ldo: n,
+    };
+    if accumulate {
+        block::<S, true, false>(a, b, out, g);
+    } else {
+        block::<S, false, false>(a, b, out, g);
+    }
 }
 
 /// [`block`] over the block of `p` starting at `p0`: the accumulators start from `+0.0` for the

@@ -221,6 +221,127 @@ proptest! {
     }
 }
 
+/// A convolution the catalog runs as products over gathered columns (`conv_im2col`): at least
+/// 16 terms per sum (2 to 8 input channels per group times the taps) and at least 4 output
+/// rows, 1-D or 2-D with strides, dilations and padding as [`axis`], batch 1 to 3 and widths
+/// up to 40, so that the columns span several blocks of the gathered matrix and several batch
+/// elements per block; the smaller ones take the other kernels, which is checked too.
+fn im2col_geometry() -> impl Strategy<Value = Geo> {
+    (
+        1usize..=2,
+        1usize..=3,
+        (1usize..=2, 2usize..=8, 4usize..=20),
+        [axis(), axis()],
+        0usize..=36,
+    )
+        .prop_map(|(r, n, (groups, cin_g, cout_g), axes, wide)| {
+            let (x, w, a, e) = conv_geometry(r, n, (groups, cin_g, cout_g), axes, wide);
+            let mut y = vec![n, groups * cout_g];
+            y.extend_from_slice(&e);
+            (x, w, y, a)
+        })
+}
+
+/// A finite float: signed zeros, subnormals, the largest, ties and ordinary values (the factor
+/// the products multiply the padding's `+0.0` by must be finite for them to run).
+fn finite() -> impl Strategy<Value = f32> + Clone {
+    prop_oneof![
+        2 => Just(0.0f32),
+        2 => Just(-0.0f32),
+        1 => Just(f32::from_bits(1)),
+        1 => Just(f32::MAX),
+        1 => Just(f32::EPSILON / 2.0),
+        20 => -4.0f32..4.0f32,
+    ]
+}
+
+/// [`im2col_geometry`] with the factors finite and the other operands special: `x` and the
+/// transposed convolution's `gy` from [`special`] (infinities, NaNs next to the padding), `w`
+/// and the weight gradient's `gy` from [`finite`].
+fn im2col_case() -> impl Strategy<Value = (Geo, [Vec<f32>; 4])> {
+    im2col_geometry().prop_flat_map(|(x, w, y, a)| {
+        let len = |d: &[usize]| d.iter().product::<usize>();
+        let vals = (
+            prop::collection::vec(special(), len(&x)),
+            prop::collection::vec(finite(), len(&w)),
+            prop::collection::vec(special(), len(&y)),
+            prop::collection::vec(finite(), len(&y)),
+        )
+            .prop_map(|(x, w, gs, gf)| [x, w, gs, gf]);
+        (Just((x, w, y, a)), vals)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    #[test]
+    fn im2col_convs_match_reference(((x, w, y, a), [xv, wv, gs, gf]) in im2col_case()) {
+        let attr = Attr::Conv(a.with_extent(&y[2..]));
+        check(Opcode::Conv, attr, &[&xv, &wv], &[x.clone(), w.clone()])?;
+        let [(t_op, t_attr, t_dims), (u_op, u_attr, u_dims)] = adjoints(&x, &w, &y, a);
+        check(t_op, t_attr, &[&gs, &wv], &t_dims)?;
+        check(u_op, u_attr, &[&xv, &gf], &u_dims)?;
+    }
+
+    #[test]
+    fn im2col_convs_ordinary_values_match_reference(
+        (geo, vals) in case_of(im2col_geometry(), -2.0f32..2.0)
+    ) {
+        check_all(geo, vals)?;
+    }
+}
+
+/// Literal cases of the products over gathered columns (16 input channels, so that they run):
+/// a weight or a cotangent that is not finite makes them give way to the kernels that skip
+/// the padding's taps, which the reference does; multiplied by the padding's zero it would
+/// write NaN. Checked against the reference bit for bit, and the border values literally.
+#[test]
+fn im2col_gives_way_when_a_padding_factor_is_not_finite() {
+    let a = ConvAttr::d1(1, 1, 1, 1, 1);
+    let (x, w, y) = (vec![1, 16, 8], vec![4, 16, 3], vec![1, 4, 8]);
+    let xv: Vec<f32> = (0..128).map(|i| (i % 8 + 1) as f32).collect();
+    let mut wv = vec![1.0f32; 4 * 16 * 3];
+    wv[0] = f32::INFINITY; // co 0, ci 0, tap 0: reads the padding for output 0
+    let conv = Attr::Conv(a.with_extent(&y[2..]));
+    check(Opcode::Conv, conv, &[&xv, &wv], &[x.clone(), w.clone()]).unwrap();
+    let mut out = vec![0.0f32; 32];
+    let shapes = [shp(&x), shp(&w)];
+    catalog::eval(
+        Opcode::Conv,
+        conv,
+        MathProfile::Precise,
+        &[&xv, &wv],
+        &shapes,
+        &mut out,
+    )
+    .unwrap();
+    // Output 0 of channel 0: tap 0 skipped, the others finite; output 1: ∞ · x[0].
+    assert!(
+        out[0].is_finite() && out[1] == f32::INFINITY,
+        "{:?}",
+        &out[..2]
+    );
+    let mut gv = vec![1.0f32; 32];
+    gv[0] = f32::INFINITY;
+    let [(t_op, t_attr, t_dims), (u_op, u_attr, u_dims)] = adjoints(&x, &w, &y, a);
+    check(t_op, t_attr, &[&gv, &wv], &t_dims).unwrap();
+    check(u_op, u_attr, &[&xv, &gv], &u_dims).unwrap();
+    let mut u = vec![0.0f32; 4 * 16 * 3];
+    let shapes = [shp(&u_dims[0]), shp(&u_dims[1])];
+    catalog::eval(
+        u_op,
+        u_attr,
+        MathProfile::Precise,
+        &[&xv, &gv],
+        &shapes,
+        &mut u,
+    )
+    .unwrap();
+    // Channel 0, input channel 0, tap 0: Σ_{o ≥ 1} x[o − 1] · g[o] = 1 + … + 7 = 28.
+    assert_eq!(u[0], 28.0);
+}
+
 /// The forward convolution and both adjoints of one geometry against their references.
 fn check_all((x, w, y, a): Geo, [xv, wv, gv]: [Vec<f32>; 3]) -> Result<(), TestCaseError> {
     let attr = Attr::Conv(a.with_extent(&y[2..]));
