@@ -722,6 +722,11 @@ pub(crate) fn matmul_nt<S: Step>(
     if k == 1 {
         return matmul_with::<S>(a, b, out, m, k, n);
     }
+    // One or two rows against a small `bᵀ` (W3's batch of one): straight from `b`'s 8 × 8
+    // blocks transposed in registers, without a panel.
+    if nt_few_rows::<S>(a, b, out, m, k, n) {
+        return;
+    }
     // A whole `bᵀ` that fits [`SMALL_PACK_ELEMS`] takes the smaller panel: the panel is zeroed
     // on every call, which costs more than the product on tiny steps (W3).
     if k.saturating_mul(n) <= SMALL_PACK_ELEMS {
@@ -729,6 +734,63 @@ pub(crate) fn matmul_nt<S: Step>(
     } else {
         nt_packed::<S, PACK_ELEMS>(a, b, out, m, k, n);
     }
+}
+
+/// [`matmul_nt`] for `m` of at most two rows, eight lanes, `k` and `n` multiples of eight and
+/// `k · n` within [`SMALL_PACK_ELEMS`] (W3's `ḡ · W2ᵀ`, `[1, 16] x [16, 16]ᵀ`): each `8 × 8`
+/// block of `b` (eight `j`s by eight `p`s) transposed in registers, its columns multiplied in
+/// increasing `p`, no panel to zero, fill and reload; `false` (nothing written) otherwise.
+///
+/// # Arithmetic order
+/// [`matmul_nt`]'s: each `out[i, j]` starts at `+0.0` and accumulates over `p = 0, 1, …, k-1`.
+#[cfg(feature = "simd")]
+fn nt_few_rows<S: Step>(
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+    m: usize,
+    k: usize,
+    n: usize,
+) -> bool {
+    const T: usize = 8;
+    if L != T
+        || m > 2
+        || !k.is_multiple_of(T)
+        || !n.is_multiple_of(T)
+        || k * n > SMALL_PACK_ELEMS
+        || a.len() < m * k
+        || b.len() < n * k
+        || out.len() < m * n
+    {
+        return false;
+    }
+    for j0 in (0..n).step_by(T) {
+        let mut acc = [V::splat(0.0); 2];
+        for p0 in (0..k).step_by(T) {
+            let rows: [[f32; T]; T] = core::array::from_fn(|r| {
+                let at = (j0 + r) * k + p0;
+                b.get(at..at + T)
+                    .and_then(|s| <[f32; T]>::try_from(s).ok())
+                    .unwrap_or([0.0; T])
+            });
+            for (c, col) in transpose8(rows).iter().enumerate() {
+                let y = V::new(core::array::from_fn(|l| col.get(l).copied().unwrap_or(0.0)));
+                for (r, acc_r) in acc.iter_mut().enumerate().take(m) {
+                    let x = V::splat(a.get(r * k + p0 + c).copied().unwrap_or(0.0));
+                    *acc_r = S::v(*acc_r, x, y);
+                }
+            }
+        }
+        for (r, acc_r) in acc.iter().enumerate().take(m) {
+            let at = r * n + j0;
+            if let Some(o) = out.get_mut(at..at + T) {
+                for (d, v) in o.iter_mut().zip(acc_r.to_array()) {
+                    *d = v;
+                }
+            }
+        }
+    }
+    true
 }
 
 /// [`matmul_nt`] over a panel of `P` elements (at least 64).

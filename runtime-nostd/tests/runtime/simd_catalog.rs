@@ -625,7 +625,9 @@ fn transposed_products_odd_shapes() {
 /// `p` (1024 / 64 = 16, and 256) and W2's 784; `m` around the register tile's rows (4: 1, 3, 5,
 /// 9; 8, the fewest rows whose `fma` product runs in blocks of `p` of at least 64, `lanes::
 /// B_BLOCK_ELEMS / n`, when `k · n` exceeds it) and W2's products themselves; `n` around the
-/// lane counts and tile widths (4, 8, 16 lanes; 2 or 4 vectors: 1, 3, 15, 17, 33, 63, 65, 129). Each operand is ordinary values with every special value
+/// lane counts and tile widths (4, 8, 16 lanes; 2 or 4 vectors: 1, 3, 15, 17, 33, 63, 65, 129),
+/// and `matmul_nt`'s one or two rows by whole `8 × 8` blocks of `b` (`m` 1, 2; `k`, `n` 8, 16,
+/// 32: W3's `[1, 16] x [16, 16]ᵀ`). Each operand is ordinary values with every special value
 /// (`special()`'s list: signed zeros, subnormals, infinities, NaNs, ties) placed at a few
 /// positions, and once ordinary throughout (long sums where any change of order shows).
 #[test]
@@ -660,9 +662,9 @@ fn products_at_blocking_edges() {
             .collect()
     };
     let mut shapes = Vec::new();
-    for k in [1usize, 15, 16, 17, 255, 256, 257, 784] {
-        for m in [1usize, 3, 5, 8, 9] {
-            for n in [1usize, 3, 15, 17, 33, 63, 65, 129] {
+    for k in [1usize, 8, 15, 16, 17, 32, 255, 256, 257, 784] {
+        for m in [1usize, 2, 3, 5, 8, 9] {
+            for n in [1usize, 3, 8, 15, 16, 17, 32, 33, 63, 65, 129] {
                 shapes.push((m, k, n));
             }
         }
