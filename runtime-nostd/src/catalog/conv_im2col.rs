@@ -10,14 +10,18 @@
 //! |---|---|---|---|
 //! | `conv` | `y[co, c] = Σ_r w[co, r] · X[r, c]` | `(ci, kh, kw)` | `(n, oh, ow)` |
 //! | `conv_transpose` | `z[ci, c] = Σ_r wᵀ[ci, r] · G[r, c]` | `(co, kh, kw)` | `(n, ih, iw)` |
-//! | `conv_weight_grad` | `u[co, r] = Σ_c g[co, c] · X[r, c]` | `(ci, kh, kw)` | `(n, oh, ow)` |
+//! | `conv_weight_grad` | `uᵀ[r, co] = Σ_c X[r, c] · gᵀ[c, co]` | `(ci, kh, kw)` | `(n, oh, ow)` |
 //!
 //! where `X[r, c]` is the input value tap `(kh, kw)` of channel `ci` reads for output position
 //! `c`, and `G[r, c]` the cotangent value tap `(kh, kw)` of channel `co` pairs with input
-//! position `c`; the product's accumulators start at `+0.0` and add `a · b` (rounded product,
-//! rounded sum) over increasing `r` (for `conv_weight_grad`, increasing `c`, block after
-//! block, each block's sums continued from the stored `f32`): each reference kernel's
-//! `# Arithmetic order`, one output per accumulator lane.
+//! position `c`. `conv_transpose` runs one product per residue class of the strides (the input
+//! positions whose taps pair with outputs, and only those taps: no product is spent on a tap
+//! off the stride); `conv_weight_grad` reduces over the columns, its output channels rounded
+//! up to whole vectors (the spare lanes never stored). The product's accumulators start at
+//! `+0.0` and add `a · b` (rounded product, rounded sum) over increasing `r` (for
+//! `conv_weight_grad`, increasing `c`, block after block, each block's sums continued from the
+//! stored `f32`): each reference kernel's `# Arithmetic order`, one output per accumulator
+//! lane.
 //!
 //! # Why the padding's zeros keep the bits
 //! Where the reference *skips* a tap (padding, off the stride, past the edge), the gathered
@@ -34,8 +38,9 @@
 //! data cache); `conv_transpose`'s transposed weights too. Columns per block: the largest
 //! multiple of 16 within both, at least 16; reductions of at least [`MIN_TERMS`] terms and
 //! at least [`MIN_ROWS`] output rows per group; kernels of at most `MAX_KERNEL` taps per axis
-//! (the per-axis tap lines). The catalog runs on hosts and wasm only (not on the firmware's
-//! stacks), where 96 KiB of stack is no concern.
+//! (the per-axis tap lines); offsets into the gathered tensor below `u32::MAX` (the index
+//! table). The catalog runs on hosts and wasm only (not on the firmware's stacks), where the
+//! at most 160 KiB of stack buffers (`conv_weight_grad`'s five) are no concern.
 //!
 //! Index arithmetic is bounded by the lengths of buffers the caller checked against the
 //! geometry (see the catalog's module doc), so it cannot overflow.
