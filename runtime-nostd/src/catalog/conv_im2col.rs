@@ -288,7 +288,6 @@ fn block_columns(rows: usize, out_rows: usize) -> Option<usize> {
     (c >= COLUMN_STEP).then_some(c / COLUMN_STEP * COLUMN_STEP)
 }
 
-/// True when the tap tables hold both axes of `g`.
 /// True when the tap lines hold both axes of `g` and every offset into the gathered tensor
 /// `src` fits the `u32` index table (below [`NONE`]).
 fn axes_fit(g: &Geometry, src: &[f32]) -> bool {
