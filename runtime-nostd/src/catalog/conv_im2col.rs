@@ -193,18 +193,11 @@ impl<'a> Gather<'a> {
     }
 
     /// Writes columns `from .. from + cols` (each `(n, qh, qw)` over the destination plane):
-    /// element `(r, c)` at `out[r · row_stride + (c − from) · col_stride]` (`strides`), `+0.0`
-    /// where the tap pairs with no source position. `idx` (at least `taps · cols`) receives
+    /// element `(r, c)` at `out[r · cols + c − from]`, `+0.0` where the tap pairs with no
+    /// source position. `idx` (at least `taps · cols`) receives
     /// each tap's source offsets for the group's first channel, then every channel's values
     /// are read through it (the other channels are whole planes further on).
-    fn fill(
-        &self,
-        from: usize,
-        cols: usize,
-        out: &mut [f32],
-        (row_stride, col_stride): (usize, usize),
-        idx: &mut [u32],
-    ) {
+    fn fill(&self, from: usize, cols: usize, out: &mut [f32], idx: &mut [u32]) {
         let width = self.tw.count;
         let [kh_n, kw_n] = [self.th.n, self.tw.n];
         let [sh, sw] = self.plane;
@@ -244,19 +237,12 @@ impl<'a> Gather<'a> {
         let plane = sh * sw;
         for ci in 0..self.per_group {
             let src = self.src.get(ci * plane..).unwrap_or(&[]);
-            for (t, it) in idx.chunks_exact(cols).enumerate() {
+            for (t, it) in idx.chunks_exact(cols.max(1)).enumerate() {
                 let r = ci * taps + t;
-                let dst = out.get_mut(r * row_stride..).unwrap_or(&mut []);
+                let dst = out.get_mut(r * cols..).unwrap_or(&mut []);
                 // `NONE` is past the end of any `src` (`axes_fit`), on 32-bit targets too.
-                let value = |&i: &u32| src.get(i as usize).copied().unwrap_or(0.0);
-                if col_stride == 1 {
-                    for (d, i) in dst.iter_mut().zip(it) {
-                        *d = value(i);
-                    }
-                } else {
-                    for (d, i) in dst.iter_mut().step_by(col_stride).zip(it) {
-                        *d = value(i);
-                    }
+                for (d, &i) in dst.iter_mut().zip(it) {
+                    *d = src.get(i as usize).copied().unwrap_or(0.0);
                 }
             }
         }
@@ -336,7 +322,7 @@ pub(crate) fn conv(x: &[f32], w: &[f32], y: &mut [f32], g: &Geometry) -> bool {
         let mut c0 = 0;
         while c0 < total {
             let nb = cb.min(total - c0);
-            gather.fill(c0, nb, &mut cols, (nb, 1), &mut idx);
+            gather.fill(c0, nb, &mut cols, &mut idx);
             let (b, o) = (
                 cols.get(..terms * nb).unwrap_or(&[]),
                 prod.get_mut(..cout_g * nb).unwrap_or(&mut []),
@@ -465,7 +451,7 @@ impl Class<'_> {
                 // No tap pairs the class with an output: the reference's `+0.0`.
                 o.fill(0.0);
             } else {
-                gather.fill(c0, nb, cols, (nb, 1), idx);
+                gather.fill(c0, nb, cols, idx);
                 let (a, b) = (
                     wt.get(..cin_g * terms).unwrap_or(&[]),
                     cols.get(..terms * nb).unwrap_or(&[]),
@@ -544,7 +530,7 @@ pub(crate) fn conv_weight_grad(x: &[f32], gy: &[f32], u: &mut [f32], g: &Geometr
         let mut c0 = 0;
         while c0 < total {
             let nb = cb.min(total - c0);
-            gather.fill(c0, nb, &mut cols, (nb, 1), &mut idx);
+            gather.fill(c0, nb, &mut cols, &mut idx);
             // The cotangent's block `[co, c]`, then transposed into `gt`.
             scatter_from(
                 gy,
