@@ -3,7 +3,10 @@ tapeplan worker of `cargo xtask bench --peers`), both pinned to core 1, answerin
 `run W<n> tapeplan` in alternating order, round after round (docs/benchmarks.md, "After the
 vector transcendentals").
 
-Usage: peers_ab.py BEFORE_BIN AFTER_BIN DIR ROUNDS
+Usage: peers_ab.py BEFORE_BIN AFTER_BIN DIR ROUNDS [SYSTEM [WORKLOAD...]]
+
+SYSTEM is `tapeplan` (the separate arithmetic profile, the default) or `tapeplan-fma`; the
+workloads are W1, W2 and W3 unless named (C1 and C2 too).
 
 DIR holds the workloads `peers export DIR` wrote. Prints, per workload, the median time per step
 of each build, the median over rounds of each round's after ÷ before, and whether both builds
@@ -31,30 +34,32 @@ def start(binary, data):
     return p
 
 
-def run(p, workload):
-    p.stdin.write(f"run {workload} tapeplan\n")
+def run(p, workload, system):
+    p.stdin.write(f"run {workload} {system}\n")
     p.stdin.flush()
     words = p.stdout.readline().split()
     return dict(w.split("=", 1) for w in words[3:])
 
 
 def main():
-    if len(sys.argv) != 5:
+    if len(sys.argv) < 5:
         sys.exit(__doc__)
     before, after, data, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    system = sys.argv[5] if len(sys.argv) > 5 else "tapeplan"
+    workloads = sys.argv[6:] or WORKLOADS
     print(open("/proc/loadavg").read().strip(), "(load before)")
     workers = {"before": start(before, data), "after": start(after, data)}
     results = {}
     for r in range(rounds):
-        for w in WORKLOADS:
+        for w in workloads:
             order = ["before", "after"] if r % 2 == 0 else ["after", "before"]
             for build in order:
-                results.setdefault((w, build), []).append(run(workers[build], w))
+                results.setdefault((w, build), []).append(run(workers[build], w, system))
     for p in workers.values():
         p.stdin.close()
         p.wait()
     print(open("/proc/loadavg").read().strip(), "(load after)")
-    for w in WORKLOADS:
+    for w in workloads:
         b, a = results[(w, "before")], results[(w, "after")]
         tb = [float(f["ns_per_step"]) for f in b]
         ta = [float(f["ns_per_step"]) for f in a]

@@ -13,7 +13,7 @@ use crate::catalog::{self, Dims, Src};
 use crate::error::ExecError;
 use crate::fused::{self, Member, Registers};
 use crate::plan::{us, EntryId, Plan, TensorView};
-use crate::program::{decode_instr, BoundInput, Decoded, Placed};
+use crate::program::{decode_instr, BoundInput, Decoded, Placed, SPLAT};
 use core::cell::Cell;
 
 /// Where the run loop takes an entry's instructions from: the plan's records ([`Records`],
@@ -613,6 +613,11 @@ fn execute<O: Ops, I: Inputs>(
             return Ok(());
         }
     }
+    // A stand-in's value is not in the arena (`program::stand_ins` leaves readers the catalog
+    // runs, so this is never reached from a decoded program).
+    if d.stand_in {
+        return Err(bad);
+    }
     // The reference kernels read the arena only.
     inputs.materialize(arena, d)?;
     step_reference::<O>(plan, arena, k)
@@ -632,6 +637,9 @@ fn arg_src<'s, I: Inputs>(
 ) -> Option<Src<'s>> {
     let a = a.as_ref()?;
     if a.bound != 0 {
+        if a.bound == SPLAT {
+            return Some(Src::Splat(a.splat));
+        }
         if let Some(x) = inputs.external(a) {
             return Some(Src::Buf(x));
         }

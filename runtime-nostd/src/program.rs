@@ -26,9 +26,15 @@ pub(crate) struct Placed {
     /// A register of a fused chain (`offset` is its slot), not an arena range.
     pub register: bool,
     /// `i + 1` when this argument reads the caller's memory of bound input `i` (a [`Program`]
-    /// decoded by [`crate::Session::decode_with_inputs`]); 0 when it reads the arena.
+    /// decoded by [`crate::Session::decode_with_inputs`]); [`SPLAT`] when it reads no memory
+    /// but the value [`Placed::splat`] (see [`stand_ins`]); 0 when it reads the arena.
     pub bound: u8,
+    /// With `bound == SPLAT`: every element's value (a `fill`'s).
+    pub splat: f32,
 }
+
+/// [`Placed::bound`] of an argument that reads the constant [`Placed::splat`] instead of memory.
+pub(crate) const SPLAT: u8 = u8::MAX;
 
 impl Placed {
     const EMPTY: Placed = Placed {
@@ -37,6 +43,7 @@ impl Placed {
         dims: Dims::EMPTY,
         register: false,
         bound: 0,
+        splat: 0.0,
     };
 }
 
@@ -63,6 +70,7 @@ fn place_tensor(plan: &Plan<'_>, t: u32) -> Option<Placed> {
         dims: Dims { rank, dims, elems },
         register: rec.kind == TensorKind::Register as u8,
         bound: 0,
+        splat: 0.0,
     })
 }
 
@@ -99,6 +107,10 @@ pub struct Decoded {
     /// The instruction's global index in the plan.
     pub(crate) k: usize,
     pub(crate) fuse_next: bool,
+    /// An argument reads a stand-in for an instruction [`stand_ins`] removed (a constant, or
+    /// the broadcast's source): only the catalog's elementwise kernels can run it, not the
+    /// reference kernel (which reads the records' arena ranges).
+    pub(crate) stand_in: bool,
     /// Bit `i`: an argument reads bound input `i` (see [`mark_bound`]); for the first member of
     /// a fused chain, of any member of the chain. 0 in a program without bound inputs.
     pub(crate) reads_bound: u8,
@@ -122,6 +134,7 @@ impl Decoded {
     pub const EMPTY: Decoded = Decoded {
         k: 0,
         fuse_next: false,
+        stand_in: false,
         reads_bound: 0,
         #[cfg(all(feature = "catalog", feature = "fusion"))]
         one_tile: 0,
@@ -254,6 +267,140 @@ pub(crate) fn mark_bound(instrs: &mut [Decoded], bound: &[BoundInput]) -> [bool;
     intact
 }
 
+/// Removes from a decoded entry (catalog builds) each `fill`, and each `broadcast` that only
+/// reshapes (as many elements out as in: a bias `[n]` to the `[1, n]` of a batch of one),
+/// whose readers are all unfused elementwise instructions the catalog runs
+/// ([`crate::catalog::runs_elementwise`]). Each reader takes a stand-in instead: the fill's
+/// value as a constant ([`SPLAT`], read as `Src::Splat`), the broadcast's source range in
+/// place of its copy; the removed instruction never runs. The same bits: an elementwise kernel
+/// computes each element from its arguments' values alone, wherever it reads them (a `mul` by
+/// a constant takes `mul`'s own path for one, see `lanes::mul`), and the source is checked
+/// unwritten from the broadcast to its last reader. Only for a scratch tensor that no binding
+/// names (never an output, update, parameter or input), outside fused chains (whose members
+/// read the arena), and a source that reads the arena (not a bound input). Readers get
+/// [`Decoded::stand_in`]. Answers the entry's length after removal: the instructions kept, in
+/// order, at the front of `instrs` (fused chains stay whole and in order, so
+/// [`crate::fused::mark_one_tile`]'s counts hold).
+///
+/// W3's training step: 3 fills (two learning rates, the `1` of `1 - t²`) and 3 bias
+/// broadcasts of its 40 instructions.
+#[cfg(feature = "catalog")]
+pub(crate) fn stand_ins<O: tapeplan_core::Ops>(plan: &Plan<'_>, instrs: &mut [Decoded]) -> usize {
+    let mut kept = 0usize;
+    let mut prev_fuses = false;
+    for i in 0..instrs.len() {
+        let Some(&d) = instrs.get(i) else {
+            break;
+        };
+        let in_chain = prev_fuses || d.fuse_next;
+        prev_fuses = d.fuse_next;
+        if !in_chain && stand_in_for::<O>(plan, instrs, i) {
+            continue;
+        }
+        if let Some(slot) = instrs.get_mut(kept) {
+            *slot = d;
+        }
+        kept = kept.saturating_add(1);
+    }
+    kept
+}
+
+/// Whether instruction `i` (unfused) of a decoded entry can be removed for stand-ins (see
+/// [`stand_ins`]); if so its readers, later in `instrs`, have them already.
+#[cfg(feature = "catalog")]
+fn stand_in_for<O: tapeplan_core::Ops>(plan: &Plan<'_>, instrs: &mut [Decoded], i: usize) -> bool {
+    let Some(d) = instrs.get(i).copied() else {
+        return false;
+    };
+    if d.out.register || d.out.dims.elems == 0 || d.reads_bound != 0 {
+        return false;
+    }
+    // The fill's value, or the broadcast's source.
+    let (splat, source) = match (d.op, d.args[0]) {
+        (Opcode::Fill, _) => (Some(d.attr.scalar()), None),
+        (Opcode::Broadcast, Some(a))
+            if !a.register && a.bound == 0 && a.dims.elems == d.out.dims.elems =>
+        {
+            (None, Some(a))
+        }
+        _ => return false,
+    };
+    let Some(t) = plan.instr_record(d.k).map(|r| r.out) else {
+        return false;
+    };
+    let scratch = plan
+        .tensor_record(us(t))
+        .is_some_and(|r| r.kind == TensorKind::Scratch as u8);
+    let named =
+        (0..plan.n_bindings()).any(|b| plan.binding_record(b).is_none_or(|r| r.tensor == t));
+    if !scratch || named {
+        return false;
+    }
+    // Every reader: unfused, elementwise, run by the catalog; the last one's position.
+    let mut last = None;
+    for j in i.saturating_add(1)..instrs.len() {
+        let (Some(r), Some(before)) = (instrs.get(j), instrs.get(j.saturating_sub(1))) else {
+            return false;
+        };
+        let Some(rec) = plan.instr_record(r.k) else {
+            return false;
+        };
+        if !rec.args.iter().take(r.arity).any(|&a| a == t) {
+            continue;
+        }
+        if r.fuse_next
+            || before.fuse_next
+            || !r.elementwise
+            || !crate::catalog::runs_elementwise::<O>(r.op, plan.math())
+        {
+            return false;
+        }
+        last = Some(j);
+    }
+    let Some(last) = last else {
+        return false;
+    };
+    // The source unwritten until the last reader has read it.
+    if let Some(s) = source {
+        let written = instrs
+            .get(i.saturating_add(1)..=last)
+            .unwrap_or_default()
+            .iter()
+            .any(|w| !w.out.register && w.out.offset < s.end && s.offset < w.out.end);
+        if written {
+            return false;
+        }
+    }
+    for j in i.saturating_add(1)..=last {
+        let (Some(rec), Some(r)) = (
+            instrs.get(j).and_then(|r| plan.instr_record(r.k)),
+            instrs.get_mut(j),
+        ) else {
+            return false;
+        };
+        let arity = r.arity;
+        for (slot, &a) in r.args.iter_mut().zip(&rec.args).take(arity) {
+            let Some(p) = slot.as_mut() else {
+                continue;
+            };
+            if a != t {
+                continue;
+            }
+            *p = match (splat, source) {
+                (Some(c), _) => Placed {
+                    bound: SPLAT,
+                    splat: c,
+                    ..*p
+                },
+                (None, Some(s)) => Placed { dims: p.dims, ..s },
+                (None, None) => return false,
+            };
+            r.stand_in = true;
+        }
+    }
+    true
+}
+
 impl<'a> Program<'a> {
     /// The entry it runs.
     pub fn entry(&self) -> EntryId {
@@ -265,7 +412,9 @@ impl<'a> Program<'a> {
         self.plan
     }
 
-    /// Its number of instructions.
+    /// Its number of instructions: the entry's, less those whose readers took stand-ins (with
+    /// feature `catalog`: `fill`s, and `broadcast`s that only reshape, read only by
+    /// elementwise instructions; see [`crate::Session::decode`]).
     pub fn len(&self) -> usize {
         self.instrs.len()
     }
@@ -390,6 +539,7 @@ pub(crate) fn decode_instr(plan: &Plan<'_>, k: usize) -> Result<Decoded, ExecErr
     let mut d = Decoded {
         k,
         fuse_next: rec.fuse_next(),
+        stand_in: false,
         reads_bound: 0,
         #[cfg(all(feature = "catalog", feature = "fusion"))]
         one_tile: 0,

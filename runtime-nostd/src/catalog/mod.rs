@@ -421,6 +421,14 @@ pub(crate) fn elementwise<O: Ops>(
     true
 }
 
+/// Whether [`elementwise`] runs `op` under `math` in this build and op set `O` (it then runs it
+/// for any [`Src`]s of the output's length). Asked of [`elementwise`] itself, over an empty
+/// output, so the answer cannot drift from what it runs.
+#[cfg(feature = "catalog")]
+pub(crate) fn runs_elementwise<O: Ops>(op: Opcode, math: MathProfile) -> bool {
+    elementwise::<O>(op, 1.0, math, Src::Splat(1.0), Src::Splat(1.0), &mut [])
+}
+
 /// How many of `entry`'s Adam (and AdamW) updates run in one pass: the three fused chains a
 /// plan records for each tensor's update (first moment, second moment, parameter) run element
 /// by element with the values in registers, the same bits as chain by chain (see the source of

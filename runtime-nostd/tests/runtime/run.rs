@@ -228,7 +228,15 @@ impl Prog {
     }
 
     /// Answers the outputs' bits.
-    fn check(mut self, outputs: &[u32]) -> Vec<Vec<u32>> {
+    fn check(self, outputs: &[u32]) -> Vec<Vec<u32>> {
+        self.check_decoded(outputs).0
+    }
+
+    /// Runs the program through `Session::run` and, decoded once (`Session::decode`, stand-ins
+    /// and all), through `Session::run_program`, each in an arena of NaNs, and checks both
+    /// against the reference interpreter; answers the outputs' bits and the decoded program's
+    /// length.
+    fn check_decoded(mut self, outputs: &[u32]) -> (Vec<Vec<u32>>, usize) {
         self.b.arena_elems = self.next;
         let n = self.b.instrs.len() as u32;
         let e = self.b.entry("main", 0, n);
@@ -258,10 +266,93 @@ impl Prog {
                 "tensor {t}"
             );
         }
-        outputs
+        let results: Vec<Vec<u32>> = outputs
             .iter()
             .map(|t| bits(s.output(entry, &format!("t{t}")).unwrap()))
-            .collect()
+            .collect();
+        let mut arena = vec![f32::NAN; plan.arena_elems()];
+        let mut buf = vec![tapeplan_runtime::Decoded::EMPTY; n as usize];
+        let mut s = Session::bind(&plan, &mut arena).unwrap();
+        for (i, (_, v)) in self.inputs.iter().enumerate() {
+            s.set_input(entry, &format!("in{i}"), v).unwrap();
+        }
+        let program = s.decode(entry, &mut buf).unwrap();
+        s.run_program(&program).unwrap();
+        for &t in outputs {
+            assert_eq!(
+                bits(s.output(entry, &format!("t{t}")).unwrap()),
+                bits(&vals[&t]),
+                "tensor {t}, decoded program"
+            );
+        }
+        (results, program.len())
+    }
+}
+
+/// Issue 15: a decoded program runs no `fill`, nor `broadcast` that only reshapes, whose
+/// readers are all elementwise instructions the catalog runs: they read the fill's value as a
+/// constant and the broadcast's source in place (`program::stand_ins`). The bits stay the
+/// reference's for special values in either operand, over the fill's own range, and where a
+/// source is overwritten before a reader (that broadcast must run). Without the catalog
+/// nothing is removed.
+#[test]
+fn stand_ins_keep_the_bits() {
+    use Opcode::*;
+    let specials = [
+        -0.0f32,
+        0.0,
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        1e-40,
+        -3.5,
+        f32::MAX,
+    ];
+    let mut p = Prog::new();
+    let mut xs = floats(51, 14);
+    xs.extend_from_slice(&[0.0, -0.0, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e-40]);
+    let x = p.input(&[1, 20], xs);
+    let bias = p.input(&[20], floats(52, 20));
+    let mut outs = vec![];
+    let mut removed = 0;
+    for (k, &c) in specials.iter().enumerate() {
+        // A fill read by a binary op on either side, by a unary op, twice by one op, and
+        // written over by its reader.
+        let f = p.op(Fill, &[1, 20], &[], c.to_bits());
+        let op = [Mul, Add, Sub, Div][k % 4];
+        outs.push(p.op(op, &[1, 20], &[x, f], 0));
+        outs.push(p.op(op, &[1, 20], &[f, x], 0));
+        outs.push(p.op([Tanh, Exp, Sqrt, Neg][k % 4], &[1, 20], &[f], 0));
+        outs.push(p.op(Mul, &[1, 20], &[f, f], 0));
+        outs.push(p.op_over(Sub, f, &[x, f]));
+        removed += 1;
+    }
+    // A bias `[20]` broadcast to `[1, 20]`, read by two instructions.
+    let row = p.op(Broadcast, &[1, 20], &[bias], 0);
+    outs.push(p.op(Add, &[1, 20], &[x, row], 0));
+    outs.push(p.op(Maximum, &[1, 20], &[row, x], 0));
+    removed += 1;
+    // A fill read by a product: it must run.
+    let ones = p.op(Fill, &[20, 2], &[], 1.0f32.to_bits());
+    outs.push(p.op(MatMul, &[1, 2], &[x, ones], 0));
+    // A broadcast whose source is written over before its reader reads the copy: it must run
+    // (the reader would see the new values).
+    let src = p.op(Neg, &[20], &[bias], 0);
+    let copy = p.op(Broadcast, &[1, 20], &[src], 0);
+    let _ = p.op_over(Exp, src, &[src]);
+    outs.push(p.op(Add, &[1, 20], &[copy, x], 0));
+    // A fill read by an output binding's tensor directly: it must run.
+    outs.push(p.op(Fill, &[1, 3], &[], 2.5f32.to_bits()));
+    let n = p.b.instrs.len();
+    let (_, len) = p.check_decoded(&outs);
+    if cfg!(feature = "catalog") {
+        assert_eq!(
+            len,
+            n - removed,
+            "{removed} instructions should have stand-ins"
+        );
+    } else {
+        assert_eq!(len, n);
     }
 }
 

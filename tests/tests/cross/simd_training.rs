@@ -202,7 +202,9 @@ fn decoded_program_equals_run() {
         }
         let mut buf = vec![Decoded::EMPTY; plan.n_instrs()];
         let program = b.decode(e, &mut buf).unwrap();
-        assert_eq!(program.len(), plan.entry_instrs(e).unwrap());
+        // At most the entry's instructions: the catalog removes fills and reshaping
+        // broadcasts whose readers take stand-ins (`Session::decode`).
+        assert!(program.len() <= plan.entry_instrs(e).unwrap());
         let target_name = match loss {
             Loss::SoftmaxCrossEntropy => "labels",
             _ => "y",
