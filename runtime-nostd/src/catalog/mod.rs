@@ -126,7 +126,13 @@ pub const FMA_HARDWARE: bool = lanes::FMA_HARDWARE;
 
 /// An argument of an elementwise kernel: its own buffer, or the output buffer itself (the
 /// in-place case, when the plan lets the output overwrite an argument that dies there).
+///
+/// Its tag is a whole word (`repr(u64)`): with the default byte-sized tag the executor's
+/// `Option<Src>` went through the stack as a 4-byte store of the tag that an 8-byte load read
+/// back at once, a load the store could not forward (perf on W3's step: 42 % of
+/// `run_program`'s own samples sat on the instruction after it).
 #[derive(Clone, Copy, Debug)]
+#[repr(u64)]
 pub(crate) enum Src<'s> {
     /// The output buffer (read before each element is written).
     Out,
