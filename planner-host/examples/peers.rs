@@ -23,8 +23,11 @@
 //! softmax cross-entropy, Adam lr 3e-3 (`firmware-demo/models/digits_cnn.run`'s), batch 32,
 //! on W1's data: the same training rows, batch order and held-out rows, W1's epochs.
 //!
-//! `peers serve DIR` is the benchmark's tapeplan worker: it plans each workload twice (fused,
-//! the default; once under the default `separate` arithmetic profile, system `tapeplan`, once
+//! `peers serve DIR` is the benchmark's tapeplan worker: it plans each workload twice (with
+//! `--fusion speed`, per chain time first, as a host with arena to spare plans: W3's short
+//! chains run unfused, 0.93 of the default `auto`'s step for a third more arena; the other
+//! workloads' steps are `auto`'s within noise; once under the default `separate` arithmetic
+//! profile, system `tapeplan`, once
 //! under `fma`, system `tapeplan-fma`: one fused multiply-add per matrix-product step, other
 //! bits, its own check figures), binds its arena, decodes `train_step` once (`Session::decode_with_inputs`) and warms up; then,
 //! for each line `run W<n> <system>` read on standard input, it trains from the initial parameters over
@@ -51,6 +54,7 @@ use tapeplan_planner::io::exchange::is_training_state;
 use tapeplan_planner::model::optim::{Optimizer, Sgd};
 use tapeplan_planner::model::run::{digits_cnn, mnist1d_cnn, DIGITS_CNN_CHANNELS};
 use tapeplan_planner::model::{Activation, JobOptions, Loss, Mlp, TrainingJob};
+use tapeplan_planner::plan::FusionPolicy;
 use tapeplan_planner::protocol::SplitMix64;
 use tapeplan_planner::PlanOptions;
 use tapeplan_runtime::catalog::CATALOG;
@@ -190,6 +194,8 @@ impl Spec {
         let options = JobOptions {
             planning: PlanOptions {
                 arith,
+                // Time first, as a host that can spare the arena plans (`--fusion speed`).
+                fusion: FusionPolicy::Speed,
                 ..PlanOptions::default()
             },
             ..JobOptions::default()

@@ -406,7 +406,8 @@ fn report(
         |w: &'static str, s: &'static str| results.get(&(w, s)).map_or(&[][..], Vec::as_slice);
     let mut s = format!(
         "Machine: {machine}; one core (taskset), one thread; {rounds} rounds; {peers}; \
-         load average before {load_before}, after {load_after}.\n\n"
+         load average before {load_before}, after {load_after}. tapeplan's plans: \
+         `--fusion speed`.\n\n"
     );
     // The table twice: tapeplan under the default `separate` arithmetic profile, then under
     // `fma`; and the fma run against the separate one, round by round.

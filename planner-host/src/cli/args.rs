@@ -91,6 +91,8 @@ pub enum FusionArg {
     Auto,
     /// Per chain, for a device without the kernel catalog (the firmware): fused only where unfusing would grow the arena.
     Device,
+    /// Per chain, for a host, time first: fused only where not slower, even where unfusing grows the arena.
+    Speed,
 }
 
 impl From<FusionArg> for FusionPolicy {
@@ -100,6 +102,7 @@ impl From<FusionArg> for FusionPolicy {
             FusionArg::All => FusionPolicy::All,
             FusionArg::Auto => FusionPolicy::Auto,
             FusionArg::Device => FusionPolicy::Device,
+            FusionArg::Speed => FusionPolicy::Speed,
         }
     }
 }

@@ -1220,7 +1220,7 @@ impl RunConfig {
             self.epochs
         ) + match self.fusion {
             FusionPolicy::Off => "",
-            FusionPolicy::Device | FusionPolicy::Auto => " fusion=auto",
+            FusionPolicy::Device | FusionPolicy::Auto | FusionPolicy::Speed => " fusion=auto",
             FusionPolicy::All => " fusion=on",
         };
         match self.optimizer {

@@ -379,9 +379,17 @@ fn plan_tape(
                 }
             }
         }
-        // Then, per chain, time where memory allows (`FusionPolicy::Auto`).
+        // Then, per chain, time where memory allows (`FusionPolicy::Auto`), or time first
+        // (`FusionPolicy::Speed`: every slower chain unfused, whatever the scratch).
         let (slower, fuse, order, high) = (kept.0 .2.clone(), kept.0 .3, kept.0 .4, kept.1);
-        if fuse {
+        if fuse && options.fusion == FusionPolicy::Speed {
+            let all: BTreeSet<usize> = slower.iter().copied().collect();
+            if !all.is_empty() {
+                if let Some(p) = attempt(true, order, None, &all)? {
+                    kept = p;
+                }
+            }
+        } else if fuse {
             kept = fusion::unfuse_slower(kept, &slower, |drop| {
                 attempt(true, order, Some(high + 1), drop)
             })?;

@@ -71,6 +71,9 @@ fn train_both(c: &Config) {
     // Every chain, none, and the per-chain decisions for a host and for a device.
     let (fused, plain) = (job(FusionPolicy::All), job(FusionPolicy::Off));
     let (auto, device) = (job(FusionPolicy::Auto), job(FusionPolicy::Device));
+    let speed = job(FusionPolicy::Speed);
+    // Time first keeps no chain `auto` unfuses; it may unfuse what `auto` keeps for memory.
+    assert!(chains(&speed.schedule).0 <= chains(&auto.schedule).0);
     let (n_fused, n_registers) = chains(&fused.schedule);
     assert!(n_fused > 0 && n_registers > 0, "the fused plan has chains");
     assert_eq!(chains(&plain.schedule), (0, 0), "the unfused plan has none");
@@ -80,7 +83,7 @@ fn train_both(c: &Config) {
         assert!(chains(&per_chain.schedule).0 <= n_fused);
     }
 
-    let bytes: Vec<Vec<u8>> = [&fused, &plain, &auto, &device]
+    let bytes: Vec<Vec<u8>> = [&fused, &plain, &auto, &device, &speed]
         .iter()
         .map(|j| j.schedule.to_bytes())
         .collect();
@@ -132,6 +135,41 @@ fn train_both(c: &Config) {
             );
         }
     }
+}
+
+/// Issue 15: `--fusion speed` unfuses the chains the host's cost model finds slower even where
+/// that grows the arena, which `--fusion auto` (memory first) does not: W3's MLP (2-16-16-1,
+/// batch 1, squared error, SGD) keeps two 16-element chains under `auto` and fewer under
+/// `speed`, for a larger arena. (Same bits: `fused_and_unfused_plans_train_to_the_same_bits`.)
+#[test]
+fn speed_unfuses_the_slower_chains_auto_keeps_for_memory() {
+    let job = |fusion: FusionPolicy| {
+        TrainingJob::build_with(
+            Mlp {
+                sizes: vec![2, 16, 16, 1],
+                activation: Activation::Tanh,
+            },
+            Loss::MeanSquaredError,
+            Optimizer::Sgd { lr: 0.01 },
+            1,
+            JobOptions {
+                planning: PlanOptions {
+                    fusion,
+                    ..PlanOptions::default()
+                },
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .schedule
+    };
+    let (auto, speed) = (job(FusionPolicy::Auto), job(FusionPolicy::Speed));
+    assert!(chains(&auto).0 > 0, "auto keeps chains for memory");
+    assert!(
+        chains(&speed).0 < chains(&auto).0,
+        "speed unfuses some of them"
+    );
+    assert!(speed.arena_elems > auto.arena_elems, "for a larger arena");
 }
 
 fn models_param(m: &mut RuntimeModel, name: &str) -> Vec<u32> {
