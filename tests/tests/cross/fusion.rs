@@ -137,41 +137,6 @@ fn train_both(c: &Config) {
     }
 }
 
-/// Issue 15: `--fusion speed` unfuses the chains the host's cost model finds slower even where
-/// that grows the arena, which `--fusion auto` (memory first) does not: W3's MLP (2-16-16-1,
-/// batch 1, squared error, SGD) keeps two 16-element chains under `auto` and fewer under
-/// `speed`, for a larger arena. (Same bits: `fused_and_unfused_plans_train_to_the_same_bits`.)
-#[test]
-fn speed_unfuses_the_slower_chains_auto_keeps_for_memory() {
-    let job = |fusion: FusionPolicy| {
-        TrainingJob::build_with(
-            Mlp {
-                sizes: vec![2, 16, 16, 1],
-                activation: Activation::Tanh,
-            },
-            Loss::MeanSquaredError,
-            Optimizer::Sgd { lr: 0.01 },
-            1,
-            JobOptions {
-                planning: PlanOptions {
-                    fusion,
-                    ..PlanOptions::default()
-                },
-                ..Default::default()
-            },
-        )
-        .unwrap()
-        .schedule
-    };
-    let (auto, speed) = (job(FusionPolicy::Auto), job(FusionPolicy::Speed));
-    assert!(chains(&auto).0 > 0, "auto keeps chains for memory");
-    assert!(
-        chains(&speed).0 < chains(&auto).0,
-        "speed unfuses some of them"
-    );
-    assert!(speed.arena_elems > auto.arena_elems, "for a larger arena");
-}
-
 fn models_param(m: &mut RuntimeModel, name: &str) -> Vec<u32> {
     bits(&m.parameter(name).unwrap())
 }
@@ -361,8 +326,10 @@ fn long_chains_and_odd_lengths_match_the_oracle() {
 /// relu, batch 64) planned under each fusion policy: the per-chain decision (`Auto`: the host's
 /// cost model) unfuses W3's chains over 1–16 elements where the arena allows, keeps the wide
 /// model's chains over 8 192 elements, and never makes the arena larger than fusing every
-/// chain; for a device (`Device`) chains stay only where the arena needs them. The bits of
-/// every plan are compared in `fused_and_unfused_plans_train_to_the_same_bits`.
+/// chain; for a device (`Device`) chains stay only where the arena needs them. Time first
+/// (`Speed`, issue 15) unfuses the slower chains `Auto` keeps for memory: fewer of W3's, for a
+/// larger arena; the wide model's stay. The bits of every plan are compared in
+/// `fused_and_unfused_plans_train_to_the_same_bits`.
 #[test]
 fn per_chain_fusion_unfuses_tiny_chains_where_the_arena_allows() {
     let job = |sizes: &[usize], act, batch, fusion| {
@@ -411,12 +378,20 @@ fn per_chain_fusion_unfuses_tiny_chains_where_the_arena_allows() {
         chains(&auto).0 < chains(&all).0,
         "W3: some tiny chain unfused"
     );
+    let speed = w3(FusionPolicy::Speed);
+    assert!(chains(&auto).0 > 0, "W3: auto keeps chains for memory");
+    assert!(chains(&speed).0 < chains(&auto).0, "W3: speed unfuses some");
+    assert!(
+        speed.arena_elems > auto.arena_elems,
+        "W3: for a larger arena"
+    );
     let (all, auto) = (wide(FusionPolicy::All), wide(FusionPolicy::Auto));
     assert!(
         chains(&auto).0 > 0,
         "the wide model keeps chains over 8 192 elements"
     );
     assert!(chains(&auto).0 <= chains(&all).0);
+    assert_eq!(chains(&wide(FusionPolicy::Speed)), chains(&auto));
 }
 
 /// NaNs as one class (payloads may differ between targets), every other value by its bits.
