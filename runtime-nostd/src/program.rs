@@ -275,7 +275,11 @@ pub(crate) fn mark_bound(instrs: &mut [Decoded], bound: &[BoundInput]) -> [bool;
 /// place of its copy; the removed instruction never runs. The same bits: an elementwise kernel
 /// computes each element from its arguments' values alone, wherever it reads them (a `mul` by
 /// a constant takes `mul`'s own path for one, see `lanes::mul`), and the source is checked
-/// unwritten from the broadcast to its last reader. Only for a scratch tensor that no binding
+/// unwritten from the broadcast to its last reader. The removed write's range is checked to be
+/// the tensor's alone: every entry writes all of it before reading any of it, and after the
+/// instruction it is read only as the tensor, before any write over it (the validator's
+/// `Overlap` and `UseBeforeDefinition` rules make that so for accepted plans; the check does
+/// not lean on them). Only for a scratch tensor that no binding
 /// names (never an output, update, parameter or input), outside fused chains (whose members
 /// read the arena), and a source that reads the arena (not a bound input). Readers get
 /// [`Decoded::stand_in`]. Answers the entry's length after removal: the instructions kept, in
@@ -336,8 +340,21 @@ fn stand_in_for<O: tapeplan_core::Ops>(plan: &Plan<'_>, instrs: &mut [Decoded], 
     if !scratch || named {
         return false;
     }
-    // Every reader: unfused, elementwise, run by the catalog; the last one's position.
-    let mut last = None;
+    let (lo, hi) = (d.out.offset, d.out.end);
+    // The range is the tensor's alone: every entry (this one up to `i` included) writes all of
+    // it before reading any of it, so no run reads what the left-out write would have put there
+    // except through `t` itself.
+    if !plan
+        .entries()
+        .all(|e| written_before_read(plan, e, (lo, hi)))
+    {
+        return false;
+    }
+    // After `i`: `t` is read only by readers that are unfused, elementwise and run by the
+    // catalog, before anything writes over any of its range; the part of the range nothing has
+    // written since (`stale`: what the left-out write would have held) is read as nothing else.
+    // The last reader's position.
+    let (mut last, mut stale, mut touched) = (None, Stale::whole((lo, hi)), false);
     for j in i.saturating_add(1)..instrs.len() {
         let (Some(r), Some(before)) = (instrs.get(j), instrs.get(j.saturating_sub(1))) else {
             return false;
@@ -345,17 +362,34 @@ fn stand_in_for<O: tapeplan_core::Ops>(plan: &Plan<'_>, instrs: &mut [Decoded], 
         let Some(rec) = plan.instr_record(r.k) else {
             return false;
         };
-        if !rec.args.iter().take(r.arity).any(|&a| a == t) {
-            continue;
+        let mut reads_t = false;
+        for &a in rec.args.iter().take(r.arity) {
+            if a == t {
+                reads_t = true;
+            } else if arena_range(plan, a).is_none_or(|x| stale.meets(x)) {
+                return false;
+            }
         }
-        if r.fuse_next
-            || before.fuse_next
-            || !r.elementwise
-            || !crate::catalog::runs_elementwise::<O>(r.op, plan.math())
-        {
-            return false;
+        if reads_t {
+            if touched
+                || r.fuse_next
+                || before.fuse_next
+                || !r.elementwise
+                || !crate::catalog::runs_elementwise::<O>(r.op, plan.math())
+            {
+                return false;
+            }
+            last = Some(j);
         }
-        last = Some(j);
+        match arena_range(plan, rec.out) {
+            None => return false,
+            Some(o) => {
+                touched |= meets(o, (lo, hi));
+                if let Some(o) = o {
+                    stale.write(o);
+                }
+            }
+        }
     }
     let Some(last) = last else {
         return false;
@@ -396,6 +430,123 @@ fn stand_in_for<O: tapeplan_core::Ops>(plan: &Plan<'_>, instrs: &mut [Decoded], 
                 (None, None) => return false,
             };
             r.stand_in = true;
+        }
+    }
+    true
+}
+
+/// Tensor `t`'s arena range `(offset, end)`; `Some(None)` for a register or an empty tensor
+/// (no arena memory); `None` past the tensor records.
+#[cfg(feature = "catalog")]
+fn arena_range(plan: &Plan<'_>, t: u32) -> Option<Option<(usize, usize)>> {
+    let p = place_tensor(plan, t)?;
+    Some((!p.register && p.dims.elems != 0).then_some((p.offset, p.end)))
+}
+
+/// Whether an arena range (`None`: none) meets `[lo, hi)` (never when that is empty).
+#[cfg(feature = "catalog")]
+fn meets(x: Option<(usize, usize)>, (lo, hi): (usize, usize)) -> bool {
+    lo < hi && x.is_some_and(|(a, b)| a < hi && lo < b)
+}
+
+/// The parts of an arena range not written since some point of a run: at most [`Stale::PARTS`]
+/// disjoint ranges. A write that would split a part into more than that leaves the part whole
+/// (an over-estimate, which only refuses more).
+#[cfg(feature = "catalog")]
+#[derive(Clone, Copy)]
+struct Stale {
+    parts: [(usize, usize); Stale::PARTS],
+    n: usize,
+}
+
+#[cfg(feature = "catalog")]
+impl Stale {
+    const PARTS: usize = 8;
+
+    fn whole(range: (usize, usize)) -> Stale {
+        let mut parts = [(0, 0); Stale::PARTS];
+        if let Some(first) = parts.first_mut() {
+            *first = range;
+        }
+        Stale { parts, n: 1 }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.parts.iter().take(self.n).all(|&(lo, hi)| lo >= hi)
+    }
+
+    /// Whether an arena range (`None`: none) meets a part.
+    fn meets(&self, x: Option<(usize, usize)>) -> bool {
+        self.parts.iter().take(self.n).any(|&p| meets(x, p))
+    }
+
+    /// The parts less a write over `o`.
+    fn write(&mut self, o: (usize, usize)) {
+        let mut out = *self;
+        out.n = 0;
+        for &(lo, hi) in self.parts.iter().take(self.n) {
+            let left = (lo, hi.min(o.0));
+            let right = (lo.max(o.1), hi);
+            let pieces = if meets(Some(o), (lo, hi)) {
+                [left, right]
+            } else {
+                [(lo, hi), (0, 0)]
+            };
+            let kept = pieces.iter().filter(|p| p.0 < p.1).count();
+            if out.n.saturating_add(kept) > Stale::PARTS {
+                return; // too many pieces: keep every part as it was
+            }
+            for p in pieces.iter().filter(|p| p.0 < p.1) {
+                if let Some(slot) = out.parts.get_mut(out.n) {
+                    *slot = *p;
+                    out.n = out.n.saturating_add(1);
+                }
+            }
+        }
+        *self = out;
+    }
+}
+
+/// Whether entry `e`, run from its start, never reads a part of `[lo, hi)` that it has not
+/// written earlier in the run (see [`Stale`]).
+/// Arguments that are `e`'s inputs are the caller's to write before the run, and count as
+/// written.
+#[cfg(feature = "catalog")]
+fn written_before_read(plan: &Plan<'_>, e: EntryId, range: (usize, usize)) -> bool {
+    let Some(instrs) = plan.entry_range(e) else {
+        return false;
+    };
+    let input = |a: u32| {
+        (0..plan.n_bindings()).any(|b| {
+            plan.binding_record(b).is_some_and(|r| {
+                r.tensor == a
+                    && r.entry == e.0
+                    && tapeplan_core::format::BindingKind::from_u8(r.kind)
+                        == Some(tapeplan_core::format::BindingKind::Input)
+            })
+        })
+    };
+    let mut stale = Stale::whole(range);
+    for k in instrs {
+        if stale.is_empty() {
+            return true;
+        }
+        let Some(rec) = plan.instr_record(k) else {
+            return false;
+        };
+        let arity = usize::from(rec.n_args).min(MAX_ARITY);
+        for &a in rec.args.iter().take(arity) {
+            if arena_range(plan, a).is_none_or(|x| stale.meets(x)) && !input(a) {
+                return false;
+            }
+        }
+        match arena_range(plan, rec.out) {
+            None => return false,
+            Some(o) => {
+                if let Some(o) = o {
+                    stale.write(o);
+                }
+            }
         }
     }
     true

@@ -289,6 +289,66 @@ impl Prog {
     }
 }
 
+/// Issue 15: what the stand-ins rely on besides their own checks (`program::stand_ins`): a
+/// fill's range read after it through another tensor record written before it (so that `run`
+/// would read the fill's values there) is a plan the validator refuses (`Overlap`: two records
+/// over one range, both live), as it refuses a record read before it is written
+/// (`UseBeforeDefinition`). Without that read the fill is left out and the bits are `run`'s.
+#[test]
+fn a_fill_read_through_another_record_is_refused() {
+    use tapeplan_runtime::{Decoded, ParseError, ValidateError};
+    use Opcode::*;
+    // `g = -x` (range 4..8), then the fill `f` over the same range, `y = x + f`, and (with
+    // `alias`) `z = x · g`.
+    for alias in [false, true] {
+        let mut b = Builder::new(16, 0);
+        let x = b.tensor(0, &[4], TensorKind::Scratch);
+        let g = b.tensor(4, &[4], TensorKind::Scratch);
+        let f = b.tensor(4, &[4], TensorKind::Scratch);
+        let y = b.tensor(8, &[4], TensorKind::Scratch);
+        let z = b.tensor(12, &[4], TensorKind::Scratch);
+        b.instr(Neg, g, &[x], 0);
+        b.instr(Fill, f, &[], 2.5f32.to_bits());
+        b.instr(Add, y, &[x, f], 0);
+        if alias {
+            b.instr(Mul, z, &[x, g], 0);
+        }
+        let n = b.instrs.len();
+        let main = b.entry("main", 0, n as u32);
+        b.bind("x", BindingKind::Input, main, x);
+        b.bind("y", BindingKind::Output, main, y);
+        let bytes = b.build();
+        if alias {
+            assert!(matches!(
+                Plan::parse(&bytes),
+                Err(ParseError::Validate(ValidateError::Overlap { .. }))
+            ));
+            continue;
+        }
+        let plan = Plan::parse(&bytes).unwrap();
+        let main = plan.entry("main").unwrap();
+        let x = [1.0f32, -2.0, 0.5, 3.0];
+        let mut results = Vec::new();
+        for decoded in [false, true] {
+            let mut arena = vec![f32::NAN; plan.arena_elems()];
+            let mut buf = vec![Decoded::EMPTY; n];
+            let mut s = Session::bind(&plan, &mut arena).unwrap();
+            s.set_input(main, "x", &x).unwrap();
+            if decoded {
+                let program = s.decode(main, &mut buf).unwrap();
+                let left_out = usize::from(cfg!(feature = "catalog"));
+                assert_eq!(program.len(), n - left_out);
+                s.run_program(&program).unwrap();
+            } else {
+                s.run(main).unwrap();
+            }
+            results.push(bits(s.output(main, "y").unwrap()));
+        }
+        assert_eq!(results[0], results[1]);
+        assert_eq!(results[1], bits(&[3.5, 0.5, 3.0, 5.5]));
+    }
+}
+
 /// Issue 15: a decoded program runs no `fill`, nor `broadcast` that only reshapes, whose
 /// readers are all elementwise instructions the catalog runs: they read the fill's value as a
 /// constant and the broadcast's source in place (`program::stand_ins`). The bits stay the
