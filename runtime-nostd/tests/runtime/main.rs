@@ -28,5 +28,8 @@ mod selective;
 mod simd_catalog;
 mod simd_conv_adjoints;
 mod simd_max_pool;
+// Its plans use fused chains and the whole vocabulary.
+#[cfg(all(feature = "fusion", feature = "all-ops"))]
+mod stand_in_attack;
 mod transcendentals;
 mod worst_case;
