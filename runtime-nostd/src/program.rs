@@ -268,26 +268,27 @@ pub(crate) fn mark_bound(instrs: &mut [Decoded], bound: &[BoundInput]) -> [bool;
 }
 
 /// Removes from a decoded entry (catalog builds) each `fill`, and each `broadcast` that only
-/// reshapes (as many elements out as in: a bias `[n]` to the `[1, n]` of a batch of one),
-/// whose readers are all unfused elementwise instructions the catalog runs
-/// ([`crate::catalog::runs_elementwise`]). Each reader takes a stand-in instead: the fill's
-/// value as a constant ([`SPLAT`], read as `Src::Splat`), the broadcast's source range in
-/// place of its copy; the removed instruction never runs. The same bits: an elementwise kernel
-/// computes each element from its arguments' values alone, wherever it reads them (a `mul` by
-/// a constant takes `mul`'s own path for one, see `lanes::mul`), and the source is checked
-/// unwritten from the broadcast to its last reader. The removed write's range is checked to be
-/// the tensor's alone: every entry writes all of it before reading any of it, and after the
-/// instruction it is read only as the tensor, before any write over it (the validator's
-/// `Overlap` and `UseBeforeDefinition` rules make that so for accepted plans; the check does
-/// not lean on them). Only for a scratch tensor that no binding
-/// names (never an output, update, parameter or input), outside fused chains (whose members
-/// read the arena), and a source that reads the arena (not a bound input). Readers get
-/// [`Decoded::stand_in`]. Answers the entry's length after removal: the instructions kept, in
+/// reshapes (as many elements out as in: a bias `[n]` to the `[1, n]` of a batch of one), whose
+/// readers are all unfused elementwise instructions the catalog runs
+/// ([`crate::catalog::runs_elementwise`]). Each reader takes a stand-in instead: the fill's value
+/// as a constant ([`SPLAT`], read as `Src::Splat`), the broadcast's source range in place of its
+/// copy; the removed instruction never runs. The same bits, NaNs as one class (the project's
+/// equality rule: a constant read by a unary op takes the scalar form, whose NaN sign and payload
+/// may differ from the lane form's; tests `stand_in_attack::nan_*`): an elementwise kernel computes
+/// each element from its arguments' values alone, wherever it reads them (a `mul` by a constant
+/// takes `mul`'s own path for one, see `lanes::mul`), and the source is checked unwritten from the
+/// broadcast to its last reader. The removed write's range is checked to be the tensor's alone:
+/// every entry writes all of it before reading any of it, and after the instruction it is read only
+/// as the tensor, before any write over it (the validator's `Overlap` and `UseBeforeDefinition`
+/// rules make that so for accepted plans; the check does not lean on them). Only for a scratch
+/// tensor that no binding names (never an output, update, parameter or input), outside fused chains
+/// (whose members read the arena), and a source that reads the arena (not a bound input). Readers
+/// get [`Decoded::stand_in`]. Answers the entry's length after removal: the instructions kept, in
 /// order, at the front of `instrs` (fused chains stay whole and in order, so
 /// [`crate::fused::mark_one_tile`]'s counts hold).
 ///
 /// W3's training step: 3 fills (two learning rates, the `1` of `1 - t²`) and 3 bias
-/// broadcasts of its 40 instructions.
+/// broadcasts of its 40 instructions (8 of 40 planned with `--fusion speed`).
 #[cfg(feature = "catalog")]
 pub(crate) fn stand_ins<O: tapeplan_core::Ops>(plan: &Plan<'_>, instrs: &mut [Decoded]) -> usize {
     let mut kept = 0usize;
