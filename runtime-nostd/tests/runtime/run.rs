@@ -382,7 +382,8 @@ fn stand_ins_keep_the_bits() {
         let op = [Mul, Add, Sub, Div][k % 4];
         outs.push(p.op(op, &[1, 20], &[x, f], 0));
         outs.push(p.op(op, &[1, 20], &[f, x], 0));
-        outs.push(p.op([Tanh, Exp, Sqrt, Neg][k % 4], &[1, 20], &[f], 0));
+        // (No `sqrt`: Miri runs this test, and libm's `sqrtf` is inline assembly there.)
+        outs.push(p.op([Tanh, Exp, Abs, Neg][k % 4], &[1, 20], &[f], 0));
         outs.push(p.op(Mul, &[1, 20], &[f, f], 0));
         outs.push(p.op_over(Sub, f, &[x, f]));
         removed += 1;
