@@ -508,7 +508,7 @@ pub(crate) fn structural<O: Ops>(
     scalar: f32,
     arith: ArithProfile,
     args: &[&[f32]],
-    arg_dims: &[Dims],
+    arg_dims: &[&Dims],
     out_dims: &Dims,
     out: &mut [f32],
 ) -> bool {
@@ -719,8 +719,8 @@ fn broadcast(x: &[f32], dx: &Dims, out: &mut [f32], dout: &Dims) -> bool {
 fn sum_to(x: &[f32], dx: &Dims, out: &mut [f32], dout: &Dims) -> bool {
     match pattern(dout, dx) {
         Pattern::Same if x.len() == out.len() => {
-            // Each output has one input: `+0.0 + x` (which turns `-0.0` into `+0.0`).
-            lanes::binary(lanes::ops::Add, Src::Out, Src::Buf(x), zeroed(out));
+            // Each output has one input: `+0.0 + x` (which turns `-0.0` into `+0.0`), one pass.
+            lanes::binary(lanes::ops::Add, Src::Splat(0.0), Src::Buf(x), out);
         }
         Pattern::Rows { rows, cols: 1 } if out.len() == 1 && x.len() == rows => {
             // Everything to one output: one sequential chain from `+0.0`.
@@ -1014,7 +1014,7 @@ pub(crate) fn windowed<O: Ops>(
     op: Opcode,
     attr: Attr,
     args: &[&[f32]],
-    arg_dims: &[Dims],
+    arg_dims: &[&Dims],
     out: &mut [f32],
 ) -> bool {
     let wanted = match op {
@@ -1029,7 +1029,7 @@ pub(crate) fn windowed<O: Ops>(
     if !wanted || !cfg!(feature = "simd") {
         return false;
     }
-    let shape = |d: &Dims| d.dims.get(..d.rank).and_then(|e| Shape::new(e).ok());
+    let shape = |d: &&Dims| d.dims.get(..d.rank).and_then(|e| Shape::new(e).ok());
     let Some(a) = arg_dims.first().and_then(shape) else {
         return false;
     };
@@ -1221,6 +1221,8 @@ pub fn eval_arith(
             *d = Dims::of(*s);
         }
         let n = arg_shapes.len().min(dims.len());
+        let dims: [&Dims; tapeplan_core::MAX_ARITY] =
+            core::array::from_fn(|i| dims.get(i).unwrap_or(&Dims::EMPTY));
         if arith.in_build()
             && structural::<tapeplan_core::BuildOps>(
                 op,
