@@ -477,7 +477,7 @@ fn fits_one_tile(members: &[Decoded]) -> bool {
 /// [`ADAM_MIN_ELEMS`] or more elements) is left to [`run_chain_at`], which tries
 /// [`catalog::adam::update`] first.
 #[cfg(all(feature = "catalog", feature = "fusion"))]
-pub(crate) fn mark_one_tile(instrs: &mut [Decoded]) {
+pub(crate) fn mark_one_tile<O: Ops>(instrs: &mut [Decoded], math: MathProfile) {
     let mut i = 0usize;
     while i < instrs.len() {
         let mut last = i;
@@ -489,16 +489,167 @@ pub(crate) fn mark_one_tile(instrs: &mut [Decoded]) {
         let adam = members
             .first()
             .is_some_and(|d| d.op == Opcode::Fill && d.out.dims.elems >= ADAM_MIN_ELEMS);
-        let count = if !adam && fits_one_tile(members) {
+        let lanes = !adam && lane_chain::<O>(members, math);
+        let count = if lanes || (!adam && fits_one_tile(members)) {
             u8::try_from(members.len()).unwrap_or(0)
         } else {
             0
         };
         if let Some(d) = instrs.get_mut(i) {
             d.one_tile = count;
+            d.lane_chain = lanes;
         }
         i = last.saturating_add(1);
     }
+}
+
+/// Elements of the largest chain [`run_lane_chain`] runs: one chunk of [`catalog::lanes::L2`]
+/// (16 with AVX2 or AVX-512, 8 with SSE2 or simd128). Larger chains run a member at a time,
+/// each over the whole tile: example `chain_cost`, lane chain ÷ unfused with AVX2, 4 members:
+/// 0.62 at 16 elements, 0.96 at 32 (two chunks), 1.59 at 64 (four).
+#[cfg(all(feature = "catalog", feature = "fusion", feature = "simd"))]
+const LANE_CHAIN_ELEMS: usize = catalog::lanes::L2;
+
+/// Whether [`run_lane_chain`] takes the chain `members`: two members or more, of at most
+/// [`LANE_CHAIN_ELEMS`] elements, every argument as long as its output, every member a `fill`,
+/// a `broadcast` that only reshapes (a bias `[n]` read as a batch of one's `[1, n]`: a copy),
+/// or an op the catalog's table runs ([`catalog::runs_elementwise`]) under `math`. Never
+/// without `simd`.
+#[cfg(all(feature = "catalog", feature = "fusion"))]
+#[cfg_attr(not(feature = "simd"), allow(clippy::extra_unused_type_parameters))]
+fn lane_chain<O: Ops>(members: &[Decoded], math: MathProfile) -> bool {
+    #[cfg(feature = "simd")]
+    {
+        let n = members.first().map_or(0, |d| d.out.dims.elems);
+        n != 0
+            && n <= LANE_CHAIN_ELEMS
+            && (2..=MAX_CHAIN_INSTRS).contains(&members.len())
+            && members.iter().all(|d| {
+                d.out.dims.elems == n
+                    && d.args
+                        .iter()
+                        .take(d.arity)
+                        .all(|a| a.is_some_and(|a| a.dims.elems == n))
+                    && (matches!(d.op, Opcode::Fill | Opcode::Broadcast)
+                        || (d.elementwise && catalog::runs_elementwise::<O>(d.op, math)))
+            })
+    }
+    #[cfg(not(feature = "simd"))]
+    {
+        let _ = (members, math);
+        false
+    }
+}
+
+/// Runs a small fused chain ([`lane_chain`]) a chunk of [`lanes::L2`] lanes at a time: for each
+/// chunk, every member in order computes its chunk from its arguments' (register values held
+/// as vectors, arena ranges loaded), through the lane operations of the catalog's kernels
+/// ([`catalog::lanes::OnChunk`]), so each element's bits are those of running the members one
+/// after another; only a member whose output is in the arena stores. A chunk's unused lanes
+/// (past the chain's end) compute on whatever they hold and are never stored. Same-index elements only, so
+/// the order of chunks cannot show, as with [`run_chain`]'s tiles. On W3's 16-element chains
+/// a member cost about as much as an unfused instruction through [`chain_step`]'s kernel
+/// calls; here it is one vector operation per chunk.
+///
+/// # Errors
+/// [`ExecError::Inconsistent`] for a register slot or arena range out of range, or an op the
+/// table does not run (which [`lane_chain`] ruled out).
+#[cfg(all(feature = "catalog", feature = "fusion", feature = "simd"))]
+fn run_lane_chain<O: Ops>(
+    arena: &mut [f32],
+    math: MathProfile,
+    members: &[Decoded],
+) -> Result<(), ExecError> {
+    use catalog::lanes::{Chunk, OnChunk, CHUNK_VECS, L, L2, V};
+    /// `w` (at most `L2`) values from `at` into `out`; `None` (nothing written) outside the
+    /// arena. The lanes past `w` hold what follows in the arena where a whole chunk fits in it
+    /// (read as vectors: building them from scalars stalled the vector loads that followed, a
+    /// one-element chain cost more than unfused), else zeros; either way they are computed
+    /// lane by lane and never stored, so they cannot change a stored lane's bits.
+    #[inline(always)]
+    fn load(arena: &[f32], at: usize, w: usize, out: &mut Chunk) -> Option<()> {
+        let src = arena.get(at..at.checked_add(w)?)?;
+        let window = arena.get(at..at.checked_add(L2)?);
+        if let Some(full) = window.and_then(|s| <&[f32; L2]>::try_from(s).ok()) {
+            for (o, v) in out.iter_mut().zip(full.as_chunks::<L>().0) {
+                *o = V::new(*v);
+            }
+        } else {
+            let mut buf = [0.0f32; L2];
+            for (b, &x) in buf.iter_mut().zip(src) {
+                *b = x;
+            }
+            for (o, v) in out.iter_mut().zip(buf.as_chunks::<L>().0) {
+                *o = V::new(*v);
+            }
+        }
+        Some(())
+    }
+    /// The first `dst.len()` (at most `L2`) values of `v` into `dst`.
+    #[inline(always)]
+    fn store(dst: &mut [f32], v: &Chunk) {
+        if let Ok(full) = <&mut [f32; L2]>::try_from(&mut *dst) {
+            for (d, v) in full.as_chunks_mut::<L>().0.iter_mut().zip(v) {
+                *d = v.to_array();
+            }
+        } else {
+            for (d, x) in dst.iter_mut().zip(v.iter().flat_map(|v| v.to_array())) {
+                *d = x;
+            }
+        }
+    }
+    let n = members.first().map_or(0, |d| d.out.dims.elems);
+    let mut c0 = 0usize;
+    while c0 < n {
+        let w = n.saturating_sub(c0).min(L2);
+        let zero: Chunk = [V::splat(0.0); CHUNK_VECS];
+        let mut regs = [zero; MAX_REGISTERS];
+        let (mut a, mut b, mut v) = (zero, zero, zero);
+        for d in members {
+            let bad = ExecError::Inconsistent {
+                instr: u32::try_from(d.k).unwrap_or(u32::MAX),
+            };
+            // An argument's chunk into `x`: its register's value, or loaded from the arena.
+            let arg = |p: &Option<Placed>, x: &mut Chunk| -> Option<()> {
+                let p = p.as_ref()?;
+                if p.register {
+                    *x = *regs.get(p.offset)?;
+                    Some(())
+                } else {
+                    load(arena, p.offset.checked_add(c0)?, w, x)
+                }
+            };
+            if d.op == Opcode::Fill {
+                v = [V::splat(d.attr.scalar()); CHUNK_VECS];
+            } else if d.op == Opcode::Broadcast {
+                // Of as many elements as its output (`lane_chain`): a copy.
+                arg(&d.args[0], &mut v).ok_or(bad)?;
+            } else {
+                let [a0, a1, _] = &d.args;
+                arg(a0, &mut a).ok_or(bad)?;
+                if d.arity == 2 {
+                    arg(a1, &mut b).ok_or(bad)?;
+                }
+                let k = OnChunk {
+                    a: &a,
+                    b: &b,
+                    out: &mut v,
+                };
+                catalog::with_elementwise::<O, _>(d.op, d.attr.scalar(), math, k).ok_or(bad)?;
+            }
+            if d.out.register {
+                *regs.get_mut(d.out.offset).ok_or(bad)? = v;
+            } else {
+                let at = d.out.offset.checked_add(c0).ok_or(bad)?;
+                let dst = arena
+                    .get_mut(at..at.checked_add(w).ok_or(bad)?)
+                    .ok_or(bad)?;
+                store(dst, &v);
+            }
+        }
+        c0 = c0.saturating_add(L2);
+    }
+    Ok(())
 }
 
 /// Runs a fused chain of decoded instructions that [`mark_one_tile`] marked (it fits one tile,
@@ -520,7 +671,12 @@ pub(crate) fn run_one_tile<O: Ops>(
     math: MathProfile,
     members: &[Decoded],
 ) -> Result<(), ExecError> {
-    // Marked by `mark_one_tile`, which asked `fits_one_tile` when the entry was decoded.
+    // Marked by `mark_one_tile`, which asked `lane_chain` or `fits_one_tile` when the entry
+    // was decoded.
+    #[cfg(feature = "simd")]
+    if members.first().is_some_and(|d| d.lane_chain) {
+        return run_lane_chain::<O>(arena, math, members);
+    }
     debug_assert!(fits_one_tile(members));
     let n = members.first().map_or(0, |d| d.out.dims.elems);
     for d in members {

@@ -120,6 +120,11 @@ pub struct Decoded {
     /// every chain alike).
     #[cfg(all(feature = "catalog", feature = "fusion"))]
     pub(crate) one_tile: u8,
+    /// With [`Decoded::one_tile`]: the chain is small enough, and its ops in the catalog, for
+    /// [`crate::fused`]'s lane chains (a chunk of lanes at a time through every member, the
+    /// values in registers). Only with `simd`; `false` elsewhere.
+    #[cfg(all(feature = "catalog", feature = "fusion"))]
+    pub(crate) lane_chain: bool,
     pub(crate) op: Opcode,
     pub(crate) arity: usize,
     pub(crate) elementwise: bool,
@@ -138,6 +143,8 @@ impl Decoded {
         reads_bound: 0,
         #[cfg(all(feature = "catalog", feature = "fusion"))]
         one_tile: 0,
+        #[cfg(all(feature = "catalog", feature = "fusion"))]
+        lane_chain: false,
         op: Opcode::Input,
         arity: 0,
         elementwise: false,
@@ -695,6 +702,8 @@ pub(crate) fn decode_instr(plan: &Plan<'_>, k: usize) -> Result<Decoded, ExecErr
         reads_bound: 0,
         #[cfg(all(feature = "catalog", feature = "fusion"))]
         one_tile: 0,
+        #[cfg(all(feature = "catalog", feature = "fusion"))]
+        lane_chain: false,
         op,
         arity,
         elementwise,

@@ -397,7 +397,7 @@ impl<'p, 'a, O: Ops> Session<'p, 'a, O> {
             *slot = decode_instr(self.plan, k)?;
         }
         #[cfg(all(feature = "catalog", feature = "fusion"))]
-        crate::fused::mark_one_tile(slots);
+        crate::fused::mark_one_tile::<O>(slots, self.plan.math());
         Ok(slots)
     }
 
@@ -491,7 +491,7 @@ impl<'p, 'a, O: Ops> Session<'p, 'a, O> {
         }
         // Chains never cross an entry's end (validation), so the whole plan marks as each entry.
         #[cfg(all(feature = "catalog", feature = "fusion"))]
-        crate::fused::mark_one_tile(slots);
+        crate::fused::mark_one_tile::<O>(slots, self.plan.math());
         Ok(DecodedPlan {
             identity: PlanIdentity::of(self.plan),
             instrs: slots,

@@ -98,9 +98,10 @@ pub enum FusionPolicy {
     /// Per chain, time first (`--fusion speed`, for hosts where a few hundred bytes of arena
     /// matter less than time): starting from [`FusionPolicy::All`]'s plan, every chain the
     /// host's cost model ([`ChainCost::HOST`]) finds slower than its unfused instructions is
-    /// unfused, even where that raises the entry's scratch peak. A batch-one MLP's short chains
-    /// (W3: `1 - t²` and a bias's SGD step, each 16 elements) run unfused: 0.93 of
-    /// [`FusionPolicy::Auto`]'s step time, for an arena of about a third more.
+    /// unfused, even where that raises the entry's scratch peak. A batch-one MLP 32 wide
+    /// (chains of 32 elements: `1 - t²`, a bias's SGD step) runs them unfused, for a larger
+    /// arena; W3's chains of at most 16 elements stay fused (lane chains, faster than their
+    /// instructions).
     Speed,
     /// As [`FusionPolicy::Auto`], with the cost model of a device whose runtime runs the
     /// reference kernels, without the kernel catalog (`--fusion device`; the firmware's
@@ -141,7 +142,12 @@ impl FusionPolicy {
 /// `chain + ⌈n / tile_elems⌉ · m · tile_member + m · n · elem_fused`. The constants are
 /// measured (`cargo run --release -p tapeplan-planner --example chain_cost [--features simd]`,
 /// docs/benchmarks.md, "Fusion per chain"); a member's own arithmetic (its transcendental, say)
-/// is the same kernel either way and cancels out. Broadcast members are counted like the rest.
+/// is the same kernel either way and cancels out. Broadcast members are counted like the rest
+/// (and `fill`s, though a decoded program leaves an unfused one out: counting them as free
+/// unfused made W3's step 1.09 and W2's 1.13 times as long, the chains they unfused being
+/// faster fused than the model says).
+/// A chain of at most `lane_elems` elements runs as a lane chain (one chunk of vectors through
+/// every member, the runtime's `fused::run_lane_chain`): `lane_chain + m · lane_member`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ChainCost {
     /// One unfused instruction's dispatch (decoding, the kernel call's setup).
@@ -156,6 +162,12 @@ pub struct ChainCost {
     pub elem_unfused: f64,
     /// Per member and element, fused (register tiles in cache).
     pub elem_fused: f64,
+    /// The largest chain, in elements, that runs as a lane chain (0: none does).
+    pub lane_elems: usize,
+    /// A lane chain's setup.
+    pub lane_chain: f64,
+    /// One member of a lane chain (its vector operations and dispatch).
+    pub lane_member: f64,
 }
 
 impl ChainCost {
@@ -166,7 +178,10 @@ impl ChainCost {
     /// (its unfused chain runs in place, in cache); the 0.05 ns fused elements save is what
     /// the Adam MLP (W4, 26 chains over 2 048-element tensors) gains fused, 0.71x the unfused
     /// time (docs/benchmarks.md). A chain that fits one tile then stays fused from about
-    /// 180 + 240 / members elements on.
+    /// 180 + 240 / members elements on. A chain of at most 16 elements (one chunk of
+    /// `L2` lanes with AVX2 or AVX-512) runs as a lane chain: about 6 ns plus 7.5 ns per member
+    /// (AVX2: 20.6, 34.2 and 65.2 ns for 2, 4 and 8 members over 16 elements, against 27.8,
+    /// 55.5 and 111.0 unfused), so it stays fused.
     pub const HOST: ChainCost = ChainCost {
         instr: 10.0,
         chain: 12.0,
@@ -174,6 +189,9 @@ impl ChainCost {
         tile_elems: 1024,
         elem_unfused: 0.15,
         elem_fused: 0.10,
+        lane_elems: 16,
+        lane_chain: 6.0,
+        lane_member: 7.5,
     };
 
     /// A device whose runtime has no kernel catalog (16-element tiles through the reference
@@ -190,6 +208,9 @@ impl ChainCost {
         tile_elems: 16,
         elem_unfused: 12.0,
         elem_fused: 13.0,
+        lane_elems: 0,
+        lane_chain: 0.0,
+        lane_member: 0.0,
     };
 
     /// The unfused instructions' cost: `members` instructions over `elems` elements each.
@@ -199,6 +220,9 @@ impl ChainCost {
 
     /// The fused chain's cost.
     pub fn fused(&self, members: usize, elems: usize) -> f64 {
+        if elems <= self.lane_elems {
+            return self.lane_chain + members as f64 * self.lane_member;
+        }
         let tiles = elems.div_ceil(self.tile_elems.max(1)).max(1);
         self.chain
             + (tiles * members) as f64 * self.tile_member
@@ -425,8 +449,13 @@ mod tests {
     #[test]
     fn the_cost_models_weigh_tiles_against_dispatch() {
         let host = ChainCost::HOST;
-        // Tiny tensors: a chain's setup and per-member tile call outweigh the dispatch saved.
-        assert!(host.fused(3, 16) > host.unfused(3, 16));
+        // Tensors of one chunk of lanes: a lane chain, cheaper than the instructions.
+        assert!(host.fused(3, 16) < host.unfused(3, 16));
+        assert!(host.fused(3, 1) < host.unfused(3, 1));
+        // Small tensors past a chunk: a chain's setup and per-member tile call outweigh the
+        // dispatch saved.
+        assert!(host.fused(3, 17) > host.unfused(3, 17));
+        assert!(host.fused(3, 64) > host.unfused(3, 64));
         // Tensors of thousands of elements: the cheaper element loop wins.
         assert!(host.fused(3, 8192) < host.unfused(3, 8192));
         // A device without the catalog: every member costs a reference-kernel call per

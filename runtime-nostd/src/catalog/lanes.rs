@@ -236,6 +236,60 @@ pub(crate) fn unary<O: UnOp>(op: O, a: Src<'_>, out: &mut [f32]) {
     }
 }
 
+/// Vectors of a [`Chunk`]: [`V2`]'s lanes in [`V`]s (two below AVX-512, one with it).
+#[cfg(feature = "simd")]
+pub(crate) const CHUNK_VECS: usize = L2 / L;
+
+/// One chunk of a small fused chain's values ([`crate::fused`]): [`L2`] lanes, held in
+/// registers from member to member.
+#[cfg(feature = "simd")]
+pub(crate) type Chunk = [V; CHUNK_VECS];
+
+/// [`super::with_elementwise`] over one [`Chunk`] of each argument (`b` unread by a unary op)
+/// into `out`: the lane operations of the buffer kernels, so each lane's bits are theirs (lanes
+/// the chain does not use are computed too and never stored). Written through `out`, not
+/// returned: a returned `Option` of vectors went through the stack in pieces that the next
+/// load waited on.
+#[cfg(feature = "simd")]
+pub(crate) struct OnChunk<'c> {
+    pub a: &'c Chunk,
+    pub b: &'c Chunk,
+    pub out: &'c mut Chunk,
+}
+
+#[cfg(feature = "simd")]
+impl super::OnElementwise for OnChunk<'_> {
+    type Out = ();
+    #[inline(always)]
+    fn unary<U: UnOp>(self, op: U) {
+        if U::WIDE {
+            // The latency-bound transcendentals over the whole chunk at once, as `un_out`.
+            let mut wide = [0.0f32; L2];
+            for (w, v) in wide.as_chunks_mut::<L>().0.iter_mut().zip(self.a) {
+                *w = v.to_array();
+            }
+            let y = op.v2(V2::new(wide)).to_array();
+            for (o, w) in self.out.iter_mut().zip(y.as_chunks::<L>().0) {
+                *o = V::new(*w);
+            }
+        } else {
+            for (o, &x) in self.out.iter_mut().zip(self.a) {
+                *o = op.v(x);
+            }
+        }
+    }
+    #[inline(always)]
+    fn binary<B: BinOp>(self, op: B) {
+        for ((o, &a), &b) in self.out.iter_mut().zip(self.a).zip(self.b) {
+            *o = op.v(a, b);
+        }
+    }
+    #[inline(always)]
+    fn mul(self) {
+        self.binary(ops::Mul)
+    }
+}
+
 /// `mul` over `out` ([`ops::Mul`]); with `simd`, by a finite nonzero constant (a `Splat`: Adam's
 /// and SGD's `β`s and learning rates) without `Mul`'s lane test for `0 · inf`, which such a
 /// product never is (the bits are the same; the test cost about as much as the product).

@@ -93,7 +93,7 @@ use tapeplan_core::ops::matmul::Transposed;
 use tapeplan_core::ops::{exp, log, pow, sigmoid, softplus, tanh, Attr, OpError};
 use tapeplan_core::{ArithProfile, MathProfile, OpSet, Opcode, Ops, Shape, MAX_RANK};
 
-mod lanes;
+pub(crate) mod lanes;
 use lanes::UnOp;
 
 #[cfg(feature = "catalog")]
@@ -339,19 +339,97 @@ macro_rules! on {
     };
 }
 
-/// The `precise` or `fast` kernel by the plan's profile; `false` (nothing written: the
-/// reference path then reports the missing profile) for a profile this build leaves out.
-macro_rules! by_math {
-    ($math:expr, $precise:expr, $fast:expr) => {
-        match $math {
-            #[cfg(feature = "math-precise")]
-            MathProfile::Precise => $precise,
-            #[cfg(feature = "math-fast")]
-            MathProfile::Fast => $fast,
-            #[allow(unreachable_patterns)]
-            _ => return false,
-        }
-    };
+/// What runs an elementwise op once [`with_elementwise`] has chosen its lane operation: over
+/// buffers ([`elementwise`]), or over one chunk of lanes held in registers
+/// ([`lanes::OnChunk`], the small fused chains of [`crate::fused`]).
+pub(crate) trait OnElementwise {
+    type Out;
+    fn unary<U: lanes::UnOp>(self, op: U) -> Self::Out;
+    fn binary<B: lanes::BinOp>(self, op: B) -> Self::Out;
+    /// `mul` (over buffers, [`lanes::mul`] picks its form by the operands; the bits are
+    /// [`lanes::ops::Mul`]'s).
+    fn mul(self) -> Self::Out;
+}
+
+/// The catalog's table of elementwise ops: runs `k` with the lane operation of `op` under the
+/// math profile `math` (`scalar` is the attribute's scalar, [`Attr::scalar`]: `pow`'s
+/// exponent); `None` (nothing run) for an opcode or profile this build and op set `O` leave
+/// out.
+#[inline(always)]
+pub(crate) fn with_elementwise<O: Ops, K: OnElementwise>(
+    op: Opcode,
+    scalar: f32,
+    math: MathProfile,
+    k: K,
+) -> Option<K::Out> {
+    use lanes::ops::*;
+    // The `precise` or `fast` form by the plan's profile; `None` for one this build leaves out.
+    macro_rules! by_math {
+        ($precise:expr, $fast:expr) => {
+            match math {
+                #[cfg(feature = "math-precise")]
+                MathProfile::Precise => $precise,
+                #[cfg(feature = "math-fast")]
+                MathProfile::Fast => $fast,
+                #[allow(unreachable_patterns)]
+                _ => return None,
+            }
+        };
+    }
+    // Unused in a build without either math profile (which runs no plan at all).
+    #[cfg_attr(
+        not(any(feature = "math-precise", feature = "math-fast")),
+        allow(unused_variables)
+    )]
+    let p = scalar;
+    Some(match op {
+        Opcode::Add if on!(Add) => k.binary(Add),
+        Opcode::Sub if on!(Sub) => k.binary(Sub),
+        Opcode::Mul if on!(Mul) => k.mul(),
+        Opcode::Div if on!(Div) => k.binary(Div),
+        Opcode::Equal if on!(Equal) => k.binary(Equal),
+        Opcode::Greater if on!(Greater) => k.binary(Greater),
+        Opcode::GreaterEqual if on!(GreaterEqual) => k.binary(GreaterEqual),
+        Opcode::Maximum if on!(Maximum) => k.binary(Maximum),
+        Opcode::Minimum if on!(Minimum) => k.binary(Minimum),
+        Opcode::Neg if on!(Neg) => k.unary(Neg),
+        Opcode::Abs if on!(Abs) => k.unary(Abs),
+        Opcode::Relu if on!(Relu) => k.unary(Relu),
+        Opcode::Heaviside if on!(Heaviside) => k.unary(Heaviside),
+        Opcode::Sign if on!(Sign) => k.unary(Sign),
+        Opcode::Detach if on!(Detach) => k.unary(Detach),
+        Opcode::Sqrt if on!(Sqrt) => k.unary(Sqrt),
+        Opcode::Tanh if on!(Tanh) => by_math!(k.unary(Tanh), k.unary(TanhFast)),
+        Opcode::Exp if on!(Exp) => by_math!(k.unary(Exp), k.unary(ExpFast)),
+        Opcode::Log if on!(Log) => by_math!(k.unary(Log), k.unary(LogFast)),
+        Opcode::Sigmoid if on!(Sigmoid) => by_math!(k.unary(Sigmoid), k.unary(SigmoidFast)),
+        Opcode::Softplus if on!(Softplus) => by_math!(k.unary(Softplus), k.unary(SoftplusFast)),
+        Opcode::Pow if on!(Pow) => by_math!(k.unary(Pow(p)), k.unary(PowFast(p))),
+        _ => return None,
+    })
+}
+
+/// [`with_elementwise`] over buffers: the arguments as [`Src`]s, the output.
+struct OnBuffers<'s, 'o> {
+    a: Src<'s>,
+    b: Src<'s>,
+    out: &'o mut [f32],
+}
+
+impl OnElementwise for OnBuffers<'_, '_> {
+    type Out = ();
+    #[inline(always)]
+    fn unary<U: lanes::UnOp>(self, op: U) {
+        lanes::unary(op, self.a, self.out);
+    }
+    #[inline(always)]
+    fn binary<B: lanes::BinOp>(self, op: B) {
+        lanes::binary(op, self.a, self.b, self.out);
+    }
+    #[inline(always)]
+    fn mul(self) {
+        lanes::mul(self.a, self.b, self.out);
+    }
 }
 
 /// Runs an elementwise instruction (`op`'s class is elementwise) over `out` under the math
@@ -366,73 +444,23 @@ pub(crate) fn elementwise<O: Ops>(
     b: Src<'_>,
     out: &mut [f32],
 ) -> bool {
-    use lanes::ops::*;
-    match op {
-        Opcode::Add if on!(Add) => lanes::binary(Add, a, b, out),
-        Opcode::Sub if on!(Sub) => lanes::binary(Sub, a, b, out),
-        Opcode::Mul if on!(Mul) => lanes::mul(a, b, out),
-        Opcode::Div if on!(Div) => lanes::binary(Div, a, b, out),
-        Opcode::Equal if on!(Equal) => lanes::binary(Equal, a, b, out),
-        Opcode::Greater if on!(Greater) => lanes::binary(Greater, a, b, out),
-        Opcode::GreaterEqual if on!(GreaterEqual) => lanes::binary(GreaterEqual, a, b, out),
-        Opcode::Maximum if on!(Maximum) => lanes::binary(Maximum, a, b, out),
-        Opcode::Minimum if on!(Minimum) => lanes::binary(Minimum, a, b, out),
-        Opcode::Neg if on!(Neg) => lanes::unary(Neg, a, out),
-        Opcode::Abs if on!(Abs) => lanes::unary(Abs, a, out),
-        Opcode::Relu if on!(Relu) => lanes::unary(Relu, a, out),
-        Opcode::Heaviside if on!(Heaviside) => lanes::unary(Heaviside, a, out),
-        Opcode::Sign if on!(Sign) => lanes::unary(Sign, a, out),
-        Opcode::Detach if on!(Detach) => lanes::unary(Detach, a, out),
-        Opcode::Sqrt if on!(Sqrt) => lanes::unary(Sqrt, a, out),
-        Opcode::Tanh if on!(Tanh) => by_math!(
-            math,
-            lanes::unary(Tanh, a, out),
-            lanes::unary(TanhFast, a, out)
-        ),
-        Opcode::Exp if on!(Exp) => by_math!(
-            math,
-            lanes::unary(Exp, a, out),
-            lanes::unary(ExpFast, a, out)
-        ),
-        Opcode::Log if on!(Log) => by_math!(
-            math,
-            lanes::unary(Log, a, out),
-            lanes::unary(LogFast, a, out)
-        ),
-        Opcode::Sigmoid if on!(Sigmoid) => by_math!(
-            math,
-            lanes::unary(Sigmoid, a, out),
-            lanes::unary(SigmoidFast, a, out)
-        ),
-        Opcode::Softplus if on!(Softplus) => by_math!(
-            math,
-            lanes::unary(Softplus, a, out),
-            lanes::unary(SoftplusFast, a, out)
-        ),
-        Opcode::Pow if on!(Pow) => {
-            // Unused in a build without either math profile (which runs no plan at all).
-            #[cfg_attr(
-                not(any(feature = "math-precise", feature = "math-fast")),
-                allow(unused_variables)
-            )]
-            let p = scalar;
-            by_math!(
-                math,
-                lanes::unary(Pow(p), a, out),
-                lanes::unary(PowFast(p), a, out)
-            )
-        }
-        _ => return false,
-    }
-    true
+    with_elementwise::<O, _>(op, scalar, math, OnBuffers { a, b, out }).is_some()
 }
 
 /// Whether [`elementwise`] runs `op` under `math` in this build and op set `O` (it then runs it
-/// for any [`Src`]s of the output's length). Asked of [`elementwise`] itself, over an empty
-/// output, so the answer cannot drift from what it runs.
+/// for any [`Src`]s of the output's length). Asked of [`with_elementwise`], the table
+/// [`elementwise`] runs, so the answer cannot drift from what it runs.
 #[cfg(feature = "catalog")]
 pub(crate) fn runs_elementwise<O: Ops>(op: Opcode, math: MathProfile) -> bool {
-    elementwise::<O>(op, 1.0, math, Src::Splat(1.0), Src::Splat(1.0), &mut [])
+    /// Runs nothing: asks only whether the table has the op.
+    struct Ask;
+    impl OnElementwise for Ask {
+        type Out = ();
+        fn unary<U: lanes::UnOp>(self, _: U) {}
+        fn binary<B: lanes::BinOp>(self, _: B) {}
+        fn mul(self) {}
+    }
+    with_elementwise::<O, _>(op, 1.0, math, Ask).is_some()
 }
 
 /// How many of `entry`'s Adam (and AdamW) updates run in one pass: the three fused chains a

@@ -6,7 +6,8 @@
 //! `STRICT_NAN=1` makes it fail. Two do differ so: a constant read by a unary op (or twice by a
 //! binary one) takes the scalar form where the fill's copy took the lane form, and a reader in
 //! place over a broadcast reads its source as another buffer, which may pick the other
-//! operand's NaN (`nan_unary_splat`, `nan_in_place_broadcast`).
+//! operand's NaN (`nan_unary_splat`, `nan_in_place_broadcast`). The same harness compares the
+//! lane chains of a decoded program with `run`'s chain runner (`lane_chains_*`).
 
 use crate::common;
 
@@ -1058,4 +1059,67 @@ fn stand_in_attack_adam_adjacency() {
             assert_eq!(o.removed % 100, 1);
         }
     }
+}
+
+/// An instruction of a fused chain into register slot `slot` (FUSE_NEXT set).
+fn reg_op(p: &mut P, op: Opcode, slot: u32, dims: &[u32], args: &[u32], attr: u32) -> u32 {
+    let t = p.b.tensor(slot, dims, TensorKind::Register);
+    p.b.instr(op, t, args, attr);
+    p.fuse_last();
+    t
+}
+
+/// Lane chains (`fused::run_lane_chain`: a chain of at most one chunk of `L2` lanes in a decoded
+/// program, one vector operation per member) against `Session::run`'s chain runner, with the same
+/// harness: every special value through every op (both sides, and every unary op and `pow`) in
+/// chains over 1 to 16 elements (one chunk with AVX2 and AVX-512, two with SSE2), their values in
+/// register slots and the arena, a `fill` first, a `broadcast` that only reshapes as a member, a
+/// last member written in place over an argument; outputs and the whole arena compared.
+fn lane_chains(fast: bool) {
+    for n in [1u32, 3, 8, 13, 16] {
+        for (k, &c) in specials().iter().enumerate() {
+            let mut p = P::new();
+            if fast {
+                p.b.flags |= FLAG_MATH_FAST;
+            }
+            let d = [1, n];
+            let x = p.input(&d, xs(n as usize, 31 + k as u64));
+            let bias = p.input(&[n], xs(n as usize, 3 + k as u64));
+            let mut outs = vec![];
+            for &op in &BINARY {
+                let f = reg_op(&mut p, Fill, 0, &d, &[], c.to_bits());
+                let r = reg_op(&mut p, op, 1, &d, &[x, f], 0);
+                let g = reg_op(&mut p, Broadcast, 2, &d, &[bias], 0);
+                let s = reg_op(&mut p, op, 3, &d, &[g, r], 0);
+                outs.push(p.op(op, &d, &[s, x], 0));
+                // In place over an arena argument, the constant on the right.
+                let y = p.op(Detach, &d, &[x], 0);
+                let f = reg_op(&mut p, Fill, 0, &d, &[], c.to_bits());
+                outs.push(p.op_over(op, y, &[y, f], 0));
+            }
+            for &op in &UNARY {
+                let f = reg_op(&mut p, Fill, 0, &d, &[], c.to_bits());
+                let t = reg_op(&mut p, op, 1, &d, &[f], 0);
+                let u = reg_op(&mut p, op, 2, &d, &[x], 0);
+                outs.push(p.op(Add, &d, &[t, u], 0));
+            }
+            for e in [2.0f32, 0.5, -1.0, f32::NAN, -0.0, f32::INFINITY] {
+                let f = reg_op(&mut p, Fill, 0, &d, &[], c.to_bits());
+                let t = reg_op(&mut p, Pow, 1, &d, &[f], e.to_bits());
+                outs.push(p.op(Pow, &d, &[t], e.to_bits()));
+            }
+            p.finish(&outs);
+            compare(&p, n == 13);
+        }
+    }
+}
+
+#[test]
+fn lane_chains_precise() {
+    lane_chains(false);
+}
+
+#[test]
+fn lane_chains_fast() {
+    lane_chains(true);
 }
