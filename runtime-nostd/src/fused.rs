@@ -473,9 +473,10 @@ fn fits_one_tile(members: &[Decoded]) -> bool {
 
 /// Marks, in decoded instructions, the first member of every chain that [`run_one_tile`] takes
 /// with the chain's member count ([`Decoded::one_tile`]), so that the run loop hands such a
-/// chain to it directly. A chain that may be Adam's update (it starts with a `fill` over
-/// [`ADAM_MIN_ELEMS`] or more elements) is left to [`run_chain_at`], which tries
-/// [`catalog::adam::update`] first.
+/// chain to it directly, and whether it runs as a lane chain ([`Decoded::lane_chain`], asked of
+/// [`lane_chain`] with the op set `O` and the plan's math profile `math`). A chain that may be
+/// Adam's update (it starts with a `fill` over [`ADAM_MIN_ELEMS`] or more elements) is left to
+/// [`run_chain_at`], which tries [`catalog::adam::update`] first.
 #[cfg(all(feature = "catalog", feature = "fusion"))]
 pub(crate) fn mark_one_tile<O: Ops>(instrs: &mut [Decoded], math: MathProfile) {
     let mut i = 0usize;
@@ -510,8 +511,8 @@ pub(crate) fn mark_one_tile<O: Ops>(instrs: &mut [Decoded], math: MathProfile) {
 #[cfg(all(feature = "catalog", feature = "fusion", feature = "simd"))]
 const LANE_CHAIN_ELEMS: usize = catalog::lanes::L2;
 
-/// Whether [`run_lane_chain`] takes the chain `members`: two members or more, of at most
-/// [`LANE_CHAIN_ELEMS`] elements, every argument as long as its output, every member a `fill`,
+/// Whether `run_lane_chain` takes the chain `members`: two members or more, of at most
+/// `LANE_CHAIN_ELEMS` elements, every argument as long as its output, every member a `fill`,
 /// a `broadcast` that only reshapes (a bias `[n]` read as a batch of one's `[1, n]`: a copy),
 /// or an op the catalog's table runs ([`catalog::runs_elementwise`]) under `math`. Never
 /// without `simd`.
@@ -541,15 +542,15 @@ fn lane_chain<O: Ops>(members: &[Decoded], math: MathProfile) -> bool {
     }
 }
 
-/// Runs a small fused chain ([`lane_chain`]) a chunk of [`lanes::L2`] lanes at a time: for each
-/// chunk, every member in order computes its chunk from its arguments' (register values held
-/// as vectors, arena ranges loaded), through the lane operations of the catalog's kernels
-/// ([`catalog::lanes::OnChunk`]), so each element's bits are those of running the members one
-/// after another; only a member whose output is in the arena stores. A chunk's unused lanes
-/// (past the chain's end) compute on whatever they hold and are never stored. Same-index elements only, so
-/// the order of chunks cannot show, as with [`run_chain`]'s tiles. On W3's 16-element chains
-/// a member cost about as much as an unfused instruction through [`chain_step`]'s kernel
-/// calls; here it is one vector operation per chunk.
+/// Runs a small fused chain ([`lane_chain`]) a chunk of [`catalog::lanes::L2`] lanes at a time:
+/// for each chunk, every member in order computes its chunk from its arguments' (register
+/// values held as vectors, arena ranges loaded), through the lane operations of the catalog's
+/// kernels ([`catalog::lanes::OnChunk`]), so each element's bits are those of running the
+/// members one after another; only a member whose output is in the arena stores. A chunk's
+/// unused lanes (past the chain's end) compute on whatever they hold and are never stored.
+/// Same-index elements only, so the order of chunks cannot show, as with [`run_chain`]'s tiles.
+/// On W3's 16-element chains a member cost about as much as an unfused instruction through
+/// [`chain_step`]'s kernel calls; here it is one vector operation per chunk.
 ///
 /// # Errors
 /// [`ExecError::Inconsistent`] for a register slot or arena range out of range, or an op the

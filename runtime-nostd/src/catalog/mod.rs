@@ -341,7 +341,7 @@ macro_rules! on {
 
 /// What runs an elementwise op once [`with_elementwise`] has chosen its lane operation: over
 /// buffers ([`elementwise`]), or over one chunk of lanes held in registers
-/// ([`lanes::OnChunk`], the small fused chains of [`crate::fused`]).
+/// (`lanes::OnChunk` with `simd`, the small fused chains of [`crate::fused`]).
 pub(crate) trait OnElementwise {
     type Out;
     fn unary<U: lanes::UnOp>(self, op: U) -> Self::Out;
