@@ -549,6 +549,10 @@ fn lane_chain<O: Ops>(members: &[Decoded], math: MathProfile) -> bool {
 /// members one after another; only a member whose output is in the arena stores. A chunk's
 /// unused lanes (past the chain's end) compute on whatever they hold and are never stored.
 /// Same-index elements only, so the order of chunks cannot show, as with [`run_chain`]'s tiles.
+/// NaNs agree as one class only (DESIGN's rule): the buffer kernels run the elements past their
+/// last whole vector in the scalar forms, a lane chain every element in the lane forms, and some
+/// ops (`maximum`, `minimum`, `sigmoid` after them) answer a NaN of another sign or payload in
+/// one form than in the other (tests `stand_in_attack::lane_attack_*` with `STRICT_NAN=1`).
 /// On W3's 16-element chains a member cost about as much as an unfused instruction through
 /// [`chain_step`]'s kernel calls; here it is one vector operation per chunk.
 ///

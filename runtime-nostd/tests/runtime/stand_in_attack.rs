@@ -7,7 +7,13 @@
 //! binary one) takes the scalar form where the fill's copy took the lane form, and a reader in
 //! place over a broadcast reads its source as another buffer, which may pick the other
 //! operand's NaN (`nan_unary_splat`, `nan_in_place_broadcast`). The same harness compares the
-//! lane chains of a decoded program with `run`'s chain runner (`lane_chains_*`).
+//! lane chains of a decoded program with `run`'s chain runner (`lane_chains_*`), and, from a
+//! helper's attack, with the same plan unfused and every way of running it (`lane_attack_*`:
+//! chains at the arena's end, 15, 16 and 17 elements, guarded entries, an entry starting inside
+//! a chain, a fuzz of `LA_TRIES` random chains, 3 000 by default). A third NaN-only difference
+//! shows there: a lane chain runs every element in the lane forms, the buffer kernels the
+//! elements past their last whole vector in the scalar forms, and `maximum` and `minimum` answer
+//! a NaN of another sign or payload in one form than in the other.
 
 use crate::common;
 
@@ -1122,4 +1128,584 @@ fn lane_chains_precise() {
 #[test]
 fn lane_chains_fast() {
     lane_chains(true);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lane-chain attacks (appended): fused vs unfused, decode_all + with_decoded, chains at the
+// arena's very end, junk (specials) in the lanes past a chain, every register slot, broadcasts
+// of inputs and parameters first, writes read back within a chain, guarded entries.
+
+/// The same plan with every chain unfused: FUSE_NEXT cleared, each register tensor moved to a
+/// scratch range of its own past the arena.
+fn la_unfused(p: &P) -> P {
+    let mut b = p.b.clone();
+    let mut next = b.arena_elems.div_ceil(4) * 4 + 4;
+    for t in b.tensors.iter_mut() {
+        if t.kind == TensorKind::Register as u8 {
+            let e: u32 = t.dims[..t.rank as usize].iter().product();
+            t.kind = TensorKind::Scratch as u8;
+            t.offset_elems = next;
+            next += e.div_ceil(4) * 4 + 4;
+        }
+    }
+    for i in b.instrs.iter_mut() {
+        i.flags &= !FUSE_NEXT;
+    }
+    b.arena_elems = next;
+    P {
+        b,
+        next,
+        inputs: p.inputs.clone(),
+        params: p.params.clone(),
+    }
+}
+
+/// Per binding name (outputs, updates, parameters), its bits after each of two rounds, with
+/// each round's result; `way`: 0 run, 1 decode + run_program, 2 decode_with_inputs +
+/// run_program_with_inputs, 3 decode_all + with_decoded + run. Sentinels past the arena checked.
+type LaRun = (
+    Vec<Result<(), tapeplan_runtime::ExecError>>,
+    Vec<Vec<(String, Vec<f32>)>>,
+);
+fn la_run(p: &P, way: usize) -> LaRun {
+    let bytes = p.b.build();
+    let plan = Plan::parse(&bytes).unwrap_or_else(|e| panic!("{e}"));
+    let entry = plan.entry("main").unwrap();
+    let n = plan.arena_elems();
+    let inputs: Vec<(String, Vec<f32>)> = p
+        .inputs
+        .iter()
+        .filter(|(name, _, _)| plan.inputs(entry).any(|b| b.name == name))
+        .map(|(name, _, v)| (name.clone(), v.clone()))
+        .collect();
+    let names: Vec<&str> = inputs.iter().map(|(n, _)| n.as_str()).collect();
+    let slices: Vec<&[f32]> = inputs.iter().map(|(_, v)| v.as_slice()).collect();
+    let mut arena = vec![f32::from_bits(INIT); n];
+    arena.extend(std::iter::repeat_n(f32::from_bits(SENT), PAD));
+    let mut bufs = vec![vec![Decoded::EMPTY; plan.n_instrs()]; 2];
+    let (ba, bb) = bufs.split_at_mut(1);
+    let mut spare = [Some(&mut ba[0]), Some(&mut bb[0])].into_iter();
+    let mut results = vec![];
+    let mut values = vec![];
+    {
+        let mut s = Session::bind_selective::<tapeplan_core::BuildOps>(&plan, &mut arena).unwrap();
+        if way == 3 {
+            let d = s.decode_all(spare.next().unwrap().unwrap()).unwrap();
+            s = s.with_decoded(d).unwrap();
+        }
+        for (name, _, v) in &p.params {
+            s.load_parameter(name, v).unwrap();
+        }
+        let mut buf2 = vec![Decoded::EMPTY; plan.n_instrs()];
+        let program = match way {
+            1 => Some(s.decode(entry, &mut buf2).unwrap()),
+            2 => Some(s.decode_with_inputs(entry, &mut buf2, &names).unwrap()),
+            _ => None,
+        };
+        for _round in 0..2 {
+            if way != 2 {
+                for (name, v) in &inputs {
+                    s.set_input(entry, name, v).unwrap();
+                }
+            }
+            let r = match (way, &program) {
+                (1, Some(pr)) => s.run_program(pr),
+                (2, Some(pr)) => s.run_program_with_inputs(pr, &slices),
+                _ => s.run(entry),
+            };
+            results.push(r);
+            let a = s.into_arena();
+            assert!(
+                a[n..].iter().all(|x| x.to_bits() == SENT),
+                "way {way}: a sentinel past the arena was written"
+            );
+            let mut vals = vec![];
+            for b in plan.bindings() {
+                let keep = b.entry.is_none()
+                    || (b.entry == Some(entry)
+                        && matches!(b.kind, BindingKind::Output | BindingKind::Update));
+                if keep {
+                    let key = format!("{:?} {}", b.kind, b.name);
+                    vals.push((key, a[b.offset_elems..b.offset_elems + b.elems].to_vec()));
+                }
+            }
+            values.push(vals);
+            s = Session::bind_selective::<tapeplan_core::BuildOps>(&plan, a).unwrap();
+            if way == 3 {
+                if let Some(Some(b)) = spare.next() {
+                    let d = s.decode_all(b).unwrap();
+                    s = s.with_decoded(d).unwrap();
+                }
+            }
+        }
+    }
+    (results, values)
+}
+
+fn la_same_class(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+}
+
+/// Every way of running `p` and its unfused twin agree on results and on every output,
+/// update and parameter (NaNs as one class). Also the harness's whole-arena `compare`.
+fn la_check(p: &P, what: &str) {
+    compare(p, !p.inputs.is_empty());
+    let u = la_unfused(p);
+    let want = la_run(&u, 1);
+    let mut all = vec![("unfused run".to_string(), la_run(&u, 0))];
+    for way in 0..4 {
+        all.push((format!("fused way {way}"), la_run(p, way)));
+    }
+    for (label, (r, v)) in &all {
+        for round in 0..2 {
+            // An error's instruction index may differ between the twins; compare kinds.
+            assert_eq!(
+                format!("{:?}", r[round])
+                    .split('{')
+                    .next()
+                    .map(str::to_owned),
+                format!("{:?}", want.0[round])
+                    .split('{')
+                    .next()
+                    .map(str::to_owned),
+                "{what}: {label} result, round {round}: {:?} vs unfused {:?}",
+                r[round],
+                want.0[round]
+            );
+            for ((k, got), (k2, w)) in v[round].iter().zip(&want.1[round]) {
+                assert_eq!(k, k2);
+                assert!(
+                    la_same_class(got, w),
+                    "{what}: {label}: {k}, round {round}\n got     {:x?}\n unfused {:x?}",
+                    raw(got),
+                    raw(w)
+                );
+            }
+        }
+    }
+}
+
+fn la_junk(k: usize, seed: u64) -> Vec<f32> {
+    let sp = specials();
+    (0..k)
+        .map(|i| {
+            if i % 3 == 2 {
+                floats(seed + i as u64, 1)[0]
+            } else {
+                sp[(i * 7 + seed as usize) % sp.len()]
+            }
+        })
+        .collect()
+}
+
+/// A chain ending exactly at the arena's end (its window falls back to zeros) or `tail`
+/// elements short of it, the junk after it in the arena: every register slot, a member
+/// writing an arena range a later member reads, in place, div/log/sqrt/pow/exp on the junk's
+/// lanes. n = 1..=17; precise and fast; bias as an input or a parameter.
+#[test]
+fn lane_attack_arena_end() {
+    for fast in [false, true] {
+        for param_bias in [false, true] {
+            for n in 1u32..=17 {
+                for tail in [0u32, 1, 2, 7, 16] {
+                    let a4 = n.div_ceil(4) * 4;
+                    let mut p = P::persistent(if param_bias { a4 } else { 0 });
+                    if fast {
+                        p.b.flags |= FLAG_MATH_FAST;
+                    }
+                    let d = [1, n];
+                    let nn = n as usize;
+                    let bias = if param_bias {
+                        let v = xs(nn, 5 + n as u64);
+                        p.param(0, &[n], v)
+                    } else {
+                        let t = p.b.tensor(p.next, &[n], TensorKind::Scratch);
+                        p.next += a4;
+                        p.inputs.push(("bias".into(), t, xs(nn, 5 + n as u64)));
+                        t
+                    };
+                    // x and y packed, no gaps.
+                    let x = p.b.tensor(p.next, &d, TensorKind::Scratch);
+                    p.inputs.push(("x".into(), x, xs(nn, 11 + n as u64)));
+                    let y = p.b.tensor(p.next + a4, &d, TensorKind::Scratch);
+                    p.inputs.push((
+                        "y".into(),
+                        y,
+                        xs(nn, 12 + n as u64).into_iter().rev().collect(),
+                    ));
+                    let mid = p.next + 2 * a4;
+                    let end = mid + n;
+                    let arena = end + tail;
+                    if tail > 0 && end.is_multiple_of(4) {
+                        let j = p.b.tensor(end, &[tail], TensorKind::Scratch);
+                        p.inputs
+                            .push(("junk".into(), j, la_junk(tail as usize, n as u64)));
+                    }
+                    // Chain 1: broadcast first, every slot, write `out` then read it back,
+                    // in place over `out` and over x.
+                    let r0 = reg_op(&mut p, Broadcast, 0, &d, &[bias], 0);
+                    let r1 = reg_op(&mut p, Div, 1, &d, &[x, r0], 0);
+                    let out = p.b.tensor(mid, &d, TensorKind::Scratch);
+                    p.b.instr(Add, out, &[r1, y], 0);
+                    p.fuse_last();
+                    let r2 = reg_op(&mut p, Log, 2, &d, &[out], 0);
+                    let r3 = reg_op(&mut p, Mul, 3, &d, &[r2, out], 0);
+                    let out2 = p.b.tensor(mid, &d, TensorKind::Scratch);
+                    p.b.instr(Sqrt, out2, &[out], 0);
+                    p.fuse_last();
+                    let r0b = reg_op(&mut p, Pow, 0, &d, &[r3], 0.5f32.to_bits());
+                    let r1b = reg_op(&mut p, Maximum, 1, &d, &[r0b, out2], 0);
+                    let r2b = reg_op(&mut p, Exp, 2, &d, &[r1b], 0);
+                    let x2 = p.b.tensor(mid - 2 * a4, &d, TensorKind::Scratch);
+                    p.b.instr(Sub, x2, &[r2b, x], 0);
+                    // End of chain 1 (no FUSE_NEXT). Chain 2: fill, in place at the end.
+                    let f = reg_op(&mut p, Fill, 3, &d, &[], (-0.0f32).to_bits());
+                    let q = reg_op(&mut p, Div, 0, &d, &[out2, f], 0);
+                    let out3 = p.b.tensor(mid, &d, TensorKind::Scratch);
+                    p.b.instr(Minimum, out3, &[q, x2], 0);
+                    p.next = arena;
+                    p.b.arena_elems = arena;
+                    p.finish(&[out3, x2]);
+                    p.b.arena_elems = arena;
+                    let bytes = p.b.build();
+                    if let Err(e) = Plan::parse(&bytes) {
+                        panic!("n {n} tail {tail}: refused: {e}");
+                    }
+                    la_check(
+                        &p,
+                        &format!("arena_end fast {fast} param {param_bias} n {n} tail {tail}"),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Every op (erf too, which is not a lane op) on every special value in chains over 15, 16
+/// and 17 elements, with specials in the arena right after each chain's ranges; fused vs
+/// unfused vs every way of running.
+#[test]
+fn lane_attack_15_16_17() {
+    for fast in [false, true] {
+        for n in [2u32, 7, 9, 15, 16, 17] {
+            for (k, &c) in specials().iter().enumerate() {
+                let mut p = P::new();
+                if fast {
+                    p.b.flags |= FLAG_MATH_FAST;
+                }
+                let d = [1, n];
+                let nn = n as usize;
+                // x, then junk right after it.
+                let x = p.b.tensor(0, &d, TensorKind::Scratch);
+                p.inputs.push(("x".into(), x, xs(nn, 31 + k as u64)));
+                let a4 = n.div_ceil(4) * 4;
+                let j = p.b.tensor(a4, &[16], TensorKind::Scratch);
+                p.inputs.push(("j".into(), j, la_junk(16, k as u64)));
+                p.next = a4 + 16;
+                let mut outs = vec![];
+                for &op in BINARY.iter() {
+                    let f = reg_op(&mut p, Fill, 0, &d, &[], c.to_bits());
+                    let r = reg_op(&mut p, op, 1, &d, &[f, x], 0);
+                    let s = reg_op(&mut p, op, 2, &d, &[x, r], 0);
+                    let t = reg_op(&mut p, op, 3, &d, &[s, s], 0);
+                    outs.push(p.op(op, &d, &[t, f], 0));
+                }
+                for &op in UNARY.iter() {
+                    let f = reg_op(&mut p, Fill, 3, &d, &[], c.to_bits());
+                    let t = reg_op(&mut p, op, 2, &d, &[f], 0);
+                    let u = reg_op(&mut p, op, 1, &d, &[x], 0);
+                    let v = reg_op(&mut p, Div, 0, &d, &[t, u], 0);
+                    outs.push(p.op(op, &d, &[v], 0));
+                }
+                for e in [
+                    2.0f32,
+                    0.5,
+                    -1.0,
+                    3.0,
+                    -0.5,
+                    f32::NAN,
+                    -0.0,
+                    f32::NEG_INFINITY,
+                    1e-45,
+                ] {
+                    let f = reg_op(&mut p, Fill, 2, &d, &[], c.to_bits());
+                    let t = reg_op(&mut p, Pow, 1, &d, &[f], e.to_bits());
+                    let u = reg_op(&mut p, Pow, 0, &d, &[x], e.to_bits());
+                    outs.push(p.op(Add, &d, &[t, u], 0));
+                }
+                p.finish(&outs);
+                la_check(
+                    &p,
+                    &format!("15_16_17 fast {fast} n {n} c {:#x}", c.to_bits()),
+                );
+            }
+        }
+    }
+}
+
+/// A guarded entry (its update in scratch) whose update comes out of a lane chain: non-finite
+/// in some runs (NonFinite, nothing committed), finite in others; parameter read by the chain.
+#[test]
+fn lane_attack_guarded() {
+    for fast in [false, true] {
+        for n in [1u32, 5, 8, 15, 16, 17] {
+            for (k, &c) in specials().iter().enumerate() {
+                let mut p = P::persistent(n.div_ceil(4) * 4);
+                if fast {
+                    p.b.flags |= FLAG_MATH_FAST;
+                }
+                let d = [n];
+                let nn = n as usize;
+                let w = p.param(0, &d, xs(nn, 3).iter().map(|v| v.abs().min(1.0)).collect());
+                let mut g = vec![0.25f32; nn];
+                g[k % nn] = c;
+                let gt = p.input(&d, g);
+                let f = reg_op(&mut p, Fill, 0, &d, &[], 0.5f32.to_bits());
+                let m = reg_op(&mut p, Mul, 1, &d, &[gt, f], 0);
+                let l = reg_op(&mut p, Log, 2, &d, &[w], 0);
+                let s = reg_op(&mut p, Add, 3, &d, &[l, m], 0);
+                let e = reg_op(&mut p, Exp, 0, &d, &[s], 0);
+                let u = p.fresh(&d);
+                p.b.instr(Sub, u, &[w, e], 0);
+                let ent = p.finish(&[]);
+                p.b.bind("p0", BindingKind::Update, ent, u);
+                if Plan::parse(&p.b.build()).is_err() {
+                    panic!("refused");
+                }
+                la_check(
+                    &p,
+                    &format!("guarded fast {fast} n {n} c {:#x}", c.to_bits()),
+                );
+            }
+        }
+    }
+}
+
+/// Random lane chains (and neighbours): 1..=17 elements over packed slots of the chain's
+/// length (the last at the arena's end or a few elements short), members fill / broadcast of an
+/// input or parameter / unary (erf and pow too) / binary, outputs in any register slot or arena
+/// slot (in place, over inputs, read back later in the chain), two chains per entry with an
+/// unfused op between; both math profiles. Checked: every way of running and the unfused twin.
+fn la_fuzz(seed0: u64, tries: usize) -> usize {
+    let sp = specials();
+    let unary = [
+        Neg, Abs, Relu, Heaviside, Sign, Detach, Sqrt, Tanh, Exp, Log, Sigmoid, Softplus, Erf, Pow,
+    ];
+    let mut accepted = 0;
+    for seed in seed0..seed0 + tries as u64 {
+        let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let n = 1 + r.below(17) as u32;
+        let nn = n as usize;
+        let fast = r.below(2) == 0;
+        let param_bias = r.below(2) == 0;
+        const SLOTS: u32 = 6;
+        let a4 = n.div_ceil(4) * 4;
+        let mut p = P::persistent(if param_bias { a4 } else { 0 });
+        if fast {
+            p.b.flags |= FLAG_MATH_FAST;
+        }
+        let d = [1, n];
+        let base = p.next;
+        let bias = if param_bias {
+            p.param(0, &[n], xs(nn, seed))
+        } else {
+            let t = p.b.tensor(base + SLOTS * a4, &[n], TensorKind::Scratch);
+            p.inputs.push(("bias".into(), t, xs(nn, seed)));
+            t
+        };
+        let slot_off = |j: u32| base + j * a4;
+        // latest tensor per arena slot; slots 0 and 1 inputs.
+        let mut slot_t: Vec<Option<u32>> = vec![None; SLOTS as usize];
+        for j in 0..2 {
+            let t = p.b.tensor(slot_off(j), &d, TensorKind::Scratch);
+            let mut v = xs(nn, seed + 7 + j as u64);
+            if j == 1 {
+                v.reverse();
+            }
+            p.inputs.push((format!("in{j}"), t, v));
+            slot_t[j as usize] = Some(t);
+        }
+        let tail = [0u32, 0, 1, 3, 16][r.below(5)];
+        // The last slot (or the bias) ends `tail` elements before the arena's end.
+        let arena = if param_bias {
+            slot_off(SLOTS - 1) + n + tail
+        } else {
+            slot_off(SLOTS) + n + tail
+        };
+        if tail > 0 && (arena - tail).is_multiple_of(4) {
+            let t = p.b.tensor(arena - tail, &[tail], TensorKind::Scratch);
+            p.inputs
+                .push(("junk".into(), t, la_junk(tail as usize, seed)));
+        }
+        let n_chains = 1 + r.below(2);
+        for ch in 0..n_chains {
+            let mut regs: [Option<u32>; 4] = [None; 4];
+            let span = if r.below(3) == 0 { 15 } else { 6 };
+            let m = 2 + r.below(span);
+            for k in 0..m {
+                let last = k + 1 == m;
+                // A value: a held register or a defined arena slot.
+                let pick = |r: &mut Rng, regs: &[Option<u32>; 4], slot_t: &Vec<Option<u32>>| {
+                    let mut c: Vec<u32> = regs.iter().flatten().copied().collect();
+                    c.extend(slot_t.iter().flatten().copied());
+                    c[r.below(c.len())]
+                };
+                let kind = r.below(10);
+                let (op, args, attr): (Opcode, Vec<u32>, u32) = match kind {
+                    0 => (Fill, vec![], sp[r.below(sp.len())].to_bits()),
+                    1 => (Broadcast, vec![bias], 0),
+                    2..=5 => {
+                        let op = unary[r.below(unary.len())];
+                        let e = [2.0f32, 0.5, -1.0, 3.0, -0.0, f32::NAN, 1.5][r.below(7)];
+                        let a = pick(&mut r, &regs, &slot_t);
+                        (op, vec![a], if op == Pow { e.to_bits() } else { 0 })
+                    }
+                    _ => {
+                        let op = BINARY[r.below(BINARY.len())];
+                        let a = pick(&mut r, &regs, &slot_t);
+                        let b = pick(&mut r, &regs, &slot_t);
+                        (op, vec![a, b], 0)
+                    }
+                };
+                let to_reg = !last && r.below(3) != 0;
+                let t = if to_reg {
+                    let s = r.below(4) as u32;
+                    let t = p.b.tensor(s, &d, TensorKind::Register);
+                    regs[s as usize] = Some(t);
+                    t
+                } else {
+                    let j = r.below(SLOTS as usize) as u32;
+                    let t = p.b.tensor(slot_off(j), &d, TensorKind::Scratch);
+                    slot_t[j as usize] = Some(t);
+                    t
+                };
+                p.b.instr(op, t, &args, attr);
+                if !last {
+                    p.fuse_last();
+                }
+            }
+            if ch + 1 < n_chains && r.below(2) == 0 {
+                // An unfused op between the chains.
+                let a = pick_slot(&mut r, &slot_t);
+                let j = r.below(SLOTS as usize) as u32;
+                let t = p.b.tensor(slot_off(j), &d, TensorKind::Scratch);
+                p.b.instr([Neg, Exp, Detach][r.below(3)], t, &[a], 0);
+                slot_t[j as usize] = Some(t);
+            }
+        }
+        let outs: Vec<u32> = slot_t
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j >= 2)
+            .filter_map(|(_, t)| *t)
+            .collect();
+        p.next = arena;
+        p.b.arena_elems = arena;
+        p.finish(&outs);
+        p.b.arena_elems = arena;
+        if Plan::parse(&p.b.build()).is_err() {
+            continue;
+        }
+        accepted += 1;
+        la_check(&p, &format!("fuzz seed {seed}"));
+    }
+    accepted
+}
+
+fn pick_slot(r: &mut Rng, slot_t: &[Option<u32>]) -> u32 {
+    let c: Vec<u32> = slot_t.iter().flatten().copied().collect();
+    c[r.below(c.len())]
+}
+
+#[test]
+fn lane_attack_fuzz() {
+    let tries = std::env::var("LA_TRIES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3_000);
+    let acc = la_fuzz(1, tries);
+    eprintln!("lane fuzz: {acc} of {tries} plans accepted");
+    assert!(acc > tries / 10, "{acc} accepted");
+}
+
+/// Two entries over one chain's records: `main` runs the whole chain, `tail` starts at its
+/// second member (a chain of its own there, reading an input `main` writes): `decode_all` marks
+/// the plan once; each entry through run / run_program / with_inputs / decode_all + run.
+#[test]
+fn lane_attack_entry_mid_chain() {
+    for n in [1u32, 5, 15, 16, 17] {
+        for fast in [false, true] {
+            let mut p = P::new();
+            if fast {
+                p.b.flags |= FLAG_MATH_FAST;
+            }
+            let d = [1, n];
+            let x = p.input(&d, xs(n as usize, 3));
+            let a = p.fresh(&d);
+            p.b.instr(Neg, a, &[x], 0);
+            p.fuse_last();
+            let r = reg_op(&mut p, Exp, 0, &d, &[x], 0);
+            let l = reg_op(&mut p, Log, 1, &d, &[a], 0);
+            let out = p.op(Add, &d, &[r, l], 0);
+            p.finish(&[out]);
+            let t = p.b.entry("tail", 1, 3);
+            p.b.bind("in0", BindingKind::Input, t, x);
+            p.b.bind("a", BindingKind::Input, t, a);
+            p.b.bind("tout", BindingKind::Output, t, out);
+            let bytes = p.b.build();
+            if let Err(e) = Plan::parse(&bytes) {
+                eprintln!("n {n}: refused: {e}");
+                continue;
+            }
+            p.inputs.push(("a".into(), a, xs(n as usize, 9)));
+            for name in ["main", "tail"] {
+                compare_o::<tapeplan_core::BuildOps>(&p, name, true, |b| Plan::parse(b).unwrap());
+                // decode_all + with_decoded + run against decode + run_program.
+                let plan = Plan::parse(&bytes).unwrap();
+                let e = plan.entry(name).unwrap();
+                let mut outs = vec![];
+                for way in 0..2 {
+                    let mut arena = vec![f32::from_bits(INIT); plan.arena_elems() + PAD];
+                    let mut buf = vec![Decoded::EMPTY; plan.n_instrs()];
+                    let mut buf2 = vec![Decoded::EMPTY; plan.n_instrs()];
+                    let mut s =
+                        Session::bind_selective::<tapeplan_core::BuildOps>(&plan, &mut arena)
+                            .unwrap();
+                    for (iname, _, v) in &p.inputs {
+                        if plan.inputs(e).any(|b| b.name == iname) {
+                            s.set_input(e, iname, v).unwrap();
+                        }
+                    }
+                    let res = if way == 0 {
+                        let pr = s.decode(e, &mut buf2).unwrap();
+                        s.run_program(&pr)
+                    } else {
+                        let dp = s.decode_all(&mut buf).unwrap();
+                        let mut s = s.with_decoded(dp).unwrap();
+                        s.run(e)
+                    };
+                    outs.push((format!("{res:?}"), raw(&arena)));
+                }
+                assert_eq!(outs[0].0, outs[1].0, "n {n} {name}: results");
+                assert!(
+                    la_same_class(
+                        &outs[0]
+                            .1
+                            .iter()
+                            .map(|&b| f32::from_bits(b))
+                            .collect::<Vec<_>>(),
+                        &outs[1]
+                            .1
+                            .iter()
+                            .map(|&b| f32::from_bits(b))
+                            .collect::<Vec<_>>()
+                    ),
+                    "n {n} {name}: arenas differ"
+                );
+            }
+        }
+    }
 }
