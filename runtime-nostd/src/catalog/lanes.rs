@@ -1029,16 +1029,19 @@ struct Block {
     ldo: usize,
 }
 
-/// The elements of `b` one block of steps `p` of [`matmul_with`] reads, at most: 32 KiB (the
-/// L1 data cache of recent x86 cores is 32 to 48 KiB).
+/// The elements of `b` one block of steps `p` of [`matmul_with`] reads, at most: 16 KiB, half
+/// the L1 data cache of recent x86 cores (32 to 48 KiB). A whole 32 KiB block of W2's forward
+/// product (`kc = 64` rows of 512 bytes: one tile's 64 lines then fall into 8 of the 64 sets of
+/// an 8-way cache, filling them) ran slower on an AVX2 EPYC: separate 230 -> 205 µs, `fma`
+/// 195 -> 183 µs at 16 KiB (`example product_cost`, 2026-12-05; 8 KiB: 217 and 194 µs).
 #[cfg(feature = "simd")]
-pub const B_BLOCK_ELEMS: usize = 8192;
+pub const B_BLOCK_ELEMS: usize = 4096;
 
 /// The register-tiled product with the step `S` (see [`matmul`]).
 ///
 /// With [`Step::BLOCK_P`] (a hardware fused multiply-add, and the separate step), when `b`
 /// exceeds [`B_BLOCK_ELEMS`] and several tiles of rows read it, the steps `p` run in blocks
-/// (at least 64 steps each) whose `[kc, n]` rows of `b` stay in the L1 cache while every tile
+/// (at least 32 steps each) whose `[kc, n]` rows of `b` stay in the L1 cache while every tile
 /// of rows passes over them: unblocked, W2's forward product (`[64, 784] x [784, 128]`) read
 /// all of `b` (392 KiB) from L2 once per tile of rows, and its `fma` tiles waited on it (92
 /// against 84 µs blocked on an AVX-512 Xeon; under `separate` there 128 against 132 µs, but
@@ -1060,7 +1063,7 @@ fn matmul_with<S: Step>(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usiz
         ldb: n,
         ldo: n,
     };
-    let kc = (B_BLOCK_ELEMS / n).max(64);
+    let kc = (B_BLOCK_ELEMS / n).max(32);
     if !S::BLOCK_P || m < 2 * MR || kc >= k {
         return block::<S, false, false>(a, b, out, g);
     }
