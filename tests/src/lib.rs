@@ -15,5 +15,6 @@ pub mod builder;
 pub mod cases;
 pub mod dual;
 pub mod readers;
+#[path = "../../runtime-nostd/tests/common/rng.rs"]
 pub mod rng;
 pub mod sequential;

@@ -12,6 +12,9 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../common/rng.rs"]
+#[allow(dead_code)]
+mod rng;
 #[path = "../fma_case/mod.rs"]
 mod fma_case;
 #[path = "../sweep/mod.rs"]

@@ -3,26 +3,13 @@
 //! reading of the spec (every pair of tensors), which must agree.
 
 use crate::common;
+use crate::rng::Rng;
 
 use common::*;
 use proptest::prelude::*;
 use tapeplan_core::format::{BindingKind, TensorKind};
 use tapeplan_core::{OpClass, Opcode};
 use tapeplan_runtime::{ParseError, Plan, ValidateError};
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 struct Case {
     b: Builder,
@@ -32,7 +19,7 @@ struct Case {
 }
 
 fn random_case(seed: u64) -> Case {
-    let mut r = Rng(seed | 1);
+    let mut r = Rng::new(seed | 1);
     let persistent = 12u32;
     let mut b = Builder::new(persistent + 6 * 8, persistent);
     // (tensor, dims)

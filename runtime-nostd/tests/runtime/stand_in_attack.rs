@@ -16,11 +16,12 @@
 //! a NaN of another sign or payload in one form than in the other.
 
 use crate::common;
+use crate::rng::Rng;
 
 use common::*;
 use tapeplan_core::format::{BindingKind, TensorKind, FLAG_MATH_FAST, FUSE_NEXT};
 use tapeplan_core::{op_set, Opcode, Ops};
-use tapeplan_runtime::{Decoded, Limits, Plan, Scratch, Session};
+use tapeplan_runtime::{Decoded, EntryId, Limits, Plan, Scratch, Session};
 
 use Opcode::*;
 
@@ -148,6 +149,15 @@ fn last_writers(b: &Builder, first: usize, n: usize, arena: usize) -> Vec<u8> {
     w
 }
 
+/// `p`'s inputs that `entry` of `plan` binds, with their values.
+fn bound_inputs(p: &P, plan: &Plan, entry: EntryId) -> Vec<(String, Vec<f32>)> {
+    p.inputs
+        .iter()
+        .filter(|(name, _, _)| plan.inputs(entry).any(|b| b.name == name))
+        .map(|(name, _, v)| (name.clone(), v.clone()))
+        .collect()
+}
+
 struct Outcome {
     removed: usize,
 }
@@ -168,12 +178,7 @@ fn compare_o<O: Ops>(
     let er = &p.b.entries[e_idx];
     let n = plan.arena_elems();
     let writers = last_writers(&p.b, er.first_instr as usize, er.n_instrs as usize, n);
-    let inputs: Vec<(String, Vec<f32>)> = p
-        .inputs
-        .iter()
-        .filter(|(name, _, _)| plan.inputs(entry).any(|b| b.name == name))
-        .map(|(name, _, v)| (name.clone(), v.clone()))
-        .collect();
+    let inputs = bound_inputs(p, &plan, entry);
     let mut removed = 0;
     let mut snaps: Vec<Snapshot> = vec![];
     for way in 0..if bind { 3 } else { 2 } {
@@ -747,19 +752,6 @@ fn stand_in_attack_op_sets() {
     eprintln!("Few: removed {}", o.removed);
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 /// Random straight-line entries over few aliased slots: fills, reshaping broadcasts, sources,
 /// elementwise readers (fresh range, in place, over a dead source), a structural writer,
 /// two-member fused chains writing arena ranges. Plans the validator refuses are skipped.
@@ -767,7 +759,7 @@ fn fuzz(seed0: u64, tries: usize, fast: bool) -> (usize, usize) {
     let sp = specials();
     let (mut accepted, mut removed_total) = (0, 0);
     for seed in seed0..seed0 + tries as u64 {
-        let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut r = Rng::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let mut p = P::new();
         if fast {
             p.b.flags |= FLAG_MATH_FAST;
@@ -1172,12 +1164,7 @@ fn la_run(p: &P, way: usize) -> LaRun {
     let plan = Plan::parse(&bytes).unwrap_or_else(|e| panic!("{e}"));
     let entry = plan.entry("main").unwrap();
     let n = plan.arena_elems();
-    let inputs: Vec<(String, Vec<f32>)> = p
-        .inputs
-        .iter()
-        .filter(|(name, _, _)| plan.inputs(entry).any(|b| b.name == name))
-        .map(|(name, _, v)| (name.clone(), v.clone()))
-        .collect();
+    let inputs = bound_inputs(p, &plan, entry);
     let names: Vec<&str> = inputs.iter().map(|(n, _)| n.as_str()).collect();
     let slices: Vec<&[f32]> = inputs.iter().map(|(_, v)| v.as_slice()).collect();
     let mut arena = vec![f32::from_bits(INIT); n];
@@ -1496,7 +1483,7 @@ fn la_fuzz(seed0: u64, tries: usize) -> usize {
     ];
     let mut accepted = 0;
     for seed in seed0..seed0 + tries as u64 {
-        let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut r = Rng::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let n = 1 + r.below(17) as u32;
         let nn = n as usize;
         let fast = r.below(2) == 0;

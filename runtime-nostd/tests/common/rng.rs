@@ -2,6 +2,9 @@
 //! of Statistical Software 8(14), 2003, the shift triple (13, 7, 17)). Small, fast and fixed by
 //! its seed, so a failing random case replays from the seed a test prints or pins; not a
 //! statistical generator.
+//!
+//! The runtime's tests (`tests/runtime/`) and the cross-crate tests (`tapeplan-tests`, as
+//! `tapeplan_tests::rng`) include it by path.
 
 /// An xorshift64 state.
 #[derive(Clone, Debug)]
