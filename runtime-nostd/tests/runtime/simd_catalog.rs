@@ -705,6 +705,7 @@ fn training_shapes_have_catalog_kernels() {
         (Opcode::Transpose, Attr::NONE, &[m]),
         (Opcode::Fill, Attr::NONE, &[]),
         (Opcode::Select, Attr::NONE, &[m, m, m]),
+        (Opcode::OneHot, t(m), &[shp(&[b])]),
     ];
     for (op, attr, shapes) in cases {
         let attr = if *op == Opcode::Fill {
@@ -725,6 +726,32 @@ fn training_shapes_have_catalog_kernels() {
             Attr::NONE
         };
         assert!(catalog::has_kernel(op, attr, &shapes), "{op}");
+    }
+}
+
+/// `one_hot` from the catalog against its reference path, bit for bit: labels of every kind,
+/// good and bad (fractions, negatives, `-0.0`, NaN, infinities, out of range, 2^24), over 1, 2,
+/// 10 and 11 classes.
+#[test]
+fn one_hot_matches_reference() {
+    let labels = [
+        0.0f32,
+        9.0,
+        3.0,
+        -0.0,
+        2.5,
+        -1.0,
+        10.0,
+        f32::NAN,
+        f32::INFINITY,
+        16_777_216.0,
+        1.0,
+    ];
+    let x = shp(&[labels.len()]);
+    for classes in [1usize, 2, 10, 11] {
+        let to = Attr::target(shp(&[labels.len(), classes]));
+        assert!(catalog::has_kernel(Opcode::OneHot, to, &[x]));
+        check(Opcode::OneHot, to, &[&labels], &[x]).unwrap();
     }
 }
 
