@@ -22,10 +22,10 @@
 //! decay factor `1 − lr · weight_decay` as the plan rounds it.
 #![allow(clippy::arithmetic_side_effects)]
 
-use super::lanes::ops::{Add, Div, Mul, Sqrt, Sub};
-use super::lanes::{BinOp, UnOp};
 #[cfg(feature = "simd")]
 use super::lanes::ops::MulByFinite;
+use super::lanes::ops::{Add, Div, Mul, Sqrt, Sub};
+use super::lanes::{BinOp, UnOp};
 #[cfg(feature = "simd")]
 use super::lanes::{L, V};
 

@@ -12,11 +12,11 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../fma_case/mod.rs"]
+mod fma_case;
 #[path = "../common/rng.rs"]
 #[allow(dead_code)]
 mod rng;
-#[path = "../fma_case/mod.rs"]
-mod fma_case;
 #[path = "../sweep/mod.rs"]
 mod sweep;
 
