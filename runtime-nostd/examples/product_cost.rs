@@ -7,6 +7,9 @@
 //! RUSTFLAGS="-C target-cpu=native" taskset -c 1 \
 //!     cargo run --release -p tapeplan-runtime --example product_cost --features simd
 //! ```
+//!
+//! `ONLY=h·W2` (a prefix of the names) times only the products whose name starts with it, for
+//! `perf record` of one product.
 
 use std::time::Instant;
 
@@ -25,7 +28,9 @@ const PRODUCTS: &[(&str, Opcode, [usize; 2], [usize; 2])] = &[
 
 fn main() {
     println!("catalog {}", catalog::CATALOG);
-    for &(name, op, da, db) in PRODUCTS {
+    let only = std::env::var("ONLY").ok();
+    let wanted = |name: &str| only.as_deref().is_none_or(|o| name.starts_with(o));
+    for &(name, op, da, db) in PRODUCTS.iter().filter(|p| wanted(p.0)) {
         let (sa, sb) = (Shape::new(&da).unwrap(), Shape::new(&db).unwrap());
         let out_shape = tapeplan_core::ops::infer(op, Attr::NONE, &[sa, sb]).unwrap();
         // Deterministic ordinary values.
