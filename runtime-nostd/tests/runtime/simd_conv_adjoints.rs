@@ -443,3 +443,51 @@ fn c1_layers_match_reference() {
         check_all((x, w, y, a), vals).unwrap();
     }
 }
+
+/// `conv_transpose` over gathered columns in passes of the batch (a residue class per stride
+/// value, every class within a pass of at most 4 096 elements of `z`; the property tests' batches
+/// of 1 to 3 take one pass): C1's second and third layers at its batch of 100 (passes of 8 and
+/// 16 batch elements, the last one shorter) and a 2-D layer of stride 2 (four classes, passes
+/// of 3 of its 11 batch elements), against the reference bit for bit, with values whose sums
+/// show any other order.
+#[test]
+fn conv_transpose_in_passes_of_the_batch() {
+    let cases = [
+        (
+            ConvAttr::d1(2, 1, 1, 1, 1),
+            vec![100, 25, 19],
+            vec![25, 25, 3],
+        ),
+        (
+            ConvAttr::d1(2, 1, 1, 1, 1),
+            vec![100, 25, 10],
+            vec![25, 25, 3],
+        ),
+        (
+            ConvAttr::d2([2, 2], [1, 1], [1, 1], [1, 1], 1),
+            vec![11, 16, 9, 9],
+            vec![16, 16, 3, 3],
+        ),
+    ];
+    for (a, x, w) in cases {
+        let e = tapeplan_core::ops::conv::output_extent(&a, shp(&x), shp(&w)).unwrap();
+        let mut y = vec![x[0], w[0]];
+        y.extend_from_slice(&e[..x.len() - 2]);
+        let len = |d: &[usize]| d.iter().product::<usize>();
+        let val = |i: usize, s: u32| {
+            let h = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(s);
+            ((h >> 8) as f32 / 8_388_608.0 - 1.0) * [1.0, 1e-3, 1e3][(h >> 4) as usize % 3]
+        };
+        let xv: Vec<f32> = (0..len(&x)).map(|i| val(i, 1)).collect();
+        let wv: Vec<f32> = (0..len(&w)).map(|i| val(i, 2)).collect();
+        let gv: Vec<f32> = (0..len(&y)).map(|i| val(i, 3)).collect();
+        let [(op, attr, dims), _] = adjoints(&x, &w, &y, a);
+        let shapes = [shp(&dims[0]), shp(&dims[1])];
+        assert_eq!(
+            catalog::has_kernel(op, attr, &shapes),
+            cfg!(feature = "simd"),
+            "{x:?}"
+        );
+        check_both((x, w, y, a), [xv, wv, gv]).unwrap();
+    }
+}
