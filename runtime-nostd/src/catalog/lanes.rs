@@ -637,6 +637,10 @@ pub(crate) trait Step: Copy {
     /// cache (see there): worth it when `b`'s reads from L2 bound the tiles (a hardware fused
     /// multiply-add; the separate step on AMD's cores), not with a call to `libm::fmaf`.
     const BLOCK_P: bool;
+    /// Whether each step of a tile reads its own broadcast of `a`'s element from memory
+    /// ([`splat_each`]) instead of sharing one broadcast register across the tile's vectors of
+    /// columns (see there).
+    const SPLAT_EACH: bool = false;
     /// The accumulator after the step `acc ⊕ x · y`.
     fn v(acc: V, x: V, y: V) -> V;
 }
@@ -650,10 +654,35 @@ pub(crate) struct Separate;
 #[cfg(feature = "simd")]
 impl Step for Separate {
     const BLOCK_P: bool = true;
+    const SPLAT_EACH: bool = SPLAT_EACH_SEPARATE;
     #[inline(always)]
     fn v(acc: V, x: V, y: V) -> V {
         acc + x * y
     }
+}
+
+/// True where the separate step's tiles read a broadcast of `a`'s element per product
+/// ([`splat_each`]): AVX-512 on x86_64. There a 16-lane `vbroadcastss` from memory takes a
+/// slot on a floating-point pipe on AMD's Zen 4 (whose multiplies and adds fill all four of
+/// them under `separate`), while a multiply with its broadcast embedded (`{1to16}`) broadcasts
+/// in the load unit: W2's forward product `[64, 784] x [784, 128]` ran at 88 against 110
+/// GFLOP/s (a standalone 4 × 4-vector tile, 2026-12-05). Under `fma` the adds' pipes are free
+/// and the shared broadcast stays (embedded: 111 against 115 GFLOP/s); with eight lanes or
+/// fewer there is no embedded broadcast.
+#[cfg(feature = "simd")]
+const SPLAT_EACH_SEPARATE: bool = cfg!(all(target_arch = "x86_64", target_feature = "avx512f"));
+
+/// `x` in every lane, read from memory by a load the compiler may neither merge with another
+/// read of `x` nor keep in a register: each product of a tile row then folds its own load
+/// into the multiply as an embedded broadcast (see [`SPLAT_EACH_SEPARATE`]). The value is `x`'s:
+/// a volatile read only keeps the read where it is written.
+#[cfg(feature = "simd")]
+#[inline(always)]
+#[allow(unsafe_code)]
+fn splat_each(x: &f32) -> V {
+    // SAFETY: `x` is a shared reference: valid for reads, aligned and initialized for the
+    // whole call. The one `unsafe` of the runtime (`lib.rs` allows it here only).
+    V::splat(unsafe { core::ptr::read_volatile(x) })
 }
 
 /// The `fma` step: `fma(x, y, acc)`, rounded once. With the `fma` target feature on x86_64,
@@ -1146,7 +1175,11 @@ fn row_block<S: Step, const R: usize, const LOAD: bool, const AT: bool>(
     let n = g.n;
     let mut j = 0;
     while j + NR * L <= n {
-        tile::<S, R, NR, LOAD, AT>(a, b, out, j, g);
+        if S::SPLAT_EACH {
+            wide_tile::<S, R, LOAD, AT>(a, b, out, j, g);
+        } else {
+            tile::<S, R, NR, LOAD, AT>(a, b, out, j, g);
+        }
         j += NR * L;
     }
     if NR > 2 && j + 2 * L <= n {
@@ -1186,6 +1219,25 @@ fn a_fits<const R: usize, const AT: bool>(a: &[f32], a_rows: &[&[f32]; R], g: Bl
     } else {
         a_rows.iter().all(|r| r.len() == g.k)
     }
+}
+
+/// [`tile`] with `NR` vectors of columns, in a function of its own: inlined into the loops of
+/// [`rows`] and [`row_block`], the loop over `p` kept `b`'s stride and bounds on the stack and
+/// read them back at every step (W2's forward product under `separate` with AVX-512 and
+/// [`splat_each`]: 141 against 128 µs, `example product_cost`, 2026-12-05; both `fma`
+/// products unchanged). The call is once per `k` steps of a whole tile; narrower tiles (a
+/// product's last columns, small products) stay inlined (out of line, W2's `h·W2` took 3.5
+/// against 2.6 µs).
+#[cfg(feature = "simd")]
+#[inline(never)]
+fn wide_tile<S: Step, const R: usize, const LOAD: bool, const AT: bool>(
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+    j: usize,
+    g: Block,
+) {
+    tile::<S, R, { width::NR }, LOAD, AT>(a, b, out, j, g);
 }
 
 /// Columns `j..j + C·L` of rows `0..R` of the block.
@@ -1230,9 +1282,10 @@ fn tile<S: Step, const R: usize, const C: usize, const LOAD: bool, const AT: boo
             let Some(xs) = a.get(at..at + R) else {
                 return;
             };
-            for (acc_r, &x) in acc.iter_mut().zip(xs) {
-                let x = V::splat(x);
+            for (acc_r, x_ref) in acc.iter_mut().zip(xs) {
+                let x = V::splat(*x_ref);
                 for (s, &y) in acc_r.iter_mut().zip(&bv) {
+                    let x = if S::SPLAT_EACH { splat_each(x_ref) } else { x };
                     *s = S::v(*s, x, y);
                 }
             }
@@ -1243,11 +1296,12 @@ fn tile<S: Step, const R: usize, const C: usize, const LOAD: bool, const AT: boo
                 // came through a register, and its broadcast was a shuffle on the port one of
                 // the two multiply-add units shares (W2's forward product: `fma` 83.5 -> 77.5
                 // µs, `separate` 127 -> 107 µs).
-                let Some(&x) = a_r.get(p) else {
+                let Some(x_ref) = a_r.get(p) else {
                     return;
                 };
-                let x = V::splat(x);
+                let x = V::splat(*x_ref);
                 for (s, &y) in acc_r.iter_mut().zip(&bv) {
+                    let x = if S::SPLAT_EACH { splat_each(x_ref) } else { x };
                     *s = S::v(*s, x, y);
                 }
             }
