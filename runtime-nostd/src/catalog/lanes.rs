@@ -1121,15 +1121,23 @@ fn block<S: Step, const LOAD: bool, const AT: bool>(
     if g.k == 0 {
         return;
     }
-    let mut done = rows::<S, TILE_ROWS, LOAD, AT>(a, b, out, g, 0);
+    // `aᵀ` under [`Step::SPLAT_EACH`]: tiles of 8 rows by 2 vectors. A step's eight
+    // broadcasts then come from one line of `a` (`a[p, i..i + 8]`) and it loads two vectors of
+    // `b`, not four (W2's `xᵀ·ḡ`, `[784, 64] x [64, 128]`, Zen 4: 128 -> 117 µs, `example
+    // product_cost`, 2026-12-05; the same tiles over `a` in place made no difference).
+    let mut done = if AT && S::SPLAT_EACH {
+        rows::<S, 8, 2, LOAD, AT>(a, b, out, g, 0)
+    } else {
+        rows::<S, TILE_ROWS, { width::NR }, LOAD, AT>(a, b, out, g, 0)
+    };
     for step in [MR, 2, 1] {
         if done >= g.m {
             break;
         }
         done += match step {
-            MR => rows::<S, MR, LOAD, AT>(a, b, out, g, done),
-            2 => rows::<S, 2, LOAD, AT>(a, b, out, g, done),
-            _ => rows::<S, 1, LOAD, AT>(a, b, out, g, done),
+            MR => rows::<S, MR, { width::NR }, LOAD, AT>(a, b, out, g, done),
+            2 => rows::<S, 2, { width::NR }, LOAD, AT>(a, b, out, g, done),
+            _ => rows::<S, 1, { width::NR }, LOAD, AT>(a, b, out, g, done),
         };
     }
 }
@@ -1144,7 +1152,7 @@ const TILE_ROWS: usize = if L == 8 { 6 } else { MR };
 
 /// Runs as many whole blocks of `R` rows from row `from` as fit; answers the rows done.
 #[cfg(feature = "simd")]
-fn rows<S: Step, const R: usize, const LOAD: bool, const AT: bool>(
+fn rows<S: Step, const R: usize, const C: usize, const LOAD: bool, const AT: bool>(
     a: &[f32],
     b: &[f32],
     out: &mut [f32],
@@ -1157,7 +1165,7 @@ fn rows<S: Step, const R: usize, const LOAD: bool, const AT: bool>(
         let (Some(ab), Some(ob)) = (a.get(a_at..), out.get_mut(i * g.ldo..)) else {
             break;
         };
-        row_block::<S, R, LOAD, AT>(ab, b, ob, g);
+        row_block::<S, R, C, LOAD, AT>(ab, b, ob, g);
         i += R;
     }
     i - from
@@ -1165,24 +1173,23 @@ fn rows<S: Step, const R: usize, const LOAD: bool, const AT: bool>(
 
 #[cfg(feature = "simd")]
 #[inline(always)]
-fn row_block<S: Step, const R: usize, const LOAD: bool, const AT: bool>(
+fn row_block<S: Step, const R: usize, const C: usize, const LOAD: bool, const AT: bool>(
     a: &[f32],
     b: &[f32],
     out: &mut [f32],
     g: Block,
 ) {
-    use width::NR;
     let n = g.n;
     let mut j = 0;
-    while j + NR * L <= n {
+    while j + C * L <= n {
         if S::SPLAT_EACH {
-            wide_tile::<S, R, LOAD, AT>(a, b, out, j, g);
+            wide_tile::<S, R, C, LOAD, AT>(a, b, out, j, g);
         } else {
-            tile::<S, R, NR, LOAD, AT>(a, b, out, j, g);
+            tile::<S, R, C, LOAD, AT>(a, b, out, j, g);
         }
-        j += NR * L;
+        j += C * L;
     }
-    if NR > 2 && j + 2 * L <= n {
+    if C > 2 && j + 2 * L <= n {
         tile::<S, R, 2, LOAD, AT>(a, b, out, j, g);
         j += 2 * L;
     }
@@ -1230,14 +1237,14 @@ fn a_fits<const R: usize, const AT: bool>(a: &[f32], a_rows: &[&[f32]; R], g: Bl
 /// against 2.6 µs).
 #[cfg(feature = "simd")]
 #[inline(never)]
-fn wide_tile<S: Step, const R: usize, const LOAD: bool, const AT: bool>(
+fn wide_tile<S: Step, const R: usize, const C: usize, const LOAD: bool, const AT: bool>(
     a: &[f32],
     b: &[f32],
     out: &mut [f32],
     j: usize,
     g: Block,
 ) {
-    tile::<S, R, { width::NR }, LOAD, AT>(a, b, out, j, g);
+    tile::<S, R, C, LOAD, AT>(a, b, out, j, g);
 }
 
 /// Columns `j..j + C·L` of rows `0..R` of the block.
