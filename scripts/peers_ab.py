@@ -8,12 +8,19 @@ Usage: peers_ab.py BEFORE_BIN AFTER_BIN DIR ROUNDS [SYSTEM [WORKLOAD...]]
 SYSTEM is `tapeplan` (the separate arithmetic profile, the default) or `tapeplan-fma`; the
 workloads are W1, W2 and W3 unless named (C1 and C2 too).
 
+With LAUNCHES=N in the environment, the rounds run in N launches of both workers (ROUNDS each):
+a process's step time can stay 3-6 % above or below another launch's of the same build for
+its whole life (W2 on a Zen 4 VM, 2026-12-05: per-launch medians 301-336 us), so a change
+worth less than that needs several launches. Each workload then also prints every launch's
+medians and the mean over launches of each launch's median ratio.
+
 DIR holds the workloads `peers export DIR` wrote. Prints, per workload, the median time per step
 of each build, the median over rounds of each round's after ÷ before, and whether both builds
 ended every round with the same final loss and Σ|parameters| (they must, when the change keeps
 the bits).
 """
 
+import os
 import statistics
 import subprocess
 import sys
@@ -47,23 +54,35 @@ def main():
     before, after, data, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     system = sys.argv[5] if len(sys.argv) > 5 else "tapeplan"
     workloads = sys.argv[6:] or WORKLOADS
+    launches = int(os.environ.get("LAUNCHES", "1"))
     print(open("/proc/loadavg").read().strip(), "(load before)")
-    workers = {"before": start(before, data), "after": start(after, data)}
     results = {}
-    for r in range(rounds):
-        for w in workloads:
-            order = ["before", "after"] if r % 2 == 0 else ["after", "before"]
-            for build in order:
-                results.setdefault((w, build), []).append(run(workers[build], w, system))
-    for p in workers.values():
-        p.stdin.close()
-        p.wait()
+    per_launch = {}
+    for launch in range(launches):
+        workers = {"before": start(before, data), "after": start(after, data)}
+        for r in range(rounds):
+            for w in workloads:
+                order = ["before", "after"] if r % 2 == 0 else ["after", "before"]
+                for build in order:
+                    f = run(workers[build], w, system)
+                    results.setdefault((w, build), []).append(f)
+                    per_launch.setdefault((w, build, launch), []).append(float(f["ns_per_step"]))
+        for p in workers.values():
+            p.stdin.close()
+            p.wait()
     print(open("/proc/loadavg").read().strip(), "(load after)")
     for w in workloads:
         b, a = results[(w, "before")], results[(w, "after")]
         tb = [float(f["ns_per_step"]) for f in b]
         ta = [float(f["ns_per_step"]) for f in a]
         ratio = statistics.median(x / y for x, y in zip(ta, tb))
+        if launches > 1:
+            mb = [statistics.median(per_launch[(w, "before", i)]) / 1e3 for i in range(launches)]
+            ma = [statistics.median(per_launch[(w, "after", i)]) / 1e3 for i in range(launches)]
+            print(f"{w}: launch medians before {' '.join(f'{x:.1f}' for x in mb)} us")
+            print(f"{w}: launch medians after  {' '.join(f'{x:.1f}' for x in ma)} us")
+            mean = statistics.mean(x / y for x, y in zip(ma, mb))
+            print(f"{w}: mean over launches of after / before {mean:.3f}")
         same = all(
             fa["loss_final"] == fb["loss_final"] and fa["param_abs_sum"] == fb["param_abs_sum"]
             for fa, fb in zip(a, b)

@@ -675,7 +675,9 @@ const SPLAT_EACH_SEPARATE: bool = cfg!(all(target_arch = "x86_64", target_featur
 /// `x` in every lane, read from memory by a load the compiler may neither merge with another
 /// read of `x` nor keep in a register: each product of a tile row then folds its own load
 /// into the multiply as an embedded broadcast (see [`SPLAT_EACH_SEPARATE`]). The value is `x`'s:
-/// a volatile read only keeps the read where it is written.
+/// a volatile read only keeps the read where it is written. Tiles of one vector of columns do
+/// without it: their broadcast has one use, which the multiply embeds anyway, and the volatile
+/// read cost W3's one-row products (`[1, 2] x [2, 16]`) 2-4 % of the step.
 #[cfg(feature = "simd")]
 #[inline(always)]
 #[allow(unsafe_code)]
@@ -1292,7 +1294,11 @@ fn tile<S: Step, const R: usize, const C: usize, const LOAD: bool, const AT: boo
             for (acc_r, x_ref) in acc.iter_mut().zip(xs) {
                 let x = V::splat(*x_ref);
                 for (s, &y) in acc_r.iter_mut().zip(&bv) {
-                    let x = if S::SPLAT_EACH { splat_each(x_ref) } else { x };
+                    let x = if S::SPLAT_EACH && C > 1 {
+                        splat_each(x_ref)
+                    } else {
+                        x
+                    };
                     *s = S::v(*s, x, y);
                 }
             }
@@ -1308,7 +1314,11 @@ fn tile<S: Step, const R: usize, const C: usize, const LOAD: bool, const AT: boo
                 };
                 let x = V::splat(*x_ref);
                 for (s, &y) in acc_r.iter_mut().zip(&bv) {
-                    let x = if S::SPLAT_EACH { splat_each(x_ref) } else { x };
+                    let x = if S::SPLAT_EACH && C > 1 {
+                        splat_each(x_ref)
+                    } else {
+                        x
+                    };
                     *s = S::v(*s, x, y);
                 }
             }
