@@ -205,8 +205,9 @@ fn seed_onnx(ctx: &Ctx) -> Result<()> {
     Ok(())
 }
 
-/// Builds the targets (sanitizer `none`: the runtime forbids `unsafe`, so AddressSanitizer has
-/// nothing to watch that Rust's own bounds checks do not; coverage instrumentation stays),
+/// Builds the targets (sanitizer `none`: the runtime's one `unsafe` is a volatile read of a
+/// reference, so AddressSanitizer has nothing to watch that Rust's own bounds checks do not;
+/// coverage instrumentation stays),
 /// then runs each for `seconds`, failing at the first crash, and prints the table.
 fn fuzz(ctx: &Ctx, targets: &[&'static str], seconds: u32) -> Result<()> {
     ensure_nightly(ctx, false)?;
