@@ -637,9 +637,10 @@ pub(crate) trait Step: Copy {
     /// cache (see there): worth it when `b`'s reads from L2 bound the tiles (a hardware fused
     /// multiply-add; the separate step on AMD's cores), not with a call to `libm::fmaf`.
     const BLOCK_P: bool;
-    /// Whether each step of a tile reads its own broadcast of `a`'s element from memory
+    /// Whether each product of a tile reads its own broadcast of `a`'s element from memory
     /// ([`splat_each`]) instead of sharing one broadcast register across the tile's vectors of
-    /// columns (see there).
+    /// columns, whole tiles run out of line ([`wide_tile`]) and products over `aᵀ` take tiles
+    /// of 8 rows by 2 vectors ([`block`]).
     const SPLAT_EACH: bool = false;
     /// The accumulator after the step `acc ⊕ x · y`.
     fn v(acc: V, x: V, y: V) -> V;
@@ -1230,9 +1231,9 @@ fn a_fits<const R: usize, const AT: bool>(a: &[f32], a_rows: &[&[f32]; R], g: Bl
     }
 }
 
-/// [`tile`] with `NR` vectors of columns, in a function of its own: inlined into the loops of
-/// [`rows`] and [`row_block`], the loop over `p` kept `b`'s stride and bounds on the stack and
-/// read them back at every step (W2's forward product under `separate` with AVX-512 and
+/// [`tile`] over `C` whole vectors of columns under [`Step::SPLAT_EACH`], in a function of its
+/// own: inlined into the loops of [`rows`] and [`row_block`], the loop over `p` kept `b`'s
+/// stride and bounds on the stack and read them back at every step (W2's forward product under `separate` with AVX-512 and
 /// [`splat_each`]: 141 against 128 µs, `example product_cost`, 2026-12-05; both `fma`
 /// products unchanged). The call is once per `k` steps of a whole tile; narrower tiles (a
 /// product's last columns, small products) stay inlined (out of line, W2's `h·W2` took 3.5
