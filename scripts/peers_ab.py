@@ -54,22 +54,36 @@ def main():
     before, after, data, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     system = sys.argv[5] if len(sys.argv) > 5 else "tapeplan"
     workloads = sys.argv[6:] or WORKLOADS
-    launches = int(os.environ.get("LAUNCHES", "1"))
+    try:
+        launches = int(os.environ.get("LAUNCHES") or "1")
+    except ValueError:
+        sys.exit(f"LAUNCHES={os.environ['LAUNCHES']!r}: a whole number of launches, at least 1")
+    if launches < 1 or rounds < 1:
+        sys.exit("LAUNCHES and ROUNDS must be at least 1")
     print(open("/proc/loadavg").read().strip(), "(load before)")
     results = {}
     per_launch = {}
     for launch in range(launches):
-        workers = {"before": start(before, data), "after": start(after, data)}
-        for r in range(rounds):
-            for w in workloads:
-                order = ["before", "after"] if r % 2 == 0 else ["after", "before"]
-                for build in order:
-                    f = run(workers[build], w, system)
-                    results.setdefault((w, build), []).append(f)
-                    per_launch.setdefault((w, build, launch), []).append(float(f["ns_per_step"]))
-        for p in workers.values():
-            p.stdin.close()
-            p.wait()
+        # Which build starts, and runs first in a round, alternates by launch as well as by
+        # round, so that an odd ROUNDS does not favour one build in every launch.
+        first, second = ("before", "after") if launch % 2 == 0 else ("after", "before")
+        workers = {}
+        try:
+            workers[first] = start(before if first == "before" else after, data)
+            workers[second] = start(before if second == "before" else after, data)
+            for r in range(rounds):
+                for w in workloads:
+                    order = [first, second] if (launch + r) % 2 == 0 else [second, first]
+                    for build in order:
+                        f = run(workers[build], w, system)
+                        results.setdefault((w, build), []).append(f)
+                        per_launch.setdefault((w, build, launch), []).append(
+                            float(f["ns_per_step"])
+                        )
+        finally:
+            for p in workers.values():
+                p.stdin.close()
+                p.wait()
     print(open("/proc/loadavg").read().strip(), "(load after)")
     for w in workloads:
         b, a = results[(w, "before")], results[(w, "after")]

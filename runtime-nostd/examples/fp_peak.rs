@@ -41,22 +41,30 @@ mod x86 {
     /// Sums in flight in the register loops.
     const SUMS: usize = 16;
 
+    /// Sixteen sums, each of its own product (eight values of `x` by two of `y`: 26 registers).
     #[target_feature(enable = "avx512f,fma")]
     unsafe fn registers<const FUSED: bool>(steps: usize) -> f32 {
-        let y = _mm512_set1_ps(1e-7);
-        let xs: [__m512; 4] = core::array::from_fn(|i| _mm512_set1_ps(1e-7 * (i + 1) as f32));
+        let mut ys = [_mm512_set1_ps(1e-7), _mm512_set1_ps(2e-7)];
+        let xs: [__m512; 8] = core::array::from_fn(|i| _mm512_set1_ps(1e-7 * (i + 1) as f32));
         let mut acc = [_mm512_setzero_ps(); SUMS];
         for _ in 0..steps {
+            // `y` through an empty instruction every step: the compiler cannot know its value,
+            // so each of the sixteen products is computed in the loop, not hoisted out of it.
+            for y in &mut ys {
+                core::arch::asm!(
+                    "/* {0} */",
+                    inout(zmm_reg) * y,
+                    options(pure, nomem, nostack)
+                );
+            }
             for (i, a) in acc.iter_mut().enumerate() {
-                let x = xs[i % 4];
+                let (x, y) = (xs[i % 8], ys[i / 8]);
                 *a = if FUSED {
                     _mm512_fmadd_ps(x, y, *a)
                 } else {
                     _mm512_add_ps(*a, _mm512_mul_ps(x, y))
                 };
             }
-            // Keeps the loop a loop of steps (nothing hoisted across them).
-            core::arch::asm!("", options(nomem, nostack));
         }
         acc.iter().map(|&a| _mm512_reduce_add_ps(a)).sum()
     }

@@ -26,7 +26,8 @@ mod width {
     #[cfg(target_feature = "avx512f")]
     pub const CATALOG: &str = "simd-avx512";
     /// Vectors of columns per matrix-product tile (registers: `MR * NR` accumulators, `NR` of
-    /// `b`, one broadcast of `a`).
+    /// `b`, one broadcast of `a`; under `separate` the broadcasts are embedded in the multiplies
+    /// and products over `aᵀ` take 8 rows by 2 vectors: `Step::SPLAT_EACH`).
     #[cfg(target_feature = "avx512f")]
     pub const NR: usize = 4;
 
@@ -666,10 +667,10 @@ impl Step for Separate {
 /// ([`splat_each`]): AVX-512 on x86_64. There a 16-lane `vbroadcastss` from memory takes a
 /// slot on a floating-point pipe on AMD's Zen 4 (whose multiplies and adds fill all four of
 /// them under `separate`), while a multiply with its broadcast embedded (`{1to16}`) broadcasts
-/// in the load unit: W2's forward product `[64, 784] x [784, 128]` ran at 88 against 110
-/// GFLOP/s (a standalone 4 × 4-vector tile, 2026-12-05). Under `fma` the adds' pipes are free
-/// and the shared broadcast stays (embedded: 111 against 115 GFLOP/s); with eight lanes or
-/// fewer there is no embedded broadcast.
+/// in the load unit: W2's forward product `[64, 784] x [784, 128]` as standalone 4 × 4-vector
+/// tiles runs at 93 against 112 GFLOP/s (`example fp_peak`, 2026-12-05). Under `fma` the
+/// adds' pipes are free and the shared broadcast stays (embedded: 112 against 115 GFLOP/s);
+/// with eight lanes or fewer there is no embedded broadcast.
 #[cfg(feature = "simd")]
 const SPLAT_EACH_SEPARATE: bool = cfg!(all(target_arch = "x86_64", target_feature = "avx512f"));
 
@@ -677,14 +678,15 @@ const SPLAT_EACH_SEPARATE: bool = cfg!(all(target_arch = "x86_64", target_featur
 /// read of `x` nor keep in a register: each product of a tile row then folds its own load
 /// into the multiply as an embedded broadcast (see [`SPLAT_EACH_SEPARATE`]). The value is `x`'s:
 /// a volatile read only keeps the read where it is written. Tiles of one vector of columns do
-/// without it: their broadcast has one use, which the multiply embeds anyway, and the volatile
-/// read cost W3's one-row products (`[1, 2] x [2, 16]`) 2-4 % of the step.
+/// without it: their broadcast has one use, which the multiply embeds anyway.
+/// `core::hint::black_box` of the row instead (no `unsafe`) made the tile spill: 51-55 GFLOP/s.
 #[cfg(feature = "simd")]
 #[inline(always)]
 #[allow(unsafe_code)]
 fn splat_each(x: &f32) -> V {
     // SAFETY: `x` is a shared reference: valid for reads, aligned and initialized for the
-    // whole call. The one `unsafe` of the runtime (`lib.rs` allows it here only).
+    // whole call. The one `unsafe` of the runtime (`lib.rs` denies `unsafe_code`; the attribute
+    // above allows it here, and `tests/runtime/unsafe_fence.rs` checks there is no other).
     V::splat(unsafe { core::ptr::read_volatile(x) })
 }
 
@@ -755,8 +757,9 @@ pub(crate) fn matmul_fma(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usi
 /// # Arithmetic order
 /// [`matmul`]'s over `aᵀ`: each `out[i, j]` starts at `+0.0` and accumulates over
 /// `p = 0, 1, …, k-1` in increasing order (`tapeplan_core::ops::matmul_tn::kernel`'s bits).
-/// The register tiles of [`matmul`] read `aᵀ` in place: a tile's `MR` rows `i..i + MR` of `aᵀ`
-/// at step `p` are the contiguous elements `a[p, i..i + MR]` (no packed panel).
+/// The register tiles of [`matmul`] read `aᵀ` in place: a tile's `R` rows `i..i + R` of `aᵀ`
+/// at step `p` are the contiguous elements `a[p, i..i + R]` (no packed panel; `R` is 8 under
+/// [`Step::SPLAT_EACH`], see [`block`]).
 #[cfg(feature = "simd")]
 pub(crate) fn matmul_tn<S: Step>(
     a: &[f32],
@@ -1110,7 +1113,8 @@ fn matmul_with<S: Step>(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usiz
     }
 }
 
-/// Every row of `g`: tiles of [`TILE_ROWS`] rows, then of `MR`, 2 and 1. With `LOAD`, each accumulator starts
+/// Every row of `g`: tiles of [`TILE_ROWS`] rows (8 rows by 2 vectors over `aᵀ` under
+/// [`Step::SPLAT_EACH`]), then of `MR`, 2 and 1. With `LOAD`, each accumulator starts
 /// from `out`'s element (a later block of `p` continuing the sums), else from `+0.0`. With
 /// `AT`, `a` is stored transposed: `a[r, p]` of the block is `a[p * lda + r]`.
 #[cfg(feature = "simd")]

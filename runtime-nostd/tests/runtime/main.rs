@@ -35,4 +35,5 @@ mod simd_max_pool;
 #[cfg(all(feature = "fusion", feature = "all-ops"))]
 mod stand_in_attack;
 mod transcendentals;
+mod unsafe_fence;
 mod worst_case;
