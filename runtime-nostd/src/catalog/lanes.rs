@@ -636,7 +636,8 @@ pub const FMA_HARDWARE: bool = cfg!(all(
 pub(crate) trait Step: Copy {
     /// Whether [`matmul_with`] runs the steps `p` in blocks whose rows of `b` stay in the L1
     /// cache (see there): worth it when `b`'s reads from L2 bound the tiles (a hardware fused
-    /// multiply-add; the separate step on AMD's cores), not with a call to `libm::fmaf`.
+    /// multiply-add; the separate step on AMD's cores), not with a call to `libm::fmaf`, and
+    /// not with AVX-512 (see [`AVX512`]).
     const BLOCK_P: bool;
     /// Whether each product of a tile reads its own broadcast of `a`'s element from memory
     /// ([`splat_each`]) instead of sharing one broadcast register across the tile's vectors of
@@ -655,7 +656,7 @@ pub(crate) struct Separate;
 
 #[cfg(feature = "simd")]
 impl Step for Separate {
-    const BLOCK_P: bool = true;
+    const BLOCK_P: bool = !AVX512;
     const SPLAT_EACH: bool = SPLAT_EACH_SEPARATE;
     #[inline(always)]
     fn v(acc: V, x: V, y: V) -> V {
@@ -672,7 +673,21 @@ impl Step for Separate {
 /// adds' pipes are free and the shared broadcast stays (embedded: 112 against 115 GFLOP/s);
 /// with eight lanes or fewer there is no embedded broadcast.
 #[cfg(feature = "simd")]
-const SPLAT_EACH_SEPARATE: bool = cfg!(all(target_arch = "x86_64", target_feature = "avx512f"));
+const SPLAT_EACH_SEPARATE: bool = AVX512;
+
+/// AVX-512 on x86_64 (sixteen lanes, thirty-two registers). There [`matmul_with`] does not block
+/// the steps `p` under either step: W2's forward product `[64, 784] x [784, 128]` then reads
+/// each tile's four rows of the batch `a` front to back (four streams the prefetcher follows)
+/// instead of 128 bytes of all 64 rows per block (64 streams, the batch arriving cold from
+/// memory each training step), and its tiles start from `+0.0` instead of reloading their sums
+/// from `out` 25 times; `b` (392 KiB) streams from L2 for each tile of rows. Zen 4, peers A/B
+/// of the whole W2 step (6 launches × 7 rounds, 2026-12-05): separate 0.937, `fma` 0.965;
+/// `example product_cost` (the batch hot in cache, five launches of each build interleaved):
+/// separate 128.1-128.7 -> 120.8-123.0 µs, `fma` 112.6-114.0 -> 110.2-110.9 µs. (On an AVX-512 Xeon, 2026-12-04, the hot product ran unblocked at 128 against
+/// 132 µs blocked under separate, but 92 against 84 µs under `fma`; the whole step was not
+/// measured there.)
+#[cfg(feature = "simd")]
+const AVX512: bool = cfg!(all(target_arch = "x86_64", target_feature = "avx512f"));
 
 /// `x` in every lane, read from memory by a load the compiler may neither merge with another
 /// read of `x` nor keep in a register: each product of a tile row then folds its own load
@@ -702,7 +717,7 @@ pub(crate) struct Fused;
 
 #[cfg(all(feature = "simd", feature = "arith-fma"))]
 impl Step for Fused {
-    const BLOCK_P: bool = FMA_HARDWARE;
+    const BLOCK_P: bool = FMA_HARDWARE && !AVX512;
     #[inline(always)]
     fn v(acc: V, x: V, y: V) -> V {
         #[cfg(all(target_arch = "x86_64", target_feature = "fma"))]
@@ -1074,7 +1089,8 @@ pub const B_BLOCK_ELEMS: usize = 4096;
 
 /// The register-tiled product with the step `S` (see [`matmul`]).
 ///
-/// With [`Step::BLOCK_P`] (a hardware fused multiply-add, and the separate step), when `b`
+/// With [`Step::BLOCK_P`] (a hardware fused multiply-add, and the separate step; neither with
+/// AVX-512, see [`AVX512`]), when `b`
 /// exceeds [`B_BLOCK_ELEMS`] and several tiles of rows read it, the steps `p` run in blocks
 /// (at least 32 steps each) whose `[kc, n]` rows of `b` stay in the L1 cache while every tile
 /// of rows passes over them: unblocked, W2's forward product (`[64, 784] x [784, 128]`) read
