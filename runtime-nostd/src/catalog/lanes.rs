@@ -27,7 +27,7 @@ mod width {
     pub const CATALOG: &str = "simd-avx512";
     /// Vectors of columns per matrix-product tile (registers: `MR * NR` accumulators, `NR` of
     /// `b`, one broadcast of `a`; under `separate` the broadcasts are embedded in the multiplies
-    /// and products over `aᵀ` take 8 rows by 2 vectors: `Step::SPLAT_EACH`).
+    /// and the tiles take 8 rows by 2 vectors: `Step::SPLAT_EACH`).
     #[cfg(target_feature = "avx512f")]
     pub const NR: usize = 4;
 
@@ -641,8 +641,8 @@ pub(crate) trait Step: Copy {
     const BLOCK_P: bool;
     /// Whether each product of a tile reads its own broadcast of `a`'s element from memory
     /// ([`splat_each`]) instead of sharing one broadcast register across the tile's vectors of
-    /// columns, whole tiles run out of line ([`wide_tile`]) and products over `aᵀ` take tiles
-    /// of 8 rows by 2 vectors ([`block`]).
+    /// columns, whole tiles run out of line ([`wide_tile`]) and the tiles are 8 rows by 2
+    /// vectors ([`block`]).
     const SPLAT_EACH: bool = false;
     /// The accumulator after the step `acc ⊕ x · y`.
     fn v(acc: V, x: V, y: V) -> V;
@@ -1129,7 +1129,7 @@ fn matmul_with<S: Step>(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usiz
     }
 }
 
-/// Every row of `g`: tiles of [`TILE_ROWS`] rows (8 rows by 2 vectors over `aᵀ` under
+/// Every row of `g`: tiles of [`TILE_ROWS`] rows (8 rows by 2 vectors under
 /// [`Step::SPLAT_EACH`]), then of `MR`, 2 and 1. With `LOAD`, each accumulator starts
 /// from `out`'s element (a later block of `p` continuing the sums), else from `+0.0`. With
 /// `AT`, `a` is stored transposed: `a[r, p]` of the block is `a[p * lda + r]`.
@@ -1144,11 +1144,15 @@ fn block<S: Step, const LOAD: bool, const AT: bool>(
     if g.k == 0 {
         return;
     }
-    // `aᵀ` under [`Step::SPLAT_EACH`]: tiles of 8 rows by 2 vectors. A step's eight
-    // broadcasts then come from one line of `a` (`a[p, i..i + 8]`) and it loads two vectors of
-    // `b`, not four (W2's `xᵀ·ḡ`, `[784, 64] x [64, 128]`, Zen 4: 128 -> 117 µs, `example
-    // product_cost`, 2026-12-05; the same tiles over `a` in place made no difference).
-    let mut done = if AT && S::SPLAT_EACH {
+    // Under [`Step::SPLAT_EACH`]: tiles of 8 rows by 2 vectors. A step loads two vectors of
+    // `b`, not four, for its sixteen products. Over `aᵀ` its eight broadcasts come from one line
+    // of `a` (`a[p, i..i + 8]`): W2's `xᵀ·ḡ`, `[784, 64] x [64, 128]`, Zen 4: 128 -> 117 µs
+    // (`example product_cost`, 2026-12-05). Over `a` in place, with the steps `p` unblocked
+    // ([`AVX512`]), half as many tiles of rows stream `b` from L2: W2's forward product
+    // `[64, 784] x [784, 128]` 122-125 -> 117-120 µs, peers A/B of the W2 step 0.978 (6
+    // launches × 7 rounds; `fma`, whose tiles these are not, 1.000). Blocked, the same tiles
+    // made no difference there.
+    let mut done = if S::SPLAT_EACH {
         rows::<S, 8, 2, LOAD, AT>(a, b, out, g, 0)
     } else {
         rows::<S, TILE_ROWS, { width::NR }, LOAD, AT>(a, b, out, g, 0)
