@@ -88,7 +88,7 @@ const STEPS: &[Step] = &[
     },
     Step {
         name: "simd",
-        about: "the runtime's simd catalog: clippy, catalog and training tests (SSE2, then -C target-cpu=native), wasm32 simd128 build",
+        about: "the runtime's simd catalog: clippy, catalog and training tests (SSE2, then -C target-cpu=native), catalog tests with AVX2 and FMA where the host has them, wasm32 simd128 build",
         run: step_simd,
     },
     Step {
@@ -584,6 +584,18 @@ fn step_simd(ctx: &Ctx) -> Result<()> {
         }
         run(runtime)?;
         run(training)?;
+    }
+    // AVX2 with FMA: on an AVX-512 host the native pass runs neither the eight-lane tiles nor
+    // the `fma` profile's blocked steps `p` (`lanes::Step::BLOCK_P`, off with AVX-512), which an
+    // AVX2 machine runs; this pass does, where the host can run it.
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        let mut avx2 = ctx.cargo(["test", "-p", "tapeplan-runtime", "--features", "simd"]);
+        avx2.env("RUSTFLAGS", "-C target-feature=+avx2,+fma").env(
+            "CARGO_TARGET_DIR",
+            ctx.root.join("target").join("simd-avx2"),
+        );
+        run(avx2)?;
     }
     let mut wasm = ctx.cargo([
         "build",

@@ -677,15 +677,17 @@ const SPLAT_EACH_SEPARATE: bool = AVX512;
 
 /// AVX-512 on x86_64 (sixteen lanes, thirty-two registers). There [`matmul_with`] does not block
 /// the steps `p` under either step: W2's forward product `[64, 784] x [784, 128]` then reads
-/// each tile's four rows of the batch `a` front to back (four streams the prefetcher follows)
-/// instead of 128 bytes of all 64 rows per block (64 streams, the batch arriving cold from
-/// memory each training step), and its tiles start from `+0.0` instead of reloading their sums
-/// from `out` 25 times; `b` (392 KiB) streams from L2 for each tile of rows. Zen 4, peers A/B
-/// of the whole W2 step (6 launches × 7 rounds, 2026-12-05): separate 0.937, `fma` 0.965;
-/// `example product_cost` (the batch hot in cache, five launches of each build interleaved):
-/// separate 128.1-128.7 -> 120.8-123.0 µs, `fma` 112.6-114.0 -> 110.2-110.9 µs. (On an AVX-512 Xeon, 2026-12-04, the hot product ran unblocked at 128 against
-/// 132 µs blocked under separate, but 92 against 84 µs under `fma`; the whole step was not
-/// measured there.)
+/// each tile's rows of the batch `a` front to back (four or eight streams, which the
+/// prefetcher follows) instead of 128 bytes of all 64 rows per block (64 streams, the batch
+/// arriving cold from memory each training step), and its tiles start from `+0.0` instead of
+/// reloading their sums from `out` 25 times; `b` (392 KiB) streams from L2 for each tile of
+/// rows. Zen 4, peers A/B of the whole W2 step (6 launches × 7 rounds, 2026-12-05, with the
+/// 4-row tiles of the time): separate 0.937, `fma` 0.965; `example product_cost` (the batch
+/// hot in cache, five launches of each build interleaved): separate 128.1-128.7 ->
+/// 120.8-123.0 µs, `fma` 112.6-114.0 -> 110.2-110.9 µs. On an AVX-512 Xeon (2026-12-04) the
+/// hot product ran unblocked at 128 against 132 µs blocked under separate, but 92 against
+/// 84 µs under `fma`; the whole step was not measured there, and no Xeon was at hand to: the
+/// choice for `fma` rests on Zen 4's figures.
 #[cfg(feature = "simd")]
 const AVX512: bool = cfg!(all(target_arch = "x86_64", target_feature = "avx512f"));
 
@@ -748,9 +750,10 @@ const MR: usize = 4;
 /// # Arithmetic order
 /// Each `out[i, j]` starts at `+0.0` and accumulates `acc = acc + a[i, p] * b[p, j]` (product
 /// rounded, then sum rounded) over `p = 0, 1, …, k-1`, exactly the reference's order. The
-/// kernel keeps a tile of `TILE_ROWS` rows by `NR` vectors of columns in registers over the
-/// whole `p` loop: lanes are distinct `j`s, never distinct `p`s. Rows left over run in tiles of
-/// `MR`, 2 and 1 rows.
+/// kernel keeps a tile of `TILE_ROWS` rows by `NR` vectors of columns (8 rows by 2 vectors
+/// under [`Step::SPLAT_EACH`]) in registers over the whole `p` loop (or a block of it, with
+/// [`Step::BLOCK_P`]): lanes are distinct `j`s, never distinct `p`s. Rows left over run in
+/// tiles of `MR`, 2 and 1 rows.
 #[cfg(feature = "simd")]
 pub(crate) fn matmul(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, n: usize) {
     matmul_with::<Separate>(a, b, out, m, k, n);
@@ -1090,8 +1093,8 @@ pub const B_BLOCK_ELEMS: usize = 4096;
 /// The register-tiled product with the step `S` (see [`matmul`]).
 ///
 /// With [`Step::BLOCK_P`] (a hardware fused multiply-add, and the separate step; neither with
-/// AVX-512, see [`AVX512`]), when `b`
-/// exceeds [`B_BLOCK_ELEMS`] and several tiles of rows read it, the steps `p` run in blocks
+/// AVX-512, see [`AVX512`]), when `b` exceeds [`B_BLOCK_ELEMS`] and several tiles of rows read
+/// it, the steps `p` run in blocks
 /// (at least 32 steps each) whose `[kc, n]` rows of `b` stay in the L1 cache while every tile
 /// of rows passes over them: unblocked, W2's forward product (`[64, 784] x [784, 128]`) read
 /// all of `b` (392 KiB) from L2 once per tile of rows, and its `fma` tiles waited on it (92

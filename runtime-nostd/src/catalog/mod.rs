@@ -16,8 +16,9 @@
 //! - **`matmul`**: each output `out[i, j]` starts at `+0.0` and accumulates
 //!   `acc = acc + a[i, p] * b[p, j]` (a rounded product, then a rounded sum; never fused) over
 //!   `p = 0, 1, …, k-1` in increasing order, exactly the reference's per-element order. With
-//!   `simd`, a register tile of `MR` rows (six with eight lanes) by `NR` vectors of columns
-//!   keeps its accumulators in registers across the whole `p` loop: vectorized across
+//!   `simd`, a register tile of `MR` rows (six with eight lanes; eight rows by two vectors
+//!   under `separate` with AVX-512) by `NR` vectors of columns keeps its accumulators in
+//!   registers across the `p` loop (or a block of it, continued from `out`): vectorized across
 //!   independent outputs (`j`), never across `p`. A batched product (rank 3) runs the same kernel once per batch index. Under
 //!   the `fma` arithmetic profile the step is `acc = fma(a[i, p], b[p, j], acc)`, rounded once:
 //!   the hardware instruction where the build has it ([`FMA_HARDWARE`]), `libm::fmaf` lane by

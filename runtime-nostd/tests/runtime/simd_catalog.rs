@@ -623,9 +623,11 @@ fn transposed_products_odd_shapes() {
 /// Every product (`matmul`, `matmul_tn`, `matmul_nt`) at the edges of the catalog's blocking,
 /// under both arithmetic profiles, bit for bit: `k` of 1, around `matmul_nt`'s packed blocks of
 /// `p` (1024 / 64 = 16, and 256) and W2's 784; `m` around the register tile's rows (4: 1, 3, 5,
-/// 9; 8, the fewest rows whose `fma` product runs in blocks of `p` of at least 32, `lanes::
-/// B_BLOCK_ELEMS / n`, when `k · n` exceeds it; 12, 15, 17 around the 8-row tiles over `aᵀ`
-/// of `separate` with AVX-512, followed by tiles of 4, 2 and 1 rows) and W2's products themselves; `n` around the
+/// 9; 8, the fewest rows whose product runs in blocks of `p` of at least 32, `lanes::
+/// B_BLOCK_ELEMS / n`, when `k · n` exceeds it, under a profile that blocks: `fma` with
+/// hardware FMA and `separate`, not with AVX-512; 12, 15, 17 around the 8-row tiles of
+/// `separate` with AVX-512, followed by tiles of 4, 2 and 1 rows) and W2's products
+/// themselves; `n` around the
 /// lane counts and tile widths (4, 8, 16 lanes; 2 or 4 vectors: 1, 3, 15, 17, 33, 63, 65, 129),
 /// and `matmul_nt`'s one or two rows by whole `8 × 8` blocks of `b` (`m` 1, 2; `k`, `n` 8, 16,
 /// 32: W3's `[1, 16] x [16, 16]ᵀ`). Each operand is ordinary values with every special value
