@@ -1094,9 +1094,8 @@ pub const B_BLOCK_ELEMS: usize = 4096;
 ///
 /// With [`Step::BLOCK_P`] (a hardware fused multiply-add, and the separate step; neither with
 /// AVX-512, see [`AVX512`]), when `b` exceeds [`B_BLOCK_ELEMS`] and several tiles of rows read
-/// it, the steps `p` run in blocks
-/// (at least 32 steps each) whose `[kc, n]` rows of `b` stay in the L1 cache while every tile
-/// of rows passes over them: unblocked, W2's forward product (`[64, 784] x [784, 128]`) read
+/// it, the steps `p` run in blocks (at least 32 steps each) whose `[kc, n]` rows of `b` stay in
+/// the L1 cache while every tile of rows passes over them: unblocked, W2's forward product (`[64, 784] x [784, 128]`) read
 /// all of `b` (392 KiB) from L2 once per tile of rows, and its `fma` tiles waited on it (92
 /// against 84 µs blocked on an AVX-512 Xeon; under `separate` there 128 against 132 µs, but
 /// on an AVX2 EPYC 273 against 231 µs blocked, `example product_cost`, 2026-12-04: the
@@ -1154,7 +1153,7 @@ fn block<S: Step, const LOAD: bool, const AT: bool>(
     // ([`AVX512`]), half as many tiles of rows stream `b` from L2: W2's forward product
     // `[64, 784] x [784, 128]` 122-125 -> 117-120 µs, peers A/B of the W2 step 0.978 (6
     // launches × 7 rounds; `fma`, whose tiles these are not, 1.000). Blocked, the same tiles
-    // made no difference there.
+    // had been slower there (129-130 -> 131-132 µs).
     let mut done = if S::SPLAT_EACH {
         rows::<S, 8, 2, LOAD, AT>(a, b, out, g, 0)
     } else {
